@@ -1,0 +1,33 @@
+#include "dendrite/comm/mpi_env.h"
+
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+
+#include "dendrite/core/log.h"
+
+namespace dendrite {
+
+MpiEnv::MpiEnv(int* argc, char*** argv) {
+  int provided = 0;
+  MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  set_log_rank(rank_);
+}
+
+MpiEnv::~MpiEnv() { MPI_Finalize(); }
+
+int MpiEnv::run_or_abort(const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    log_error(std::string("error: ") + e.what());
+  }
+  if (size_ > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+  return 1;
+}
+
+}  // namespace dendrite

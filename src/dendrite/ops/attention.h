@@ -1,0 +1,37 @@
+// Causal self-attention and rotary position embedding.
+// B batch, T sequence, NH query heads, NKV key/value heads (NH % NKV == 0;
+// grouped-query attention shares KV head h / (NH/NKV)), hs head size.
+// Activations are row-major with row r = b*T + t; within a row the heads are
+// consecutive blocks of hs values. Rows have a stride (in floats) so q, k and v
+// can be separate buffers or slices of one.
+#pragma once
+
+namespace dendrite::ops {
+
+struct AttentionShape {
+  int B, T, NH, NKV, hs;
+  int q_stride, kv_stride, out_stride;  // floats between consecutive rows
+};
+
+// out[b,t,h,:] = sum_{s<=t} softmax_s(q[b,t,h]·k[b,s,g] / sqrt(hs)) v[b,s,g],  g = h/(NH/NKV)
+// lse [B, NH, T]: log-sum-exp of each row of scaled scores, saved for the backward.
+// Never holds a [T,T] matrix for more than one (b, h) per thread at once.
+void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                       const AttentionShape& s);
+
+// Recomputes the probabilities from q, k and lse. dq, dk, dv overwritten
+// (with q_stride / kv_stride layouts).
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                        const float* lse, const float* q, const float* k, const float* v,
+                        const AttentionShape& s);
+
+// Rotary embedding in the Hugging Face Llama convention ("rotate half"): for
+// position t and i < hs/2, with f = theta^(-2i/hs):
+//   x'[i]        = x[i] cos(t f) - x[i+hs/2] sin(t f)
+//   x'[i+hs/2]   = x[i+hs/2] cos(t f) + x[i] sin(t f)
+// applied in place to x [B*T rows, nheads * hs] with the given row stride.
+void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, float theta);
+// The inverse rotation, applied in place to the gradient.
+void rope_backward(float* dx, int B, int T, int nheads, int hs, int stride, float theta);
+
+}  // namespace dendrite::ops

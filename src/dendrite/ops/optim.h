@@ -1,0 +1,27 @@
+// AdamW, global-norm clipping and the learning-rate schedule, on flat buffers
+// (a rank's whole shard of parameters is one contiguous buffer).
+#pragma once
+
+namespace dendrite::ops {
+
+struct AdamWConfig {
+  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
+};
+
+// One AdamW step (PyTorch semantics, decoupled decay, bias correction) on n
+// values; step counts from 1. Decay applies when `decay` is true.
+void adamw_update(float* param, const float* grad, float* m, float* v, long n, float lr, int step,
+                  bool decay, const AdamWConfig& c);
+
+// sum of g[i]^2 in double
+double sum_squares(const float* g, long n);
+// g *= s
+void scale(float* g, float s, long n);
+
+// Learning rate at `step` (counting from 0):
+//   step < warmup:  lr * (step + 1) / warmup
+//   otherwise:      min_lr + 0.5 (lr - min_lr) (1 + cos(pi p)),
+//                   p = clamp((step - warmup) / max(1, total - warmup), 0, 1)
+float lr_at(int step, float lr, float min_lr, int warmup, int total);
+
+}  // namespace dendrite::ops

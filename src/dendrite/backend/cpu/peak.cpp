@@ -1,0 +1,69 @@
+// FMA peak: each thread runs 12 independent vector FMA chains (enough to hide
+// the 4-cycle latency on two FMA ports) on registers only.
+#include "dendrite/ops/peak.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <chrono>
+
+namespace dendrite::ops {
+
+namespace {
+
+#if defined(__AVX512F__)
+using Vec = __m512;
+constexpr int kLanes = 16;
+inline Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+inline Vec splat(float x) { return _mm512_set1_ps(x); }
+inline float lane0(Vec v) { return _mm512_cvtss_f32(v); }
+#elif defined(__AVX2__) && defined(__FMA__)
+using Vec = __m256;
+constexpr int kLanes = 8;
+inline Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+inline Vec splat(float x) { return _mm256_set1_ps(x); }
+inline float lane0(Vec v) { return _mm256_cvtss_f32(v); }
+#else
+using Vec = float;
+constexpr int kLanes = 1;
+inline Vec fma(Vec a, Vec b, Vec c) { return a * b + c; }
+inline Vec splat(float x) { return x; }
+inline float lane0(Vec v) { return v; }
+#endif
+
+// Runs `iters` rounds of 12 FMA chains; returns a value so the work is kept.
+float fma_chains(long iters) {
+  Vec acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = splat(0.001f * i);
+  const Vec a = splat(0.999999f), b = splat(1e-7f);
+  for (long it = 0; it < iters; ++it)
+    for (int i = 0; i < 12; ++i) acc[i] = fma(acc[i], a, b);
+  float s = 0;
+  for (int i = 0; i < 12; ++i) s += lane0(acc[i]);
+  return s;
+}
+
+}  // namespace
+
+double measure_peak_gflops(int threads, double seconds) {
+  if (threads <= 0) threads = omp_get_max_threads();
+  volatile float sink = fma_chains(1 << 16);  // warm up the clocks
+  long iters = 1 << 20;
+  for (;;) {
+    auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads)
+    {
+      float r = fma_chains(iters);
+      if (r == 12345.0f) sink = r;
+    }
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (dt >= seconds || iters > (1L << 34)) {
+      double flops = 2.0 * kLanes * 12.0 * double(iters) * threads;
+      (void)sink;
+      return flops / dt / 1e9;
+    }
+    iters *= 2;
+  }
+}
+
+}  // namespace dendrite::ops

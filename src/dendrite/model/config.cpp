@@ -1,0 +1,175 @@
+#include "dendrite/model/config.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "dendrite/core/check.h"
+
+namespace dendrite {
+
+std::string arch_name(Arch a) { return a == Arch::kGpt2 ? "gpt2" : "llama"; }
+
+Arch parse_arch(const std::string& name) {
+  if (name == "gpt2") return Arch::kGpt2;
+  if (name == "llama") return Arch::kLlama;
+  fail("model config: unknown arch '", name, "'; use \"gpt2\" or \"llama\"");
+}
+
+void ModelConfig::validate() const {
+  auto positive = [](int v, const char* key) {
+    DENDRITE_CHECK(v > 0, "model config: ", key, " must be positive, got ", v);
+  };
+  positive(vocab_size, "vocab_size");
+  positive(n_layer, "n_layer");
+  positive(n_embd, "n_embd");
+  positive(n_head, "n_head");
+  positive(n_kv_head, "n_kv_head");
+  positive(ffn_hidden, "ffn_hidden");
+  positive(block_size, "block_size");
+  DENDRITE_CHECK(n_embd % n_head == 0, "model config: n_embd ", n_embd,
+                 " is not divisible by n_head ", n_head,
+                 "; choose a width that is a multiple of the head count");
+  DENDRITE_CHECK(n_head % n_kv_head == 0, "model config: n_head ", n_head,
+                 " is not divisible by n_kv_head ", n_kv_head,
+                 "; grouped-query attention needs whole groups");
+  DENDRITE_CHECK(!gpt2() || n_kv_head == n_head, "model config: gpt2 has n_kv_head == n_head (",
+                 n_head, "), got ", n_kv_head);
+  DENDRITE_CHECK(gpt2() || head_size() % 2 == 0, "model config: rotary embedding needs an even ",
+                 "head size, got ", head_size());
+  DENDRITE_CHECK(norm_eps > 0 && rope_theta > 0 && init_std > 0,
+                 "model config: norm_eps, rope_theta and init_std must be positive");
+}
+
+int64_t ModelConfig::num_parameters() const {
+  const int64_t C = n_embd, F = ffn_hidden, V = vocab_size, hs = head_size();
+  const int64_t q = C * n_head * hs, kv = 2 * C * n_kv_head * hs, o = n_head * hs * C;
+  int64_t per_layer;
+  int64_t total;
+  if (gpt2()) {
+    per_layer = 4 * C + (q + kv + o) + 4 * C + 2 * F * C + F + C;  // norms, attn + biases, mlp
+    total = V * C + int64_t(block_size) * C + int64_t(n_layer) * per_layer + 2 * C;
+  } else {
+    per_layer = 2 * C + (q + kv + o) + 3 * F * C;
+    total = 2 * V * C + int64_t(n_layer) * per_layer + C;
+  }
+  return total;
+}
+
+double ModelConfig::train_flops_per_token(int T) const {
+  const double C = n_embd, F = ffn_hidden, hs = head_size();
+  double attn_proj = C * n_head * hs * 2 + C * n_kv_head * hs * 2;
+  double mlp = (gpt2() ? 2 : 3) * C * F;
+  double matmul_weights = n_layer * (attn_proj + mlp) + double(vocab_size) * C;
+  return 6.0 * matmul_weights + 12.0 * n_layer * T * C;
+}
+
+namespace {
+
+ModelConfig gpt2(int L, int C, int NH, int V = 50257, int T = 1024) {
+  ModelConfig c;
+  c.arch = Arch::kGpt2;
+  c.n_layer = L;
+  c.n_embd = C;
+  c.n_head = c.n_kv_head = NH;
+  c.ffn_hidden = 4 * C;
+  c.vocab_size = V;
+  c.block_size = T;
+  return c;
+}
+
+ModelConfig llama(int L, int C, int NH, int NKV, int F, int V, int T) {
+  ModelConfig c;
+  c.arch = Arch::kLlama;
+  c.n_layer = L;
+  c.n_embd = C;
+  c.n_head = NH;
+  c.n_kv_head = NKV;
+  c.ffn_hidden = F;
+  c.vocab_size = V;
+  c.block_size = T;
+  return c;
+}
+
+const std::map<std::string, ModelConfig>& presets() {
+  static const std::map<std::string, ModelConfig> p = {
+      {"gpt2-tiny", gpt2(2, 32, 4, 96, 16)},
+      {"gpt2-mini", gpt2(4, 256, 4, 8192, 256)},
+      {"gpt2-124m", gpt2(12, 768, 12)},
+      {"gpt2-350m", gpt2(24, 1024, 16)},
+      {"llama-tiny", llama(2, 32, 4, 2, 64, 96, 16)},
+      {"llama-small", llama(8, 512, 8, 4, 1376, 8192, 512)},
+  };
+  return p;
+}
+
+}  // namespace
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  for (auto& [k, v] : presets()) names.push_back(k);
+  return names;
+}
+
+nlohmann::json to_json(const ModelConfig& c) {
+  return {{"arch", arch_name(c.arch)},     {"vocab_size", c.vocab_size},
+          {"n_layer", c.n_layer},          {"n_embd", c.n_embd},
+          {"n_head", c.n_head},            {"n_kv_head", c.n_kv_head},
+          {"ffn_hidden", c.ffn_hidden},    {"block_size", c.block_size},
+          {"norm_eps", c.norm_eps},        {"rope_theta", c.rope_theta},
+          {"init_std", c.init_std}};
+}
+
+ModelConfig model_config_from_json(const nlohmann::json& j) {
+  DENDRITE_CHECK(j.is_object(), "model config: expected a JSON object");
+  ModelConfig c;
+  if (j.contains("arch")) c = parse_arch(j.at("arch").get<std::string>()) == Arch::kGpt2
+                                  ? gpt2(12, 768, 12)
+                                  : llama(8, 512, 8, 4, 1376, 8192, 512);
+  bool kv_given = false, ffn_given = false;
+  for (auto& [key, value] : j.items()) {
+    try {
+      if (key == "arch") continue;
+      else if (key == "vocab_size") c.vocab_size = value.get<int>();
+      else if (key == "n_layer") c.n_layer = value.get<int>();
+      else if (key == "n_embd") c.n_embd = value.get<int>();
+      else if (key == "n_head") c.n_head = value.get<int>();
+      else if (key == "n_kv_head") c.n_kv_head = value.get<int>(), kv_given = true;
+      else if (key == "ffn_hidden") c.ffn_hidden = value.get<int>(), ffn_given = true;
+      else if (key == "block_size") c.block_size = value.get<int>();
+      else if (key == "norm_eps") c.norm_eps = value.get<float>();
+      else if (key == "rope_theta") c.rope_theta = value.get<float>();
+      else if (key == "init_std") c.init_std = value.get<float>();
+      else
+        fail("model config: unknown key '", key, "'; known keys: arch, vocab_size, n_layer, ",
+             "n_embd, n_head, n_kv_head, ffn_hidden, block_size, norm_eps, rope_theta, init_std");
+    } catch (const nlohmann::json::exception& e) {
+      fail("model config: key '", key, "' has the wrong type (", e.what(), ")");
+    }
+  }
+  if (!kv_given && c.gpt2()) c.n_kv_head = c.n_head;
+  if (!ffn_given && c.gpt2()) c.ffn_hidden = 4 * c.n_embd;
+  c.validate();
+  return c;
+}
+
+ModelConfig load_model_config(const std::string& name_or_path) {
+  auto it = presets().find(name_or_path);
+  if (it != presets().end()) return it->second;
+  if (!std::filesystem::exists(name_or_path)) {
+    std::string names;
+    for (auto& n : preset_names()) names += " " + n;
+    fail("model: '", name_or_path, "' is neither a preset nor a config file; presets:", names);
+  }
+  std::ifstream in(name_or_path);
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const nlohmann::json::exception& e) {
+    fail("model config ", name_or_path, ": not valid JSON (", e.what(), ")");
+  }
+  return model_config_from_json(j);
+}
+
+}  // namespace dendrite

@@ -1,0 +1,57 @@
+// Model configuration: architecture, sizes, presets and validation.
+// Letters: V vocabulary, Vp V padded to a multiple of 64, C width (n_embd),
+// NH query heads, NKV key/value heads, hs = C/NH head size, F MLP hidden width,
+// L layers, T_max block size (longest sequence).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+namespace dendrite {
+
+enum class Arch { kGpt2, kLlama };
+
+struct ModelConfig {
+  Arch arch = Arch::kGpt2;
+  int vocab_size = 50257;  // V
+  int n_layer = 12;        // L
+  int n_embd = 768;        // C
+  int n_head = 12;         // NH
+  int n_kv_head = 12;      // NKV (GPT-2: equal to NH)
+  int ffn_hidden = 3072;   // F
+  int block_size = 1024;   // T_max
+  float norm_eps = 1e-5f;
+  float rope_theta = 10000.0f;
+  float init_std = 0.02f;
+
+  int head_size() const { return n_embd / n_head; }
+  int padded_vocab() const { return (vocab_size + 63) / 64 * 64; }
+  bool gpt2() const { return arch == Arch::kGpt2; }
+  bool tied_embeddings() const { return arch == Arch::kGpt2; }
+
+  // Throws dendrite::Error naming the problem and the fix.
+  void validate() const;
+  // Parameters a Hugging Face checkpoint of this model holds (no padding).
+  int64_t num_parameters() const;
+  // Training flops per token of a sequence of length T: 6 per weight of
+  // every matrix product (LM head once, embeddings' lookups excluded) plus
+  // attention's QK^T and AV, 12 * L * T * C, counted over the full T x T square
+  // as in the PaLM paper's MFU (Chowdhery et al., 2022, appendix B).
+  double train_flops_per_token(int T) const;
+};
+
+std::string arch_name(Arch a);
+Arch parse_arch(const std::string& name);
+
+// Presets: gpt2-tiny (tests), gpt2-mini (README demo), gpt2-124m, gpt2-350m,
+// llama-tiny (tests), llama-small.
+std::vector<std::string> preset_names();
+// A preset name, or a path to a JSON file of model keys (see to_json); an
+// unknown name or key is an error.
+ModelConfig load_model_config(const std::string& name_or_path);
+ModelConfig model_config_from_json(const nlohmann::json& j);
+nlohmann::json to_json(const ModelConfig& c);
+
+}  // namespace dendrite

@@ -1,0 +1,170 @@
+#include "dendrite/train/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "dendrite/core/check.h"
+#include "dendrite/model/hf_names.h"
+#include "dendrite/train/safetensors.h"
+
+namespace dendrite {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+void fsync_path(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+// Writes text to path atomically.
+void write_text(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    DENDRITE_CHECK(out.good(), "checkpoint: cannot write ", tmp, " (disk full or no permission)");
+  }
+  fsync_path(tmp);
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    fs::remove(tmp);
+    fail("checkpoint: cannot rename ", tmp, " to ", path, ": ", ec.message());
+  }
+}
+
+// Exports the flat buffer `flat` (laid out like the model's parameters) as
+// Hugging Face tensors named prefix + name, into writer; storage keeps the bytes alive.
+void add_tensors(SafetensorsWriter& writer, std::vector<std::vector<float>>& storage,
+                 const Transformer& model, const float* flat, const std::string& prefix) {
+  for (const HfTensor& t : hf_tensors(model.config(), model.table())) {
+    storage.emplace_back(t.numel());
+    export_hf_tensor(t, model.table(), flat, storage.back().data());
+    writer.add_f32(prefix + t.name, t.shape(), storage.back().data());
+  }
+}
+
+void read_tensors(const SafetensorsReader& reader, const Transformer& model, float* flat,
+                  const std::string& prefix) {
+  std::vector<float> buf;
+  for (const HfTensor& t : hf_tensors(model.config(), model.table())) {
+    const std::string name = prefix + t.name;
+    DENDRITE_CHECK(reader.has(name), "checkpoint ", reader.path(), ": tensor '", name,
+                   "' is missing; the file holds another model (", model_arch(model), ")");
+    buf.resize(t.numel());
+    reader.read_f32(name, t.shape(), buf.data());
+    import_hf_tensor(t, model.table(), buf.data(), flat);
+  }
+}
+
+}  // namespace
+
+std::string save_checkpoint(const std::string& run_dir, int64_t step, const Transformer& model,
+                            const AdamW* optimizer, const CheckpointContents& contents) {
+  char name[32];
+  std::snprintf(name, sizeof name, "ckpt-%08lld", static_cast<long long>(step));
+  const fs::path final_dir = fs::path(run_dir) / name;
+  const fs::path tmp_dir = fs::path(run_dir) / (std::string(".") + name + ".tmp");
+  std::error_code ec;
+  fs::create_directories(run_dir, ec);
+  DENDRITE_CHECK(!ec, "checkpoint: cannot create ", run_dir, ": ", ec.message());
+  fs::remove_all(tmp_dir, ec);
+  fs::create_directories(tmp_dir, ec);
+  DENDRITE_CHECK(!ec, "checkpoint: cannot create ", tmp_dir.string(), ": ", ec.message());
+  try {
+    {
+      SafetensorsWriter w;
+      std::vector<std::vector<float>> storage;
+      add_tensors(w, storage, model, model.params(), "");
+      w.set_metadata("format", "pt");
+      w.set_metadata("dendrite.arch", arch_name(model.config().arch));
+      w.write((tmp_dir / "model.safetensors").string());
+    }
+    if (optimizer) {
+      SafetensorsWriter w;
+      std::vector<std::vector<float>> storage;
+      add_tensors(w, storage, model, optimizer->m(), "exp_avg.");
+      add_tensors(w, storage, model, optimizer->v(), "exp_avg_sq.");
+      w.write((tmp_dir / "optimizer.safetensors").string());
+    }
+    write_text((tmp_dir / "trainer_state.json").string(), contents.trainer_state.dump(2) + "\n");
+    write_text((tmp_dir / "config.json").string(), contents.config.dump(2) + "\n");
+    if (!contents.tokenizer_path.empty() && fs::exists(contents.tokenizer_path))
+      fs::copy_file(contents.tokenizer_path, tmp_dir / "tokenizer.model");
+    fsync_path(tmp_dir.string());
+    // Replace an older folder of the same step (a re-run) only once the new one is complete.
+    const fs::path old_dir = fs::path(run_dir) / (std::string(".") + name + ".old");
+    fs::remove_all(old_dir, ec);
+    if (fs::exists(final_dir)) fs::rename(final_dir, old_dir);
+    fs::rename(tmp_dir, final_dir);
+    fs::remove_all(old_dir, ec);
+    fsync_path(run_dir);
+    write_text((fs::path(run_dir) / "latest").string(), std::string(name) + "\n");
+  } catch (const std::exception& e) {
+    fs::remove_all(tmp_dir, ec);
+    fail("checkpoint: saving step ", step, " to ", run_dir, " failed, earlier checkpoints are ",
+         "intact: ", e.what());
+  }
+  return final_dir.string();
+}
+
+std::string resolve_checkpoint(const std::string& path) {
+  DENDRITE_CHECK(fs::exists(path), "resume: ", path, " does not exist; pass a run folder (--out ",
+                 "of an earlier run) or one of its ckpt-* folders");
+  if (fs::exists(fs::path(path) / "model.safetensors")) return path;
+  const fs::path latest = fs::path(path) / "latest";
+  DENDRITE_CHECK(fs::exists(latest), "resume: ", path, " holds no checkpoint (no model.safetensors ",
+                 "and no 'latest' file)");
+  std::ifstream in(latest);
+  std::string name;
+  in >> name;
+  const fs::path dir = fs::path(path) / name;
+  DENDRITE_CHECK(fs::exists(dir / "model.safetensors"), "resume: ", latest.string(), " names ",
+                 name, ", which holds no model.safetensors");
+  return dir.string();
+}
+
+static nlohmann::json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  DENDRITE_CHECK(in.good(), "checkpoint: cannot read ", p.string());
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail("checkpoint: ", p.string(), " is not valid JSON (", e.what(), ")");
+  }
+}
+
+nlohmann::json read_checkpoint_config(const std::string& ckpt_dir) {
+  return read_json(fs::path(ckpt_dir) / "config.json");
+}
+
+nlohmann::json read_trainer_state(const std::string& ckpt_dir) {
+  return read_json(fs::path(ckpt_dir) / "trainer_state.json");
+}
+
+void load_weights_file(const std::string& path, Transformer& model, const std::string& prefix) {
+  SafetensorsReader reader(path);
+  read_tensors(reader, model, model.params(), prefix);
+}
+
+void load_weights(const std::string& ckpt_dir, Transformer& model) {
+  load_weights_file((fs::path(ckpt_dir) / "model.safetensors").string(), model);
+}
+
+void load_optimizer(const std::string& ckpt_dir, const Transformer& model, AdamW& optimizer) {
+  SafetensorsReader reader((fs::path(ckpt_dir) / "optimizer.safetensors").string());
+  read_tensors(reader, model, optimizer.m(), "exp_avg.");
+  read_tensors(reader, model, optimizer.v(), "exp_avg_sq.");
+}
+
+}  // namespace dendrite

@@ -1,0 +1,42 @@
+// Checkpoints: one folder per save, <run>/ckpt-<step>, holding
+//   model.safetensors      global weights under Hugging Face names
+//   optimizer.safetensors  AdamW state: "exp_avg.<name>", "exp_avg_sq.<name>"
+//   trainer_state.json     step, seed, optimizer step count
+//   config.json            the resolved run configuration (model and training)
+//   tokenizer.model        the tokenizer the data was made with (when known)
+// The folder is written under a temporary name and renamed into place, then
+// <run>/latest is updated, so a crash never leaves a half checkpoint in use.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "dendrite/model/transformer.h"
+#include "dendrite/train/optimizer.h"
+
+namespace dendrite {
+
+struct CheckpointContents {
+  nlohmann::json config;         // resolved configuration, "model" key holds the model's
+  nlohmann::json trainer_state;  // at least "step"
+  std::string tokenizer_path;    // copied in when not empty
+};
+
+// Writes <run_dir>/ckpt-<step, 8 digits> and points <run_dir>/latest at it.
+// Returns the checkpoint folder.
+std::string save_checkpoint(const std::string& run_dir, int64_t step, const Transformer& model,
+                            const AdamW* optimizer, const CheckpointContents& contents);
+
+// A checkpoint folder, or a run folder (resolved through its `latest`).
+std::string resolve_checkpoint(const std::string& path);
+nlohmann::json read_checkpoint_config(const std::string& ckpt_dir);
+nlohmann::json read_trainer_state(const std::string& ckpt_dir);
+// Loads weights into the model; the error names the tensor and both shapes
+// when the checkpoint holds another model.
+void load_weights(const std::string& ckpt_dir, Transformer& model);
+void load_optimizer(const std::string& ckpt_dir, const Transformer& model, AdamW& optimizer);
+
+// Loads a Hugging Face-named safetensors file (weights only).
+void load_weights_file(const std::string& path, Transformer& model, const std::string& prefix = "");
+
+}  // namespace dendrite

@@ -60,7 +60,7 @@ void read_tensors(const SafetensorsReader& reader, const Transformer& model, flo
   for (const HfTensor& t : hf_tensors(model.config(), model.table())) {
     const std::string name = prefix + t.name;
     DENDRITE_CHECK(reader.has(name), "checkpoint ", reader.path(), ": tensor '", name,
-                   "' is missing; the file holds another model (", model_arch(model), ")");
+                   "' is missing; the file holds another model (", arch_name(model.config().arch), ")");
     buf.resize(t.numel());
     reader.read_f32(name, t.shape(), buf.data());
     import_hf_tensor(t, model.table(), buf.data(), flat);

@@ -1,0 +1,103 @@
+// `dendrite bench step`: warm up, time training steps of a model on random
+// tokens, and print tokens/s, GFLOP/s against the measured FMA peak, MFU and
+// peak memory.
+#include <omp.h>
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "apps/commands.h"
+#include "dendrite/core/rng.h"
+#include "dendrite/model/transformer.h"
+#include "dendrite/ops/peak.h"
+#include "dendrite/train/optimizer.h"
+
+namespace dendrite::app {
+
+namespace {
+
+struct BenchOptions {
+  std::string model = "gpt2-124m";
+  int batch = 4, seq = 64, threads = 0, steps = 5, warmup = 2;
+  bool json = false;
+};
+
+double peak_rss_mb() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss / 1024.0;
+}
+
+int run_bench_step(const BenchOptions& o) {
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  const int threads = omp_get_max_threads();
+  ModelConfig mc = load_model_config(o.model);
+  Transformer model(mc, o.batch, o.seq);
+  model.init(1);
+  AdamW adam(model.table(), ops::AdamWConfig{});
+  std::vector<int32_t> in(size_t(o.batch) * o.seq), tg(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    in[i] = int32_t(random_bits(7, 1, i) % mc.vocab_size);
+    tg[i] = int32_t(random_bits(7, 2, i) % mc.vocab_size);
+  }
+  auto step = [&] {
+    model.zero_grads();
+    double loss = model.forward_backward(in.data(), tg.data(), nullptr, double(in.size()), o.batch, o.seq);
+    double norm = adam.grad_norm(model.grads());
+    adam.clip(model.grads(), norm, 1.0);
+    adam.step(model.params(), model.grads(), 1e-4f);
+    return loss;
+  };
+  for (int i = 0; i < o.warmup; ++i) step();
+  auto t0 = std::chrono::steady_clock::now();
+  double loss = 0;
+  for (int i = 0; i < o.steps; ++i) loss = step();
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / o.steps;
+  const double peak = ops::measure_peak_gflops(threads, 0.3);
+  const double gflops = mc.train_flops_per_token(o.seq) * in.size() / secs / 1e9;
+  nlohmann::json j = {{"model", o.model},
+                      {"params", mc.num_parameters()},
+                      {"batch", o.batch},
+                      {"seq", o.seq},
+                      {"threads", threads},
+                      {"steps", o.steps},
+                      {"loss", loss},
+                      {"tokens_per_s", in.size() / secs},
+                      {"step_ms", secs * 1e3},
+                      {"gflops_per_s", gflops},
+                      {"peak_gflops", peak},
+                      {"mfu", gflops / peak},
+                      {"peak_rss_mb", peak_rss_mb()},
+                      {"param_bytes", 4.0 * model.num_floats()},
+                      {"activation_bytes", double(model.activation_bytes())}};
+  if (o.json) {
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("%s B=%d T=%d threads=%d: %.1f tokens/s, %.1f ms/step, %.1f GFLOP/s of %.1f peak "
+                "(MFU %.1f%%), peak RSS %.0f MB\n",
+                o.model.c_str(), o.batch, o.seq, threads, in.size() / secs, secs * 1e3, gflops,
+                peak, 100 * gflops / peak, peak_rss_mb());
+  }
+  return 0;
+}
+
+}  // namespace
+
+Runner add_bench(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  app.require_subcommand(1);
+  CLI::App* step = app.add_subcommand("step", "Time training steps (forward, backward, AdamW)");
+  step->add_option("--model", o->model, "Preset or model JSON file")->capture_default_str();
+  step->add_option("--batch", o->batch, "Sequences per step")->capture_default_str();
+  step->add_option("--seq", o->seq, "Tokens per sequence")->capture_default_str();
+  step->add_option("--threads", o->threads, "Threads (default: OMP_NUM_THREADS or all cores)");
+  step->add_option("--steps", o->steps, "Timed steps")->capture_default_str();
+  step->add_option("--warmup", o->warmup, "Untimed steps first")->capture_default_str();
+  step->add_flag("--json", o->json, "Print one JSON object");
+  return [o] { return run_bench_step(*o); };
+}
+
+}  // namespace dendrite::app

@@ -1,0 +1,65 @@
+// `dendrite generate`: load a checkpoint and its tokenizer, stream text.
+#include <cstdio>
+#include <filesystem>
+
+#include "apps/commands.h"
+#include "dendrite/core/check.h"
+#include "dendrite/eval/generate.h"
+#include "dendrite/model/transformer.h"
+#include "dendrite/train/checkpoint.h"
+#include "dendrite/train/tokenizer.h"
+
+namespace dendrite::app {
+
+namespace {
+
+struct GenerateOptions {
+  std::string checkpoint, prompt = "\n", tokenizer;
+  int tokens = 200;
+  SampleOptions sample;
+};
+
+int run_generate(const GenerateOptions& o) {
+  const std::string dir = resolve_checkpoint(o.checkpoint);
+  ModelConfig mc = model_config_from_json(read_checkpoint_config(dir).at("model"));
+  std::string tok_path = o.tokenizer.empty() ? (std::filesystem::path(dir) / "tokenizer.model").string()
+                                             : o.tokenizer;
+  DENDRITE_CHECK(std::filesystem::exists(tok_path), "generate: no tokenizer at ", tok_path,
+                 "; pass --tokenizer FILE.model (the one the training data was made with)");
+  Tokenizer tok(tok_path);
+  DENDRITE_CHECK(tok.vocab_size() == mc.vocab_size, "generate: the tokenizer ", tok_path, " has ",
+                 tok.vocab_size(), " tokens but the checkpoint's model has ", mc.vocab_size,
+                 "; use the tokenizer the model was trained with");
+  std::vector<int32_t> ids = tok.encode(o.prompt);
+  if (ids.empty()) ids.push_back(tok.eos_id() >= 0 ? tok.eos_id() : 0);
+  int max_T = std::min<int>(mc.block_size, int(ids.size()) + o.tokens);
+  Transformer model(mc, 1, max_T);
+  load_weights(dir, model);
+  std::fputs(o.prompt.c_str(), stdout);
+  std::fflush(stdout);
+  generate(model, ids, o.tokens, o.sample, [&](int32_t id) {
+    std::fputs(tok.piece_text(id).c_str(), stdout);
+    std::fflush(stdout);
+  });
+  std::fputs("\n", stdout);
+  return 0;
+}
+
+}  // namespace
+
+Runner add_generate(CLI::App& app) {
+  auto o = std::make_shared<GenerateOptions>();
+  app.add_option("--checkpoint", o->checkpoint, "Run folder or checkpoint folder")->required();
+  app.add_option("--prompt", o->prompt, "Text to continue");
+  app.add_option("--tokens", o->tokens, "Tokens to generate")->capture_default_str();
+  app.add_option("--temperature", o->sample.temperature, "Sampling temperature (0: greedy)")
+      ->capture_default_str();
+  app.add_option("--top-k", o->sample.top_k, "Sample among the k likeliest tokens (0: all)")
+      ->capture_default_str();
+  app.add_flag_callback("--greedy", [o] { o->sample.temperature = 0; }, "Greedy decoding");
+  app.add_option("--seed", o->sample.seed, "Sampling seed")->capture_default_str();
+  app.add_option("--tokenizer", o->tokenizer, "Tokenizer .model (default: the checkpoint's)");
+  return [o] { return run_generate(*o); };
+}
+
+}  // namespace dendrite::app

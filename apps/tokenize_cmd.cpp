@@ -1,0 +1,26 @@
+// `dendrite tokenize`: text files -> tokenizer.model, train.bin, val.bin.
+#include "apps/commands.h"
+#include "dendrite/train/tokenizer.h"
+
+namespace dendrite::app {
+
+Runner add_tokenize(CLI::App& app) {
+  auto opt = std::make_shared<TokenizeOptions>();
+  app.add_option("--input", opt->inputs, "Text files to tokenize")->required()->expected(1, -1);
+  app.add_option("--out", opt->out_dir, "Folder for tokenizer.model, train.bin, val.bin, meta.json")
+      ->required();
+  app.add_option("--vocab-size", opt->vocab_size, "Vocabulary size of the BPE model to train")
+      ->capture_default_str()
+      ->check(CLI::Range(64, 1 << 20));
+  app.add_option("--tokenizer", opt->model, "Use this SentencePiece .model instead of training one");
+  app.add_option("--val-fraction", opt->val_fraction, "Fraction of tokens kept for validation")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 0.5));
+  app.add_option("--seed", opt->seed, "Seed of the tokenizer training")->capture_default_str();
+  return [opt] {
+    run_tokenize(*opt);
+    return 0;
+  };
+}
+
+}  // namespace dendrite::app

@@ -1,0 +1,82 @@
+// `dendrite train`: options, an optional JSON config file (--config), run.
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "apps/commands.h"
+#include "dendrite/core/check.h"
+#include "dendrite/model/config.h"
+#include "dendrite/train/trainer.h"
+
+namespace dendrite::app {
+
+std::string find_config_arg(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--config") == 0 && i + 1 < argc) return argv[i + 1];
+    if (std::strncmp(argv[i], "--config=", 9) == 0) return argv[i] + 9;
+  }
+  return "";
+}
+
+static void apply_config_file(const std::string& path, TrainOptions& opt) {
+  DENDRITE_CHECK(std::filesystem::exists(path), "train: config file ", path, " does not exist");
+  std::ifstream in(path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail("train: config file ", path, " is not valid JSON (", e.what(), ")");
+  }
+  opt.update_from_json(j);
+}
+
+Runner add_train(CLI::App& app, int argc, char** argv) {
+  auto opt = std::make_shared<TrainOptions>();
+  auto config_path = std::make_shared<std::string>();
+  std::string presets;
+  for (auto& n : preset_names()) presets += " " + n;
+  app.add_option("--config", *config_path,
+                 "JSON file of options (keys are these long option names without dashes, "
+                 "e.g. {\"steps\": 500}); options on the command line win");
+  app.add_option("--model", opt->model, "Preset (" + presets.substr(1) + ") or model JSON file")
+      ->capture_default_str();
+  app.add_option("--data", opt->data, "Folder written by `dendrite tokenize`")->capture_default_str();
+  app.add_option("--steps", opt->steps, "Optimizer steps")->capture_default_str();
+  app.add_option("--batch", opt->batch, "Sequences per step")->capture_default_str();
+  app.add_option("--seq", opt->seq, "Tokens per sequence")->capture_default_str();
+  app.add_option("--lr", opt->lr, "Peak learning rate")->capture_default_str();
+  app.add_option("--min-lr", opt->min_lr, "Final learning rate of the cosine decay (default lr/10)");
+  app.add_option("--warmup", opt->warmup, "Linear warmup steps (default min(100, steps/10))");
+  app.add_option("--weight-decay", opt->weight_decay, "AdamW decay (not on norms and biases)")
+      ->capture_default_str();
+  app.add_option("--beta1", opt->beta1, "AdamW beta1")->capture_default_str();
+  app.add_option("--beta2", opt->beta2, "AdamW beta2")->capture_default_str();
+  app.add_option("--adam-eps", opt->adam_eps, "AdamW epsilon")->capture_default_str();
+  app.add_option("--grad-clip", opt->grad_clip, "Clip the global gradient norm (0: off)")
+      ->capture_default_str();
+  app.add_option("--seed", opt->seed, "Seed of initialisation and batch order")->capture_default_str();
+  app.add_option("--out", opt->out, "Run folder for checkpoints (ckpt-<step>/ and latest)");
+  app.add_option("--resume", opt->resume, "Continue from a run folder or checkpoint folder");
+  app.add_option("--save-every", opt->save_every, "Checkpoint every N steps (0: at the end only)")
+      ->capture_default_str();
+  app.add_option("--eval-every", opt->eval_every, "Validation loss every N steps (0: never)")
+      ->capture_default_str();
+  app.add_option("--eval-batches", opt->eval_batches, "Batches per validation")->capture_default_str();
+  app.add_option("--log-every", opt->log_every, "Print a line every N steps")->capture_default_str();
+  app.add_option("--metrics", opt->metrics, "Write one JSON object per step to this file");
+  app.add_option("--threads", opt->threads, "Threads (default: OMP_NUM_THREADS or all cores)");
+  // The config file is read before the command line is parsed, so that the
+  // parsed options (bound to the same fields) override it.
+  const std::string path = find_config_arg(argc, argv);
+  auto pre = std::make_shared<std::string>(path);
+  app.preparse_callback([opt, pre](size_t) {
+    if (!pre->empty()) apply_config_file(*pre, *opt);
+  });
+  return [opt] {
+    run_train(*opt);
+    return 0;
+  };
+}
+
+}  // namespace dendrite::app

@@ -1,0 +1,76 @@
+#include "dendrite/train/progress.h"
+
+#include <cstdio>
+
+#include "dendrite/core/check.h"
+#include "dendrite/core/log.h"
+
+namespace dendrite {
+
+nlohmann::json StepFigures::to_json() const {
+  nlohmann::json j = {{"step", step},         {"loss", loss},       {"lr", lr},
+                      {"grad_norm", grad_norm}, {"tokens_per_s", tokens_per_s},
+                      {"step_ms", step_ms},   {"mfu", mfu}};
+  if (val_loss >= 0) j["val_loss"] = val_loss;
+  return j;
+}
+
+std::string format_duration(double s) {
+  char buf[32];
+  long t = static_cast<long>(s + 0.5);
+  if (t >= 3600)
+    std::snprintf(buf, sizeof buf, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+  else if (t >= 60)
+    std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%lds", t);
+  return buf;
+}
+
+Progress::Progress(int64_t steps_to_run)
+    : steps_to_run_(steps_to_run), terminal_(stdout_is_terminal() && log_rank() == 0) {}
+
+std::string Progress::format(const StepFigures& f) const {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | MFU %.1f%% | "
+                "%.0f ms | left %s",
+                static_cast<long long>(f.step), static_cast<long long>(f.total), f.loss, f.lr,
+                f.grad_norm, f.tokens_per_s, 100 * f.mfu, f.step_ms,
+                format_duration(avg_step_s_ * double(steps_to_run_ - seen_)).c_str());
+  std::string line = buf;
+  if (f.val_loss >= 0) line += str(" | val ", f.val_loss);
+  return line;
+}
+
+void Progress::update(const StepFigures& f, bool print) {
+  ++seen_;
+  // The first step pays for page faults and GEMM warm-up; average the rest.
+  double s = f.step_ms / 1e3;
+  avg_step_s_ = seen_ <= 2 ? s : 0.9 * avg_step_s_ + 0.1 * s;
+  if (terminal_) {
+    std::printf("\r\033[K%s", format(f).c_str());
+    live_line_open_ = true;
+    if (f.val_loss >= 0) {
+      std::printf("\n");
+      live_line_open_ = false;
+    }
+    std::fflush(stdout);
+  } else if (print) {
+    log_info(format(f));
+  }
+}
+
+void Progress::note(const std::string& line) {
+  if (live_line_open_) std::printf("\n");
+  live_line_open_ = false;
+  log_info(line);
+}
+
+void Progress::finish() {
+  if (live_line_open_) std::printf("\n");
+  live_line_open_ = false;
+  std::fflush(stdout);
+}
+
+}  // namespace dendrite

@@ -1,0 +1,210 @@
+#include "dendrite/train/trainer.h"
+
+#include <omp.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "dendrite/core/check.h"
+#include "dendrite/core/log.h"
+#include "dendrite/model/transformer.h"
+#include "dendrite/ops/optim.h"
+#include "dendrite/ops/peak.h"
+#include "dendrite/train/checkpoint.h"
+#include "dendrite/train/optimizer.h"
+#include "dendrite/train/progress.h"
+#include "dendrite/train/token_file.h"
+
+namespace dendrite {
+
+namespace fs = std::filesystem;
+
+#define DENDRITE_TRAIN_FIELDS(X)                                                              \
+  X(model) X(data) X(steps) X(batch) X(seq) X(lr) X(min_lr) X(warmup) X(weight_decay) X(beta1) \
+  X(beta2) X(adam_eps) X(grad_clip) X(seed) X(out) X(resume) X(save_every) X(eval_every)       \
+  X(eval_batches) X(log_every) X(metrics) X(threads)
+
+nlohmann::json TrainOptions::to_json() const {
+  nlohmann::json j;
+#define X(f) j[#f] = f;
+  DENDRITE_TRAIN_FIELDS(X)
+#undef X
+  return j;
+}
+
+void TrainOptions::update_from_json(const nlohmann::json& j) {
+  DENDRITE_CHECK(j.is_object(), "config: expected a JSON object of option names and values");
+  for (auto& [key, value] : j.items()) {
+    bool known = false;
+    try {
+#define X(f)                             \
+  if (key == #f) {                       \
+    f = value.get<decltype(f)>();        \
+    known = true;                        \
+  }
+      DENDRITE_TRAIN_FIELDS(X)
+#undef X
+    } catch (const nlohmann::json::exception& e) {
+      fail("config: key '", key, "' has the wrong type (", e.what(), ")");
+    }
+    DENDRITE_CHECK(known, "config: unknown key '", key, "'; the keys are the long options of ",
+                   "`dendrite train --help` without the dashes (e.g. \"steps\", \"lr\")");
+  }
+}
+
+namespace {
+
+struct Data {
+  std::unique_ptr<TokenFile> train, val;
+  std::string tokenizer;
+  int vocab_size = 0;
+};
+
+Data open_data(const std::string& dir) {
+  DENDRITE_CHECK(fs::is_directory(dir), "train: data folder ", dir, " does not exist; make it with ",
+                 "`dendrite tokenize --input FILE --out ", dir, "`");
+  Data d;
+  d.train = std::make_unique<TokenFile>((fs::path(dir) / "train.bin").string());
+  if (fs::exists(fs::path(dir) / "val.bin"))
+    d.val = std::make_unique<TokenFile>((fs::path(dir) / "val.bin").string());
+  const fs::path meta = fs::path(dir) / "meta.json";
+  if (fs::exists(meta)) {
+    std::ifstream in(meta);
+    try {
+      d.vocab_size = nlohmann::json::parse(in).at("vocab_size").get<int>();
+    } catch (const nlohmann::json::exception& e) {
+      fail("train: ", meta.string(), " is not valid (", e.what(), "); re-run `dendrite tokenize`");
+    }
+  }
+  if (fs::exists(fs::path(dir) / "tokenizer.model"))
+    d.tokenizer = (fs::path(dir) / "tokenizer.model").string();
+  return d;
+}
+
+// The model config of this run: the checkpoint's when resuming (the run's
+// --model must agree), else the preset or file, with the data's vocabulary.
+ModelConfig resolve_model(const TrainOptions& opt, const Data& data, const std::string& ckpt) {
+  ModelConfig mc = load_model_config(opt.model);
+  if (data.vocab_size > 0) mc.vocab_size = data.vocab_size;
+  mc.validate();
+  if (ckpt.empty()) return mc;
+  nlohmann::json saved = read_checkpoint_config(ckpt).at("model");
+  nlohmann::json now = to_json(mc);
+  for (auto& [key, value] : now.items())
+    DENDRITE_CHECK(saved.contains(key) && saved[key] == value, "resume: checkpoint ", ckpt,
+                   " holds a model with ", key, " = ", saved.value(key, nlohmann::json()).dump(),
+                   " but this run's model has ", key, " = ", value.dump(),
+                   "; pass the same --model and --data as the run that wrote it");
+  return mc;
+}
+
+double evaluate(Transformer& model, const BatchSampler& sampler, int B, int T, int batches) {
+  std::vector<int32_t> in(size_t(B) * T), tg(size_t(B) * T);
+  double total = 0;
+  for (int j = 0; j < batches; ++j) {
+    sampler.eval_batch(j, batches, in.data(), tg.data());
+    total += model.forward_loss(in.data(), tg.data(), nullptr, double(B) * T, B, T);
+  }
+  return total / batches;
+}
+
+}  // namespace
+
+TrainResult run_train(TrainOptions opt) {
+  if (opt.threads > 0) omp_set_num_threads(opt.threads);
+  if (opt.min_lr < 0) opt.min_lr = opt.lr / 10;
+  if (opt.warmup < 0) opt.warmup = std::min<int64_t>(100, opt.steps / 10);
+  DENDRITE_CHECK(opt.steps > 0 && opt.batch > 0 && opt.seq > 0, "train: --steps, --batch and ",
+                 "--seq must be positive");
+  DENDRITE_CHECK(opt.lr > 0 && std::isfinite(opt.lr), "train: --lr must be positive, got ", opt.lr);
+
+  Data data = open_data(opt.data);
+  const std::string ckpt = opt.resume.empty() ? "" : resolve_checkpoint(opt.resume);
+  ModelConfig mc = resolve_model(opt, data, ckpt);
+  data.train->check_vocab(mc.vocab_size);
+  if (data.val) data.val->check_vocab(mc.vocab_size);
+
+  Transformer model(mc, opt.batch, opt.seq);
+  model.init(opt.seed);
+  ops::AdamWConfig ac{opt.beta1, opt.beta2, opt.adam_eps, opt.weight_decay};
+  AdamW adam(model.table(), ac);
+  int64_t start = 0;
+  if (!ckpt.empty()) {
+    load_weights(ckpt, model);
+    load_optimizer(ckpt, model, adam);
+    nlohmann::json st = read_trainer_state(ckpt);
+    start = st.at("step").get<int64_t>();
+    adam.set_steps_taken(st.at("optimizer_steps").get<int64_t>());
+    DENDRITE_CHECK(st.at("seed").get<uint64_t>() == opt.seed, "resume: the checkpoint was trained ",
+                   "with --seed ", st.at("seed").get<uint64_t>(), "; pass the same seed");
+  }
+
+  nlohmann::json resolved = {{"train", opt.to_json()}, {"model", to_json(mc)}};
+  log_info("config " + resolved.dump());
+  log_info(str("model ", arch_name(mc.arch), ": ", mc.num_parameters() / 1e6, "M parameters, ",
+               model.activation_bytes() / 1e6, " MB activations; ", data.train->size(),
+               " training tokens; ", omp_get_max_threads(), " threads",
+               ckpt.empty() ? "" : "; resuming from " + ckpt + " at step " + std::to_string(start)));
+
+  BatchSampler sampler(*data.train, opt.batch, opt.seq, opt.seed);
+  std::unique_ptr<BatchSampler> val_sampler;
+  if (data.val && data.val->size() > uint64_t(opt.seq) + 1)
+    val_sampler = std::make_unique<BatchSampler>(*data.val, opt.batch, opt.seq, opt.seed);
+
+  std::ofstream metrics;
+  if (!opt.metrics.empty()) {
+    metrics.open(opt.metrics, start > 0 ? std::ios::app : std::ios::trunc);
+    DENDRITE_CHECK(metrics.good(), "train: cannot open --metrics file ", opt.metrics);
+  }
+  const double peak = ops::measure_peak_gflops();
+  const double flops_per_step = mc.train_flops_per_token(opt.seq) * opt.batch * opt.seq;
+  Progress progress(opt.steps - start);
+
+  std::vector<int32_t> inputs(size_t(opt.batch) * opt.seq), targets(inputs.size());
+  TrainResult result;
+  auto save = [&](int64_t step) {
+    if (opt.out.empty()) return;
+    CheckpointContents c{resolved,
+                         {{"step", step}, {"seed", opt.seed}, {"optimizer_steps", adam.steps_taken()}},
+                         data.tokenizer};
+    result.last_checkpoint = save_checkpoint(opt.out, step, model, &adam, c);
+    progress.note("saved " + result.last_checkpoint);
+  };
+
+  for (int64_t step = start; step < opt.steps; ++step) {
+    auto t0 = std::chrono::steady_clock::now();
+    sampler.batch(step, inputs.data(), targets.data());
+    model.zero_grads();
+    double loss = model.forward_backward(inputs.data(), targets.data(), nullptr,
+                                         double(opt.batch) * opt.seq, opt.batch, opt.seq);
+    double norm = adam.grad_norm(model.grads());
+    DENDRITE_CHECK(std::isfinite(loss) && std::isfinite(norm), "train: step ", step, ": the ",
+                   std::isfinite(loss) ? "gradient norm" : "loss", " is not finite (loss ", loss,
+                   ", gradient norm ", norm, "); stopped before the update, so the last good ",
+                   "checkpoint", result.last_checkpoint.empty() ? "" : " " + result.last_checkpoint,
+                   " is intact; lower --lr or raise --warmup");
+    adam.clip(model.grads(), norm, opt.grad_clip);
+    float lr = ops::lr_at(int(step), opt.lr, opt.min_lr, int(opt.warmup), int(opt.steps));
+    adam.step(model.params(), model.grads(), lr);
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+    StepFigures f{step + 1, opt.steps, loss, lr, norm, opt.batch * opt.seq / secs, secs * 1e3,
+                  flops_per_step / secs / 1e9 / peak, -1};
+    bool last = step + 1 == opt.steps;
+    if (val_sampler && opt.eval_every > 0 && ((step + 1) % opt.eval_every == 0 || last))
+      f.val_loss = result.last_val_loss = evaluate(model, *val_sampler, opt.batch, opt.seq, opt.eval_batches);
+    if (metrics.is_open()) metrics << f.to_json().dump() << "\n" << std::flush;
+    progress.update(f, opt.log_every > 0 && ((step + 1) % opt.log_every == 0 || last || f.val_loss >= 0));
+    result.last_loss = loss;
+    result.steps_done = step + 1;
+    if (!last && opt.save_every > 0 && (step + 1) % opt.save_every == 0) save(step + 1);
+  }
+  progress.finish();
+  if (result.steps_done > start || start == opt.steps) save(opt.steps);
+  return result;
+}
+
+}  // namespace dendrite

@@ -1,0 +1,46 @@
+// The training loop of `dendrite train`: data, model, AdamW with warmup and
+// cosine decay, clipping, validation, metrics, checkpoints and exact resume.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace dendrite {
+
+struct TrainOptions {
+  std::string model = "gpt2-mini";  // preset or model config file
+  std::string data = "data/kjv";    // folder written by `dendrite tokenize`
+  int64_t steps = 1000;
+  int batch = 8;
+  int seq = 256;
+  float lr = 1e-3f;
+  float min_lr = -1.0f;  // default lr / 10
+  int64_t warmup = -1;   // default min(100, steps / 10)
+  float weight_decay = 0.1f;
+  float beta1 = 0.9f, beta2 = 0.95f, adam_eps = 1e-8f;
+  float grad_clip = 1.0f;
+  uint64_t seed = 1337;
+  std::string out;     // run folder for checkpoints (empty: none)
+  std::string resume;  // run or checkpoint folder
+  int64_t save_every = 0;  // 0: only at the end
+  int64_t eval_every = 100;
+  int eval_batches = 8;
+  int64_t log_every = 1;
+  std::string metrics;  // JSON Lines file
+  int threads = 0;      // 0: OMP_NUM_THREADS or all cores
+
+  nlohmann::json to_json() const;
+  // Sets the fields named in j; an unknown key or a value of the wrong type is an error.
+  void update_from_json(const nlohmann::json& j);
+};
+
+struct TrainResult {
+  int64_t steps_done = 0;
+  double last_loss = 0, last_val_loss = -1;
+  std::string last_checkpoint;
+};
+
+TrainResult run_train(TrainOptions opt);
+
+}  // namespace dendrite

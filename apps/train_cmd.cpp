@@ -60,6 +60,9 @@ Runner add_train(CLI::App& app, int argc, char** argv) {
   app.add_option("--resume", opt->resume, "Continue from a run folder or checkpoint folder");
   app.add_option("--save-every", opt->save_every, "Checkpoint every N steps (0: at the end only)")
       ->capture_default_str();
+  app.add_option("--stop-at", opt->stop_at,
+                 "Stop (and save) after this step, as an interrupted run would; resume later")
+      ->capture_default_str();
   app.add_option("--eval-every", opt->eval_every, "Validation loss every N steps (0: never)")
       ->capture_default_str();
   app.add_option("--eval-batches", opt->eval_batches, "Batches per validation")->capture_default_str();

@@ -1,5 +1,7 @@
 #include "dendrite/model/config.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -112,13 +114,24 @@ std::vector<std::string> preset_names() {
   return names;
 }
 
+// Floats as the shortest decimal that reads back the same (1e-05, not 9.99999974e-06).
+static double tidy(float f) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", f);
+  for (int digits = 1; digits <= 9; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, f);
+    if (std::strtof(buf, nullptr) == f) break;
+  }
+  return std::strtod(buf, nullptr);
+}
+
 nlohmann::json to_json(const ModelConfig& c) {
   return {{"arch", arch_name(c.arch)},     {"vocab_size", c.vocab_size},
           {"n_layer", c.n_layer},          {"n_embd", c.n_embd},
           {"n_head", c.n_head},            {"n_kv_head", c.n_kv_head},
           {"ffn_hidden", c.ffn_hidden},    {"block_size", c.block_size},
-          {"norm_eps", c.norm_eps},        {"rope_theta", c.rope_theta},
-          {"init_std", c.init_std}};
+          {"norm_eps", tidy(c.norm_eps)},  {"rope_theta", tidy(c.rope_theta)},
+          {"init_std", tidy(c.init_std)}};
 }
 
 ModelConfig model_config_from_json(const nlohmann::json& j) {

@@ -24,7 +24,7 @@ namespace fs = std::filesystem;
 
 #define DENDRITE_TRAIN_FIELDS(X)                                                              \
   X(model) X(data) X(steps) X(batch) X(seq) X(lr) X(min_lr) X(warmup) X(weight_decay) X(beta1) \
-  X(beta2) X(adam_eps) X(grad_clip) X(seed) X(out) X(resume) X(save_every) X(eval_every)       \
+  X(beta2) X(adam_eps) X(grad_clip) X(seed) X(out) X(resume) X(save_every) X(stop_at) X(eval_every)       \
   X(eval_batches) X(log_every) X(metrics) X(threads)
 
 nlohmann::json TrainOptions::to_json() const {
@@ -129,7 +129,8 @@ TrainResult run_train(TrainOptions opt) {
 
   Transformer model(mc, opt.batch, opt.seq);
   model.init(opt.seed);
-  ops::AdamWConfig ac{opt.beta1, opt.beta2, opt.adam_eps, opt.weight_decay};
+  ops::AdamWConfig ac{float(opt.beta1), float(opt.beta2), float(opt.adam_eps),
+                       float(opt.weight_decay)};
   AdamW adam(model.table(), ac);
   int64_t start = 0;
   if (!ckpt.empty()) {
@@ -174,7 +175,8 @@ TrainResult run_train(TrainOptions opt) {
     progress.note("saved " + result.last_checkpoint);
   };
 
-  for (int64_t step = start; step < opt.steps; ++step) {
+  const int64_t end = opt.stop_at > 0 ? std::min(opt.stop_at, opt.steps) : opt.steps;
+  for (int64_t step = start; step < end; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     sampler.batch(step, inputs.data(), targets.data());
     model.zero_grads();
@@ -187,13 +189,13 @@ TrainResult run_train(TrainOptions opt) {
                    "checkpoint", result.last_checkpoint.empty() ? "" : " " + result.last_checkpoint,
                    " is intact; lower --lr or raise --warmup");
     adam.clip(model.grads(), norm, opt.grad_clip);
-    float lr = ops::lr_at(int(step), opt.lr, opt.min_lr, int(opt.warmup), int(opt.steps));
+    float lr = ops::lr_at(int(step), float(opt.lr), float(opt.min_lr), int(opt.warmup), int(opt.steps));
     adam.step(model.params(), model.grads(), lr);
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     StepFigures f{step + 1, opt.steps, loss, lr, norm, opt.batch * opt.seq / secs, secs * 1e3,
                   flops_per_step / secs / 1e9 / peak, -1};
-    bool last = step + 1 == opt.steps;
+    bool last = step + 1 == end;
     if (val_sampler && opt.eval_every > 0 && ((step + 1) % opt.eval_every == 0 || last))
       f.val_loss = result.last_val_loss = evaluate(model, *val_sampler, opt.batch, opt.seq, opt.eval_batches);
     if (metrics.is_open()) metrics << f.to_json().dump() << "\n" << std::flush;
@@ -203,7 +205,7 @@ TrainResult run_train(TrainOptions opt) {
     if (!last && opt.save_every > 0 && (step + 1) % opt.save_every == 0) save(step + 1);
   }
   progress.finish();
-  if (result.steps_done > start || start == opt.steps) save(opt.steps);
+  if (result.steps_done > start) save(result.steps_done);
   return result;
 }
 

@@ -14,16 +14,17 @@ struct TrainOptions {
   int64_t steps = 1000;
   int batch = 8;
   int seq = 256;
-  float lr = 1e-3f;
-  float min_lr = -1.0f;  // default lr / 10
+  double lr = 1e-3;
+  double min_lr = -1.0;  // default lr / 10
   int64_t warmup = -1;   // default min(100, steps / 10)
-  float weight_decay = 0.1f;
-  float beta1 = 0.9f, beta2 = 0.95f, adam_eps = 1e-8f;
-  float grad_clip = 1.0f;
+  double weight_decay = 0.1;
+  double beta1 = 0.9, beta2 = 0.95, adam_eps = 1e-8;
+  double grad_clip = 1.0;
   uint64_t seed = 1337;
   std::string out;     // run folder for checkpoints (empty: none)
   std::string resume;  // run or checkpoint folder
   int64_t save_every = 0;  // 0: only at the end
+  int64_t stop_at = 0;     // >0: stop (and save) after this step, as if interrupted
   int64_t eval_every = 100;
   int eval_batches = 8;
   int64_t log_every = 1;

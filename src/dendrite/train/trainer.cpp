@@ -183,7 +183,7 @@ TrainResult run_train(TrainOptions opt) {
     double loss = model.forward_backward(inputs.data(), targets.data(), nullptr,
                                          double(opt.batch) * opt.seq, opt.batch, opt.seq);
     double norm = adam.grad_norm(model.grads());
-    DENDRITE_CHECK(std::isfinite(loss) && std::isfinite(norm), "train: step ", step, ": the ",
+    DENDRITE_CHECK(std::isfinite(loss) && std::isfinite(norm), "train: step ", step + 1, ": the ",
                    std::isfinite(loss) ? "gradient norm" : "loss", " is not finite (loss ", loss,
                    ", gradient norm ", norm, "); stopped before the update, so the last good ",
                    "checkpoint", result.last_checkpoint.empty() ? "" : " " + result.last_checkpoint,

@@ -70,8 +70,8 @@ void llama_tensors(const ModelConfig& c, const ParamTable& tb, std::vector<HfTen
 }
 
 // Visits (row of the concatenation, pointer to that row in the flat buffer).
-template <typename F>
-void for_each_row(const HfTensor& t, const ParamTable& table, const float* flat, F&& f) {
+template <typename Float, typename F>
+void for_each_row(const HfTensor& t, const ParamTable& table, Float* flat, F&& f) {
   int64_t row = 0;
   for (auto& p : t.parts) {
     const ParamSpec& s = table.find(p);
@@ -103,8 +103,7 @@ void export_hf_tensor(const HfTensor& t, const ParamTable& table, const float* f
 }
 
 void import_hf_tensor(const HfTensor& t, const ParamTable& table, const float* in, float* flat) {
-  for_each_row(t, table, flat, [&](int64_t row, const float* dst_const) {
-    float* dst = const_cast<float*>(dst_const);
+  for_each_row(t, table, flat, [&](int64_t row, float* dst) {
     for (int64_t j = 0; j < t.cols; ++j)
       dst[j] = t.transpose ? in[j * t.rows + row] : in[row * t.cols + j];
   });

@@ -47,8 +47,7 @@ int run_bench_step(const BenchOptions& o) {
     model.zero_grads();
     double loss = model.forward_backward(in.data(), tg.data(), nullptr, double(in.size()), o.batch, o.seq);
     double norm = adam.grad_norm(model.grads());
-    adam.clip(model.grads(), norm, 1.0);
-    adam.step(model.params(), model.grads(), 1e-4f);
+    adam.step(model.params(), model.grads(), 1e-4f, AdamW::clip_factor(norm, 1.0));
     return loss;
   };
   for (int i = 0; i < o.warmup; ++i) step();

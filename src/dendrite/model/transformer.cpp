@@ -44,7 +44,7 @@ Transformer::Transformer(const ModelConfig& config, int max_B, int max_T)
   dq_.resize(m * qd), dk_.resize(m * kvd), dv_.resize(m * kvd), datt_.resize(m * qd);
   dup_.resize(m * F), dact_.resize(m * F);
   if (!cfg_.gpt2()) dgate_.resize(m * F);
-  ce_chunk_rows_ = int(std::min<long>(m, 128));
+  ce_chunk_rows_ = int(std::min<long>(m, 256));
   ce_scratch_.resize(long(ce_chunk_rows_) * cfg_.padded_vocab());
 }
 

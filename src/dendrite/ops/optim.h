@@ -9,9 +9,11 @@ struct AdamWConfig {
 };
 
 // One AdamW step (PyTorch semantics, decoupled decay, bias correction) on n
-// values; step counts from 1. Decay applies when `decay` is true.
+// values; step counts from 1. Decay applies when `decay` is true. The
+// gradient is used as grad * grad_scale (gradient clipping folded into the
+// update, which saves a pass over the gradients).
 void adamw_update(float* param, const float* grad, float* m, float* v, long n, float lr, int step,
-                  bool decay, const AdamWConfig& c);
+                  bool decay, const AdamWConfig& c, float grad_scale = 1.0f);
 
 // sum of g[i]^2 in double
 double sum_squares(const float* g, long n);

@@ -1,5 +1,6 @@
 #include "dendrite/train/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace dendrite {
@@ -13,16 +14,17 @@ double AdamW::grad_norm(const float* grads) const {
   return std::sqrt(ops::sum_squares(grads, table_.total()));
 }
 
-void AdamW::clip(float* grads, double norm, double max_norm) const {
-  if (max_norm <= 0 || !(norm > max_norm)) return;
-  ops::scale(grads, static_cast<float>(max_norm / (norm + 1e-6)), table_.total());
+float AdamW::clip_factor(double norm, double max_norm) {
+  if (max_norm <= 0) return 1.0f;
+  return static_cast<float>(std::min(1.0, max_norm / (norm + 1e-6)));
 }
 
-void AdamW::step(float* params, const float* grads, float lr) {
+void AdamW::step(float* params, const float* grads, float lr, float grad_scale) {
   ++step_;
   for (const ParamSpec& s : table_.specs())
     ops::adamw_update(params + s.offset, grads + s.offset, m_.data() + s.offset,
-                      v_.data() + s.offset, s.numel, lr, static_cast<int>(step_), s.decay, config_);
+                      v_.data() + s.offset, s.numel, lr, static_cast<int>(step_), s.decay, config_,
+                      grad_scale);
 }
 
 }  // namespace dendrite

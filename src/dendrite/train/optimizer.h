@@ -15,10 +15,12 @@ class AdamW {
   AdamW(const ParamTable& table, const ops::AdamWConfig& config);
   // Global L2 norm of the gradients (each value counted once).
   double grad_norm(const float* grads) const;
-  // Scales gradients so their norm is at most max_norm (no-op when max_norm <= 0).
-  void clip(float* grads, double norm, double max_norm) const;
-  // One update with learning rate lr; decay off for tensors whose spec says so.
-  void step(float* params, const float* grads, float lr);
+  // The factor that brings a gradient of this norm down to max_norm, as
+  // torch.nn.utils.clip_grad_norm_: min(1, max_norm / (norm + 1e-6)); 1 when max_norm <= 0.
+  static float clip_factor(double norm, double max_norm);
+  // One update with learning rate lr on grads * grad_scale; decay off for
+  // tensors whose spec says so.
+  void step(float* params, const float* grads, float lr, float grad_scale = 1.0f);
 
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t s) { step_ = s; }

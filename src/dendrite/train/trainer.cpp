@@ -188,9 +188,8 @@ TrainResult run_train(TrainOptions opt) {
                    ", gradient norm ", norm, "); stopped before the update, so the last good ",
                    "checkpoint", result.last_checkpoint.empty() ? "" : " " + result.last_checkpoint,
                    " is intact; lower --lr or raise --warmup");
-    adam.clip(model.grads(), norm, opt.grad_clip);
     float lr = ops::lr_at(int(step), float(opt.lr), float(opt.min_lr), int(opt.warmup), int(opt.steps));
-    adam.step(model.params(), model.grads(), lr);
+    adam.step(model.params(), model.grads(), lr, AdamW::clip_factor(norm, opt.grad_clip));
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     StepFigures f{step + 1, opt.steps, loss, lr, norm, opt.batch * opt.seq / secs, secs * 1e3,

@@ -9,6 +9,8 @@
 #include <bit>
 #include <cstdint>
 
+#include "dendrite/backend/cpu/fast_math.h"
+
 namespace dendrite::ops {
 
 namespace {
@@ -17,26 +19,7 @@ constexpr long kParallelMin = 1L << 14;        // below this many values, one th
 constexpr float kGeluS = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluA = 0.044715f;
 
-// e^x for x in [-87, 88] (clamped outside), vectorisable.
-inline float exp_approx(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  x = x > 88.0f ? 88.0f : x;
-  // n = round(x / ln 2) by the 1.5 * 2^23 trick; its low bits are then n itself.
-  float t = x * 1.44269504088896341f + 12582912.0f;
-  int32_t n = std::bit_cast<int32_t>(t) - 0x4B400000;
-  float nf = t - 12582912.0f;
-  float r = x - nf * 0.693359375f + nf * 2.12194440e-4f;  // x - n ln2, ln2 split in two
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  return p * std::bit_cast<float>((n + 127) << 23);
-}
-
-inline float sigmoid(float x) { return 1.0f / (1.0f + exp_approx(-x)); }
+inline float sigmoid(float x) { return 1.0f / (1.0f + cpu::exp_approx(-x)); }
 
 }  // namespace
 

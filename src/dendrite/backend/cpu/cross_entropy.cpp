@@ -13,6 +13,7 @@
 #include <cmath>
 #include <vector>
 
+#include "dendrite/backend/cpu/fast_math.h"
 #include "dendrite/core/check.h"
 #include "dendrite/ops/matmul.h"
 
@@ -48,16 +49,25 @@ double row_loss(float* logits, int V, int Vp, int target, float wt, double denom
     return 0.0;
   }
   float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
   for (int j = 0; j < V; ++j) mx = std::max(mx, logits[j]);
   const float target_logit = logits[target];
+  // Sum in float over blocks of 1024 (vectorised), blocks in double.
   double sum = 0.0;
-  if (grad) {
-    for (int j = 0; j < V; ++j) {
-      logits[j] = std::exp(logits[j] - mx);
-      sum += logits[j];
+  for (int j0 = 0; j0 < V; j0 += 1024) {
+    const int j1 = std::min(V, j0 + 1024);
+    float part = 0.0f;
+    if (grad) {
+#pragma omp simd reduction(+ : part)
+      for (int j = j0; j < j1; ++j) {
+        logits[j] = cpu::exp_approx(logits[j] - mx);
+        part += logits[j];
+      }
+    } else {
+#pragma omp simd reduction(+ : part)
+      for (int j = j0; j < j1; ++j) part += cpu::exp_approx(logits[j] - mx);
     }
-  } else {
-    for (int j = 0; j < V; ++j) sum += std::exp(logits[j] - mx);
+    sum += part;
   }
   const double loss = static_cast<double>(wt) * (mx + std::log(sum) - target_logit);
   if (grad) {

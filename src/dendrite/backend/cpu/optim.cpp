@@ -48,6 +48,7 @@ struct AdamWScalars {
   float keep;                 // 1 - lr wd, or 1 without decay
   float step_size;            // lr / (1 - b1^step)
   float inv_sqrt_bc2;         // 1 / sqrt(1 - b2^step)
+  float grad_scale;           // clipping factor
 };
 
 // AdamW on values [i0, i1): whole vectors first, then the scalar tail.
@@ -59,6 +60,7 @@ inline void adamw_range(float* __restrict param, const float* __restrict grad, f
   for (; i + kWidth <= i1; i += kWidth) {
     VecF g, mi, vi, p;
     std::memcpy(&g, grad + i, sizeof g);
+    g *= k.grad_scale;
     std::memcpy(&mi, m + i, sizeof mi);
     std::memcpy(&vi, v + i, sizeof vi);
     std::memcpy(&p, param + i, sizeof p);
@@ -71,7 +73,7 @@ inline void adamw_range(float* __restrict param, const float* __restrict grad, f
   }
 #endif
   for (; i < i1; ++i) {
-    float g = grad[i];
+    float g = grad[i] * k.grad_scale;
     float mi = k.b1 * m[i] + k.a1 * g;
     float vi = k.b2 * v[i] + k.a2 * g * g;
     m[i] = mi;
@@ -83,7 +85,7 @@ inline void adamw_range(float* __restrict param, const float* __restrict grad, f
 }  // namespace
 
 void adamw_update(float* param, const float* grad, float* m, float* v, long n, float lr, int step,
-                  bool decay, const AdamWConfig& c) {
+                  bool decay, const AdamWConfig& c, float grad_scale) {
   DENDRITE_CHECK(step >= 1, "adamw_update: step counts from 1, got step=", step);
   // As torch.optim.AdamW: p *= 1 - lr wd;  p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps)
   const double bc1 = 1.0 - std::pow(static_cast<double>(c.beta1), step);
@@ -93,6 +95,7 @@ void adamw_update(float* param, const float* grad, float* m, float* v, long n, f
   k.keep = decay ? 1.0f - lr * c.weight_decay : 1.0f;
   k.step_size = static_cast<float>(lr / bc1);
   k.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  k.grad_scale = grad_scale;
   const long blocks = (n + kAdamBlock - 1) / kAdamBlock;
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (long b = 0; b < blocks; ++b) {

@@ -1,0 +1,86 @@
+// Communicators: one group of ranks (an axis of the process grid) with the
+// collectives Dendrite needs, blocking and non-blocking. A group of size 1 is
+// a real object whose collectives copy (or do nothing) and count no bytes, so
+// one code path serves 1 and P ranks.
+//
+// Every communicator counts the payload bytes of each collective it runs on a
+// group larger than one, per kind: the byte count of the buffer a rank hands
+// in (all-reduce: the buffer; all-gather: the gathered output; reduce-scatter:
+// the full input; broadcast: the buffer). The performance model predicts the
+// same quantity in closed form (DESIGN.md section 6).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace dendrite {
+
+enum class Collective { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kCount };
+const char* collective_name(Collective c);
+
+enum class DType { kF32, kF64, kI64 };
+
+struct CommStats {
+  int64_t bytes[static_cast<int>(Collective::kCount)] = {};
+  int64_t calls[static_cast<int>(Collective::kCount)] = {};
+  double wait_seconds = 0;  // time spent blocked in waits and blocking calls
+};
+
+// A pending non-blocking collective. wait() is idempotent; destroying an
+// unfinished request waits for it.
+class Request {
+ public:
+  Request() = default;
+  Request(Request&&) noexcept;
+  Request& operator=(Request&&) noexcept;
+  ~Request();
+  void wait();
+  bool pending() const;
+
+  struct Impl;
+  explicit Request(std::unique_ptr<Impl> impl);
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  const std::string& name() const { return name_; }  // "x", "y", "z", "d", "world", ...
+
+  // In place, sum over the group: buf[n].
+  virtual void all_reduce(void* buf, int64_t n, DType t) = 0;
+  virtual Request iall_reduce(void* buf, int64_t n, DType t) = 0;
+  // out[size * n] = concatenation of every rank's in[n], in rank order.
+  virtual void all_gather(const void* in, void* out, int64_t n, DType t) = 0;
+  virtual Request iall_gather(const void* in, void* out, int64_t n, DType t) = 0;
+  // out[n] = sum over ranks of in[rank * n .. (rank+1) * n); in holds size * n.
+  virtual void reduce_scatter(const void* in, void* out, int64_t n, DType t) = 0;
+  virtual Request ireduce_scatter(const void* in, void* out, int64_t n, DType t) = 0;
+  virtual void broadcast(void* buf, int64_t n, DType t, int root) = 0;
+  virtual void barrier() = 0;
+
+  // Convenience for floats.
+  void all_reduce(float* buf, int64_t n) { all_reduce(buf, n, DType::kF32); }
+  void all_reduce(double* buf, int64_t n) { all_reduce(buf, n, DType::kF64); }
+
+  const CommStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = CommStats{}; }
+
+ protected:
+  explicit Communicator(std::string name) : name_(std::move(name)) {}
+  void count(Collective c, int64_t bytes) {
+    stats_.bytes[static_cast<int>(c)] += bytes;
+    stats_.calls[static_cast<int>(c)] += 1;
+  }
+  std::string name_;
+  CommStats stats_;
+};
+
+size_t dtype_size(DType t);
+
+}  // namespace dendrite

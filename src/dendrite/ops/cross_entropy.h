@@ -26,4 +26,22 @@ double lm_head_cross_entropy(float* dx, float* dw, const float* x, const float* 
 // logits [m, V] = x [m, C] * w[:V]^T   (for generation and tests)
 void lm_head_logits(float* logits, const float* x, const float* w, int m, int C, int V);
 
+// Pieces of the vocabulary-parallel cross-entropy (DESIGN.md section 4). A
+// rank holds logits [rows, Vloc] for vocabulary ids [v0, v0 + Vloc); ids at or
+// above V (padding) are ignored.
+//
+// stats[r] = {log sum_j exp(logits[r,j]) over this rank's real ids,
+//             logits[r, targets[r] - v0] if the target is in range, else 0}
+// Rows with weight 0 (weight may be null) get {0, 0}. Checks targets in [0, V).
+void ce_local_stats(float* stats, const float* logits, const int32_t* targets, const float* weight,
+                    int rows, int Vloc, int v0, int V);
+// Combines the local stats of the `parts` ranks (all [rows, 2], rank-major:
+// gathered[p * rows * 2 + r * 2]) into lse[r] = logsumexp over parts; returns
+// sum_r weight[r] * (lse[r] - target_logit[r]) (target logits summed over parts).
+double ce_combine(float* lse, const float* gathered, const float* weight, int rows, int parts);
+// logits -> dlogits = (exp(logits - lse) - onehot) * weight / denominator,
+// zero for padding ids and zero-weight rows.
+void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const float* weight,
+                double denominator, int rows, int Vloc, int v0, int V);
+
 }  // namespace dendrite::ops

@@ -13,4 +13,16 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
                         int T, int C);
 
+// Vocabulary-parallel lookup: this rank holds rows [v0, v0 + rows) of the
+// table (w [rows, C]); out[r,:] = w[tokens[r] - v0,:] when the token falls in
+// that range, else 0 (the caller sums over the ranks of the split).
+void embedding_range_forward(float* out, const int32_t* tokens, const float* w, int v0, int rows,
+                             int m, int C);
+// dw[tokens[r] - v0,:] += dout[r,:] for the tokens in range.
+void embedding_range_backward(float* dw, const float* dout, const int32_t* tokens, int v0, int rows,
+                              int m, int C);
+// out[r,:] += wpe[r % T,:]  and its backward dwpe[r % T,:] += dout[r,:]   (out [m, C], m = B*T)
+void position_add(float* out, const float* wpe, int m, int T, int C);
+void position_backward(float* dwpe, const float* dout, int m, int T, int C);
+
 }  // namespace dendrite::ops

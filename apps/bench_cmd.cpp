@@ -4,6 +4,7 @@
 #include <omp.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -22,6 +23,7 @@ namespace {
 struct BenchOptions {
   std::string model = "gpt2-124m";
   int batch = 4, seq = 64, threads = 0, steps = 5, warmup = 2;
+  std::string grid;
   bool json = false;
 };
 
@@ -35,18 +37,23 @@ int run_bench_step(const BenchOptions& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
   const int threads = omp_get_max_threads();
   ModelConfig mc = load_model_config(o.model);
-  Transformer model(mc, o.batch, o.seq);
+  ProcessGrid grid = make_grid(o.grid);
+  Transformer model(mc, grid, o.batch, o.seq);
   model.init(1);
   AdamW adam(model.table(), ops::AdamWConfig{});
-  std::vector<int32_t> in(size_t(o.batch) * o.seq), tg(in.size());
-  for (size_t i = 0; i < in.size(); ++i) {
-    in[i] = int32_t(random_bits(7, 1, i) % mc.vocab_size);
-    tg[i] = int32_t(random_bits(7, 2, i) % mc.vocab_size);
+  // Random tokens; this rank's sequences of the global batch.
+  const size_t first = size_t(model.first_sequence(o.batch)) * o.seq;
+  const size_t count = size_t(model.local_batch(o.batch)) * o.seq;
+  std::vector<int32_t> in(count), tg(count);
+  for (size_t i = 0; i < count; ++i) {
+    in[i] = int32_t(random_bits(7, 1, first + i) % mc.vocab_size);
+    tg[i] = int32_t(random_bits(7, 2, first + i) % mc.vocab_size);
   }
+  const double tokens = double(o.batch) * o.seq;
   auto step = [&] {
     model.zero_grads();
-    double loss = model.forward_backward(in.data(), tg.data(), nullptr, double(in.size()), o.batch, o.seq);
-    double norm = adam.grad_norm(model.grads());
+    double loss = model.forward_backward(in.data(), tg.data(), nullptr, tokens, o.batch, o.seq);
+    double norm = model.grad_norm();
     adam.step(model.params(), model.grads(), 1e-4f, AdamW::clip_factor(norm, 1.0));
     return loss;
   };
@@ -55,8 +62,15 @@ int run_bench_step(const BenchOptions& o) {
   double loss = 0;
   for (int i = 0; i < o.steps; ++i) loss = step();
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / o.steps;
-  const double peak = ops::measure_peak_gflops(threads, 0.3);
-  const double gflops = mc.train_flops_per_token(o.seq) * in.size() / secs / 1e9;
+  grid.world().barrier();
+  const double peak = ops::measure_peak_gflops(threads, 0.3) * grid.shape().size();
+  const double gflops = mc.train_flops_per_token(o.seq) * tokens / secs / 1e9;
+  // The largest rank's peak memory.
+  std::vector<double> rss(grid.shape().size());
+  const double mine = peak_rss_mb();
+  grid.world().all_gather(&mine, rss.data(), 1, DType::kF64);
+  const double max_rss = *std::max_element(rss.begin(), rss.end());
+  if (grid.rank() != 0) return 0;
   nlohmann::json j = {{"model", o.model},
                       {"params", mc.num_parameters()},
                       {"batch", o.batch},
@@ -64,12 +78,13 @@ int run_bench_step(const BenchOptions& o) {
                       {"threads", threads},
                       {"steps", o.steps},
                       {"loss", loss},
-                      {"tokens_per_s", in.size() / secs},
+                      {"tokens_per_s", tokens / secs},
                       {"step_ms", secs * 1e3},
                       {"gflops_per_s", gflops},
                       {"peak_gflops", peak},
                       {"mfu", gflops / peak},
-                      {"peak_rss_mb", peak_rss_mb()},
+                      {"peak_rss_mb", max_rss},
+                      {"grid", grid.shape().str()},
                       {"param_bytes", 4.0 * model.num_floats()},
                       {"activation_bytes", double(model.activation_bytes())}};
   if (o.json) {
@@ -77,8 +92,8 @@ int run_bench_step(const BenchOptions& o) {
   } else {
     std::printf("%s B=%d T=%d threads=%d: %.1f tokens/s, %.1f ms/step, %.1f GFLOP/s of %.1f peak "
                 "(MFU %.1f%%), peak RSS %.0f MB\n",
-                o.model.c_str(), o.batch, o.seq, threads, in.size() / secs, secs * 1e3, gflops,
-                peak, 100 * gflops / peak, peak_rss_mb());
+                o.model.c_str(), o.batch, o.seq, threads, tokens / secs, secs * 1e3, gflops,
+                peak, 100 * gflops / peak, max_rss);
   }
   return 0;
 }
@@ -96,6 +111,7 @@ Runner add_bench(CLI::App& app) {
   step->add_option("--steps", o->steps, "Timed steps")->capture_default_str();
   step->add_option("--warmup", o->warmup, "Untimed steps first")->capture_default_str();
   step->add_flag("--json", o->json, "Print one JSON object");
+  step->add_option("--grid", o->grid, "Process grid under mpirun, e.g. x=2,y=2 (default: data-parallel)");
   return [o] { return run_bench_step(*o); };
 }
 

@@ -4,6 +4,9 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
+
+#include "dendrite/comm/grid.h"
 
 namespace dendrite::app {
 
@@ -13,6 +16,9 @@ Runner add_tokenize(CLI::App& app);
 Runner add_train(CLI::App& app, int argc, char** argv);
 Runner add_generate(CLI::App& app);
 Runner add_bench(CLI::App& app);
+
+// The process grid over MPI_COMM_WORLD from a --grid text ("x=2,y=2,d=2").
+ProcessGrid make_grid(const std::string& text);
 
 // Loads a JSON config file given by --config before the other options are
 // parsed, so that options on the command line override it.

@@ -1,4 +1,6 @@
 // `dendrite generate`: load a checkpoint and its tokenizer, stream text.
+#include <mpi.h>
+
 #include <cstdio>
 #include <filesystem>
 
@@ -20,6 +22,9 @@ struct GenerateOptions {
 };
 
 int run_generate(const GenerateOptions& o) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank != 0) return 0;  // generation runs on one process
   const std::string dir = resolve_checkpoint(o.checkpoint);
   ModelConfig mc = model_config_from_json(read_checkpoint_config(dir).at("model"));
   std::string tok_path = o.tokenizer.empty() ? (std::filesystem::path(dir) / "tokenizer.model").string()
@@ -33,7 +38,8 @@ int run_generate(const GenerateOptions& o) {
   std::vector<int32_t> ids = tok.encode(o.prompt);
   if (ids.empty()) ids.push_back(tok.eos_id() >= 0 ? tok.eos_id() : 0);
   int max_T = std::min<int>(mc.block_size, int(ids.size()) + o.tokens);
-  Transformer model(mc, 1, max_T);
+  auto grid = ProcessGrid::single();
+  Transformer model(mc, *grid, 1, max_T);
   load_weights(dir, model);
   std::fputs(o.prompt.c_str(), stdout);
   std::fflush(stdout);

@@ -1,4 +1,6 @@
 // `dendrite train`: options, an optional JSON config file (--config), run.
+#include <mpi.h>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +19,13 @@ std::string find_config_arg(int argc, char** argv) {
     if (std::strncmp(argv[i], "--config=", 9) == 0) return argv[i] + 9;
   }
   return "";
+}
+
+ProcessGrid make_grid(const std::string& text) {
+  int world = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm comm = MPI_COMM_WORLD;
+  return ProcessGrid(GridShape::parse(text, world), &comm);
 }
 
 static void apply_config_file(const std::string& path, TrainOptions& opt) {
@@ -68,7 +77,10 @@ Runner add_train(CLI::App& app, int argc, char** argv) {
   app.add_option("--eval-batches", opt->eval_batches, "Batches per validation")->capture_default_str();
   app.add_option("--log-every", opt->log_every, "Print a line every N steps")->capture_default_str();
   app.add_option("--metrics", opt->metrics, "Write one JSON object per step to this file");
-  app.add_option("--threads", opt->threads, "Threads (default: OMP_NUM_THREADS or all cores)");
+  app.add_option("--threads", opt->threads, "Threads per rank (default: OMP_NUM_THREADS or all cores)");
+  app.add_option("--grid", opt->grid,
+                 "Process grid, e.g. x=2,y=2,z=1,d=2 (axes left out are 1; d fills the job "
+                 "when left out); default: all ranks data-parallel");
   // The config file is read before the command line is parsed, so that the
   // parsed options (bound to the same fields) override it.
   const std::string path = find_config_arg(argc, argv);
@@ -77,7 +89,8 @@ Runner add_train(CLI::App& app, int argc, char** argv) {
     if (!pre->empty()) apply_config_file(*pre, *opt);
   });
   return [opt] {
-    run_train(*opt);
+    ProcessGrid grid = make_grid(opt->grid);
+    run_train(*opt, grid);
     return 0;
   };
 }

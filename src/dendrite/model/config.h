@@ -27,7 +27,12 @@ struct ModelConfig {
   float init_std = 0.02f;
 
   int head_size() const { return n_embd / n_head; }
-  int padded_vocab() const { return (vocab_size + 63) / 64 * 64; }
+  // V rounded up to a multiple of 64 and of the Y extent that splits it.
+  int padded_vocab(int gy = 1) const {
+    int unit = 64;
+    while (unit % gy != 0) unit += 64;
+    return (vocab_size + unit - 1) / unit * unit;
+  }
   bool gpt2() const { return arch == Arch::kGpt2; }
   bool tied_embeddings() const { return arch == Arch::kGpt2; }
 

@@ -69,14 +69,16 @@ void llama_tensors(const ModelConfig& c, const ParamTable& tb, std::vector<HfTen
   out.push_back(make(tb, "lm_head.weight", {"lm_head"}, false, c.vocab_size));
 }
 
-// Visits (row of the concatenation, pointer to that row in the flat buffer).
-template <typename Float, typename F>
-void for_each_row(const HfTensor& t, const ParamTable& table, Float* flat, F&& f) {
+// Visits (row of the concatenation, pointer to that row of a global tensor).
+template <typename Tensors, typename F>
+void for_each_row(const HfTensor& t, const ParamTable& table, Tensors& tensors, F&& f) {
   int64_t row = 0;
   for (auto& p : t.parts) {
     const ParamSpec& s = table.find(p);
+    auto it = tensors.find(p);
+    DENDRITE_CHECK(it != tensors.end(), "hf_names: global tensor '", p, "' is missing");
     for (int64_t r = 0; r < s.shape[0] && row < t.rows; ++r, ++row)
-      f(row, flat + s.offset + r * t.cols);
+      f(row, it->second.data() + r * t.cols);
   }
 }
 
@@ -91,8 +93,9 @@ std::vector<HfTensor> hf_tensors(const ModelConfig& config, const ParamTable& ta
   return out;
 }
 
-void export_hf_tensor(const HfTensor& t, const ParamTable& table, const float* flat, float* out) {
-  for_each_row(t, table, flat, [&](int64_t row, const float* src) {
+void export_hf_tensor(const HfTensor& t, const ParamTable& table, const GlobalTensors& in,
+                      float* out) {
+  for_each_row(t, table, in, [&](int64_t row, const float* src) {
     for (int64_t j = 0; j < t.cols; ++j) {
       if (t.transpose)
         out[j * t.rows + row] = src[j];
@@ -102,8 +105,14 @@ void export_hf_tensor(const HfTensor& t, const ParamTable& table, const float* f
   });
 }
 
-void import_hf_tensor(const HfTensor& t, const ParamTable& table, const float* in, float* flat) {
-  for_each_row(t, table, flat, [&](int64_t row, float* dst) {
+void import_hf_tensor(const HfTensor& t, const ParamTable& table, const float* in,
+                      GlobalTensors& out) {
+  for (auto& p : t.parts) {
+    const ParamSpec& s = table.find(p);
+    auto& v = out[p];
+    if (v.empty()) v.assign(size_t(s.global_rows() * s.global_cols()), 0.0f);
+  }
+  for_each_row(t, table, out, [&](int64_t row, float* dst) {
     for (int64_t j = 0; j < t.cols; ++j)
       dst[j] = t.transpose ? in[j * t.rows + row] : in[row * t.cols + j];
   });

@@ -7,11 +7,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "dendrite/model/config.h"
-#include "dendrite/model/params.h"
+#include "dendrite/parallel/params.h"
 
 namespace dendrite {
 
@@ -27,9 +28,15 @@ struct HfTensor {
 
 std::vector<HfTensor> hf_tensors(const ModelConfig& config, const ParamTable& table);
 
-// out [numel] = the Hugging Face tensor built from a flat buffer laid out by table.
-void export_hf_tensor(const HfTensor& t, const ParamTable& table, const float* flat, float* out);
-// The inverse: scatters a Hugging Face tensor into the flat buffer.
-void import_hf_tensor(const HfTensor& t, const ParamTable& table, const float* in, float* flat);
+// Dendrite's whole (global) tensors by name, row-major [rows, cols].
+using GlobalTensors = std::map<std::string, std::vector<float>>;
+
+// out [numel] = the Hugging Face tensor built from Dendrite's global tensors.
+void export_hf_tensor(const HfTensor& t, const ParamTable& table, const GlobalTensors& in,
+                      float* out);
+// The inverse: fills the global tensors of t's parts (created zero-filled at
+// their global shape when missing) from a Hugging Face tensor.
+void import_hf_tensor(const HfTensor& t, const ParamTable& table, const float* in,
+                      GlobalTensors& out);
 
 }  // namespace dendrite

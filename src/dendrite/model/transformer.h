@@ -1,90 +1,108 @@
-// The GPT-2 and Llama transformer on one process: parameters, activations,
-// and an explicit forward and backward that read top to bottom as layer calls.
+// The GPT-2 and Llama transformer on the 4D process grid (DESIGN.md sections
+// 2-4): sharded parameters, local activations, and an explicit forward and
+// backward that read top to bottom as layer calls. One process is the grid
+// 1x1x1x1, through the same code.
 //
-// Letters: B batch, T sequence, m = B*T rows, C width, NH / NKV heads,
-// hs head size, F MLP width, V vocabulary (Vp padded), L layers.
+// Letters: B global batch, B_loc = B / (Gd Gz) sequences on this rank,
+// T sequence, m = B_loc T local rows, C width, NH / NKV heads (NH/Gy and
+// NKV/Gy here), hs head size, F MLP width (F/Gy here), V vocabulary (Vp padded).
 //
 // GPT-2 block:  x += o(attn(q, k, v of LayerNorm1(x)));  x += down(gelu(up(LayerNorm2(x))))
 // Llama block:  x += o(attn(rope q, rope k, v of RMSNorm1(x)));
 //               x += down(silu(gate(h)) * up(h)),  h = RMSNorm2(x)
 // then the final norm and the LM head (GPT-2: tied to the token embedding).
+// q, k, v, up, gate are normal layers; o and down transposed, so the stream
+// [m, C/Gx] and the MLP/attention [m, ./Gy] alternate with no redistribution.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "dendrite/comm/grid.h"
 #include "dendrite/core/buffer.h"
 #include "dendrite/model/config.h"
-#include "dendrite/model/params.h"
+#include "dendrite/parallel/layers.h"
+#include "dendrite/parallel/linear.h"
+#include "dendrite/parallel/params.h"
 
 namespace dendrite {
 
-// Offsets (in floats) of one layer's tensors in the flat parameter buffer; -1 when the
-// architecture has no such tensor.
-struct LayerOffsets {
-  int64_t norm1_w = -1, norm1_b = -1, q_w = -1, q_b = -1, k_w = -1, k_b = -1, v_w = -1, v_b = -1,
-          o_w = -1, o_b = -1, norm2_w = -1, norm2_b = -1, up_w = -1, up_b = -1, gate_w = -1,
-          down_w = -1, down_b = -1;
-};
-
 class Transformer {
  public:
-  // Activations are sized for batches of up to max_B sequences of up to max_T tokens.
-  Transformer(const ModelConfig& config, int max_B, int max_T);
+  // Activations are sized for global batches of up to max_B sequences of up
+  // to max_T tokens. Throws, naming the sizes and the grid, when the grid
+  // does not divide the model or the batch.
+  Transformer(const ModelConfig& config, ProcessGrid& grid, int max_B, int max_T);
 
   const ModelConfig& config() const { return cfg_; }
+  ProcessGrid& grid() { return grid_; }
   const ParamTable& table() const { return table_; }
   float* params() { return params_.data(); }
   const float* params() const { return params_.data(); }
   float* grads() { return grads_.data(); }
+  const float* grads() const { return grads_.data(); }
   int64_t num_floats() const { return table_.total(); }
   void init(uint64_t seed) { table_.initialize(params_.data(), seed); }
   void zero_grads() { grads_.zero(); }
   size_t activation_bytes() const;
+  // Sequences of a global batch of B on this rank: [first, first + count).
+  int local_batch(int B) const { return B / (grid_.shape().d * grid_.shape().z); }
+  int first_sequence(int B) const { return (grid_.d() * grid_.shape().z + grid_.z()) * local_batch(B); }
 
-  // Forward and backward on inputs, targets [B*T]. Returns the loss
-  // sum_r weight[r] * CE_r / denominator (weights null: all ones) and adds its
-  // gradient into grads().
+  // Forward and backward on this rank's inputs, targets [B_loc*T] of a global
+  // batch of B. Returns the global loss sum_r weight[r] * CE_r / denominator
+  // (weights null: all ones), summed over the whole batch; leaves in grads()
+  // the gradient summed over every axis along which data differs.
   double forward_backward(const int32_t* inputs, const int32_t* targets, const float* weights,
                           double denominator, int B, int T);
-  // The same loss, no gradients.
+  // The same global loss, no gradients.
   double forward_loss(const int32_t* inputs, const int32_t* targets, const float* weights,
                       double denominator, int B, int T);
-  // logits [B*T, V] of every position.
+  // Global L2 norm of the gradients, each value counted once.
+  double grad_norm() const;
+  // logits [B_loc*T, V] of this rank's rows (on every rank of the X and Y axes).
   void logits(const int32_t* inputs, int B, int T, float* out);
-  // logits [V] of the last position of one sequence of T tokens.
+  // logits [V] of the last position of one sequence of T tokens (a grid with Gd = Gz = 1).
   void last_logits(const int32_t* inputs, int T, float* out);
 
  private:
+  struct Layer {
+    int64_t norm1_w = -1, norm1_b = -1, norm2_w = -1, norm2_b = -1;
+    ParallelNorm norm1, norm2;
+    ParallelLinear q, k, v, o, up, gate, down;
+  };
   struct LayerActs {
     Buffer<float> norm1, mean1, rstd1, q, k, v, att, lse, mid, norm2, mean2, rstd2, up, gate, act;
   };
+  void check_grid() const;
   void build_table();
-  void check_batch(const int32_t* inputs, int B, int T) const;
-  void forward(const int32_t* inputs, int B, int T);
-  void layer_forward(int l, const float* x, float* out, int B, int T);
-  void layer_backward(int l, float* dres, int B, int T);
-  void norm_forward(float* y, float* mean, float* rstd, const float* x, const float* w,
-                    const float* b, int m);
-  void norm_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
-                     const float* mean, const float* rstd, const float* w, int m);
-  double head_loss(float* dx, const int32_t* targets, const float* weights, double denominator,
-                   int m);
-  static float* at(float* base, int64_t off) { return off < 0 ? nullptr : base + off; }
+  void build_layers();
+  void allocate(int m_max, int B_loc_max);
+  void check_batch(const int32_t* inputs, int B_loc, int T) const;
+  void forward(const int32_t* inputs, int B_loc, int T);
+  void layer_forward(int l, const float* x, float* out, int B_loc, int T);
+  void layer_backward(int l, float* dres, int B_loc, int T);
+  double global_sum(double local);  // over Z and D
+  void sync_gradients();
 
   ModelConfig cfg_;
+  ProcessGrid& grid_;
   int max_B_, max_T_;
+  int nh_, nkv_, hs_, qd_, kvd_, f_, c_;  // local head counts and widths on this rank
   ParamTable table_;
-  int64_t tok_emb_ = -1, pos_emb_ = -1, normf_w_ = -1, normf_b_ = -1, lm_head_ = -1;
-  std::vector<LayerOffsets> layers_;
+  std::vector<Layer> layers_;
+  VocabEmbedding embedding_;
+  ParallelNorm norm_f_;
+  VocabCrossEntropy head_;
   Buffer<float> params_, grads_;
+  LinearWorkspace ws_;
 
   // Activations saved for the backward, and scratch.
-  std::vector<Buffer<float>> residual_;  // L+1 of [m, C]: the input of each layer, then the output
+  std::vector<Buffer<float>> residual_;  // L+1 of [m, C/Gx]: each layer's input, then the output
   std::vector<LayerActs> acts_;
-  Buffer<float> normf_, meanf_, rstdf_;  // [m, C], [m], [m]
-  Buffer<float> tmp_c_, dnorm_, dres_, dq_, dk_, dv_, datt_, dup_, dgate_, dact_, ce_scratch_;
-  int ce_chunk_rows_ = 0;
+  Buffer<float> normf_, meanf_, rstdf_;
+  Buffer<float> tmp_c_, dnorm_, dres_, dq_, dk_, dv_, datt_, dup_, dgate_, dact_;
+  Buffer<double> sums_;
 };
 
 }  // namespace dendrite

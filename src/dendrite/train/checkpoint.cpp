@@ -43,13 +43,23 @@ void write_text(const std::string& path, const std::string& text) {
   }
 }
 
-// Exports the flat buffer `flat` (laid out like the model's parameters) as
-// Hugging Face tensors named prefix + name, into writer; storage keeps the bytes alive.
+// Exports the flat buffer `flat` (laid out like the model's parameters, this
+// rank's shards) as Hugging Face tensors named prefix + name into writer on
+// rank 0; every rank takes part in the gathers. storage keeps the bytes alive.
 void add_tensors(SafetensorsWriter& writer, std::vector<std::vector<float>>& storage,
-                 const Transformer& model, const float* flat, const std::string& prefix) {
+                 Transformer& model, const float* flat, const std::string& prefix) {
+  const bool root = model.grid().rank() == 0;
   for (const HfTensor& t : hf_tensors(model.config(), model.table())) {
+    GlobalTensors parts;
+    for (const std::string& p : t.parts) {
+      const ParamSpec& s = model.table().find(p);
+      auto& g = parts[p];
+      g.resize(size_t(s.global_rows() * s.global_cols()));
+      gather_global(model.grid(), s, flat, g.data());
+    }
+    if (!root) continue;
     storage.emplace_back(t.numel());
-    export_hf_tensor(t, model.table(), flat, storage.back().data());
+    export_hf_tensor(t, model.table(), parts, storage.back().data());
     writer.add_f32(prefix + t.name, t.shape(), storage.back().data());
   }
 }
@@ -60,20 +70,35 @@ void read_tensors(const SafetensorsReader& reader, const Transformer& model, flo
   for (const HfTensor& t : hf_tensors(model.config(), model.table())) {
     const std::string name = prefix + t.name;
     DENDRITE_CHECK(reader.has(name), "checkpoint ", reader.path(), ": tensor '", name,
-                   "' is missing; the file holds another model (", arch_name(model.config().arch), ")");
+                   "' is missing; the file holds another model (this run's is ",
+                   arch_name(model.config().arch), ")");
     buf.resize(t.numel());
     reader.read_f32(name, t.shape(), buf.data());
-    import_hf_tensor(t, model.table(), buf.data(), flat);
+    GlobalTensors parts;
+    import_hf_tensor(t, model.table(), buf.data(), parts);
+    for (auto& [p, global] : parts) scatter_global(model.table().find(p), global.data(), flat);
   }
 }
 
 }  // namespace
 
-std::string save_checkpoint(const std::string& run_dir, int64_t step, const Transformer& model,
+std::string save_checkpoint(const std::string& run_dir, int64_t step, Transformer& model,
                             const AdamW* optimizer, const CheckpointContents& contents) {
   char name[32];
   std::snprintf(name, sizeof name, "ckpt-%08lld", static_cast<long long>(step));
   const fs::path final_dir = fs::path(run_dir) / name;
+  // Every rank takes part in gathering the global tensors; rank 0 writes.
+  SafetensorsWriter weights, state;
+  std::vector<std::vector<float>> storage;
+  add_tensors(weights, storage, model, model.params(), "");
+  if (optimizer) {
+    add_tensors(state, storage, model, optimizer->m(), "exp_avg.");
+    add_tensors(state, storage, model, optimizer->v(), "exp_avg_sq.");
+  }
+  if (model.grid().rank() != 0) {
+    model.grid().world().barrier();  // returns once rank 0 has written
+    return final_dir.string();
+  }
   const fs::path tmp_dir = fs::path(run_dir) / (std::string(".") + name + ".tmp");
   std::error_code ec;
   fs::create_directories(run_dir, ec);
@@ -82,21 +107,10 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, const Tran
   fs::create_directories(tmp_dir, ec);
   DENDRITE_CHECK(!ec, "checkpoint: cannot create ", tmp_dir.string(), ": ", ec.message());
   try {
-    {
-      SafetensorsWriter w;
-      std::vector<std::vector<float>> storage;
-      add_tensors(w, storage, model, model.params(), "");
-      w.set_metadata("format", "pt");
-      w.set_metadata("dendrite.arch", arch_name(model.config().arch));
-      w.write((tmp_dir / "model.safetensors").string());
-    }
-    if (optimizer) {
-      SafetensorsWriter w;
-      std::vector<std::vector<float>> storage;
-      add_tensors(w, storage, model, optimizer->m(), "exp_avg.");
-      add_tensors(w, storage, model, optimizer->v(), "exp_avg_sq.");
-      w.write((tmp_dir / "optimizer.safetensors").string());
-    }
+    weights.set_metadata("format", "pt");
+    weights.set_metadata("dendrite.arch", arch_name(model.config().arch));
+    weights.write((tmp_dir / "model.safetensors").string());
+    if (optimizer) state.write((tmp_dir / "optimizer.safetensors").string());
     write_text((tmp_dir / "trainer_state.json").string(), contents.trainer_state.dump(2) + "\n");
     write_text((tmp_dir / "config.json").string(), contents.config.dump(2) + "\n");
     if (!contents.tokenizer_path.empty() && fs::exists(contents.tokenizer_path))
@@ -115,6 +129,7 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, const Tran
     fail("checkpoint: saving step ", step, " to ", run_dir, " failed, earlier checkpoints are ",
          "intact: ", e.what());
   }
+  model.grid().world().barrier();
   return final_dir.string();
 }
 

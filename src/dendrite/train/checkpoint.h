@@ -24,7 +24,8 @@ struct CheckpointContents {
 
 // Writes <run_dir>/ckpt-<step, 8 digits> and points <run_dir>/latest at it.
 // Returns the checkpoint folder.
-std::string save_checkpoint(const std::string& run_dir, int64_t step, const Transformer& model,
+// Every rank of the model's grid calls it (the tensors are gathered); rank 0 writes.
+std::string save_checkpoint(const std::string& run_dir, int64_t step, Transformer& model,
                             const AdamW* optimizer, const CheckpointContents& contents);
 
 // A checkpoint folder, or a run folder (resolved through its `latest`).

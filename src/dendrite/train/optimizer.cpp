@@ -8,12 +8,6 @@ namespace dendrite {
 AdamW::AdamW(const ParamTable& table, const ops::AdamWConfig& config)
     : table_(table), config_(config), m_(table.total()), v_(table.total()) {}
 
-double AdamW::grad_norm(const float* grads) const {
-  // Padding between tensors and vocabulary padding rows hold zero gradients, so
-  // one pass over the whole buffer counts every value once.
-  return std::sqrt(ops::sum_squares(grads, table_.total()));
-}
-
 float AdamW::clip_factor(double norm, double max_norm) {
   if (max_norm <= 0) return 1.0f;
   return static_cast<float>(std::min(1.0, max_norm / (norm + 1e-6)));

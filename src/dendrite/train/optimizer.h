@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "dendrite/core/buffer.h"
-#include "dendrite/model/params.h"
+#include "dendrite/parallel/params.h"
 #include "dendrite/ops/optim.h"
 
 namespace dendrite {
@@ -13,8 +13,6 @@ namespace dendrite {
 class AdamW {
  public:
   AdamW(const ParamTable& table, const ops::AdamWConfig& config);
-  // Global L2 norm of the gradients (each value counted once).
-  double grad_norm(const float* grads) const;
   // The factor that brings a gradient of this norm down to max_norm, as
   // torch.nn.utils.clip_grad_norm_: min(1, max_norm / (norm + 1e-6)); 1 when max_norm <= 0.
   static float clip_factor(double norm, double max_norm);

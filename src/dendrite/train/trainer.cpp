@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 #define DENDRITE_TRAIN_FIELDS(X)                                                              \
   X(model) X(data) X(steps) X(batch) X(seq) X(lr) X(min_lr) X(warmup) X(weight_decay) X(beta1) \
   X(beta2) X(adam_eps) X(grad_clip) X(seed) X(out) X(resume) X(save_every) X(stop_at) X(eval_every)       \
-  X(eval_batches) X(log_every) X(metrics) X(threads)
+  X(eval_batches) X(log_every) X(metrics) X(threads) X(grid)
 
 nlohmann::json TrainOptions::to_json() const {
   nlohmann::json j;
@@ -101,19 +101,33 @@ ModelConfig resolve_model(const TrainOptions& opt, const Data& data, const std::
   return mc;
 }
 
+// A global batch of B sequences, and this rank's slice of it.
+struct Batch {
+  std::vector<int32_t> inputs, targets;  // [B*T]
+  const int32_t* local_inputs = nullptr;
+  const int32_t* local_targets = nullptr;
+  Batch(int B, int T) : inputs(size_t(B) * T), targets(size_t(B) * T) {}
+  void slice(const Transformer& model, int B, int T) {
+    const size_t first = size_t(model.first_sequence(B)) * T;
+    local_inputs = inputs.data() + first;
+    local_targets = targets.data() + first;
+  }
+};
+
 double evaluate(Transformer& model, const BatchSampler& sampler, int B, int T, int batches) {
-  std::vector<int32_t> in(size_t(B) * T), tg(size_t(B) * T);
+  Batch b(B, T);
   double total = 0;
   for (int j = 0; j < batches; ++j) {
-    sampler.eval_batch(j, batches, in.data(), tg.data());
-    total += model.forward_loss(in.data(), tg.data(), nullptr, double(B) * T, B, T);
+    sampler.eval_batch(j, batches, b.inputs.data(), b.targets.data());
+    b.slice(model, B, T);
+    total += model.forward_loss(b.local_inputs, b.local_targets, nullptr, double(B) * T, B, T);
   }
   return total / batches;
 }
 
 }  // namespace
 
-TrainResult run_train(TrainOptions opt) {
+TrainResult run_train(TrainOptions opt, ProcessGrid& grid) {
   if (opt.threads > 0) omp_set_num_threads(opt.threads);
   if (opt.min_lr < 0) opt.min_lr = opt.lr / 10;
   if (opt.warmup < 0) opt.warmup = std::min<int64_t>(100, opt.steps / 10);
@@ -127,7 +141,7 @@ TrainResult run_train(TrainOptions opt) {
   data.train->check_vocab(mc.vocab_size);
   if (data.val) data.val->check_vocab(mc.vocab_size);
 
-  Transformer model(mc, opt.batch, opt.seq);
+  Transformer model(mc, grid, opt.batch, opt.seq);
   model.init(opt.seed);
   ops::AdamWConfig ac{float(opt.beta1), float(opt.beta2), float(opt.adam_eps),
                        float(opt.weight_decay)};
@@ -146,8 +160,9 @@ TrainResult run_train(TrainOptions opt) {
   nlohmann::json resolved = {{"train", opt.to_json()}, {"model", to_json(mc)}};
   log_info("config " + resolved.dump());
   log_info(str("model ", arch_name(mc.arch), ": ", mc.num_parameters() / 1e6, "M parameters, ",
-               model.activation_bytes() / 1e6, " MB activations; ", data.train->size(),
-               " training tokens; ", omp_get_max_threads(), " threads",
+               model.activation_bytes() / 1e6, " MB activations per rank; ", data.train->size(),
+               " training tokens; grid ", grid.shape().str(), ", ", omp_get_max_threads(),
+               " threads per rank",
                ckpt.empty() ? "" : "; resuming from " + ckpt + " at step " + std::to_string(start)));
 
   BatchSampler sampler(*data.train, opt.batch, opt.seq, opt.seed);
@@ -156,15 +171,15 @@ TrainResult run_train(TrainOptions opt) {
     val_sampler = std::make_unique<BatchSampler>(*data.val, opt.batch, opt.seq, opt.seed);
 
   std::ofstream metrics;
-  if (!opt.metrics.empty()) {
+  if (!opt.metrics.empty() && grid.rank() == 0) {
     metrics.open(opt.metrics, start > 0 ? std::ios::app : std::ios::trunc);
     DENDRITE_CHECK(metrics.good(), "train: cannot open --metrics file ", opt.metrics);
   }
-  const double peak = ops::measure_peak_gflops();
+  const double peak = ops::measure_peak_gflops() * grid.shape().size();  // the whole job
   const double flops_per_step = mc.train_flops_per_token(opt.seq) * opt.batch * opt.seq;
   Progress progress(opt.steps - start);
 
-  std::vector<int32_t> inputs(size_t(opt.batch) * opt.seq), targets(inputs.size());
+  Batch batch(opt.batch, opt.seq);
   TrainResult result;
   auto save = [&](int64_t step) {
     if (opt.out.empty()) return;
@@ -178,11 +193,12 @@ TrainResult run_train(TrainOptions opt) {
   const int64_t end = opt.stop_at > 0 ? std::min(opt.stop_at, opt.steps) : opt.steps;
   for (int64_t step = start; step < end; ++step) {
     auto t0 = std::chrono::steady_clock::now();
-    sampler.batch(step, inputs.data(), targets.data());
+    sampler.batch(step, batch.inputs.data(), batch.targets.data());
+    batch.slice(model, opt.batch, opt.seq);
     model.zero_grads();
-    double loss = model.forward_backward(inputs.data(), targets.data(), nullptr,
+    double loss = model.forward_backward(batch.local_inputs, batch.local_targets, nullptr,
                                          double(opt.batch) * opt.seq, opt.batch, opt.seq);
-    double norm = adam.grad_norm(model.grads());
+    double norm = model.grad_norm();
     DENDRITE_CHECK(std::isfinite(loss) && std::isfinite(norm), "train: step ", step + 1, ": the ",
                    std::isfinite(loss) ? "gradient norm" : "loss", " is not finite (loss ", loss,
                    ", gradient norm ", norm, "); stopped before the update, so the last good ",

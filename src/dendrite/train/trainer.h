@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "dendrite/comm/grid.h"
+
 namespace dendrite {
 
 struct TrainOptions {
@@ -30,6 +32,7 @@ struct TrainOptions {
   int64_t log_every = 1;
   std::string metrics;  // JSON Lines file
   int threads = 0;      // 0: OMP_NUM_THREADS or all cores
+  std::string grid;     // "x=2,y=2,z=1,d=2" (the command builds the ProcessGrid from it)
 
   nlohmann::json to_json() const;
   // Sets the fields named in j; an unknown key or a value of the wrong type is an error.
@@ -42,6 +45,7 @@ struct TrainResult {
   std::string last_checkpoint;
 };
 
-TrainResult run_train(TrainOptions opt);
+// Runs on every rank of grid (built once by the caller from opt.grid).
+TrainResult run_train(TrainOptions opt, ProcessGrid& grid);
 
 }  // namespace dendrite

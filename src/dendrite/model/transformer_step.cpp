@@ -1,0 +1,162 @@
+// The forward and backward passes of the Transformer (declared in
+// transformer.h), with the gradient reductions of DESIGN.md section 4.
+#include <cmath>
+
+#include "dendrite/core/check.h"
+#include "dendrite/model/transformer.h"
+#include "dendrite/ops/activation.h"
+#include "dendrite/ops/attention.h"
+#include "dendrite/ops/optim.h"
+
+namespace dendrite {
+
+void Transformer::forward(const int32_t* inputs, int B_loc, int T) {
+  check_batch(inputs, B_loc, T);
+  const int m = B_loc * T;
+  embedding_.forward(residual_[0].data(), inputs, m, T, params_.data(), ws_);
+  for (int l = 0; l < cfg_.n_layer; ++l)
+    layer_forward(l, residual_[l].data(), residual_[l + 1].data(), B_loc, T);
+  norm_f_.forward(normf_.data(), meanf_.data(), rstdf_.data(), residual_[cfg_.n_layer].data(), m,
+                  params_.data(), sums_);
+}
+
+// x, out [m, C/Gx]
+void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, int T) {
+  Layer& L = layers_[l];
+  LayerActs& a = acts_[l];
+  const float* P = params_.data();
+  const int m = B_loc * T;
+  const long mC = long(m) * c_;
+
+  // attention: [m, C/Gx] -> q [m, qd/Gy], k, v [m, kvd/Gy] -> att [m, qd/Gy] -> [m, C/Gx]
+  L.norm1.forward(a.norm1.data(), a.mean1.data(), a.rstd1.data(), x, m, P, sums_);
+  L.q.forward(a.q.data(), a.norm1.data(), m, P, ws_);
+  L.k.forward(a.k.data(), a.norm1.data(), m, P, ws_);
+  L.v.forward(a.v.data(), a.norm1.data(), m, P, ws_);
+  if (!cfg_.gpt2()) {
+    ops::rope_forward(a.q.data(), B_loc, T, nh_, hs_, qd_, cfg_.rope_theta);
+    ops::rope_forward(a.k.data(), B_loc, T, nkv_, hs_, kvd_, cfg_.rope_theta);
+  }
+  ops::AttentionShape s{B_loc, T, nh_, nkv_, hs_, qd_, kvd_, qd_};
+  ops::attention_forward(a.att.data(), a.lse.data(), a.q.data(), a.k.data(), a.v.data(), s);
+  L.o.forward(tmp_c_.data(), a.att.data(), m, P, ws_);
+  ops::add(a.mid.data(), x, tmp_c_.data(), mC);
+
+  // MLP: [m, C/Gx] -> [m, F/Gy] -> [m, C/Gx]
+  L.norm2.forward(a.norm2.data(), a.mean2.data(), a.rstd2.data(), a.mid.data(), m, P, sums_);
+  L.up.forward(a.up.data(), a.norm2.data(), m, P, ws_);
+  if (cfg_.gpt2()) {
+    ops::gelu_forward(a.act.data(), a.up.data(), long(m) * f_);
+  } else {
+    L.gate.forward(a.gate.data(), a.norm2.data(), m, P, ws_);
+    ops::swiglu_forward(a.act.data(), a.gate.data(), a.up.data(), long(m) * f_);
+  }
+  L.down.forward(tmp_c_.data(), a.act.data(), m, P, ws_);
+  ops::add(out, a.mid.data(), tmp_c_.data(), mC);
+}
+
+// dres [m, C/Gx] holds dLoss/d(output of layer l); on return, dLoss/d(its input).
+void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
+  Layer& L = layers_[l];
+  LayerActs& a = acts_[l];
+  const float* P = params_.data();
+  float* G = grads_.data();
+  const int m = B_loc * T;
+  const long mC = long(m) * c_;
+
+  // MLP: out = mid + down(act). Layers that share an input add their partial
+  // dx and reduce the sum once.
+  L.down.backward(dact_.data(), false, true, dres, a.act.data(), m, P, G, ws_);
+  if (cfg_.gpt2()) {
+    ops::gelu_backward(dup_.data(), dact_.data(), a.up.data(), long(m) * f_);
+    L.up.backward(dnorm_.data(), false, true, dup_.data(), a.norm2.data(), m, P, G, ws_);
+  } else {
+    ops::swiglu_backward(dgate_.data(), dup_.data(), dact_.data(), a.gate.data(), a.up.data(),
+                         long(m) * f_);
+    L.gate.backward(dnorm_.data(), false, false, dgate_.data(), a.norm2.data(), m, P, G, ws_);
+    L.up.backward(dnorm_.data(), true, true, dup_.data(), a.norm2.data(), m, P, G, ws_);
+  }
+  L.norm2.backward(tmp_c_.data(), dnorm_.data(), a.mid.data(), a.mean2.data(), a.rstd2.data(), m,
+                   P, G, sums_);
+  ops::add_inplace(dres, tmp_c_.data(), mC);  // now dLoss/d(mid)
+
+  // attention: mid = x + o(att)
+  L.o.backward(datt_.data(), false, true, dres, a.att.data(), m, P, G, ws_);
+  ops::AttentionShape s{B_loc, T, nh_, nkv_, hs_, qd_, kvd_, qd_};
+  ops::attention_backward(dq_.data(), dk_.data(), dv_.data(), datt_.data(), a.att.data(),
+                          a.lse.data(), a.q.data(), a.k.data(), a.v.data(), s);
+  if (!cfg_.gpt2()) {
+    ops::rope_backward(dq_.data(), B_loc, T, nh_, hs_, qd_, cfg_.rope_theta);
+    ops::rope_backward(dk_.data(), B_loc, T, nkv_, hs_, kvd_, cfg_.rope_theta);
+  }
+  L.q.backward(dnorm_.data(), false, false, dq_.data(), a.norm1.data(), m, P, G, ws_);
+  L.k.backward(dnorm_.data(), true, false, dk_.data(), a.norm1.data(), m, P, G, ws_);
+  L.v.backward(dnorm_.data(), true, true, dv_.data(), a.norm1.data(), m, P, G, ws_);
+  L.norm1.backward(tmp_c_.data(), dnorm_.data(), residual_[l].data(), a.mean1.data(),
+                   a.rstd1.data(), m, P, G, sums_);
+  ops::add_inplace(dres, tmp_c_.data(), mC);
+}
+
+double Transformer::global_sum(double local) {
+  grid_.Z().all_reduce(&local, 1);
+  grid_.D().all_reduce(&local, 1);
+  return local;
+}
+
+// Replicated tensors (norms, biases) sum over Z; every tensor sums over D.
+// The Z-chunked weights were already reduce-scattered over Z by their layers.
+void Transformer::sync_gradients() {
+  const int64_t r0 = table_.replicated_begin();
+  grid_.Z().all_reduce(grads_.data() + r0, table_.total() - r0);
+  grid_.D().all_reduce(grads_.data(), table_.total());
+}
+
+double Transformer::forward_backward(const int32_t* inputs, const int32_t* targets,
+                                     const float* weights, double denominator, int B, int T) {
+  const int B_loc = local_batch(B), m = B_loc * T;
+  forward(inputs, B_loc, T);
+  float* G = grads_.data();
+  double loss = head_.forward_backward(dnorm_.data(), normf_.data(), targets, weights, denominator,
+                                       m, params_.data(), G, ws_);
+  float* dres = dres_.data();
+  norm_f_.backward(dres, dnorm_.data(), residual_[cfg_.n_layer].data(), meanf_.data(),
+                   rstdf_.data(), m, params_.data(), G, sums_);
+  for (int l = cfg_.n_layer - 1; l >= 0; --l) layer_backward(l, dres, B_loc, T);
+  embedding_.backward(dres, inputs, m, T, G, ws_);
+  sync_gradients();
+  return global_sum(loss);
+}
+
+double Transformer::forward_loss(const int32_t* inputs, const int32_t* targets,
+                                 const float* weights, double denominator, int B, int T) {
+  const int B_loc = local_batch(B);
+  forward(inputs, B_loc, T);
+  double loss = head_.forward_backward(nullptr, normf_.data(), targets, weights, denominator,
+                                       B_loc * T, params_.data(), grads_.data(), ws_);
+  return global_sum(loss);
+}
+
+double Transformer::grad_norm() const {
+  double local = 0;
+  for (const ParamSpec& s : table_.specs())
+    if (table_.counts_in_norm(s)) local += ops::sum_squares(grads_.data() + s.offset, s.numel);
+  grid_.X().all_reduce(&local, 1);
+  grid_.Y().all_reduce(&local, 1);
+  grid_.Z().all_reduce(&local, 1);
+  return std::sqrt(local);
+}
+
+void Transformer::logits(const int32_t* inputs, int B, int T, float* out) {
+  const int B_loc = local_batch(B);
+  forward(inputs, B_loc, T);
+  head_.logits(out, normf_.data(), B_loc * T, params_.data(), ws_);
+}
+
+void Transformer::last_logits(const int32_t* inputs, int T, float* out) {
+  DENDRITE_CHECK(grid_.shape().d == 1 && grid_.shape().z == 1,
+                 "generate: runs on grids with d = z = 1 (one sequence), got ", grid_.shape().str());
+  forward(inputs, 1, T);
+  head_.logits(out, normf_.data() + long(T - 1) * c_, 1, params_.data(), ws_);
+}
+
+}  // namespace dendrite

@@ -1,0 +1,147 @@
+#include "dendrite/parallel/layers.h"
+
+#include <algorithm>
+
+#include "dendrite/core/check.h"
+#include "dendrite/ops/cross_entropy.h"
+#include "dendrite/ops/embedding.h"
+#include "dendrite/ops/matmul.h"
+#include "dendrite/ops/norm.h"
+
+namespace dendrite {
+
+// ---- ParallelNorm ----
+
+ParallelNorm::ParallelNorm(ProcessGrid& grid, bool layernorm, const ParamSpec& gain,
+                           const ParamSpec* bias, int c_total, float eps)
+    : grid_(&grid), layernorm_(layernorm), gain_(&gain), bias_(bias), c_(int(gain.numel)),
+      c_total_(c_total), eps_(eps) {}
+
+void ParallelNorm::forward(float* y, float* mean, float* rstd, const float* x, int m,
+                           const float* params, Buffer<double>& sums) const {
+  const float* g = params + gain_->offset;
+  if (layernorm_) {
+    ops::layernorm_row_sums(sums.data(), x, m, c_);
+    grid_->X().all_reduce(sums.data(), 2 * int64_t(m));
+    ops::layernorm_apply(y, mean, rstd, sums.data(), x, g, params + bias_->offset, m, c_, c_total_,
+                         eps_);
+  } else {
+    ops::rmsnorm_row_sums(sums.data(), x, m, c_);
+    grid_->X().all_reduce(sums.data(), m);
+    ops::rmsnorm_apply(y, rstd, sums.data(), x, g, m, c_, c_total_, eps_);
+  }
+}
+
+void ParallelNorm::backward(float* dx, const float* dy, const float* x, const float* mean,
+                            const float* rstd, int m, const float* params, float* grads,
+                            Buffer<double>& sums) const {
+  const float* g = params + gain_->offset;
+  if (layernorm_) {
+    ops::layernorm_backward_sums(sums.data(), dy, x, mean, rstd, g, m, c_);
+    grid_->X().all_reduce(sums.data(), 2 * int64_t(m));
+    ops::layernorm_backward_apply(dx, grads + gain_->offset, grads + bias_->offset, sums.data(), dy,
+                                  x, mean, rstd, g, m, c_, c_total_);
+  } else {
+    ops::rmsnorm_backward_sums(sums.data(), dy, x, g, m, c_);
+    grid_->X().all_reduce(sums.data(), m);
+    ops::rmsnorm_backward_apply(dx, grads + gain_->offset, sums.data(), dy, x, rstd, g, m, c_,
+                                c_total_);
+  }
+}
+
+// ---- VocabEmbedding ----
+
+VocabEmbedding::VocabEmbedding(ProcessGrid& grid, const ParamSpec& table, const ParamSpec* positions)
+    : grid_(&grid), table_(&table), pos_(positions) {}
+
+void VocabEmbedding::forward(float* out, const int32_t* tokens, int m, int T, const float* params,
+                             LinearWorkspace& ws) const {
+  const int C = int(table_->block_cols);
+  const float* w = gather_block(*grid_, *table_, params, ws.weight.data());
+  ops::embedding_range_forward(out, tokens, w, int(table_->row_offset), int(table_->block_rows), m,
+                               C);
+  grid_->Y().all_reduce(out, int64_t(m) * C);
+  if (pos_) {
+    const float* p = gather_block(*grid_, *pos_, params, ws.weight.data());
+    ops::position_add(out, p, m, T, C);
+  }
+}
+
+void VocabEmbedding::backward(const float* dout, const int32_t* tokens, int m, int T, float* grads,
+                              LinearWorkspace& ws) const {
+  const int C = int(table_->block_cols);
+  const bool direct = grid_->shape().z == 1;
+  float* dw = direct ? grads + table_->offset : ws.dweight.data();
+  if (!direct) std::fill(dw, dw + table_->block_numel(), 0.0f);
+  ops::embedding_range_backward(dw, dout, tokens, int(table_->row_offset), int(table_->block_rows),
+                                m, C);
+  if (!direct) add_block_gradient(*grid_, *table_, grads, ws);
+  if (pos_) {
+    float* dp = direct ? grads + pos_->offset : ws.dweight.data();
+    if (!direct) std::fill(dp, dp + pos_->block_numel(), 0.0f);
+    ops::position_backward(dp, dout, m, T, C);
+    if (!direct) add_block_gradient(*grid_, *pos_, grads, ws);
+  }
+}
+
+// ---- VocabCrossEntropy ----
+
+VocabCrossEntropy::VocabCrossEntropy(ProcessGrid& grid, const ParamSpec& head, int V, int chunk_rows)
+    : grid_(&grid), head_(&head), V_(V), chunk_(chunk_rows) {
+  const int Vloc = int(head.block_rows), gy = grid.shape().y;
+  logits_.resize(int64_t(chunk_) * Vloc);
+  stats_.resize(2 * int64_t(chunk_));
+  gathered_.resize(2 * int64_t(chunk_) * gy);
+  lse_.resize(chunk_);
+}
+
+double VocabCrossEntropy::forward_backward(float* dx, const float* x, const int32_t* targets,
+                                           const float* weight, double denominator, int m,
+                                           const float* params, float* grads, LinearWorkspace& ws) {
+  const int C = int(head_->block_cols), Vloc = int(head_->block_rows), v0 = int(head_->row_offset);
+  const int gy = grid_->shape().y;
+  const float* w = gather_block(*grid_, *head_, params, ws.weight.data());
+  const bool direct = grid_->shape().z == 1;
+  float* dw = nullptr;
+  if (dx) {
+    dw = direct ? grads + head_->offset : ws.dweight.data();
+    if (!direct) std::fill(dw, dw + head_->block_numel(), 0.0f);
+  }
+  double loss = 0;
+  for (int r0 = 0; r0 < m; r0 += chunk_) {
+    const int rows = std::min(chunk_, m - r0);
+    const float* xc = x + int64_t(r0) * C;
+    const float* wc = weight ? weight + r0 : nullptr;
+    float* logits = logits_.data();  // [rows, Vloc]
+    ops::linear_forward(logits, xc, w, nullptr, rows, C, Vloc);
+    grid_->X().all_reduce(logits, int64_t(rows) * Vloc);
+    ops::ce_local_stats(stats_.data(), logits, targets + r0, wc, rows, Vloc, v0, V_);
+    grid_->Y().all_gather(stats_.data(), gathered_.data(), 2 * int64_t(rows), DType::kF32);
+    loss += ops::ce_combine(lse_.data(), gathered_.data(), wc, rows, gy);
+    if (!dx) continue;
+    ops::ce_dlogits(logits, lse_.data(), targets + r0, wc, denominator, rows, Vloc, v0, V_);
+    ops::linear_backward_input(dx + int64_t(r0) * C, logits, w, rows, C, Vloc, false);
+    ops::linear_backward_weight(dw, nullptr, logits, xc, rows, C, Vloc);
+  }
+  if (dx) {
+    grid_->Y().all_reduce(dx, int64_t(m) * C);
+    if (!direct) add_block_gradient(*grid_, *head_, grads, ws);
+  }
+  return loss / denominator;
+}
+
+void VocabCrossEntropy::logits(float* out, const float* x, int m, const float* params,
+                               LinearWorkspace& ws) {
+  const int C = int(head_->block_cols), Vloc = int(head_->block_rows), gy = grid_->shape().y;
+  const float* w = gather_block(*grid_, *head_, params, ws.weight.data());
+  Buffer<float> local(int64_t(m) * Vloc), all(int64_t(m) * Vloc * gy);
+  ops::linear_forward(local.data(), x, w, nullptr, m, C, Vloc);
+  grid_->X().all_reduce(local.data(), int64_t(m) * Vloc);
+  grid_->Y().all_gather(local.data(), all.data(), int64_t(m) * Vloc, DType::kF32);
+  for (int p = 0; p < gy; ++p)
+    for (int r = 0; r < m; ++r)
+      for (int j = 0; j < Vloc && p * Vloc + j < V_; ++j)
+        out[int64_t(r) * V_ + p * Vloc + j] = all[(int64_t(p) * m + r) * Vloc + j];
+}
+
+}  // namespace dendrite

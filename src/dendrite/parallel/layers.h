@@ -1,0 +1,86 @@
+// The other layers of a transformer on the grid (DESIGN.md section 4), each a
+// forward and an explicit backward around the local ops:
+//   ParallelNorm         LayerNorm / RMSNorm over the full width of a stream
+//                        split over X: row sums all-reduced over X, both ways.
+//   VocabEmbedding       the vocabulary-parallel lookup (+ GPT-2 positions):
+//                        each Y rank fills the rows of its vocabulary block,
+//                        then an all-reduce over Y.
+//   VocabCrossEntropy    the LM head and the loss without ever gathering the
+//                        logits: [rows, Vp/Gy] per chunk, summed over X; each Y
+//                        rank's log-sum-exp and target logit are all-gathered
+//                        over Y and combined.
+// Letters: m local rows, C width (C/Gx per rank), Vp padded vocabulary (Vp/Gy per rank).
+#pragma once
+
+#include <cstdint>
+
+#include "dendrite/comm/grid.h"
+#include "dendrite/core/buffer.h"
+#include "dendrite/parallel/linear.h"
+#include "dendrite/parallel/params.h"
+
+namespace dendrite {
+
+class ParallelNorm {
+ public:
+  ParallelNorm() = default;
+  // layernorm: LayerNorm with gain and bias; else RMSNorm (bias null).
+  ParallelNorm(ProcessGrid& grid, bool layernorm, const ParamSpec& gain, const ParamSpec* bias,
+               int c_total, float eps);
+  // y, x [m, C/Gx]; mean (LayerNorm only), rstd [m] saved for the backward.
+  void forward(float* y, float* mean, float* rstd, const float* x, int m, const float* params,
+               Buffer<double>& sums) const;
+  // dx [m, C/Gx] overwritten; gain and bias gradients accumulated.
+  void backward(float* dx, const float* dy, const float* x, const float* mean, const float* rstd,
+                int m, const float* params, float* grads, Buffer<double>& sums) const;
+
+ private:
+  ProcessGrid* grid_ = nullptr;
+  bool layernorm_ = true;
+  const ParamSpec* gain_ = nullptr;
+  const ParamSpec* bias_ = nullptr;
+  int c_ = 0, c_total_ = 0;
+  float eps_ = 1e-5f;
+};
+
+class VocabEmbedding {
+ public:
+  VocabEmbedding() = default;
+  // table: [Vp, C] sharded as a normal layer; positions: [T_max, C] split over X
+  // (columns) and chunked over Z, or null.
+  VocabEmbedding(ProcessGrid& grid, const ParamSpec& table, const ParamSpec* positions);
+  // out [m, C/Gx] for tokens [m] (m = B_local * T).
+  void forward(float* out, const int32_t* tokens, int m, int T, const float* params,
+               LinearWorkspace& ws) const;
+  void backward(const float* dout, const int32_t* tokens, int m, int T, float* grads,
+                LinearWorkspace& ws) const;
+
+ private:
+  ProcessGrid* grid_ = nullptr;
+  const ParamSpec* table_ = nullptr;
+  const ParamSpec* pos_ = nullptr;
+};
+
+class VocabCrossEntropy {
+ public:
+  VocabCrossEntropy() = default;
+  // head: [Vp, C] sharded as a normal layer (GPT-2: the token embedding);
+  // V real ids; rows per chunk.
+  VocabCrossEntropy(ProcessGrid& grid, const ParamSpec& head, int V, int chunk_rows);
+  // Returns sum_r weight[r] * CE_r / denominator over this rank's rows (the
+  // same on every X and Y rank; the caller sums over Z and D). With dx non-null
+  // also dx [m, C/Gx] (summed over Y) and the head's gradient.
+  double forward_backward(float* dx, const float* x, const int32_t* targets, const float* weight,
+                          double denominator, int m, const float* params, float* grads,
+                          LinearWorkspace& ws);
+  // logits [m, V] of every row, gathered on every rank (generation, tests).
+  void logits(float* out, const float* x, int m, const float* params, LinearWorkspace& ws);
+
+ private:
+  ProcessGrid* grid_ = nullptr;
+  const ParamSpec* head_ = nullptr;
+  int V_ = 0, chunk_ = 0;
+  Buffer<float> logits_, stats_, gathered_, lse_;
+};
+
+}  // namespace dendrite

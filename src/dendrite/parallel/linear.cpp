@@ -1,0 +1,78 @@
+#include "dendrite/parallel/linear.h"
+
+#include <algorithm>
+
+#include "dendrite/core/check.h"
+#include "dendrite/ops/activation.h"
+#include "dendrite/ops/matmul.h"
+
+namespace dendrite {
+
+void LinearWorkspace::reserve(int64_t block_numel) {
+  if (int64_t(weight.size()) < block_numel) {
+    weight.resize(block_numel);
+    dweight.resize(block_numel);
+    dchunk.resize(block_numel);
+  }
+}
+
+void add_block_gradient(ProcessGrid& grid, const ParamSpec& s, float* grads, LinearWorkspace& ws) {
+  grid.Z().reduce_scatter(ws.dweight.data(), ws.dchunk.data(), s.numel, DType::kF32);
+  ops::add_inplace(grads + s.offset, ws.dchunk.data(), s.numel);
+}
+
+const float* gather_block(ProcessGrid& grid, const ParamSpec& s, const float* params,
+                          float* scratch) {
+  if (grid.shape().z == 1) return params + s.offset;
+  grid.Z().all_gather(params + s.offset, scratch, s.numel, DType::kF32);
+  return scratch;
+}
+
+ParallelLinear::ParallelLinear(ProcessGrid& grid, const ParamSpec& w, const ParamSpec* b)
+    : grid_(&grid), w_(&w), b_(b) {
+  const bool normal = w.sharding.rows == Axis::kY;
+  DENDRITE_CHECK(w.sharding.chunk_z && (normal ? w.sharding.cols == Axis::kX
+                                               : w.sharding.rows == Axis::kX &&
+                                                     w.sharding.cols == Axis::kY),
+                 "parallel linear: ", w.name, " is not sharded as a normal or transposed layer");
+  fwd_ = normal ? &grid.X() : &grid.Y();
+  bwd_ = normal ? &grid.Y() : &grid.X();
+  out_ = int(w.block_rows);
+  in_ = int(w.block_cols);
+  DENDRITE_CHECK(!b || b->numel == out_, "parallel linear: bias ", b ? b->name : "",
+                 " does not match the ", out_, " local outputs of ", w.name);
+}
+
+const float* ParallelLinear::gather_weight(const float* params, LinearWorkspace& ws) const {
+  return gather_block(*grid_, *w_, params, ws.weight.data());
+}
+
+void ParallelLinear::forward(float* y, const float* x, int m, const float* params,
+                             LinearWorkspace& ws) const {
+  const float* w = gather_weight(params, ws);
+  ops::linear_forward(y, x, w, nullptr, m, in_, out_);  // [m, out]: partial over the forward axis
+  fwd_->all_reduce(y, int64_t(m) * out_);
+  if (b_) {
+    const float* b = params + b_->offset;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < m; ++r) ops::add_inplace(y + int64_t(r) * out_, b, out_);
+  }
+}
+
+void ParallelLinear::backward(float* dx, bool accumulate, bool reduce_dx, const float* dy,
+                              const float* x, int m, const float* params, float* grads,
+                              LinearWorkspace& ws) const {
+  const float* w = gather_weight(params, ws);
+  ops::linear_backward_input(dx, dy, w, m, in_, out_, accumulate);
+  if (reduce_dx) bwd_->all_reduce(dx, int64_t(m) * in_);
+  float* db = b_ ? grads + b_->offset : nullptr;
+  if (grid_->shape().z == 1) {
+    ops::linear_backward_weight(grads + w_->offset, db, dy, x, m, in_, out_);
+    return;
+  }
+  std::fill(ws.dweight.data(), ws.dweight.data() + w_->block_numel(), 0.0f);
+  ops::linear_backward_weight(ws.dweight.data(), db, dy, x, m, in_, out_);
+  add_block_gradient(*grid_, *w_, grads, ws);
+}
+
+}  // namespace dendrite

@@ -1,0 +1,69 @@
+// The parallel linear layer of DESIGN.md section 3, y = x W^T + b with W [N, K].
+//
+//   normal:      x [m, K/Gx] (replicated over Y) -> y [m, N/Gy] (replicated over X)
+//                W block [N/Gy, K/Gx]; forward all-reduce over X, backward over Y
+//   transposed:  x [m, K/Gy] (replicated over X) -> y [m, N/Gx] (replicated over Y)
+//                W block [N/Gx, K/Gy]; forward all-reduce over Y, backward over X
+//
+// The block is stored as Gz chunks and all-gathered over Z before each use
+// (forward, and again in the backward); its gradient dW = dy^T x is
+// reduce-scattered over Z into this rank's chunk. The collectives come in
+// conjugate pairs: forward all-gather over Z / backward reduce-scatter over Z;
+// forward all-reduce over X / backward all-reduce over Y (normal layer).
+#pragma once
+
+#include "dendrite/comm/grid.h"
+#include "dendrite/core/buffer.h"
+#include "dendrite/parallel/params.h"
+
+namespace dendrite {
+
+// Scratch shared by the layers of a model: the gathered weight block and the
+// full dW block (each sized for the largest layer).
+struct LinearWorkspace {
+  Buffer<float> weight, dweight, dchunk;
+  void reserve(int64_t block_numel);
+};
+
+// Reduce-scatters the full block gradient of s held in ws.dweight over Z and
+// adds this rank's chunk into its gradient.
+void add_block_gradient(ProcessGrid& grid, const ParamSpec& s, float* grads, LinearWorkspace& ws);
+
+// The full [block_rows, block_cols] block of a Z-chunked tensor: gathered over
+// Z into scratch, or the stored values themselves when Gz == 1.
+const float* gather_block(ProcessGrid& grid, const ParamSpec& s, const float* params,
+                          float* scratch);
+
+class ParallelLinear {
+ public:
+  ParallelLinear() = default;
+  // w (and b, may be null) must be specs of `table` with the matching sharding.
+  ParallelLinear(ProcessGrid& grid, const ParamSpec& w, const ParamSpec* b);
+
+  int in_local() const { return in_; }
+  int out_local() const { return out_; }
+  // The weight block [out_local, in_local], gathered over Z into ws (or the
+  // parameters themselves when Gz == 1).
+  const float* gather_weight(const float* params, LinearWorkspace& ws) const;
+
+  // y [m, out_local] = x [m, in_local] W^T, summed over the forward axis, + b.
+  void forward(float* y, const float* x, int m, const float* params, LinearWorkspace& ws) const;
+  // dx [m, in_local] = dy W (overwritten, or added to when accumulate), and
+  // summed over the backward axis when reduce_dx (callers that add several
+  // layers' dx reduce once themselves); dW reduce-scattered over Z into
+  // grads; db += the row sums of dy.
+  void backward(float* dx, bool accumulate, bool reduce_dx, const float* dy, const float* x, int m,
+                const float* params, float* grads, LinearWorkspace& ws) const;
+  // The axis whose ranks sum dx (Y for a normal layer).
+  Communicator& backward_axis() const { return *bwd_; }
+
+ private:
+  ProcessGrid* grid_ = nullptr;
+  const ParamSpec* w_ = nullptr;
+  const ParamSpec* b_ = nullptr;
+  Communicator* fwd_ = nullptr;
+  Communicator* bwd_ = nullptr;
+  int in_ = 0, out_ = 0;
+};
+
+}  // namespace dendrite

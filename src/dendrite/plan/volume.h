@@ -1,0 +1,33 @@
+// The exact communication volume of one training step (forward, backward,
+// gradient reductions, loss and gradient-norm sums) as a closed form of the
+// model, the batch and the grid (DESIGN.md section 6). It counts what the
+// communicators count: per axis and kind of collective, the payload bytes a
+// rank hands to each call on a group larger than one (all-reduce: the buffer;
+// all-gather: the gathered output; reduce-scatter: the full input), and the
+// number of calls. Rank-independent: every rank of a grid moves the same.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "dendrite/model/config.h"
+
+namespace dendrite {
+
+struct GridDims {
+  int x = 1, y = 1, z = 1, d = 1;
+};
+
+struct Volume {
+  // key: "<axis>.<kind>", e.g. "z.all_gather", "x.all_reduce"
+  std::map<std::string, int64_t> bytes, calls;
+  void add(const std::string& axis, int extent, const char* kind, int64_t bytes, int64_t calls = 1);
+};
+
+// B global batch, T sequence length, with the cross-entropy in chunks of
+// ce_chunk rows (Dendrite uses 256).
+Volume step_volume(const ModelConfig& model, const GridDims& grid, int B, int T,
+                   int ce_chunk = 256);
+
+}  // namespace dendrite

@@ -1,0 +1,81 @@
+// Internal to comm/: the two Communicator implementations and the body of a
+// Request. MpiCommunicator runs the collectives of one MPI group (an axis x, y,
+// z or d of the process grid, or the whole world); SelfCommunicator is the
+// group of one process, whose collectives copy or do nothing and count no
+// bytes. Code outside comm/ sees only communicator.h and grid.h.
+#pragma once
+
+#include <mpi.h>
+
+#include <vector>
+
+#include "dendrite/comm/communicator.h"
+
+namespace dendrite {
+
+// A non-blocking collective in flight. `req` is MPI_REQUEST_NULL once waited
+// (or for a request that never needed MPI); wait() charges the time it blocks
+// to `stats`, the counters of the communicator that posted it, which must
+// outlive the request.
+struct Request::Impl {
+  MPI_Request req = MPI_REQUEST_NULL;
+  CommStats* stats = nullptr;
+  // MPI_Ireduce_scatter reads its recvcounts until completion, so they live here.
+  std::vector<int> counts;
+};
+
+// Throws a dendrite::Error naming `call` when rc is not MPI_SUCCESS. (The
+// default handler MPI_ERRORS_ARE_FATAL aborts first; this guards any
+// communicator whose handler was changed.)
+void check_mpi(int rc, const char* call);
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Takes ownership of `comm` (freed in the destructor).
+  MpiCommunicator(MPI_Comm comm, std::string name);
+  ~MpiCommunicator() override;
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  using Communicator::all_reduce;
+  void all_reduce(void* buf, int64_t n, DType t) override;
+  Request iall_reduce(void* buf, int64_t n, DType t) override;
+  void all_gather(const void* in, void* out, int64_t n, DType t) override;
+  Request iall_gather(const void* in, void* out, int64_t n, DType t) override;
+  void reduce_scatter(const void* in, void* out, int64_t n, DType t) override;
+  Request ireduce_scatter(const void* in, void* out, int64_t n, DType t) override;
+  void broadcast(void* buf, int64_t n, DType t, int root) override;
+  void barrier() override;
+
+ private:
+  // Records the payload of one collective (only on groups larger than one).
+  void record(Collective c, int64_t bytes);
+  Request make_request(std::unique_ptr<Request::Impl> impl);
+  MPI_Comm comm_;
+  int rank_ = 0, size_ = 1;
+};
+
+class SelfCommunicator final : public Communicator {
+ public:
+  explicit SelfCommunicator(std::string name) : Communicator(std::move(name)) {}
+
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  using Communicator::all_reduce;
+  void all_reduce(void* buf, int64_t n, DType t) override;
+  Request iall_reduce(void* buf, int64_t n, DType t) override;
+  void all_gather(const void* in, void* out, int64_t n, DType t) override;
+  Request iall_gather(const void* in, void* out, int64_t n, DType t) override;
+  void reduce_scatter(const void* in, void* out, int64_t n, DType t) override;
+  Request ireduce_scatter(const void* in, void* out, int64_t n, DType t) override;
+  void broadcast(void* buf, int64_t n, DType t, int root) override;
+  void barrier() override {}
+};
+
+// Wraps `comm` (taking ownership): a SelfCommunicator when the group has one
+// rank (the handle is freed at once), else an MpiCommunicator.
+std::unique_ptr<Communicator> wrap_mpi_comm(MPI_Comm comm, std::string name);
+
+}  // namespace dendrite

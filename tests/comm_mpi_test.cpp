@@ -1,0 +1,518 @@
+// Communicators and the 4D process grid (axes x, y, z, d) under mpirun -np 8.
+// Each MPI test walks every grid of P = 1, 2, 4 and 8 ranks: MPI_COMM_WORLD is
+// split into 8/P groups of P ranks and each group builds every shape with
+// x*y*z*d = P (1 + 4 + 10 + 20 grids), so one launch checks all of them on
+// every rank. Values encode the world rank of the rank that sent them, so data
+// from the wrong peer, slot or group shows up as a wrong number.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <climits>
+#include <functional>
+#include <vector>
+
+#include "dendrite/comm/communicator.h"
+#include "dendrite/comm/grid.h"
+#include "dendrite/core/check.h"
+
+namespace dendrite {
+namespace {
+
+using ::testing::HasSubstr;
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+int world_size() {
+  int s = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+// Every shape with x*y*z*d = p, x fastest.
+std::vector<GridShape> shapes_of(int p) {
+  std::vector<GridShape> shapes;
+  for (int d = 1; d <= p; ++d)
+    for (int z = 1; z <= p; ++z)
+      for (int y = 1; y <= p; ++y)
+        for (int x = 1; x <= p; ++x)
+          if (x * y * z * d == p) shapes.push_back(GridShape{x, y, z, d});
+  return shapes;
+}
+
+// One axis of a grid as the tests see it: its communicator and the world
+// ranks of its members in axis-rank order (computed from the formula of
+// DESIGN.md section 1, not asked of MPI).
+struct Axis {
+  Communicator* comm;
+  std::vector<int> members;
+};
+
+// The five communicators of `grid`, whose base group holds world ranks
+// first .. first + P - 1 in order.
+std::vector<Axis> axes_of(ProcessGrid& grid) {
+  const GridShape& s = grid.shape();
+  const int first = world_rank() - grid.rank();
+  const int extent[4] = {s.x, s.y, s.z, s.d};
+  const int coord[4] = {grid.x(), grid.y(), grid.z(), grid.d()};
+  Communicator* comm[4] = {&grid.X(), &grid.Y(), &grid.Z(), &grid.D()};
+  std::vector<Axis> axes;
+  for (int a = 0; a < 4; ++a) {
+    Axis axis{comm[a], {}};
+    for (int j = 0; j < extent[a]; ++j) {
+      int c[4] = {coord[0], coord[1], coord[2], coord[3]};
+      c[a] = j;
+      axis.members.push_back(first + c[0] + s.x * (c[1] + s.y * (c[2] + s.z * c[3])));
+    }
+    axes.push_back(axis);
+  }
+  Axis world{&grid.world(), {}};
+  for (int j = 0; j < s.size(); ++j) world.members.push_back(first + j);
+  axes.push_back(world);
+  return axes;
+}
+
+// Calls body(grid) for every grid of P = 1, 2, 4 and 8 ranks, on every rank.
+void for_each_grid(const std::function<void(ProcessGrid&)>& body) {
+  const int rank = world_rank();
+  for (int p : {1, 2, 4, 8}) {
+    if (world_size() % p != 0) continue;
+    MPI_Comm group;
+    ASSERT_EQ(MPI_Comm_split(MPI_COMM_WORLD, rank / p, rank, &group), MPI_SUCCESS);
+    for (const GridShape& shape : shapes_of(p)) {
+      SCOPED_TRACE("grid " + shape.str());
+      ProcessGrid grid(shape, &group);
+      body(grid);
+    }
+    MPI_Comm_free(&group);
+  }
+}
+
+template <typename T>
+DType dtype_of();
+template <>
+DType dtype_of<float>() {
+  return DType::kF32;
+}
+template <>
+DType dtype_of<double>() {
+  return DType::kF64;
+}
+template <>
+DType dtype_of<int64_t>() {
+  return DType::kI64;
+}
+
+// Element i of slot j sent by world rank w; exact in every type (floats keep
+// the .25; int64 needs its high bits and mixes signs, so it cannot pass when
+// summed as if it were doubles or 32-bit ints).
+template <typename T>
+T value(int w, int j, int i) {
+  if constexpr (std::is_integral_v<T>) {
+    return (w % 2 ? -1 : 1) * (int64_t{w + 1} << 40) + w * 1000 + j * 100 + i;
+  }
+  return static_cast<T>(w * 1000 + j * 100 + i + 0.25);
+}
+
+constexpr int64_t kN = 5;  // elements per rank
+// Past OpenMPI's eager limit (4 KiB on shared memory) and its small-message
+// algorithm switch points, so the large-message paths run too; values stay
+// exact in float (multiples of 0.25 below 2^20).
+constexpr int64_t kLarge = 20011;
+
+void add_expected(CommStats& expect, int size, Collective c, int64_t bytes) {
+  if (size == 1) return;
+  expect.bytes[static_cast<int>(c)] += bytes;
+  expect.calls[static_cast<int>(c)] += 1;
+}
+
+// One failure per wrong buffer (not one per element), naming the first wrong
+// element and how many differ.
+template <typename T>
+void expect_values(const std::vector<T>& got, const std::vector<T>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t wrong = 0, first = 0;
+  for (size_t i = got.size(); i-- > 0;) {
+    if (got[i] != want[i]) ++wrong, first = i;
+  }
+  if (wrong > 0) {
+    ADD_FAILURE() << what << ": " << wrong << " of " << got.size() << " elements differ; element "
+                  << first << " is " << got[first] << ", expected " << want[first];
+  }
+}
+
+// Element i of the sum over the axis of every member's slot j.
+template <typename T>
+std::vector<T> axis_sum(const Axis& axis, int j, int64_t n) {
+  std::vector<T> sum(n, T(0));
+  for (int m : axis.members)
+    for (int64_t i = 0; i < n; ++i) sum[i] += value<T>(m, j, i);
+  return sum;
+}
+
+// Slot j of world rank w: n elements.
+template <typename T>
+std::vector<T> slot(int w, int j, int64_t n) {
+  std::vector<T> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = value<T>(w, j, i);
+  return v;
+}
+
+// Broadcast from the last rank and from rank 0 of the axis.
+template <typename T>
+void check_broadcast(const Axis& axis, CommStats& expect, int64_t n) {
+  Communicator& c = *axis.comm;
+  for (int root : {c.size() - 1, 0}) {
+    std::vector<T> buf = slot<T>(world_rank(), 0, n);
+    c.broadcast(buf.data(), n, dtype_of<T>(), root);
+    add_expected(expect, c.size(), Collective::kBroadcast, n * int64_t{sizeof(T)});
+    expect_values(buf, slot<T>(axis.members[root], 0, n), "broadcast from " + std::to_string(root));
+  }
+}
+
+// Runs every collective on one axis (blocking or not) and checks the values;
+// adds what the byte counters should record to `expect`.
+template <typename T>
+void check_collectives(const Axis& axis, bool nonblocking, CommStats& expect, int64_t n = kN) {
+  Communicator& c = *axis.comm;
+  const int s = c.size(), r = c.rank(), me = world_rank();
+  const DType t = dtype_of<T>();
+  const int64_t es = sizeof(T);
+  SCOPED_TRACE(c.name() + (nonblocking ? " non-blocking, " : " blocking, ") + std::to_string(es) +
+               "-byte elements, n = " + std::to_string(n));
+
+  std::vector<T> buf = slot<T>(me, 0, n);
+  if (nonblocking) {
+    c.iall_reduce(buf.data(), n, t).wait();
+  } else {
+    c.all_reduce(buf.data(), n, t);
+  }
+  add_expected(expect, s, Collective::kAllReduce, n * es);
+  expect_values(buf, axis_sum<T>(axis, 0, n), "all_reduce");
+
+  const std::vector<T> in = slot<T>(me, 0, n);
+  std::vector<T> out(s * n), want;
+  if (nonblocking) {
+    c.iall_gather(in.data(), out.data(), n, t).wait();
+  } else {
+    c.all_gather(in.data(), out.data(), n, t);
+  }
+  add_expected(expect, s, Collective::kAllGather, s * n * es);
+  for (int m : axis.members) {
+    const std::vector<T> part = slot<T>(m, 0, n);
+    want.insert(want.end(), part.begin(), part.end());
+  }
+  expect_values(out, want, "all_gather");
+
+  std::vector<T> full, part(n);  // full: slot j of this rank goes to axis rank j
+  for (int j = 0; j < s; ++j) {
+    const std::vector<T> piece = slot<T>(me, j, n);
+    full.insert(full.end(), piece.begin(), piece.end());
+  }
+  if (nonblocking) {
+    c.ireduce_scatter(full.data(), part.data(), n, t).wait();
+  } else {
+    c.reduce_scatter(full.data(), part.data(), n, t);
+  }
+  add_expected(expect, s, Collective::kReduceScatter, s * n * es);
+  expect_values(part, axis_sum<T>(axis, r, n), "reduce_scatter");
+
+  if (!nonblocking) check_broadcast<T>(axis, expect, n);  // there is no non-blocking one
+}
+
+// all_gather from this rank's slot of out, reduce_scatter with in == out.
+void check_in_place(const Axis& axis, CommStats& expect) {
+  Communicator& c = *axis.comm;
+  const int s = c.size(), r = c.rank(), me = world_rank();
+  SCOPED_TRACE(c.name() + " in place");
+  std::vector<double> buf(s * kN, -1.0), want;
+  for (int i = 0; i < kN; ++i) buf[r * kN + i] = value<double>(me, 0, i);
+  c.iall_gather(buf.data() + r * kN, buf.data(), kN, DType::kF64).wait();
+  add_expected(expect, s, Collective::kAllGather, s * kN * 8);
+  for (int m : axis.members) {
+    const std::vector<double> part = slot<double>(m, 0, kN);
+    want.insert(want.end(), part.begin(), part.end());
+  }
+  expect_values(buf, want, "in-place all_gather");
+
+  for (int j = 0; j < s; ++j)
+    for (int i = 0; i < kN; ++i) buf[j * kN + i] = value<double>(me, j, i);
+  c.reduce_scatter(buf.data(), buf.data(), kN, DType::kF64);
+  add_expected(expect, s, Collective::kReduceScatter, s * kN * 8);
+  buf.resize(kN);
+  expect_values(buf, axis_sum<double>(axis, r, kN), "in-place reduce_scatter");
+}
+
+void expect_stats(const Communicator& c, const CommStats& expect) {
+  for (int k = 0; k < static_cast<int>(Collective::kCount); ++k) {
+    const char* kind = collective_name(static_cast<Collective>(k));
+    EXPECT_EQ(c.stats().bytes[k], expect.bytes[k]) << c.name() << " bytes of " << kind;
+    EXPECT_EQ(c.stats().calls[k], expect.calls[k]) << c.name() << " calls of " << kind;
+  }
+}
+
+TEST(ProcessGridMpi, CoordinatesAndAxisGroups) {
+  EXPECT_EQ(world_size(), 8) << "run under mpirun -np 8 to cover every grid";
+  int grids = 0;
+  for_each_grid([&](ProcessGrid& grid) {
+    ++grids;
+    const GridShape& s = grid.shape();
+    const int r = world_rank() % s.size();
+    EXPECT_EQ(grid.rank(), r);
+    EXPECT_EQ(grid.x(), r % s.x);
+    EXPECT_EQ(grid.y(), (r / s.x) % s.y);
+    EXPECT_EQ(grid.z(), (r / (s.x * s.y)) % s.z);
+    EXPECT_EQ(grid.d(), r / (s.x * s.y * s.z));
+    const int coord[5] = {grid.x(), grid.y(), grid.z(), grid.d(), grid.rank()};
+    const char* names[5] = {"x", "y", "z", "d", "world"};
+    const std::vector<Axis> axes = axes_of(grid);
+    for (int a = 0; a < 5; ++a) {
+      Communicator& c = *axes[a].comm;
+      EXPECT_EQ(c.name(), names[a]);
+      EXPECT_EQ(c.rank(), coord[a]) << names[a];
+      EXPECT_EQ(c.size(), static_cast<int>(axes[a].members.size())) << names[a];
+      // Membership: every rank of the group reports its world rank.
+      int64_t mine = world_rank();
+      std::vector<int64_t> all(c.size(), -1);
+      c.all_gather(&mine, all.data(), 1, DType::kI64);
+      EXPECT_THAT(all, ::testing::ElementsAreArray(
+                           std::vector<int64_t>(axes[a].members.begin(), axes[a].members.end())))
+          << names[a];
+    }
+  });
+  EXPECT_EQ(grids, 35);
+}
+
+TEST(ProcessGridMpi, CollectiveValuesAndCounters) {
+  for_each_grid([](ProcessGrid& grid) {
+    const std::vector<Axis> axes = axes_of(grid);
+    for (const Axis& axis : axes) {
+      grid.reset_stats();
+      CommStats expect;
+      for (bool nonblocking : {false, true}) {
+        check_collectives<float>(axis, nonblocking, expect);
+        check_collectives<double>(axis, nonblocking, expect);
+        check_collectives<int64_t>(axis, nonblocking, expect);
+      }
+      if (axis.comm == &grid.world()) {  // the large paths once per group size and grid
+        check_collectives<float>(axis, false, expect, kLarge);
+        check_collectives<float>(axis, true, expect, kLarge);
+      }
+      check_in_place(axis, expect);
+      axis.comm->barrier();
+      // This axis counted by the rule; the other four counted nothing.
+      for (const Axis& other : axes)
+        expect_stats(*other.comm, other.comm == axis.comm ? expect : CommStats{});
+      if (axis.comm->size() > 1) {
+        EXPECT_GT(axis.comm->stats().wait_seconds, 0.0);
+      } else {
+        EXPECT_EQ(axis.comm->stats().wait_seconds, 0.0);
+      }
+    }
+    grid.reset_stats();
+    for (const Axis& axis : axes) {
+      expect_stats(*axis.comm, CommStats{});
+      EXPECT_EQ(axis.comm->stats().wait_seconds, 0.0);
+    }
+  });
+}
+
+TEST(ProcessGridMpi, RequestsCompleteOnWaitMoveAndDestruction) {
+  for_each_grid([](ProcessGrid& grid) {
+    for (const Axis& axis : axes_of(grid)) {
+      Communicator& c = *axis.comm;
+      const int s = c.size(), me = world_rank();
+      SCOPED_TRACE(c.name());
+      c.reset_stats();
+      float sum = 0;
+      for (int m : axis.members) sum += value<float>(m, 0, 0);
+      std::vector<float> a(kN, value<float>(me, 0, 0)), b = a, d = a, e = a;
+      std::vector<float> gathered(s * kN);
+      {
+        Request dropped = c.iall_reduce(a.data(), kN, DType::kF32);
+        EXPECT_EQ(dropped.pending(), s > 1);
+      }  // destroyed without wait()
+      EXPECT_THAT(a, ::testing::Each(sum));
+
+      Request first = c.iall_reduce(b.data(), kN, DType::kF32);
+      Request moved(std::move(first));
+      EXPECT_FALSE(first.pending());
+      EXPECT_EQ(moved.pending(), s > 1);
+      first = c.iall_gather(e.data(), gathered.data(), kN, DType::kF32);
+      first = c.iall_reduce(d.data(), kN, DType::kF32);  // finishes the gather first
+      for (int j = 0; j < s; ++j) EXPECT_EQ(gathered[j * kN], value<float>(axis.members[j], 0, 0));
+      moved.wait();
+      moved.wait();  // idempotent
+      EXPECT_FALSE(moved.pending());
+      first.wait();
+      EXPECT_FALSE(first.pending());
+      EXPECT_THAT(b, ::testing::Each(sum));
+      EXPECT_THAT(d, ::testing::Each(sum));
+      first.wait();  // a waited request stays done
+      EXPECT_FALSE(first.pending());
+      // Only waits blocked here, and they charge the communicator that posted.
+      if (s > 1) {
+        EXPECT_GT(c.stats().wait_seconds, 0.0);
+      } else {
+        EXPECT_EQ(c.stats().wait_seconds, 0.0);
+      }
+      EXPECT_EQ(c.stats().calls[static_cast<int>(Collective::kAllReduce)], s > 1 ? 3 : 0);
+    }
+  });
+}
+
+TEST(ProcessGridMpi, BadCountsAndRootsThrowWithoutCounting) {
+  for_each_grid([](ProcessGrid& grid) {
+    for (const Axis& axis : axes_of(grid)) {
+      Communicator& c = *axis.comm;
+      c.reset_stats();
+      float dummy[1] = {0};
+      EXPECT_THROW(c.all_reduce(dummy, -1, DType::kF32), Error);
+      EXPECT_THROW(c.broadcast(dummy, 1, DType::kF32, c.size()), Error);
+      EXPECT_THROW(c.broadcast(dummy, 1, DType::kF32, -1), Error);
+      if (c.size() > 1) {  // a group of one moves nothing, so it has no count limit
+        const int64_t big = int64_t{INT_MAX} + 1;
+        try {
+          c.all_reduce(dummy, big, DType::kF32);
+          ADD_FAILURE() << "all_reduce of INT_MAX + 1 elements did not throw";
+        } catch (const Error& e) {
+          EXPECT_THAT(e.what(), HasSubstr("INT_MAX"));
+        }
+        EXPECT_THROW(c.iall_reduce(dummy, big, DType::kF32), Error);
+        EXPECT_THROW(c.all_gather(dummy, dummy, big, DType::kF64), Error);
+        EXPECT_THROW(c.iall_gather(dummy, dummy, big, DType::kF64), Error);
+        EXPECT_THROW(c.reduce_scatter(dummy, dummy, big, DType::kI64), Error);
+        EXPECT_THROW(c.ireduce_scatter(dummy, dummy, big, DType::kI64), Error);
+        EXPECT_THROW(c.broadcast(dummy, big, DType::kF32, 0), Error);
+      }
+      expect_stats(c, CommStats{});
+    }
+  });
+}
+
+TEST(ProcessGridMpi, WrongSizeOrDisagreeingShapesThrowOnEveryRank) {
+  MPI_Comm world = MPI_COMM_WORLD;
+  try {
+    ProcessGrid grid(GridShape{2, 2, 1, 1}, &world);
+    ADD_FAILURE() << "a 4-rank grid on 8 ranks did not throw";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("x=2,y=2,z=1,d=1 has 4 ranks but the communicator has 8"));
+    EXPECT_THAT(e.what(), HasSubstr("mpirun -np 4"));
+  }
+  // Same size, different shapes on even and odd ranks: every rank must throw.
+  const GridShape mine = world_rank() % 2 ? GridShape{2, 1, 1, 4} : GridShape{4, 1, 1, 2};
+  try {
+    ProcessGrid grid(mine, &world);
+    ADD_FAILURE() << "disagreeing grids did not throw";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("different grids"));
+  }
+  EXPECT_THROW(ProcessGrid(GridShape{0, 1, 1, 8}, &world), Error);
+}
+
+TEST(ProcessGridSingle, SelfCommunicatorsCopyAndCountNothing) {
+  auto grid = ProcessGrid::single();
+  EXPECT_EQ(grid->shape().size(), 1);
+  EXPECT_EQ(grid->rank(), 0);
+  EXPECT_EQ(grid->x() + grid->y() + grid->z() + grid->d(), 0);
+  for (Communicator* c : {&grid->X(), &grid->Y(), &grid->Z(), &grid->D(), &grid->world()}) {
+    SCOPED_TRACE(c->name());
+    EXPECT_EQ(c->rank(), 0);
+    EXPECT_EQ(c->size(), 1);
+    double buf[3] = {1.5, 2.5, 3.5}, out[3] = {};
+    c->all_reduce(buf, 3);
+    EXPECT_THAT(buf, ::testing::ElementsAre(1.5, 2.5, 3.5));
+    c->all_gather(buf, out, 3, DType::kF64);
+    EXPECT_THAT(out, ::testing::ElementsAre(1.5, 2.5, 3.5));
+    int64_t ints[2] = {7, 9}, iout[2] = {};
+    Request q = c->ireduce_scatter(ints, iout, 2, DType::kI64);
+    EXPECT_FALSE(q.pending());
+    EXPECT_THAT(iout, ::testing::ElementsAre(7, 9));
+    c->broadcast(buf, 3, DType::kF64, 0);
+    EXPECT_THROW(c->broadcast(buf, 3, DType::kF64, 1), Error);
+    c->barrier();
+    expect_stats(*c, CommStats{});
+    EXPECT_EQ(c->stats().wait_seconds, 0.0);
+  }
+  EXPECT_EQ(grid->X().name(), "x");
+  EXPECT_EQ(grid->world().name(), "world");
+}
+
+TEST(Collective, NamesAndSizes) {
+  EXPECT_STREQ(collective_name(Collective::kAllReduce), "all_reduce");
+  EXPECT_STREQ(collective_name(Collective::kAllGather), "all_gather");
+  EXPECT_STREQ(collective_name(Collective::kReduceScatter), "reduce_scatter");
+  EXPECT_STREQ(collective_name(Collective::kBroadcast), "broadcast");
+  EXPECT_EQ(dtype_size(DType::kF32), 4u);
+  EXPECT_EQ(dtype_size(DType::kF64), 8u);
+  EXPECT_EQ(dtype_size(DType::kI64), 8u);
+}
+
+// ---- GridShape::parse: no MPI involved ----
+
+void expect_shape(const GridShape& s, int x, int y, int z, int d) {
+  EXPECT_EQ(s.x, x);
+  EXPECT_EQ(s.y, y);
+  EXPECT_EQ(s.z, z);
+  EXPECT_EQ(s.d, d);
+}
+
+TEST(GridShapeParse, ValidGrids) {
+  expect_shape(GridShape::parse(""), 1, 1, 1, 1);
+  expect_shape(GridShape::parse("x=2,y=2,z=1,d=2"), 2, 2, 1, 2);
+  expect_shape(GridShape::parse("y=2,d=2"), 1, 2, 1, 2);
+  expect_shape(GridShape::parse("d=3,x=5"), 5, 1, 1, 3);
+  expect_shape(GridShape::parse("x=2,y=2,z=1,d=2", 8), 2, 2, 1, 2);
+  expect_shape(GridShape::parse("x=2", 8), 2, 1, 1, 4);  // d fills the job
+  expect_shape(GridShape::parse("z=4,y=2", 8), 1, 2, 4, 1);
+  expect_shape(GridShape::parse("", 6), 1, 1, 1, 6);
+  expect_shape(GridShape::parse("x=2,d=3", 6), 2, 1, 1, 3);
+  EXPECT_EQ(GridShape::parse("x=2,y=2,z=1,d=2").str(), "x=2,y=2,z=1,d=2");
+  EXPECT_EQ(GridShape::parse("z=3").str(), "x=1,y=1,z=3,d=1");
+  const GridShape s{3, 1, 2, 4};
+  expect_shape(GridShape::parse(s.str(), 24), 3, 1, 2, 4);
+}
+
+std::string parse_error(const std::string& text, int world_size = 0) {
+  try {
+    GridShape::parse(text, world_size);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "GridShape::parse(\"" << text << "\", " << world_size << ") did not throw";
+  return "";
+}
+
+TEST(GridShapeParse, InvalidGridsNameTheProblemAndTheFix) {
+  EXPECT_THAT(parse_error("q=2"), HasSubstr("unknown axis 'q'"));
+  EXPECT_THAT(parse_error("X=2"), HasSubstr("unknown axis 'X'"));
+  EXPECT_THAT(parse_error("x=0"), HasSubstr("positive integer"));
+  EXPECT_THAT(parse_error("y=-2"), HasSubstr("positive integer"));
+  EXPECT_THAT(parse_error("x=2.5"), HasSubstr("not an integer"));
+  EXPECT_THAT(parse_error("x=two"), HasSubstr("not an integer"));
+  EXPECT_THAT(parse_error("x="), HasSubstr("not an integer"));
+  EXPECT_THAT(parse_error("x=2 "), HasSubstr("not an integer"));
+  EXPECT_THAT(parse_error("x=99999999999"), HasSubstr("positive integer"));
+  EXPECT_THAT(parse_error("x=99999999999999999999999"), HasSubstr("positive integer"));
+  EXPECT_THAT(parse_error("x"), HasSubstr("not axis=extent"));
+  EXPECT_THAT(parse_error("xy=2"), HasSubstr("not axis=extent"));
+  EXPECT_THAT(parse_error("x=2,y=2,x=2"), HasSubstr("axis x is given twice"));
+  EXPECT_THAT(parse_error("x=2,,y=2"), HasSubstr("empty item"));
+  EXPECT_THAT(parse_error("x=2,"), HasSubstr("empty item"));
+  EXPECT_THAT(parse_error("x=65536,y=65536"), HasSubstr("more than INT_MAX"));
+  const std::string wrong = parse_error("x=2,y=2", 6);
+  EXPECT_THAT(wrong, HasSubstr("x=2,y=2"));
+  EXPECT_THAT(wrong, HasSubstr("has 4 ranks but the job has 6"));
+  EXPECT_THAT(wrong, HasSubstr("mpirun -np 4"));
+  EXPECT_THAT(wrong, HasSubstr("--grid"));
+  EXPECT_THAT(parse_error("x=2,y=2,d=2", 4), HasSubstr("has 8 ranks but the job has 4"));
+  EXPECT_THAT(parse_error("x=3", 8), HasSubstr("has 3 ranks but the job has 8"));
+  EXPECT_THAT(parse_error("", -1), HasSubstr("negative"));
+}
+
+}  // namespace
+}  // namespace dendrite

@@ -39,6 +39,7 @@ size_t dtype_size(DType t) {
   fail("dtype_size: unknown DType ", static_cast<int>(t));
 }
 
+Request::Request() = default;
 Request::Request(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Request::Request(Request&&) noexcept = default;

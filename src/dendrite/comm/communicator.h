@@ -31,7 +31,7 @@ struct CommStats {
 // unfinished request waits for it.
 class Request {
  public:
-  Request() = default;
+  Request();  // a completed request
   Request(Request&&) noexcept;
   Request& operator=(Request&&) noexcept;
   ~Request();

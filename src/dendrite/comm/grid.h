@@ -44,7 +44,7 @@ class ProcessGrid {
   Communicator& Z() { return *az_; }
   Communicator& D() { return *ad_; }
   Communicator& world() { return *world_; }
-  // Sum of every axis' counters (for reports).
+  // Zeroes the counters of every axis and the world.
   void reset_stats();
 
  private:

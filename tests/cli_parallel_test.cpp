@@ -1,0 +1,131 @@
+// The `dendrite` command under mpirun: a run saved on one grid resumes on
+// another with the losses of the run that did not move, and bad input on a
+// grid ends the whole job at once with a clear error on the ranks.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace dendrite {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int rc;
+  std::string out;
+  double seconds;
+};
+
+// mpirun -np ranks dendrite args, one thread per rank, capturing stdout+stderr.
+Result mpirun(int ranks, const std::string& args) {
+  const std::string cmd =
+      "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+      "OMPI_MCA_rmaps_base_oversubscribe=1 timeout 120 " + std::string(DENDRITE_MPIEXEC) +
+      " -np " + std::to_string(ranks) + " --oversubscribe --mca btl self,vader " +
+      DENDRITE_BINARY + " " + args + " 2>&1";
+  auto t0 = std::chrono::steady_clock::now();
+  FILE* p = popen(cmd.c_str(), "r");
+  Result r{-1, "", 0};
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int status = pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+std::vector<double> losses(const fs::path& metrics) {
+  std::vector<double> out;
+  std::ifstream in(metrics);
+  std::string line;
+  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line).at("loss"));
+  return out;
+}
+
+class CliParallel : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    char tmpl[] = "/tmp/dendrite-mpi-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    const fs::path text = dir_ / "exodus.txt";
+    ASSERT_EQ(std::system(("bible -l10000 'Exo1:1-Exo40:38' > " + text.string()).c_str()), 0)
+        << "the `bible` command (Debian package bible-kjv) is needed: run the README's set-up";
+    Result r = mpirun(1, "tokenize --input " + text.string() + " --vocab-size 512 --out " +
+                             (dir_ / "data").string());
+    ASSERT_EQ(r.rc, 0) << r.out;
+    std::ofstream(dir_ / "gpt2.json") << R"({"arch": "gpt2", "n_layer": 2, "n_embd": 64,
+                                            "n_head": 4, "block_size": 32})";
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+  static std::string train() {
+    return "train --model " + (dir_ / "gpt2.json").string() + " --data " +
+           (dir_ / "data").string() + " --batch 8 --seq 32 --eval-every 0";
+  }
+  static fs::path dir_;
+};
+fs::path CliParallel::dir_;
+
+TEST_F(CliParallel, ResumeOnAnotherGridMatchesTheRunThatStayed) {
+  const fs::path stayed = dir_ / "stayed.jsonl", moved = dir_ / "moved.jsonl";
+  const std::string run = (dir_ / "run").string();
+  Result a = mpirun(8, train() + " --steps 8 --grid x=2,y=2,z=2 --metrics " + stayed.string());
+  ASSERT_EQ(a.rc, 0) << a.out;
+  Result b = mpirun(8, train() + " --steps 8 --stop-at 4 --grid x=2,y=2,z=2 --out " + run +
+                           " --metrics " + moved.string());
+  ASSERT_EQ(b.rc, 0) << b.out;
+  Result c = mpirun(4, train() + " --steps 8 --grid y=2,d=2 --resume " + run + " --out " + run +
+                           " --metrics " + moved.string());
+  ASSERT_EQ(c.rc, 0) << c.out;
+  auto want = losses(stayed), got = losses(moved);
+  ASSERT_EQ(want.size(), 8u);
+  ASSERT_EQ(got.size(), 8u);
+  for (int s = 0; s < 8; ++s) EXPECT_NEAR(got[s], want[s], 1e-5 * want[s]) << "step " << s + 1;
+}
+
+// A failed job: non-zero exit, well before the 120 s timeout, with the message.
+void expect_job_error(const Result& r, const std::string& needle) {
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.rc, 124) << "the job hung:\n" << r.out;
+  EXPECT_LT(r.seconds, 30) << r.out;
+  EXPECT_NE(r.out.find(needle), std::string::npos) << "expected '" << needle << "' in:\n" << r.out;
+  EXPECT_NE(r.out.find("[rank 0] error"), std::string::npos) << r.out;
+}
+
+TEST_F(CliParallel, BadGridsEndTheJobWithAClearError) {
+  expect_job_error(mpirun(6, train() + " --steps 2 --grid x=2,y=2"), "has 4 ranks but the job has 6");
+  std::ofstream(dir_ / "odd.json") << R"({"arch": "gpt2", "n_layer": 1, "n_embd": 60,
+                                         "n_head": 4, "block_size": 32})";
+  expect_job_error(mpirun(8, "train --model " + (dir_ / "odd.json").string() + " --data " +
+                                 (dir_ / "data").string() + " --steps 2 --batch 8 --seq 32 --grid x=8"),
+                   "not divisible by x=8");
+  expect_job_error(mpirun(4, train() + " --steps 2 --grid y=8"), "has 8 ranks but the job has 4");
+  expect_job_error(mpirun(8, train() + " --steps 2 --grid y=8"), "do not split into y=8");
+  expect_job_error(mpirun(4, "train --model " + (dir_ / "gpt2.json").string() + " --data " +
+                                 (dir_ / "data").string() + " --steps 2 --batch 6 --seq 32 --grid z=4"),
+                   "not divisible by d*z=4");
+}
+
+TEST_F(CliParallel, CheckpointOfAnotherModelIsRefusedOnEveryGrid) {
+  const std::string run = (dir_ / "other").string();
+  Result a = mpirun(2, train() + " --steps 2 --grid x=2 --out " + run);
+  ASSERT_EQ(a.rc, 0) << a.out;
+  std::ofstream(dir_ / "wider.json") << R"({"arch": "gpt2", "n_layer": 2, "n_embd": 128,
+                                           "n_head": 4, "block_size": 32})";
+  expect_job_error(mpirun(4, "train --model " + (dir_ / "wider.json").string() + " --data " +
+                                 (dir_ / "data").string() + " --steps 4 --batch 8 --seq 32 " +
+                                 "--grid x=2,y=2 --resume " + run + " --out " + run),
+                   "holds a model with");
+}
+
+}  // namespace
+}  // namespace dendrite

@@ -1,10 +1,15 @@
 // CPU token + position embedding. B: sequences, T: positions per sequence,
-// C: channels; row r = b*T + t of the [B*T, C] activations. The forward is a
-// gather, parallel over rows. The backward is a scatter-add, where two rows with
-// the same token would race, so threads split the C columns instead: each
-// thread owns a 64-byte aligned range of columns and walks all rows in order.
-// No atomics, and every dwte/dwpe element is summed in row order, so the
-// result is the same on every run and for every thread count.
+// C: channels; row r = b*T + t of the [B*T, C] activations (m = B*T rows).
+// The forward is a gather, parallel over rows. The backward is a scatter-add,
+// where two rows with the same token would race, so threads split the C
+// columns instead: each thread owns a 64-byte aligned range of columns and
+// walks all rows in order. The position backward splits positions instead
+// (rows of one position are added in row order by one thread). No atomics,
+// and every gradient element is summed in row order, so the result is the
+// same on every run and for every thread count.
+//
+// The range forms serve the vocabulary-parallel lookup (DESIGN.md section 4):
+// a rank holds table rows [v0, v0 + rows) and contributes only their tokens.
 #include "dendrite/ops/embedding.h"
 
 #include <omp.h>
@@ -23,6 +28,19 @@ void check_tokens(const char* op, const int32_t* tokens, long rows) {
   for (long r = 0; r < rows; ++r) lowest = tokens[r] < lowest ? tokens[r] : lowest;
   DENDRITE_CHECK(lowest >= 0, op, ": token id ", lowest,
                  " is negative; token ids must lie in [0, V)");
+}
+
+void check_sizes(const char* op, long m, int C) {
+  DENDRITE_CHECK(m >= 0 && C > 0, op, ": need m >= 0 rows and C > 0 channels, got m=", m, " C=", C);
+}
+
+// This thread's columns [*c0, *c1) of C: an even share, rounded up to whole cache lines.
+void thread_columns(int C, int* c0, int* c1) {
+  const int nt = omp_get_num_threads(), id = omp_get_thread_num();
+  int share = (C + nt - 1) / nt;
+  share = (share + kColumnAlign - 1) / kColumnAlign * kColumnAlign;
+  *c0 = id * share < C ? id * share : C;
+  *c1 = *c0 + share < C ? *c0 + share : C;
 }
 
 }  // namespace
@@ -56,12 +74,8 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
   check_tokens("embedding_backward", tokens, rows);
 #pragma omp parallel
   {
-    // This thread's columns [c0, c1): an even share, rounded up to whole cache lines.
-    int nt = omp_get_num_threads(), id = omp_get_thread_num();
-    int share = (C + nt - 1) / nt;
-    share = (share + kColumnAlign - 1) / kColumnAlign * kColumnAlign;
-    int c0 = id * share < C ? id * share : C;
-    int c1 = c0 + share < C ? c0 + share : C;
+    int c0, c1;
+    thread_columns(C, &c0, &c1);
     for (long r = 0; r < rows && c0 < c1; ++r) {
       const float* __restrict d = dout + r * C;
       float* __restrict e = dwte + static_cast<long>(tokens[r]) * C;
@@ -72,6 +86,77 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
 #pragma omp simd
         for (int j = c0; j < c1; ++j) p[j] += d[j];
       }
+    }
+  }
+}
+
+void embedding_range_forward(float* out, const int32_t* tokens, const float* w, int v0, int rows,
+                             int m, int C) {
+  check_sizes("embedding_range_forward", m, C);
+  DENDRITE_CHECK(v0 >= 0 && rows >= 0,
+                 "embedding_range_forward: need v0 >= 0 and rows >= 0, got v0=", v0, " rows=", rows,
+                 "; pass this rank's first vocabulary id and block size");
+  check_tokens("embedding_range_forward", tokens, m);
+#pragma omp parallel for schedule(static)
+  for (long r = 0; r < m; ++r) {
+    float* __restrict o = out + r * C;
+    const long t = static_cast<long>(tokens[r]) - v0;  // row of this rank's block
+    if (t >= 0 && t < rows) {
+      const float* __restrict e = w + t * C;
+#pragma omp simd
+      for (int j = 0; j < C; ++j) o[j] = e[j];
+    } else {
+#pragma omp simd
+      for (int j = 0; j < C; ++j) o[j] = 0.0f;
+    }
+  }
+}
+
+void embedding_range_backward(float* dw, const float* dout, const int32_t* tokens, int v0, int rows,
+                              int m, int C) {
+  check_sizes("embedding_range_backward", m, C);
+  DENDRITE_CHECK(v0 >= 0 && rows >= 0,
+                 "embedding_range_backward: need v0 >= 0 and rows >= 0, got v0=", v0,
+                 " rows=", rows, "; pass this rank's first vocabulary id and block size");
+  check_tokens("embedding_range_backward", tokens, m);
+#pragma omp parallel
+  {
+    int c0, c1;
+    thread_columns(C, &c0, &c1);
+    for (long r = 0; r < m && c0 < c1; ++r) {
+      const long t = static_cast<long>(tokens[r]) - v0;
+      if (t < 0 || t >= rows) continue;  // another rank's token
+      const float* __restrict d = dout + r * C;
+      float* __restrict e = dw + t * C;
+#pragma omp simd
+      for (int j = c0; j < c1; ++j) e[j] += d[j];
+    }
+  }
+}
+
+void position_add(float* out, const float* wpe, int m, int T, int C) {
+  check_sizes("position_add", m, C);
+  DENDRITE_CHECK(T > 0, "position_add: need T > 0 positions, got T=", T);
+#pragma omp parallel for schedule(static)
+  for (long r = 0; r < m; ++r) {
+    float* __restrict o = out + r * C;
+    const float* __restrict p = wpe + (r % T) * C;
+#pragma omp simd
+    for (int j = 0; j < C; ++j) o[j] += p[j];
+  }
+}
+
+void position_backward(float* dwpe, const float* dout, int m, int T, int C) {
+  check_sizes("position_backward", m, C);
+  DENDRITE_CHECK(T > 0, "position_backward: need T > 0 positions, got T=", T);
+  const int positions = m < T ? m : T;
+#pragma omp parallel for schedule(static)
+  for (int t = 0; t < positions; ++t) {
+    float* __restrict p = dwpe + static_cast<long>(t) * C;
+    for (long r = t; r < m; r += T) {  // the rows of position t, in row order
+      const float* __restrict d = dout + r * C;
+#pragma omp simd
+      for (int j = 0; j < C; ++j) p[j] += d[j];
     }
   }
 }

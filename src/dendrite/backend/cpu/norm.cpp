@@ -1,10 +1,24 @@
-// CPU LayerNorm and RMSNorm over the last dimension c of an [m, c] buffer.
-// m: rows (B*T), c: features (C). Rows are independent, so forward and the dx
-// part of backward run one row per iteration of an OpenMP loop; each row sits
-// in L1, so the extra passes over it are cheap next to the one read from memory.
-// dgamma/dbeta are sums over rows: fixed chunks of kChunkRows rows each write a
-// private partial, then the partials are added in chunk order. The result is
-// therefore bit-identical on every run and for every thread count.
+// CPU LayerNorm and RMSNorm over the last dimension of an [m, c] buffer.
+// m: rows (B*T); c: the columns this rank holds of the full width c_total
+// (c == c_total unless the width is split over ranks, DESIGN.md section 4).
+//
+// Each norm is row kernels: per-row sums (double) and an apply step that
+// reads the sums (for the backward: the parameter-gradient terms, then dx).
+// The split pieces run each kernel over all rows, so the caller can sum the
+// row sums over ranks in between; the whole-width ops run the kernels on one
+// row while it sits in L1, with c_total = c (the backward fuses the
+// parameter-gradient terms into the sums pass). One implementation, the same
+// bits either way.
+//
+// Precision: the forward sums are exact products summed in double, so the
+// variance E[x^2] - mean^2 keeps its digits even for rows with a large mean.
+// The backward sums' terms are float products: summed in float within blocks
+// of columns, in double across blocks and ranks.
+// Determinism: row sums use a fixed number of lanes, each summing every
+// kLanes-th column, then a fixed tree over the lanes, so the result does not depend on
+// vectorisation, alignment or threads. dgamma/dbeta are sums over rows: fixed
+// chunks of kChunkRows rows each write a private partial, then the partials
+// are added in chunk order. Bit-identical on every run and thread count.
 #include "dendrite/ops/norm.h"
 
 #include <cmath>
@@ -18,12 +32,196 @@ namespace {
 
 constexpr int kChunkRows = 16;    // rows per dgamma/dbeta partial
 constexpr int kColumnBlock = 64;  // columns per task when reducing partials
+constexpr int kLanes = 16;        // accumulators per row sum (one or two 512-bit vectors)
+constexpr int kBlockCols = 256;   // columns per block of a row sum
 
 int num_chunks(int m) { return (m + kChunkRows - 1) / kChunkRows; }
 
 void check_shapes(const char* op, int m, int c) {
   DENDRITE_CHECK(m >= 0 && c > 0, op, ": need m >= 0 rows and c > 0 columns, got m=", m, " c=", c);
 }
+
+void check_split(const char* op, int m, int c, int c_total) {
+  check_shapes(op, m, c);
+  DENDRITE_CHECK(c_total >= c, op, ": c_total=", c_total, " is the full width and must be >= the",
+                 " local width c=", c, "; pass the unsplit model width");
+}
+
+// {sum_j f(j), sum_j h(j)} over j in [0, c), returned in double, in a fixed
+// order: lane l sums the columns l, l + kLanes, ... of each block of
+// kBlockCols columns in type Acc and adds that into its double lane; the
+// columns past the last multiple of kLanes are summed in order into lane 0;
+// then the lanes are added as a fixed pairwise tree. Acc = double keeps every
+// bit of float products; Acc = float suits terms that are float products
+// anyway and saves the conversions. each(j) is also called once per column,
+// so a caller can fuse an elementwise update into the same pass. (Only
+// constant lane indices, so the lanes stay in registers; always inlined, as
+// the forward measured 15% slower with a call per row.)
+template <typename Acc, typename F, typename H, typename E>
+[[gnu::always_inline]] inline void lane_sums(double* out, int c, F f, H h, E each) {
+  static_assert(kBlockCols % kLanes == 0);
+  double a[kLanes] = {}, b[kLanes] = {};
+  const int full = c / kLanes * kLanes;
+  for (int b0 = 0; b0 < full; b0 += kBlockCols) {
+    const int b1 = b0 + kBlockCols < full ? b0 + kBlockCols : full;
+    Acc pa[kLanes] = {}, pb[kLanes] = {};
+    for (int j0 = b0; j0 < b1; j0 += kLanes) {
+#pragma omp simd
+      for (int l = 0; l < kLanes; ++l) {
+        pa[l] += static_cast<Acc>(f(j0 + l));
+        pb[l] += static_cast<Acc>(h(j0 + l));
+        each(j0 + l);
+      }
+    }
+#pragma omp simd
+    for (int l = 0; l < kLanes; ++l) {
+      a[l] += pa[l];
+      b[l] += pb[l];
+    }
+  }
+  double ta = 0.0, tb = 0.0;
+  for (int j = full; j < c; ++j) {
+    ta += static_cast<double>(f(j));
+    tb += static_cast<double>(h(j));
+    each(j);
+  }
+  a[0] += ta;
+  b[0] += tb;
+#pragma GCC unroll 8
+  for (int w = kLanes / 2; w > 0; w /= 2) {  // pairwise, a fixed tree
+#pragma omp simd
+    for (int l = 0; l < w; ++l) {
+      a[l] += a[l + w];
+      b[l] += b[l + w];
+    }
+  }
+  out[0] = a[0];
+  out[1] = b[0];
+}
+
+// sum_j f(j), as lane_sums
+template <typename Acc, typename F, typename E>
+[[gnu::always_inline]] inline double lane_sum(int c, F f, E each) {
+  double out[2];
+  lane_sums<Acc>(
+      out, c, f, [](int) { return Acc(0); }, each);
+  return out[0];
+}
+
+constexpr auto kNoUpdate = [](int) {};
+
+// ---- row kernels: one row of c columns, no threading. Backward: the sums,
+// the parameter-gradient terms and dx are separate kernels. The whole-width op
+// fuses the terms into the sums pass; the split apply runs them as their own
+// pass before dx. Either way each term is the same expression, added in row
+// order (the terms and dx in one loop would be slower: dx's stores to memory
+// hold up the partials' read-modify-writes).
+
+// s [2] = {sum x, sum x^2}
+inline void ln_sums_row(double* s, const float* __restrict x, int c) {
+  lane_sums<double>(
+      s, c, [&](int j) { return x[j]; }, [&](int j) { return static_cast<double>(x[j]) * x[j]; },
+      kNoUpdate);
+}
+
+// mean, rstd from the summed s [2]; y = (x - mean) rstd gamma + beta
+inline void ln_apply_row(float* __restrict y, float* mean, float* rstd, const double* s,
+                         const float* __restrict x, const float* __restrict gamma,
+                         const float* __restrict beta, int c, int c_total, float eps) {
+  const double mu = s[0] / c_total;
+  const double var = s[1] / c_total - mu * mu;  // exact enough in double; clamp rounding below 0
+  const float mu_f = static_cast<float>(mu);
+  const float rs = static_cast<float>(1.0 / std::sqrt((var > 0.0 ? var : 0.0) + eps));
+#pragma omp simd
+  for (int j = 0; j < c; ++j) y[j] = (x[j] - mu_f) * rs * gamma[j] + beta[j];
+  *mean = mu_f;
+  *rstd = rs;
+}
+
+// Column j's LayerNorm parameter-gradient terms: dgamma += dy xhat, dbeta += dy
+inline void ln_param_terms(float* __restrict dgamma, float* __restrict dbeta,
+                           const float* __restrict dy, const float* __restrict x, float mean,
+                           float rstd, int j) {
+  dgamma[j] += dy[j] * ((x[j] - mean) * rstd);
+  dbeta[j] += dy[j];
+}
+
+// s [2] = {sum g, sum g xhat},  g = dy gamma, xhat = (x - mean) rstd; each(j) fused in
+template <typename E>
+inline void ln_backward_sums_row(double* s, const float* __restrict dy, const float* __restrict x,
+                                 float mean, float rstd, const float* __restrict gamma, int c,
+                                 E each) {
+  lane_sums<float>(
+      s, c, [&](int j) { return dy[j] * gamma[j]; },
+      [&](int j) { return dy[j] * gamma[j] * ((x[j] - mean) * rstd); }, each);
+}
+
+// dgamma, dbeta [c] accumulated
+inline void ln_param_grads_row(float* __restrict dgamma, float* __restrict dbeta,
+                               const float* __restrict dy, const float* __restrict x, float mean,
+                               float rstd, int c) {
+#pragma omp simd
+  for (int j = 0; j < c; ++j) ln_param_terms(dgamma, dbeta, dy, x, mean, rstd, j);
+}
+
+// dx [c] overwritten from the summed s [2]:  dx = rstd (g - (S1 + xhat S2) / c_total)
+inline void ln_dx_row(float* __restrict dx, const double* s, const float* __restrict dy,
+                      const float* __restrict x, float mean, float rstd,
+                      const float* __restrict gamma, int c, int c_total) {
+  const float mean_g = static_cast<float>(s[0] / c_total);
+  const float mean_gxhat = static_cast<float>(s[1] / c_total);
+#pragma omp simd
+  for (int j = 0; j < c; ++j) {
+    const float xhat = (x[j] - mean) * rstd;
+    dx[j] = rstd * (dy[j] * gamma[j] - mean_g - xhat * mean_gxhat);
+  }
+}
+
+// s [1] = sum x^2
+inline void rms_sums_row(double* s, const float* __restrict x, int c) {
+  s[0] = lane_sum<double>(
+      c, [&](int j) { return static_cast<double>(x[j]) * x[j]; }, kNoUpdate);
+}
+
+inline void rms_apply_row(float* __restrict y, float* rstd, const double* s,
+                          const float* __restrict x, const float* __restrict gamma, int c,
+                          int c_total, float eps) {
+  const float rs = static_cast<float>(1.0 / std::sqrt(s[0] / c_total + eps));
+#pragma omp simd
+  for (int j = 0; j < c; ++j) y[j] = x[j] * rs * gamma[j];
+  *rstd = rs;
+}
+
+// Column j's RMSNorm parameter-gradient term: dgamma += dy x rstd
+inline void rms_param_term(float* __restrict dgamma, const float* __restrict dy,
+                           const float* __restrict x, float rstd, int j) {
+  dgamma[j] += dy[j] * x[j] * rstd;
+}
+
+// s [1] = sum dy gamma x; each(j) fused in
+template <typename E>
+inline void rms_backward_sums_row(double* s, const float* __restrict dy, const float* __restrict x,
+                                  const float* __restrict gamma, int c, E each) {
+  s[0] = lane_sum<float>(
+      c, [&](int j) { return dy[j] * gamma[j] * x[j]; }, each);
+}
+
+inline void rms_param_grads_row(float* __restrict dgamma, const float* __restrict dy,
+                                const float* __restrict x, float rstd, int c) {
+#pragma omp simd
+  for (int j = 0; j < c; ++j) rms_param_term(dgamma, dy, x, rstd, j);
+}
+
+// dx [c] overwritten.  y = x r g, dr/dx_j = -r^3 x_j / c_total
+inline void rms_dx_row(float* __restrict dx, const double* s, const float* __restrict dy,
+                       const float* __restrict x, float rstd, const float* __restrict gamma, int c,
+                       int c_total) {
+  const float k = static_cast<float>(static_cast<double>(rstd) * rstd * rstd * s[0] / c_total);
+#pragma omp simd
+  for (int j = 0; j < c; ++j) dx[j] = rstd * dy[j] * gamma[j] - k * x[j];
+}
+
+// ---- parameter-gradient partials
 
 // dst[j] += sum over chunks k (in order) of parts[k * stride + j];  dst [c]
 void add_partials(float* dst, const float* parts, int chunks, long stride, int c) {
@@ -38,89 +236,114 @@ void add_partials(float* dst, const float* parts, int chunks, long stride, int c
   }
 }
 
-// One row of LayerNorm backward. dx [c] overwritten; dgamma, dbeta [c] accumulated.
-inline void layernorm_backward_row(float* __restrict dx, float* __restrict dgamma,
-                                   float* __restrict dbeta, const float* __restrict dy,
-                                   const float* __restrict x, float mean, float rstd,
-                                   const float* __restrict gamma, int c) {
-  float sum_d = 0.0f, sum_dxhat = 0.0f;  // sums of dnorm and dnorm * xhat
-#pragma omp simd reduction(+ : sum_d, sum_dxhat)
-  for (int j = 0; j < c; ++j) {
-    float xhat = (x[j] - mean) * rstd;
-    float d = dy[j] * gamma[j];
-    sum_d += d;
-    sum_dxhat += d * xhat;
-    dgamma[j] += dy[j] * xhat;
-    dbeta[j] += dy[j];
+// Runs row_fn(r, partial) for every row, chunk by chunk in parallel, where
+// partial points at the chunk's zeroed [n_params * c] slice; then adds the
+// partials into params[p] (p < n_params, null entries skipped) in chunk order.
+template <typename RowFn>
+void rows_with_param_grads(int m, int c, int n_params, float* const* params, RowFn row_fn) {
+  const int chunks = num_chunks(m);
+  const long stride = static_cast<long>(n_params) * c;
+  std::unique_ptr<float[]> parts(new float[chunks * stride]);
+#pragma omp parallel
+  {
+#pragma omp for schedule(static)
+    for (int k = 0; k < chunks; ++k) {
+      float* part = parts.get() + k * stride;
+      for (long j = 0; j < stride; ++j) part[j] = 0.0f;
+      const int r1 = (k + 1) * kChunkRows < m ? (k + 1) * kChunkRows : m;
+      for (int r = k * kChunkRows; r < r1; ++r) row_fn(r, part);
+    }
+    for (int p = 0; p < n_params; ++p) {
+      if (params[p]) add_partials(params[p], parts.get() + p * c, chunks, stride, c);
+    }
   }
-  float mean_d = sum_d / c, mean_dxhat = sum_dxhat / c;
-#pragma omp simd
-  for (int j = 0; j < c; ++j) {
-    float xhat = (x[j] - mean) * rstd;
-    dx[j] = rstd * (dy[j] * gamma[j] - mean_d - xhat * mean_dxhat);
-  }
-}
-
-// One row of RMSNorm backward. dx [c] overwritten; dgamma [c] accumulated.
-inline void rmsnorm_backward_row(float* __restrict dx, float* __restrict dgamma,
-                                 const float* __restrict dy, const float* __restrict x, float rstd,
-                                 const float* __restrict gamma, int c) {
-  float sum_dgx = 0.0f;  // sum of dy * gamma * x
-#pragma omp simd reduction(+ : sum_dgx)
-  for (int j = 0; j < c; ++j) {
-    sum_dgx += dy[j] * gamma[j] * x[j];
-    dgamma[j] += dy[j] * x[j] * rstd;
-  }
-  float k = rstd * rstd * rstd * sum_dgx / c;  // y = x r g, dr/dx_j = -r^3 x_j / c
-#pragma omp simd
-  for (int j = 0; j < c; ++j) dx[j] = rstd * dy[j] * gamma[j] - k * x[j];
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------- LayerNorm
+
+void layernorm_row_sums(double* sums, const float* x, int m, int c) {
+  check_shapes("layernorm_row_sums", m, c);
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < m; ++r) ln_sums_row(sums + 2L * r, x + static_cast<long>(r) * c, c);
+}
+
+void layernorm_apply(float* y, float* mean, float* rstd, const double* sums, const float* x,
+                     const float* gamma, const float* beta, int m, int c, int c_total, float eps) {
+  check_split("layernorm_apply", m, c, c_total);
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < m; ++r) {
+    const long off = static_cast<long>(r) * c;
+    ln_apply_row(y + off, mean + r, rstd + r, sums + 2L * r, x + off, gamma, beta, c, c_total, eps);
+  }
+}
 
 void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* gamma,
                        const float* beta, int m, int c, float eps) {
   check_shapes("layernorm_forward", m, c);
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < m; ++r) {
-    const float* __restrict xr = x + static_cast<long>(r) * c;
-    float* __restrict yr = y + static_cast<long>(r) * c;
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < c; ++j) sum += xr[j];
-    float mu = sum / c;
-    float sq = 0.0f;  // centred second pass: no cancellation for rows with a large mean
-#pragma omp simd reduction(+ : sq)
-    for (int j = 0; j < c; ++j) sq += (xr[j] - mu) * (xr[j] - mu);
-    float rs = 1.0f / std::sqrt(sq / c + eps);
-#pragma omp simd
-    for (int j = 0; j < c; ++j) yr[j] = (xr[j] - mu) * rs * gamma[j] + beta[j];
-    mean[r] = mu;
-    rstd[r] = rs;
+    const long off = static_cast<long>(r) * c;
+    double s[2];
+    ln_sums_row(s, x + off, c);
+    ln_apply_row(y + off, mean + r, rstd + r, s, x + off, gamma, beta, c, c, eps);
   }
+}
+
+void layernorm_backward_sums(double* sums, const float* dy, const float* x, const float* mean,
+                             const float* rstd, const float* gamma, int m, int c) {
+  check_shapes("layernorm_backward_sums", m, c);
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < m; ++r) {
+    const long off = static_cast<long>(r) * c;
+    ln_backward_sums_row(sums + 2L * r, dy + off, x + off, mean[r], rstd[r], gamma, c, kNoUpdate);
+  }
+}
+
+void layernorm_backward_apply(float* dx, float* dgamma, float* dbeta, const double* sums,
+                              const float* dy, const float* x, const float* mean, const float* rstd,
+                              const float* gamma, int m, int c, int c_total) {
+  check_split("layernorm_backward_apply", m, c, c_total);
+  float* params[2] = {dgamma, dbeta};
+  rows_with_param_grads(m, c, 2, params, [&](int r, float* part) {
+    const long off = static_cast<long>(r) * c;
+    ln_param_grads_row(part, part + c, dy + off, x + off, mean[r], rstd[r], c);
+    ln_dx_row(dx + off, sums + 2L * r, dy + off, x + off, mean[r], rstd[r], gamma, c, c_total);
+  });
 }
 
 void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
                         const float* mean, const float* rstd, const float* gamma, int m, int c) {
   check_shapes("layernorm_backward", m, c);
-  const int chunks = num_chunks(m);
-  const long stride = 2L * c;  // per chunk: dgamma partial [c], then dbeta partial [c]
-  std::unique_ptr<float[]> parts(new float[chunks * stride]);
-#pragma omp parallel
-  {
-#pragma omp for schedule(static)
-    for (int k = 0; k < chunks; ++k) {
-      float* pg = parts.get() + k * stride;
-      float* pb = pg + c;
-      for (int j = 0; j < 2 * c; ++j) pg[j] = 0.0f;
-      int r1 = (k + 1) * kChunkRows < m ? (k + 1) * kChunkRows : m;
-      for (int r = k * kChunkRows; r < r1; ++r) {
-        long off = static_cast<long>(r) * c;
-        layernorm_backward_row(dx + off, pg, pb, dy + off, x + off, mean[r], rstd[r], gamma, c);
-      }
-    }
-    add_partials(dgamma, parts.get(), chunks, stride, c);
-    add_partials(dbeta, parts.get() + c, chunks, stride, c);
+  float* params[2] = {dgamma, dbeta};
+  rows_with_param_grads(m, c, 2, params, [&](int r, float* part) {
+    const long off = static_cast<long>(r) * c;
+    const float* dyr = dy + off;
+    const float* xr = x + off;
+    const float mu = mean[r], rs = rstd[r];  // by value: the partials' stores could alias them
+    double s[2];
+    ln_backward_sums_row(s, dyr, xr, mu, rs, gamma, c,
+                         [&](int j) { ln_param_terms(part, part + c, dyr, xr, mu, rs, j); });
+    ln_dx_row(dx + off, s, dyr, xr, mu, rs, gamma, c, c);
+  });
+}
+
+// ---------------------------------------------------------------- RMSNorm
+
+void rmsnorm_row_sums(double* sums, const float* x, int m, int c) {
+  check_shapes("rmsnorm_row_sums", m, c);
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < m; ++r) rms_sums_row(sums + r, x + static_cast<long>(r) * c, c);
+}
+
+void rmsnorm_apply(float* y, float* rstd, const double* sums, const float* x, const float* gamma,
+                   int m, int c, int c_total, float eps) {
+  check_split("rmsnorm_apply", m, c, c_total);
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < m; ++r) {
+    const long off = static_cast<long>(r) * c;
+    rms_apply_row(y + off, rstd + r, sums + r, x + off, gamma, c, c_total, eps);
   }
 }
 
@@ -129,37 +352,47 @@ void rmsnorm_forward(float* y, float* rstd, const float* x, const float* gamma, 
   check_shapes("rmsnorm_forward", m, c);
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < m; ++r) {
-    const float* __restrict xr = x + static_cast<long>(r) * c;
-    float* __restrict yr = y + static_cast<long>(r) * c;
-    float sq = 0.0f;
-#pragma omp simd reduction(+ : sq)
-    for (int j = 0; j < c; ++j) sq += xr[j] * xr[j];
-    float rs = 1.0f / std::sqrt(sq / c + eps);
-#pragma omp simd
-    for (int j = 0; j < c; ++j) yr[j] = xr[j] * rs * gamma[j];
-    rstd[r] = rs;
+    const long off = static_cast<long>(r) * c;
+    double s;
+    rms_sums_row(&s, x + off, c);
+    rms_apply_row(y + off, rstd + r, &s, x + off, gamma, c, c, eps);
   }
+}
+
+void rmsnorm_backward_sums(double* sums, const float* dy, const float* x, const float* gamma, int m,
+                           int c) {
+  check_shapes("rmsnorm_backward_sums", m, c);
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < m; ++r) {
+    const long off = static_cast<long>(r) * c;
+    rms_backward_sums_row(sums + r, dy + off, x + off, gamma, c, kNoUpdate);
+  }
+}
+
+void rmsnorm_backward_apply(float* dx, float* dgamma, const double* sums, const float* dy,
+                            const float* x, const float* rstd, const float* gamma, int m, int c,
+                            int c_total) {
+  check_split("rmsnorm_backward_apply", m, c, c_total);
+  rows_with_param_grads(m, c, 1, &dgamma, [&](int r, float* part) {
+    const long off = static_cast<long>(r) * c;
+    rms_param_grads_row(part, dy + off, x + off, rstd[r], c);
+    rms_dx_row(dx + off, sums + r, dy + off, x + off, rstd[r], gamma, c, c_total);
+  });
 }
 
 void rmsnorm_backward(float* dx, float* dgamma, const float* dy, const float* x, const float* rstd,
                       const float* gamma, int m, int c) {
   check_shapes("rmsnorm_backward", m, c);
-  const int chunks = num_chunks(m);
-  std::unique_ptr<float[]> parts(new float[static_cast<long>(chunks) * c]);
-#pragma omp parallel
-  {
-#pragma omp for schedule(static)
-    for (int k = 0; k < chunks; ++k) {
-      float* pg = parts.get() + static_cast<long>(k) * c;
-      for (int j = 0; j < c; ++j) pg[j] = 0.0f;
-      int r1 = (k + 1) * kChunkRows < m ? (k + 1) * kChunkRows : m;
-      for (int r = k * kChunkRows; r < r1; ++r) {
-        long off = static_cast<long>(r) * c;
-        rmsnorm_backward_row(dx + off, pg, dy + off, x + off, rstd[r], gamma, c);
-      }
-    }
-    add_partials(dgamma, parts.get(), chunks, c, c);
-  }
+  rows_with_param_grads(m, c, 1, &dgamma, [&](int r, float* part) {
+    const long off = static_cast<long>(r) * c;
+    const float* dyr = dy + off;
+    const float* xr = x + off;
+    const float rs = rstd[r];  // by value: the partial's stores could alias it
+    double s;
+    rms_backward_sums_row(&s, dyr, xr, gamma, c,
+                          [&](int j) { rms_param_term(part, dyr, xr, rs, j); });
+    rms_dx_row(dx + off, &s, dyr, xr, rs, gamma, c, c);
+  });
 }
 
 }  // namespace dendrite::ops

@@ -128,6 +128,29 @@ void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, float 
       }
 }
 
+double softmax_cross_entropy(double* dlogits, const double* logits, const int32_t* targets,
+                             const float* weight, double denominator, int m, int V) {
+  double total = 0.0;
+  for (int r = 0; r < m; ++r) {
+    const double wt = weight ? weight[r] : 1.0;
+    const double* row = &logits[static_cast<size_t>(r) * V];
+    double* drow = dlogits ? &dlogits[static_cast<size_t>(r) * V] : nullptr;
+    if (wt == 0.0) {
+      if (drow) std::fill(drow, drow + V, 0.0);
+      continue;
+    }
+    double mx = -INFINITY;
+    for (int j = 0; j < V; ++j) mx = std::max(mx, row[j]);
+    double sum = 0.0;
+    for (int j = 0; j < V; ++j) sum += std::exp(row[j] - mx);
+    const double lse = mx + std::log(sum);
+    total += wt * (lse - row[targets[r]]);
+    for (int j = 0; drow && j < V; ++j)
+      drow[j] = (std::exp(row[j] - lse) - (j == targets[r] ? 1.0 : 0.0)) * wt / denominator;
+  }
+  return total / denominator;
+}
+
 double cross_entropy(float* dx, float* dw, const float* x, const float* w, const int32_t* targets,
                      const float* weight, double denominator, int m, int C, int V, int Vp) {
   std::vector<double> logits(static_cast<size_t>(m) * V);  // [m, V]
@@ -137,22 +160,9 @@ double cross_entropy(float* dx, float* dw, const float* x, const float* w, const
       for (int c = 0; c < C; ++c) d += static_cast<double>(x[r * C + c]) * w[j * C + c];
       logits[static_cast<size_t>(r) * V + j] = d;
     }
-  double total = 0.0;
-  std::vector<double> dlogits(logits.size(), 0.0);  // [m, V]
-  for (int r = 0; r < m; ++r) {
-    const double wt = weight ? weight[r] : 1.0;
-    if (wt == 0.0) continue;
-    const double* row = &logits[static_cast<size_t>(r) * V];
-    double mx = -INFINITY;
-    for (int j = 0; j < V; ++j) mx = std::max(mx, row[j]);
-    double sum = 0.0;
-    for (int j = 0; j < V; ++j) sum += std::exp(row[j] - mx);
-    const double lse = mx + std::log(sum);
-    total += wt * (lse - row[targets[r]]);
-    for (int j = 0; j < V; ++j)
-      dlogits[static_cast<size_t>(r) * V + j] =
-          (std::exp(row[j] - lse) - (j == targets[r] ? 1.0 : 0.0)) * wt / denominator;
-  }
+  std::vector<double> dlogits(logits.size());  // [m, V]
+  const double loss =
+      softmax_cross_entropy(dlogits.data(), logits.data(), targets, weight, denominator, m, V);
   if (dx) {
     for (int r = 0; r < m; ++r)
       for (int c = 0; c < C; ++c) {
@@ -168,7 +178,7 @@ double cross_entropy(float* dx, float* dw, const float* x, const float* w, const
         dw[j * C + c] = static_cast<float>(d);
       }
   }
-  return total / denominator;
+  return loss;
 }
 
 }  // namespace dendrite::ref

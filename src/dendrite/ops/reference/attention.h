@@ -24,6 +24,12 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
 // In place, as ops::rope_forward (HF Llama "rotate half" convention).
 void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, float theta);
 
+// Mean weighted softmax cross-entropy of logits [m, V], divided by
+// denominator; dlogits [m, V] (may be null) overwritten with its gradient
+// (zero rows for zero weights).
+double softmax_cross_entropy(double* dlogits, const double* logits, const int32_t* targets,
+                             const float* weight, double denominator, int m, int V);
+
 // Mean weighted cross-entropy of logits = x [m, C] * w[:V]^T, divided by
 // denominator. When dx is not null: dx [m, C] overwritten, dw [Vp, C]
 // overwritten (padding rows V..Vp-1 get zero).

@@ -104,9 +104,12 @@ void Transformer::build_table() {
   table_.finalize();
   params_.resize(table_.total());
   grads_.resize(table_.total());
-  int64_t largest = 0;
-  for (auto& s : table_.specs()) largest = std::max(largest, s.block_numel());
-  ws_.reserve(largest);
+  // Gathered blocks and block gradients need scratch only when Z splits them.
+  if (grid_.shape().z > 1) {
+    int64_t largest = 0;
+    for (auto& s : table_.specs()) largest = std::max(largest, s.block_numel());
+    ws_.reserve(largest);
+  }
 }
 
 void Transformer::build_layers() {

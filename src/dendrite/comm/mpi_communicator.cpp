@@ -91,10 +91,47 @@ Request MpiCommunicator::make_request(std::unique_ptr<Request::Impl> impl) {
 // In-place variants: reduce_scatter with in == out, all_gather with in at this
 // rank's slot of out, use MPI_IN_PLACE as MPI requires for aliased buffers.
 
+// Large float all-reduces take a ring too (reduce-scatter, then all-gather,
+// in place): 183 ms against MPI_Allreduce's 231 ms for 520 MB on 2 ranks here.
+// Each block is summed by one rank and passed on, so every rank ends with the
+// same bits.
+void MpiCommunicator::ring_all_reduce(float* buf, int64_t n) {
+  const int g = size_, next = (rank_ + 1) % g, prev = (rank_ - 1 + g) % g;
+  auto begin = [&](int b) { return int64_t(b) * n / g; };
+  auto len = [&](int b) { return int(begin(b + 1) - begin(b)); };
+  auto block = [&](int b) { return ((b % g) + g) % g; };
+  ring_acc_.resize(len(0) + 1);
+  ring_recv_.resize(len(0) + 1);
+  int cur = block(rank_ - 1);
+  std::memcpy(ring_acc_.data(), buf + begin(cur), sizeof(float) * len(cur));
+  for (int s = 1; s < g; ++s) {
+    const int in_block = block(rank_ - s - 1);
+    check_mpi(MPI_Sendrecv(ring_acc_.data(), len(cur), MPI_FLOAT, next, 1, ring_recv_.data(),
+                           len(in_block), MPI_FLOAT, prev, 1, comm_, MPI_STATUS_IGNORE),
+              "MPI_Sendrecv");
+    const float* mine = buf + begin(in_block);
+    float* acc = ring_acc_.data();
+    for (int i = 0, e = len(in_block); i < e; ++i) acc[i] = ring_recv_[i] + mine[i];
+    cur = in_block;
+  }
+  std::memcpy(buf + begin(rank_), ring_acc_.data(), sizeof(float) * len(rank_));
+  for (int s = 0; s < g - 1; ++s) {
+    const int out_block = block(rank_ - s), in_block = block(rank_ - s - 1);
+    check_mpi(MPI_Sendrecv(buf + begin(out_block), len(out_block), MPI_FLOAT, next, 2,
+                           buf + begin(in_block), len(in_block), MPI_FLOAT, prev, 2, comm_,
+                           MPI_STATUS_IGNORE),
+              "MPI_Sendrecv");
+  }
+}
+
 void MpiCommunicator::all_reduce(void* buf, int64_t n, DType t) {
   const int k = checked_count("all_reduce", name_, n);
   record(Collective::kAllReduce, n * dtype_size(t));
   BlockTimer timer(stats_);
+  if (t == DType::kF32 && n * 4 >= (1 << 16) && n >= size_) {
+    ring_all_reduce(static_cast<float*>(buf), n);
+    return;
+  }
   check_mpi(MPI_Allreduce(MPI_IN_PLACE, buf, k, mpi_type(t), MPI_SUM, comm_), "MPI_Allreduce");
 }
 
@@ -129,13 +166,40 @@ Request MpiCommunicator::iall_gather(const void* in, void* out, int64_t n, DType
   return make_request(std::move(impl));
 }
 
-// MPI_Reduce_scatter with equal counts rather than MPI_Reduce_scatter_block:
-// measured 3-4x faster in OpenMPI 4.1.
+// A ring: size - 1 steps; at step s each rank passes its running sum of one
+// block to the next rank and adds its own copy of the block it receives, so
+// after the last step it holds the full sum of its own block, added in a
+// fixed order (deterministic).
+void MpiCommunicator::ring_reduce_scatter(const float* in, float* out, int n) {
+  const int g = size_, next = (rank_ + 1) % g, prev = (rank_ - 1 + g) % g;
+  ring_acc_.resize(n);
+  ring_recv_.resize(n);
+  const float* first = in + int64_t((rank_ - 1 + g) % g) * n;
+  std::memcpy(ring_acc_.data(), first, sizeof(float) * n);
+  for (int s = 1; s < g; ++s) {
+    check_mpi(MPI_Sendrecv(ring_acc_.data(), n, MPI_FLOAT, next, 0, ring_recv_.data(), n, MPI_FLOAT,
+                           prev, 0, comm_, MPI_STATUS_IGNORE),
+              "MPI_Sendrecv");
+    const float* mine = in + int64_t((rank_ - s - 1 + 2 * g) % g) * n;
+    float* acc = s + 1 == g ? out : ring_acc_.data();
+    const float* recv = ring_recv_.data();
+    for (int i = 0; i < n; ++i) acc[i] = recv[i] + mine[i];
+  }
+}
+
+// Large float reductions take the ring above: OpenMPI 4.1's MPI_Reduce_scatter
+// measured 530 ms for 520 MB on 2 ranks here (twice its MPI_Allreduce), the
+// ring about 130 ms. Small or in-place ones take MPI_Reduce_scatter with equal
+// counts (3-4x faster than MPI_Reduce_scatter_block in OpenMPI 4.1).
 void MpiCommunicator::reduce_scatter(const void* in, void* out, int64_t n, DType t) {
   const int k = checked_count("reduce_scatter", name_, n);
   record(Collective::kReduceScatter, size_ * n * dtype_size(t));
-  const std::vector<int> counts(size_, k);
   BlockTimer timer(stats_);
+  if (t == DType::kF32 && in != out && int64_t(size_) * n * 4 >= (1 << 16)) {
+    ring_reduce_scatter(static_cast<const float*>(in), static_cast<float*>(out), k);
+    return;
+  }
+  const std::vector<int> counts(size_, k);
   check_mpi(MPI_Reduce_scatter(in == out ? MPI_IN_PLACE : in, out, counts.data(), mpi_type(t),
                                MPI_SUM, comm_),
             "MPI_Reduce_scatter");

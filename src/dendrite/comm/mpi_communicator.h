@@ -52,9 +52,12 @@ class MpiCommunicator final : public Communicator {
  private:
   // Records the payload of one collective (only on groups larger than one).
   void record(Collective c, int64_t bytes);
+  void ring_reduce_scatter(const float* in, float* out, int n);
+  void ring_all_reduce(float* buf, int64_t n);
   Request make_request(std::unique_ptr<Request::Impl> impl);
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
+  std::vector<float> ring_acc_, ring_recv_;  // scratch of the ring reduce-scatter
 };
 
 class SelfCommunicator final : public Communicator {

@@ -24,7 +24,7 @@ struct BenchOptions {
   std::string model = "gpt2-124m";
   int batch = 4, seq = 64, threads = 0, steps = 5, warmup = 2;
   std::string grid;
-  bool json = false;
+  bool json = false, keep_gathered = false;
 };
 
 double peak_rss_mb() {
@@ -38,7 +38,7 @@ int run_bench_step(const BenchOptions& o) {
   const int threads = omp_get_max_threads();
   ModelConfig mc = load_model_config(o.model);
   ProcessGrid grid = make_grid(o.grid);
-  Transformer model(mc, grid, o.batch, o.seq);
+  Transformer model(mc, grid, o.batch, o.seq, o.keep_gathered);
   model.init(1);
   AdamW adam(model.table(), ops::AdamWConfig{});
   // Random tokens; this rank's sequences of the global batch.
@@ -58,6 +58,7 @@ int run_bench_step(const BenchOptions& o) {
     return loss;
   };
   for (int i = 0; i < o.warmup; ++i) step();
+  grid.reset_stats();
   auto t0 = std::chrono::steady_clock::now();
   double loss = 0;
   for (int i = 0; i < o.steps; ++i) loss = step();
@@ -70,6 +71,16 @@ int run_bench_step(const BenchOptions& o) {
   const double mine = peak_rss_mb();
   grid.world().all_gather(&mine, rss.data(), 1, DType::kF64);
   const double max_rss = *std::max_element(rss.begin(), rss.end());
+  // Per axis and step: bytes handed to collectives and seconds blocked in them (rank 0).
+  nlohmann::json comm = nlohmann::json::object();
+  std::pair<const char*, Communicator*> axes[] = {
+      {"x", &grid.X()}, {"y", &grid.Y()}, {"z", &grid.Z()}, {"d", &grid.D()}};
+  for (auto& [name, c] : axes) {
+    if (c->size() == 1) continue;
+    int64_t bytes = 0;
+    for (int64_t b : c->stats().bytes) bytes += b;
+    comm[name] = {{"bytes", bytes / o.steps}, {"wait_ms", c->stats().wait_seconds * 1e3 / o.steps}};
+  }
   if (grid.rank() != 0) return 0;
   nlohmann::json j = {{"model", o.model},
                       {"params", mc.num_parameters()},
@@ -85,6 +96,7 @@ int run_bench_step(const BenchOptions& o) {
                       {"mfu", gflops / peak},
                       {"peak_rss_mb", max_rss},
                       {"grid", grid.shape().str()},
+                      {"comm", comm},
                       {"param_bytes", 4.0 * model.num_floats()},
                       {"activation_bytes", double(model.activation_bytes())}};
   if (o.json) {
@@ -111,6 +123,8 @@ Runner add_bench(CLI::App& app) {
   step->add_option("--steps", o->steps, "Timed steps")->capture_default_str();
   step->add_option("--warmup", o->warmup, "Untimed steps first")->capture_default_str();
   step->add_flag("--json", o->json, "Print one JSON object");
+  step->add_flag("--keep-gathered", o->keep_gathered,
+                 "Keep Z-gathered weights from the forward for the backward");
   step->add_option("--grid", o->grid, "Process grid under mpirun, e.g. x=2,y=2 (default: data-parallel)");
   return [o] { return run_bench_step(*o); };
 }

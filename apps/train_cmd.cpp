@@ -78,6 +78,9 @@ Runner add_train(CLI::App& app, int argc, char** argv) {
   app.add_option("--log-every", opt->log_every, "Print a line every N steps")->capture_default_str();
   app.add_option("--metrics", opt->metrics, "Write one JSON object per step to this file");
   app.add_option("--threads", opt->threads, "Threads per rank (default: OMP_NUM_THREADS or all cores)");
+  app.add_flag("--keep-gathered", opt->keep_gathered,
+               "Keep each layer's Z-gathered weights from the forward for the backward "
+               "(one all-gather over Z a step instead of two; 1/(x*y) of the weights more memory)");
   app.add_option("--grid", opt->grid,
                  "Process grid, e.g. x=2,y=2,z=1,d=2 (axes left out are 1; d fills the job "
                  "when left out); default: all ranks data-parallel");

@@ -58,8 +58,8 @@ struct Record {
 const char* kKinds[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast"};
 
 // Trains kSteps AdamW steps on fixed random batches; records what the tests compare.
-Record train(const ModelConfig& cfg, ProcessGrid& grid) {
-  Transformer model(cfg, grid, kB, kT);
+Record train(const ModelConfig& cfg, ProcessGrid& grid, bool keep = false) {
+  Transformer model(cfg, grid, kB, kT, keep);
   model.init(kSeed);
   AdamW adam(model.table(), ops::AdamWConfig{});
   std::vector<int32_t> in(kB * kT), tg(kB * kT);
@@ -102,7 +102,7 @@ double max_abs(const std::vector<float>& v) {
 }
 
 void compare(const std::string& what, const ModelConfig& cfg, const GridShape& g, const Record& got,
-             const Record& want) {
+             const Record& want, bool keep = false) {
   const std::string where = what + " on grid " + g.str();
   for (int s = 0; s < kSteps; ++s)
     EXPECT_NEAR(got.losses[s], want.losses[s], 1e-5 * std::fabs(want.losses[s]))
@@ -118,7 +118,7 @@ void compare(const std::string& what, const ModelConfig& cfg, const GridShape& g
     // zero (GPT-2's key bias) is held to 1e-3 of the model's largest gradient.
     EXPECT_LE(diff, 1e-5 * std::max(max_abs(b), 1e-3 * scale)) << where << ", tensor " << i;
   }
-  Volume v = step_volume(cfg, {g.x, g.y, g.z, g.d}, kB, kT);
+  Volume v = step_volume(cfg, {g.x, g.y, g.z, g.d}, kB, kT, 256, keep);
   EXPECT_EQ(got.bytes, v.bytes) << where;
   EXPECT_EQ(got.calls, v.calls) << where;
 }
@@ -141,6 +141,8 @@ TEST_P(EveryGrid, MatchesOneProcess) {
       if (!divides(cfg, g)) continue;
       ProcessGrid grid(g, &sub);
       compare(GetParam(), cfg, g, train(cfg, grid), want);
+      if (g.z > 1) compare(std::string(GetParam()) + " keeping gathered weights", cfg, g,
+                           train(cfg, grid, true), want, true);
       ++tested;
     }
     MPI_Comm_free(&sub);

@@ -54,6 +54,7 @@ class MpiCommunicator final : public Communicator {
   void record(Collective c, int64_t bytes);
   void ring_reduce_scatter(const float* in, float* out, int n);
   void ring_all_reduce(float* buf, int64_t n);
+  void ring_all_gather(const float* in, float* out, int n);
   Request make_request(std::unique_ptr<Request::Impl> impl);
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;

@@ -19,8 +19,9 @@ const Sharding kVectorX{Axis::kX, Axis::kNone, false};  // stream-width vectors
 const Sharding kVectorY{Axis::kY, Axis::kNone, false};  // biases of normal layers
 }  // namespace
 
-Transformer::Transformer(const ModelConfig& config, ProcessGrid& grid, int max_B, int max_T)
-    : cfg_(config), grid_(grid), max_B_(max_B), max_T_(max_T),
+Transformer::Transformer(const ModelConfig& config, ProcessGrid& grid, int max_B, int max_T,
+                         bool keep_gathered)
+    : cfg_(config), grid_(grid), max_B_(max_B), max_T_(max_T), keep_gathered_(keep_gathered),
       table_(grid.shape(), grid.x(), grid.y(), grid.z()) {
   cfg_.validate();
   DENDRITE_CHECK(max_B > 0 && max_T > 0, "model: batch and sequence must be positive, got B=",
@@ -127,16 +128,17 @@ void Transformer::build_layers() {
                            cfg_.n_embd, cfg_.norm_eps);
     L.norm2 = ParallelNorm(grid_, ln, *spec(p + "norm2.weight"), maybe(p + "norm2.bias"),
                            cfg_.n_embd, cfg_.norm_eps);
-    L.q = ParallelLinear(grid_, *spec(p + "q.weight"), maybe(p + "q.bias"));
-    L.k = ParallelLinear(grid_, *spec(p + "k.weight"), maybe(p + "k.bias"));
-    L.v = ParallelLinear(grid_, *spec(p + "v.weight"), maybe(p + "v.bias"));
-    L.o = ParallelLinear(grid_, *spec(p + "o.weight"), maybe(p + "o.bias"));
-    L.up = ParallelLinear(grid_, *spec(p + "up.weight"), maybe(p + "up.bias"));
-    if (!cfg_.gpt2()) L.gate = ParallelLinear(grid_, *spec(p + "gate.weight"), nullptr);
-    L.down = ParallelLinear(grid_, *spec(p + "down.weight"), maybe(p + "down.bias"));
+    L.q = ParallelLinear(grid_, *spec(p + "q.weight"), maybe(p + "q.bias"), keep_gathered_);
+    L.k = ParallelLinear(grid_, *spec(p + "k.weight"), maybe(p + "k.bias"), keep_gathered_);
+    L.v = ParallelLinear(grid_, *spec(p + "v.weight"), maybe(p + "v.bias"), keep_gathered_);
+    L.o = ParallelLinear(grid_, *spec(p + "o.weight"), maybe(p + "o.bias"), keep_gathered_);
+    L.up = ParallelLinear(grid_, *spec(p + "up.weight"), maybe(p + "up.bias"), keep_gathered_);
+    if (!cfg_.gpt2()) L.gate = ParallelLinear(grid_, *spec(p + "gate.weight"), nullptr, keep_gathered_);
+    L.down = ParallelLinear(grid_, *spec(p + "down.weight"), maybe(p + "down.bias"), keep_gathered_);
     layers_.push_back(std::move(L));
   }
-  embedding_ = VocabEmbedding(grid_, *spec("tok_emb"), maybe("pos_emb"));
+  embedding_ = VocabEmbedding(grid_, *spec("tok_emb"), maybe("pos_emb"),
+                              keep_gathered_ && cfg_.tied_embeddings());
   norm_f_ = ParallelNorm(grid_, ln, *spec("norm_f.weight"), maybe("norm_f.bias"), cfg_.n_embd,
                          cfg_.norm_eps);
   const ParamSpec& head = cfg_.tied_embeddings() ? *spec("tok_emb") : *spec("lm_head");

@@ -32,7 +32,10 @@ class Transformer {
   // Activations are sized for global batches of up to max_B sequences of up
   // to max_T tokens. Throws, naming the sizes and the grid, when the grid
   // does not divide the model or the batch.
-  Transformer(const ModelConfig& config, ProcessGrid& grid, int max_B, int max_T);
+  // keep_gathered: hold each layer's Z-gathered weights from the forward to
+  // the backward (see ParallelLinear).
+  Transformer(const ModelConfig& config, ProcessGrid& grid, int max_B, int max_T,
+              bool keep_gathered = false);
 
   const ModelConfig& config() const { return cfg_; }
   ProcessGrid& grid() { return grid_; }
@@ -83,11 +86,14 @@ class Transformer {
   void layer_forward(int l, const float* x, float* out, int B_loc, int T);
   void layer_backward(int l, float* dres, int B_loc, int T);
   double global_sum(double local);  // over Z and D
+  // The LM head's block kept from the embedding's forward (tied, keep_gathered), or null.
+  const float* tied_head() const { return embedding_.kept_table(); }
   void sync_gradients();
 
   ModelConfig cfg_;
   ProcessGrid& grid_;
   int max_B_, max_T_;
+  bool keep_gathered_;
   int nh_, nkv_, hs_, qd_, kvd_, f_, c_;  // local head counts and widths on this rank
   ParamTable table_;
   std::vector<Layer> layers_;

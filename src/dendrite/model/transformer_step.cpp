@@ -117,7 +117,7 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
   forward(inputs, B_loc, T);
   float* G = grads_.data();
   double loss = head_.forward_backward(dnorm_.data(), normf_.data(), targets, weights, denominator,
-                                       m, params_.data(), G, ws_);
+                                       m, params_.data(), G, ws_, tied_head());
   float* dres = dres_.data();
   norm_f_.backward(dres, dnorm_.data(), residual_[cfg_.n_layer].data(), meanf_.data(),
                    rstdf_.data(), m, params_.data(), G, sums_);
@@ -132,7 +132,7 @@ double Transformer::forward_loss(const int32_t* inputs, const int32_t* targets,
   const int B_loc = local_batch(B);
   forward(inputs, B_loc, T);
   double loss = head_.forward_backward(nullptr, normf_.data(), targets, weights, denominator,
-                                       B_loc * T, params_.data(), grads_.data(), ws_);
+                                       B_loc * T, params_.data(), grads_.data(), ws_, tied_head());
   return global_sum(loss);
 }
 
@@ -149,14 +149,14 @@ double Transformer::grad_norm() const {
 void Transformer::logits(const int32_t* inputs, int B, int T, float* out) {
   const int B_loc = local_batch(B);
   forward(inputs, B_loc, T);
-  head_.logits(out, normf_.data(), B_loc * T, params_.data(), ws_);
+  head_.logits(out, normf_.data(), B_loc * T, params_.data(), ws_, tied_head());
 }
 
 void Transformer::last_logits(const int32_t* inputs, int T, float* out) {
   DENDRITE_CHECK(grid_.shape().d == 1 && grid_.shape().z == 1,
                  "generate: runs on grids with d = z = 1 (one sequence), got ", grid_.shape().str());
   forward(inputs, 1, T);
-  head_.logits(out, normf_.data() + long(T - 1) * c_, 1, params_.data(), ws_);
+  head_.logits(out, normf_.data() + long(T - 1) * c_, 1, params_.data(), ws_, tied_head());
 }
 
 }  // namespace dendrite

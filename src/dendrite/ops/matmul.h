@@ -17,8 +17,9 @@ void linear_forward(float* y, const float* x, const float* w, const float* b, in
 void linear_backward_input(float* dx, const float* dy, const float* w, int m, int k, int n,
                            bool accumulate);
 
-// dw[n,k] += dy[m,n]^T * x[m,k];  db[n] += sum over rows of dy  (db may be null)
+// dw[n,k] += dy[m,n]^T * x[m,k] (or = when !accumulate);  db[n] += sum over rows of dy
+// (db may be null)
 void linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int m, int k,
-                            int n);
+                            int n, bool accumulate = true);
 
 }  // namespace dendrite::ops

@@ -51,13 +51,16 @@ void ParallelNorm::backward(float* dx, const float* dy, const float* x, const fl
 
 // ---- VocabEmbedding ----
 
-VocabEmbedding::VocabEmbedding(ProcessGrid& grid, const ParamSpec& table, const ParamSpec* positions)
-    : grid_(&grid), table_(&table), pos_(positions) {}
+VocabEmbedding::VocabEmbedding(ProcessGrid& grid, const ParamSpec& table, const ParamSpec* positions,
+                               bool keep_gathered)
+    : grid_(&grid), table_(&table), pos_(positions), keep_(keep_gathered && grid.shape().z > 1) {
+  if (keep_) kept_.resize(table.block_numel());
+}
 
 void VocabEmbedding::forward(float* out, const int32_t* tokens, int m, int T, const float* params,
                              LinearWorkspace& ws) const {
   const int C = int(table_->block_cols);
-  const float* w = gather_block(*grid_, *table_, params, ws.weight.data());
+  const float* w = gather_block(*grid_, *table_, params, keep_ ? kept_.data() : ws.weight.data());
   ops::embedding_range_forward(out, tokens, w, int(table_->row_offset), int(table_->block_rows), m,
                                C);
   grid_->Y().all_reduce(out, int64_t(m) * C);
@@ -97,16 +100,14 @@ VocabCrossEntropy::VocabCrossEntropy(ProcessGrid& grid, const ParamSpec& head, i
 
 double VocabCrossEntropy::forward_backward(float* dx, const float* x, const int32_t* targets,
                                            const float* weight, double denominator, int m,
-                                           const float* params, float* grads, LinearWorkspace& ws) {
+                                           const float* params, float* grads, LinearWorkspace& ws,
+                                           const float* gathered) {
   const int C = int(head_->block_cols), Vloc = int(head_->block_rows), v0 = int(head_->row_offset);
   const int gy = grid_->shape().y;
-  const float* w = gather_block(*grid_, *head_, params, ws.weight.data());
+  const float* w = gathered ? gathered : gather_block(*grid_, *head_, params, ws.weight.data());
   const bool direct = grid_->shape().z == 1;
   float* dw = nullptr;
-  if (dx) {
-    dw = direct ? grads + head_->offset : ws.dweight.data();
-    if (!direct) std::fill(dw, dw + head_->block_numel(), 0.0f);
-  }
+  if (dx) dw = direct ? grads + head_->offset : ws.dweight.data();
   double loss = 0;
   for (int r0 = 0; r0 < m; r0 += chunk_) {
     const int rows = std::min(chunk_, m - r0);
@@ -121,7 +122,8 @@ double VocabCrossEntropy::forward_backward(float* dx, const float* x, const int3
     if (!dx) continue;
     ops::ce_dlogits(logits, lse_.data(), targets + r0, wc, denominator, rows, Vloc, v0, V_);
     ops::linear_backward_input(dx + int64_t(r0) * C, logits, w, rows, C, Vloc, false);
-    ops::linear_backward_weight(dw, nullptr, logits, xc, rows, C, Vloc);
+    // The block scratch starts fresh with the first chunk; the gradient itself accumulates.
+    ops::linear_backward_weight(dw, nullptr, logits, xc, rows, C, Vloc, direct || r0 > 0);
   }
   if (dx) {
     grid_->Y().all_reduce(dx, int64_t(m) * C);
@@ -131,9 +133,9 @@ double VocabCrossEntropy::forward_backward(float* dx, const float* x, const int3
 }
 
 void VocabCrossEntropy::logits(float* out, const float* x, int m, const float* params,
-                               LinearWorkspace& ws) {
+                               LinearWorkspace& ws, const float* gathered) {
   const int C = int(head_->block_cols), Vloc = int(head_->block_rows), gy = grid_->shape().y;
-  const float* w = gather_block(*grid_, *head_, params, ws.weight.data());
+  const float* w = gathered ? gathered : gather_block(*grid_, *head_, params, ws.weight.data());
   Buffer<float> local(int64_t(m) * Vloc), all(int64_t(m) * Vloc * gy);
   ops::linear_forward(local.data(), x, w, nullptr, m, C, Vloc);
   grid_->X().all_reduce(local.data(), int64_t(m) * Vloc);

@@ -48,7 +48,12 @@ class VocabEmbedding {
   VocabEmbedding() = default;
   // table: [Vp, C] sharded as a normal layer; positions: [T_max, C] split over X
   // (columns) and chunked over Z, or null.
-  VocabEmbedding(ProcessGrid& grid, const ParamSpec& table, const ParamSpec* positions);
+  // keep_gathered: hold the Z-gathered table block after the forward, so a
+  // tied LM head can use it without gathering again (kept_table()).
+  VocabEmbedding(ProcessGrid& grid, const ParamSpec& table, const ParamSpec* positions,
+                 bool keep_gathered = false);
+  // The table block gathered by the last forward, or null when not kept.
+  const float* kept_table() const { return keep_ ? kept_.data() : nullptr; }
   // out [m, C/Gx] for tokens [m] (m = B_local * T).
   void forward(float* out, const int32_t* tokens, int m, int T, const float* params,
                LinearWorkspace& ws) const;
@@ -59,6 +64,8 @@ class VocabEmbedding {
   ProcessGrid* grid_ = nullptr;
   const ParamSpec* table_ = nullptr;
   const ParamSpec* pos_ = nullptr;
+  bool keep_ = false;
+  mutable Buffer<float> kept_;  // filled by the (const) forward
 };
 
 class VocabCrossEntropy {
@@ -70,11 +77,13 @@ class VocabCrossEntropy {
   // Returns sum_r weight[r] * CE_r / denominator over this rank's rows (the
   // same on every X and Y rank; the caller sums over Z and D). With dx non-null
   // also dx [m, C/Gx] (summed over Y) and the head's gradient.
+  // gathered: the head's block when the caller already holds it, else null.
   double forward_backward(float* dx, const float* x, const int32_t* targets, const float* weight,
                           double denominator, int m, const float* params, float* grads,
-                          LinearWorkspace& ws);
+                          LinearWorkspace& ws, const float* gathered = nullptr);
   // logits [m, V] of every row, gathered on every rank (generation, tests).
-  void logits(float* out, const float* x, int m, const float* params, LinearWorkspace& ws);
+  void logits(float* out, const float* x, int m, const float* params, LinearWorkspace& ws,
+              const float* gathered = nullptr);
 
  private:
   ProcessGrid* grid_ = nullptr;

@@ -28,8 +28,10 @@ const float* gather_block(ProcessGrid& grid, const ParamSpec& s, const float* pa
   return scratch;
 }
 
-ParallelLinear::ParallelLinear(ProcessGrid& grid, const ParamSpec& w, const ParamSpec* b)
-    : grid_(&grid), w_(&w), b_(b) {
+ParallelLinear::ParallelLinear(ProcessGrid& grid, const ParamSpec& w, const ParamSpec* b,
+                               bool keep_gathered)
+    : grid_(&grid), w_(&w), b_(b), keep_(keep_gathered && grid.shape().z > 1) {
+  if (keep_) kept_.resize(w.block_numel());
   const bool normal = w.sharding.rows == Axis::kY;
   DENDRITE_CHECK(w.sharding.chunk_z && (normal ? w.sharding.cols == Axis::kX
                                                : w.sharding.rows == Axis::kX &&
@@ -44,7 +46,11 @@ ParallelLinear::ParallelLinear(ProcessGrid& grid, const ParamSpec& w, const Para
 }
 
 const float* ParallelLinear::gather_weight(const float* params, LinearWorkspace& ws) const {
-  return gather_block(*grid_, *w_, params, ws.weight.data());
+  return gather_block(*grid_, *w_, params, keep_ ? kept_.data() : ws.weight.data());
+}
+
+const float* ParallelLinear::backward_weight(const float* params, LinearWorkspace& ws) const {
+  return keep_ ? kept_.data() : gather_weight(params, ws);
 }
 
 void ParallelLinear::forward(float* y, const float* x, int m, const float* params,
@@ -62,7 +68,7 @@ void ParallelLinear::forward(float* y, const float* x, int m, const float* param
 void ParallelLinear::backward(float* dx, bool accumulate, bool reduce_dx, const float* dy,
                               const float* x, int m, const float* params, float* grads,
                               LinearWorkspace& ws) const {
-  const float* w = gather_weight(params, ws);
+  const float* w = backward_weight(params, ws);
   ops::linear_backward_input(dx, dy, w, m, in_, out_, accumulate);
   if (reduce_dx) bwd_->all_reduce(dx, int64_t(m) * in_);
   float* db = b_ ? grads + b_->offset : nullptr;
@@ -70,8 +76,7 @@ void ParallelLinear::backward(float* dx, bool accumulate, bool reduce_dx, const 
     ops::linear_backward_weight(grads + w_->offset, db, dy, x, m, in_, out_);
     return;
   }
-  std::fill(ws.dweight.data(), ws.dweight.data() + w_->block_numel(), 0.0f);
-  ops::linear_backward_weight(ws.dweight.data(), db, dy, x, m, in_, out_);
+  ops::linear_backward_weight(ws.dweight.data(), db, dy, x, m, in_, out_, false);
   add_block_gradient(*grid_, *w_, grads, ws);
 }
 

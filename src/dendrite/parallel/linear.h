@@ -38,13 +38,19 @@ class ParallelLinear {
  public:
   ParallelLinear() = default;
   // w (and b, may be null) must be specs of `table` with the matching sharding.
-  ParallelLinear(ProcessGrid& grid, const ParamSpec& w, const ParamSpec* b);
+  // keep_gathered: hold the block gathered in the forward until the backward
+  // (one all-gather over Z a step instead of two, for 1/(Gx Gy) of the weights
+  // in memory), as DESIGN.md section 3 allows where memory does.
+  ParallelLinear(ProcessGrid& grid, const ParamSpec& w, const ParamSpec* b,
+                 bool keep_gathered = false);
 
   int in_local() const { return in_; }
   int out_local() const { return out_; }
   // The weight block [out_local, in_local], gathered over Z into ws (or the
   // parameters themselves when Gz == 1).
   const float* gather_weight(const float* params, LinearWorkspace& ws) const;
+  // In the backward: the kept block, or a fresh gather.
+  const float* backward_weight(const float* params, LinearWorkspace& ws) const;
 
   // y [m, out_local] = x [m, in_local] W^T, summed over the forward axis, + b.
   void forward(float* y, const float* x, int m, const float* params, LinearWorkspace& ws) const;
@@ -64,6 +70,8 @@ class ParallelLinear {
   Communicator* fwd_ = nullptr;
   Communicator* bwd_ = nullptr;
   int in_ = 0, out_ = 0;
+  bool keep_ = false;
+  mutable Buffer<float> kept_;  // the block gathered in the forward (keep_gathered)
 };
 
 }  // namespace dendrite

@@ -20,6 +20,7 @@ struct Counter {
   GridDims g;
   Volume v;
   int64_t m;  // local rows
+  bool keep;  // no second all-gather in the backward
 
   void all_gather_z(int64_t block_floats) { v.add("z", g.z, "all_gather", 4 * block_floats); }
   void reduce_scatter_z(int64_t block_floats) { v.add("z", g.z, "reduce_scatter", 4 * block_floats); }
@@ -33,7 +34,7 @@ struct Counter {
   }
   // Backward; reduce: whether this call sums dx over its backward axis.
   void linear_backward(int64_t out_loc, int64_t in_loc, bool normal, bool reduce) {
-    all_gather_z(out_loc * in_loc);
+    if (!keep) all_gather_z(out_loc * in_loc);
     if (reduce) v.add(normal ? "y" : "x", normal ? g.y : g.x, "all_reduce", 4 * m * in_loc);
     reduce_scatter_z(out_loc * in_loc);
   }
@@ -41,8 +42,9 @@ struct Counter {
 
 }  // namespace
 
-Volume step_volume(const ModelConfig& c, const GridDims& g, int B, int T, int ce_chunk) {
-  Counter k{c, g, {}, int64_t(B / (g.d * g.z)) * T};
+Volume step_volume(const ModelConfig& c, const GridDims& g, int B, int T, int ce_chunk,
+                   bool keep_gathered) {
+  Counter k{c, g, {}, int64_t(B / (g.d * g.z)) * T, keep_gathered};
   const int64_t m = k.m, C = c.n_embd / g.x, hs = c.head_size();
   const int64_t q = int64_t(c.n_head / g.y) * hs, kv = int64_t(c.n_kv_head / g.y) * hs;
   const int64_t F = c.ffn_hidden / g.y, Vl = c.padded_vocab(g.y) / g.y;
@@ -65,7 +67,7 @@ Volume step_volume(const ModelConfig& c, const GridDims& g, int B, int T, int ce
     k.linear_forward(C, F, false);
   }
   k.norm();
-  k.all_gather_z(Vl * C);
+  if (!(keep_gathered && c.tied_embeddings())) k.all_gather_z(Vl * C);  // else kept by the embedding
   k.v.add("x", g.x, "all_reduce", 4 * m * Vl, chunks);
   k.v.add("y", g.y, "all_gather", 4 * 2 * m * g.y, chunks);
 

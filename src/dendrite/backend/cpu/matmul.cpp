@@ -88,8 +88,8 @@ void linear_backward_input(float* dx, const float* dy, const float* w, int m, in
 }
 
 void linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int m, int k,
-                            int n) {
-  gemm(true, false, n, k, m, 1.0f, dy, n, x, k, 1.0f, dw, k);
+                            int n, bool accumulate) {
+  gemm(true, false, n, k, m, 1.0f, dy, n, x, k, accumulate ? 1.0f : 0.0f, dw, k);
   if (db) {
     // Columns split over threads; each thread sums its columns over all rows.
 #pragma omp parallel

@@ -16,6 +16,8 @@ Runner add_tokenize(CLI::App& app);
 Runner add_train(CLI::App& app, int argc, char** argv);
 Runner add_generate(CLI::App& app);
 Runner add_bench(CLI::App& app);
+Runner add_plan(CLI::App& app);       // apps/plan_cmd.cpp
+Runner add_calibrate(CLI::App& app);  // apps/plan_cmd.cpp
 
 // The process grid over MPI_COMM_WORLD from a --grid text ("x=2,y=2,d=2").
 ProcessGrid make_grid(const std::string& text);

@@ -33,6 +33,10 @@ int main(int argc, char** argv) {
         [](CLI::App& s) { return dendrite::app::add_generate(s); });
     add("bench", "Benchmarks (`bench step`: time training steps)",
         [](CLI::App& s) { return dendrite::app::add_bench(s); });
+    add("plan", "Predict step time and memory of every process grid, and rank them",
+        [](CLI::App& s) { return dendrite::app::add_plan(s); });
+    add("calibrate", "Measure this machine (GEMM rates, collectives, memory) into a machine file",
+        [](CLI::App& s) { return dendrite::app::add_calibrate(s); });
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

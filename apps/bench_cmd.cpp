@@ -24,7 +24,8 @@ struct BenchOptions {
   std::string model = "gpt2-124m";
   int batch = 4, seq = 64, threads = 0, steps = 5, warmup = 2;
   std::string grid;
-  bool json = false, keep_gathered = false;
+  bool json = false, keep_gathered = false, recompute = false;
+  std::string overlap = "all";
 };
 
 double peak_rss_mb() {
@@ -38,7 +39,11 @@ int run_bench_step(const BenchOptions& o) {
   const int threads = omp_get_max_threads();
   ModelConfig mc = load_model_config(o.model);
   ProcessGrid grid = make_grid(o.grid);
-  Transformer model(mc, grid, o.batch, o.seq, o.keep_gathered);
+  ModelOptions mo;
+  mo.keep_gathered = o.keep_gathered;
+  mo.recompute = o.recompute;
+  mo.set_overlap(o.overlap);
+  Transformer model(mc, grid, o.batch, o.seq, mo);
   model.init(1);
   AdamW adam(model.table(), ops::AdamWConfig{});
   // Random tokens; this rank's sequences of the global batch.
@@ -71,15 +76,27 @@ int run_bench_step(const BenchOptions& o) {
   const double mine = peak_rss_mb();
   grid.world().all_gather(&mine, rss.data(), 1, DType::kF64);
   const double max_rss = *std::max_element(rss.begin(), rss.end());
-  // Per axis and step: bytes handed to collectives and seconds blocked in them (rank 0).
+  // Per axis and kind of collective, per step (rank 0): bytes; total_ms from
+  // the call or post until seen complete; exposed_ms blocked; hidden_ms the
+  // rest, in flight while the rank computed (an upper bound).
   nlohmann::json comm = nlohmann::json::object();
+  double exposed_ms = 0;
   std::pair<const char*, Communicator*> axes[] = {
       {"x", &grid.X()}, {"y", &grid.Y()}, {"z", &grid.Z()}, {"d", &grid.D()}};
   for (auto& [name, c] : axes) {
     if (c->size() == 1) continue;
-    int64_t bytes = 0;
-    for (int64_t b : c->stats().bytes) bytes += b;
-    comm[name] = {{"bytes", bytes / o.steps}, {"wait_ms", c->stats().wait_seconds * 1e3 / o.steps}};
+    const CommStats& s = c->stats();
+    for (int k = 0; k < int(Collective::kCount); ++k) {
+      if (s.calls[k] == 0) continue;
+      const double total = s.total_seconds[k] * 1e3 / o.steps;
+      const double exposed = s.exposed_seconds[k] * 1e3 / o.steps;
+      exposed_ms += exposed;
+      comm[name][collective_name(Collective(k))] = {{"bytes", s.bytes[k] / o.steps},
+                                                    {"calls", s.calls[k] / o.steps},
+                                                    {"total_ms", total},
+                                                    {"exposed_ms", exposed},
+                                                    {"hidden_ms", total - exposed}};
+    }
   }
   if (grid.rank() != 0) return 0;
   nlohmann::json j = {{"model", o.model},
@@ -97,6 +114,7 @@ int run_bench_step(const BenchOptions& o) {
                       {"peak_rss_mb", max_rss},
                       {"grid", grid.shape().str()},
                       {"comm", comm},
+                      {"compute_ms", secs * 1e3 - exposed_ms},
                       {"param_bytes", 4.0 * model.num_floats()},
                       {"activation_bytes", double(model.activation_bytes())}};
   if (o.json) {
@@ -123,6 +141,8 @@ Runner add_bench(CLI::App& app) {
   step->add_option("--steps", o->steps, "Timed steps")->capture_default_str();
   step->add_option("--warmup", o->warmup, "Untimed steps first")->capture_default_str();
   step->add_flag("--json", o->json, "Print one JSON object");
+  step->add_flag("--recompute", o->recompute, "Activation recomputation");
+  step->add_option("--overlap", o->overlap, "oar, all or none")->capture_default_str();
   step->add_flag("--keep-gathered", o->keep_gathered,
                  "Keep Z-gathered weights from the forward for the backward");
   step->add_option("--grid", o->grid, "Process grid under mpirun, e.g. x=2,y=2 (default: data-parallel)");

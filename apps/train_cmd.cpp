@@ -81,6 +81,12 @@ Runner add_train(CLI::App& app, int argc, char** argv) {
   app.add_flag("--keep-gathered", opt->keep_gathered,
                "Keep each layer's Z-gathered weights from the forward for the backward "
                "(one all-gather over Z a step instead of two; 1/(x*y) of the weights more memory)");
+  app.add_flag("--recompute", opt->recompute,
+               "Keep only each block's input and recompute the block in the backward (less memory)");
+  app.add_option("--overlap", opt->overlap,
+                 "Communication hidden behind computation: oar (backward all-reduce of dx behind "
+                 "the dW product), all, none")
+      ->capture_default_str();
   app.add_option("--grid", opt->grid,
                  "Process grid, e.g. x=2,y=2,z=1,d=2 (axes left out are 1; d fills the job "
                  "when left out); default: all ranks data-parallel");

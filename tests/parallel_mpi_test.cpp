@@ -58,8 +58,8 @@ struct Record {
 const char* kKinds[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast"};
 
 // Trains kSteps AdamW steps on fixed random batches; records what the tests compare.
-Record train(const ModelConfig& cfg, ProcessGrid& grid, bool keep = false) {
-  Transformer model(cfg, grid, kB, kT, keep);
+Record train(const ModelConfig& cfg, ProcessGrid& grid, const ModelOptions& opt = {}) {
+  Transformer model(cfg, grid, kB, kT, opt);
   model.init(kSeed);
   AdamW adam(model.table(), ops::AdamWConfig{});
   std::vector<int32_t> in(kB * kT), tg(kB * kT);
@@ -102,7 +102,7 @@ double max_abs(const std::vector<float>& v) {
 }
 
 void compare(const std::string& what, const ModelConfig& cfg, const GridShape& g, const Record& got,
-             const Record& want, bool keep = false) {
+             const Record& want, const ModelOptions& opt = {}) {
   const std::string where = what + " on grid " + g.str();
   for (int s = 0; s < kSteps; ++s)
     EXPECT_NEAR(got.losses[s], want.losses[s], 1e-5 * std::fabs(want.losses[s]))
@@ -118,7 +118,7 @@ void compare(const std::string& what, const ModelConfig& cfg, const GridShape& g
     // zero (GPT-2's key bias) is held to 1e-3 of the model's largest gradient.
     EXPECT_LE(diff, 1e-5 * std::max(max_abs(b), 1e-3 * scale)) << where << ", tensor " << i;
   }
-  Volume v = step_volume(cfg, {g.x, g.y, g.z, g.d}, kB, kT, 256, keep);
+  Volume v = step_volume(cfg, {g.x, g.y, g.z, g.d}, kB, kT, 256, opt.keep_gathered, opt.recompute);
   EXPECT_EQ(got.bytes, v.bytes) << where;
   EXPECT_EQ(got.calls, v.calls) << where;
 }
@@ -140,9 +140,21 @@ TEST_P(EveryGrid, MatchesOneProcess) {
     for (const GridShape& g : grids_of(P)) {
       if (!divides(cfg, g)) continue;
       ProcessGrid grid(g, &sub);
-      compare(GetParam(), cfg, g, train(cfg, grid), want);
-      if (g.z > 1) compare(std::string(GetParam()) + " keeping gathered weights", cfg, g,
-                           train(cfg, grid, true), want, true);
+      const Record base = train(cfg, grid);
+      compare(GetParam(), cfg, g, base, want);
+      // The other ways to run (kept gathers, recomputation, no overlap) on the
+      // grids where they change something.
+      ModelOptions other;
+      other.keep_gathered = g.z > 1;
+      other.recompute = g.x * g.y > 1;
+      other.oar = false;
+      if (g.size() > 1) {
+        const Record alt = train(cfg, grid, other);
+        compare(std::string(GetParam()) + " with keep_gathered/recompute/no overlap", cfg, g, alt,
+                want, other);
+        for (int s = 0; s < kSteps; ++s)  // the same run, computed another way
+          EXPECT_NEAR(alt.losses[s], base.losses[s], 1e-6 * base.losses[s]) << g.str();
+      }
       ++tested;
     }
     MPI_Comm_free(&sub);

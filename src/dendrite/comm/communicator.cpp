@@ -60,7 +60,12 @@ void Request::wait() {
   const double start = MPI_Wtime();
   check_mpi(MPI_Wait(&impl_->req, MPI_STATUS_IGNORE), "MPI_Wait");
   impl_->req = MPI_REQUEST_NULL;  // MPI_Wait sets this too; idempotence must not rely on it
-  if (impl_->stats) impl_->stats->wait_seconds += MPI_Wtime() - start;
+  if (impl_->stats) {
+    const double end = MPI_Wtime();
+    impl_->stats->wait_seconds += end - start;
+    impl_->stats->exposed_seconds[impl_->kind] += end - start;
+    impl_->stats->total_seconds[impl_->kind] += end - impl_->posted;
+  }
 }
 
 bool Request::pending() const { return impl_ && impl_->req != MPI_REQUEST_NULL; }

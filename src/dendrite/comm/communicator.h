@@ -25,6 +25,12 @@ struct CommStats {
   int64_t bytes[static_cast<int>(Collective::kCount)] = {};
   int64_t calls[static_cast<int>(Collective::kCount)] = {};
   double wait_seconds = 0;  // time spent blocked in waits and blocking calls
+  // Per kind: total = from the call (or post) until the rank saw it complete;
+  // exposed = the part of it the rank spent blocked. total - exposed is the
+  // time a non-blocking collective was in flight while the rank computed (an
+  // upper bound on what it hid: it may have finished before the wait).
+  double total_seconds[static_cast<int>(Collective::kCount)] = {};
+  double exposed_seconds[static_cast<int>(Collective::kCount)] = {};
 };
 
 // A pending non-blocking collective. wait() is idempotent; destroying an

@@ -36,11 +36,20 @@ int checked_count(const char* op, const std::string& comm, int64_t n) {
 // Times one blocking call into wait_seconds.
 class BlockTimer {
  public:
-  explicit BlockTimer(CommStats& stats) : stats_(stats), start_(MPI_Wtime()) {}
-  ~BlockTimer() { stats_.wait_seconds += MPI_Wtime() - start_; }
+  BlockTimer(CommStats& stats, Collective kind)
+      : stats_(stats), kind_(static_cast<int>(kind)), start_(MPI_Wtime()) {}
+  ~BlockTimer() {
+    const double t = MPI_Wtime() - start_;
+    stats_.wait_seconds += t;
+    if (kind_ < static_cast<int>(Collective::kCount)) {
+      stats_.total_seconds[kind_] += t;
+      stats_.exposed_seconds[kind_] += t;
+    }
+  }
 
  private:
   CommStats& stats_;
+  int kind_;
   double start_;
 };
 
@@ -83,8 +92,10 @@ void MpiCommunicator::record(Collective c, int64_t bytes) {
   if (size_ > 1) count(c, bytes);
 }
 
-Request MpiCommunicator::make_request(std::unique_ptr<Request::Impl> impl) {
+Request MpiCommunicator::make_request(std::unique_ptr<Request::Impl> impl, Collective kind) {
   impl->stats = &stats_;
+  impl->kind = static_cast<int>(kind);
+  impl->posted = MPI_Wtime();
   return Request(std::move(impl));
 }
 
@@ -127,7 +138,7 @@ void MpiCommunicator::ring_all_reduce(float* buf, int64_t n) {
 void MpiCommunicator::all_reduce(void* buf, int64_t n, DType t) {
   const int k = checked_count("all_reduce", name_, n);
   record(Collective::kAllReduce, n * dtype_size(t));
-  BlockTimer timer(stats_);
+  BlockTimer timer(stats_, Collective::kAllReduce);
   if (t == DType::kF32 && n * 4 >= (1 << 16) && n >= size_) {
     ring_all_reduce(static_cast<float*>(buf), n);
     return;
@@ -141,7 +152,7 @@ Request MpiCommunicator::iall_reduce(void* buf, int64_t n, DType t) {
   auto impl = std::make_unique<Request::Impl>();
   check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf, k, mpi_type(t), MPI_SUM, comm_, &impl->req),
             "MPI_Iallreduce");
-  return make_request(std::move(impl));
+  return make_request(std::move(impl), Collective::kAllReduce);
 }
 
 // Each rank passes on the block it received last: size - 1 steps of
@@ -162,7 +173,7 @@ void MpiCommunicator::all_gather(const void* in, void* out, int64_t n, DType t) 
   const size_t bytes = n * dtype_size(t);
   record(Collective::kAllGather, size_ * bytes);
   const bool in_place = in == static_cast<char*>(out) + rank_ * bytes;
-  BlockTimer timer(stats_);
+  BlockTimer timer(stats_, Collective::kAllGather);
   if (t == DType::kF32 && !in_place && int64_t(size_) * n * 4 >= (1 << 16)) {
     ring_all_gather(static_cast<const float*>(in), static_cast<float*>(out), k);
     return;
@@ -180,7 +191,7 @@ Request MpiCommunicator::iall_gather(const void* in, void* out, int64_t n, DType
   check_mpi(MPI_Iallgather(in_place ? MPI_IN_PLACE : in, k, mpi_type(t), out, k, mpi_type(t), comm_,
                            &impl->req),
             "MPI_Iallgather");
-  return make_request(std::move(impl));
+  return make_request(std::move(impl), Collective::kAllGather);
 }
 
 // A ring: size - 1 steps; at step s each rank passes its running sum of one
@@ -211,7 +222,7 @@ void MpiCommunicator::ring_reduce_scatter(const float* in, float* out, int n) {
 void MpiCommunicator::reduce_scatter(const void* in, void* out, int64_t n, DType t) {
   const int k = checked_count("reduce_scatter", name_, n);
   record(Collective::kReduceScatter, size_ * n * dtype_size(t));
-  BlockTimer timer(stats_);
+  BlockTimer timer(stats_, Collective::kReduceScatter);
   if (t == DType::kF32 && in != out && int64_t(size_) * n * 4 >= (1 << 16)) {
     ring_reduce_scatter(static_cast<const float*>(in), static_cast<float*>(out), k);
     return;
@@ -230,7 +241,7 @@ Request MpiCommunicator::ireduce_scatter(const void* in, void* out, int64_t n, D
   check_mpi(MPI_Ireduce_scatter(in == out ? MPI_IN_PLACE : in, out, impl->counts.data(),
                                 mpi_type(t), MPI_SUM, comm_, &impl->req),
             "MPI_Ireduce_scatter");
-  return make_request(std::move(impl));
+  return make_request(std::move(impl), Collective::kReduceScatter);
 }
 
 void MpiCommunicator::broadcast(void* buf, int64_t n, DType t, int root) {
@@ -238,12 +249,12 @@ void MpiCommunicator::broadcast(void* buf, int64_t n, DType t, int root) {
   DENDRITE_CHECK(root >= 0 && root < size_, "broadcast on ", name_, ": root ", root,
                  " is outside the group of ", size_, " ranks; pass a root in [0, ", size_, ")");
   record(Collective::kBroadcast, n * dtype_size(t));
-  BlockTimer timer(stats_);
+  BlockTimer timer(stats_, Collective::kBroadcast);
   check_mpi(MPI_Bcast(buf, k, mpi_type(t), root, comm_), "MPI_Bcast");
 }
 
 void MpiCommunicator::barrier() {
-  BlockTimer timer(stats_);
+  BlockTimer timer(stats_, Collective::kCount);
   check_mpi(MPI_Barrier(comm_), "MPI_Barrier");
 }
 

@@ -20,6 +20,8 @@ namespace dendrite {
 struct Request::Impl {
   MPI_Request req = MPI_REQUEST_NULL;
   CommStats* stats = nullptr;
+  int kind = 0;        // Collective
+  double posted = 0;   // MPI_Wtime() at the post
   // MPI_Ireduce_scatter reads its recvcounts until completion, so they live here.
   std::vector<int> counts;
 };
@@ -55,7 +57,7 @@ class MpiCommunicator final : public Communicator {
   void ring_reduce_scatter(const float* in, float* out, int n);
   void ring_all_reduce(float* buf, int64_t n);
   void ring_all_gather(const float* in, float* out, int n);
-  Request make_request(std::unique_ptr<Request::Impl> impl);
+  Request make_request(std::unique_ptr<Request::Impl> impl, Collective kind);
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
   std::vector<float> ring_acc_, ring_recv_;  // scratch of the ring reduce-scatter

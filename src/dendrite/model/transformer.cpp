@@ -20,8 +20,8 @@ const Sharding kVectorY{Axis::kY, Axis::kNone, false};  // biases of normal laye
 }  // namespace
 
 Transformer::Transformer(const ModelConfig& config, ProcessGrid& grid, int max_B, int max_T,
-                         bool keep_gathered)
-    : cfg_(config), grid_(grid), max_B_(max_B), max_T_(max_T), keep_gathered_(keep_gathered),
+                         const ModelOptions& options)
+    : cfg_(config), grid_(grid), max_B_(max_B), max_T_(max_T), opt_(options),
       table_(grid.shape(), grid.x(), grid.y(), grid.z()) {
   cfg_.validate();
   DENDRITE_CHECK(max_B > 0 && max_T > 0, "model: batch and sequence must be positive, got B=",
@@ -42,6 +42,27 @@ Transformer::Transformer(const ModelConfig& config, ProcessGrid& grid, int max_B
   build_layers();
   const int B_loc = std::max(1, max_B / (g.d * g.z));
   allocate(B_loc * max_T, B_loc);
+}
+
+void ModelOptions::set_overlap(const std::string& list) {
+  oar = false;
+  if (list == "none") return;
+  if (list == "all") {
+    oar = true;
+    return;
+  }
+  size_t start = 0;
+  while (start <= list.size()) {
+    const size_t end = std::min(list.find(',', start), list.size());
+    const std::string item = list.substr(start, end - start);
+    if (item == "oar")
+      oar = true;
+    else if (item == "ors" || item == "oag" || item == "dp")
+      fail("--overlap: '", item, "' is not built yet; use oar, all or none");
+    else
+      fail("--overlap: unknown overlap '", item, "'; use a list of oar, ors, oag, dp, or all, none");
+    start = end + 1;
+  }
 }
 
 void Transformer::check_grid() const {
@@ -128,17 +149,17 @@ void Transformer::build_layers() {
                            cfg_.n_embd, cfg_.norm_eps);
     L.norm2 = ParallelNorm(grid_, ln, *spec(p + "norm2.weight"), maybe(p + "norm2.bias"),
                            cfg_.n_embd, cfg_.norm_eps);
-    L.q = ParallelLinear(grid_, *spec(p + "q.weight"), maybe(p + "q.bias"), keep_gathered_);
-    L.k = ParallelLinear(grid_, *spec(p + "k.weight"), maybe(p + "k.bias"), keep_gathered_);
-    L.v = ParallelLinear(grid_, *spec(p + "v.weight"), maybe(p + "v.bias"), keep_gathered_);
-    L.o = ParallelLinear(grid_, *spec(p + "o.weight"), maybe(p + "o.bias"), keep_gathered_);
-    L.up = ParallelLinear(grid_, *spec(p + "up.weight"), maybe(p + "up.bias"), keep_gathered_);
-    if (!cfg_.gpt2()) L.gate = ParallelLinear(grid_, *spec(p + "gate.weight"), nullptr, keep_gathered_);
-    L.down = ParallelLinear(grid_, *spec(p + "down.weight"), maybe(p + "down.bias"), keep_gathered_);
+    L.q = ParallelLinear(grid_, *spec(p + "q.weight"), maybe(p + "q.bias"), opt_.keep_gathered, opt_.oar);
+    L.k = ParallelLinear(grid_, *spec(p + "k.weight"), maybe(p + "k.bias"), opt_.keep_gathered, opt_.oar);
+    L.v = ParallelLinear(grid_, *spec(p + "v.weight"), maybe(p + "v.bias"), opt_.keep_gathered, opt_.oar);
+    L.o = ParallelLinear(grid_, *spec(p + "o.weight"), maybe(p + "o.bias"), opt_.keep_gathered, opt_.oar);
+    L.up = ParallelLinear(grid_, *spec(p + "up.weight"), maybe(p + "up.bias"), opt_.keep_gathered, opt_.oar);
+    if (!cfg_.gpt2()) L.gate = ParallelLinear(grid_, *spec(p + "gate.weight"), nullptr, opt_.keep_gathered, opt_.oar);
+    L.down = ParallelLinear(grid_, *spec(p + "down.weight"), maybe(p + "down.bias"), opt_.keep_gathered, opt_.oar);
     layers_.push_back(std::move(L));
   }
   embedding_ = VocabEmbedding(grid_, *spec("tok_emb"), maybe("pos_emb"),
-                              keep_gathered_ && cfg_.tied_embeddings());
+                              opt_.keep_gathered && cfg_.tied_embeddings());
   norm_f_ = ParallelNorm(grid_, ln, *spec("norm_f.weight"), maybe("norm_f.bias"), cfg_.n_embd,
                          cfg_.norm_eps);
   const ParamSpec& head = cfg_.tied_embeddings() ? *spec("tok_emb") : *spec("lm_head");
@@ -149,7 +170,7 @@ void Transformer::allocate(int m, int B_loc) {
   const long C = c_, F = f_;
   residual_.resize(cfg_.n_layer + 1);
   for (auto& r : residual_) r.resize(m * C);
-  acts_.resize(cfg_.n_layer);
+  acts_.resize(opt_.recompute ? 1 : cfg_.n_layer);
   for (auto& a : acts_) {
     a.norm1.resize(m * C), a.mean1.resize(m), a.rstd1.resize(m);
     a.q.resize(m * long(qd_)), a.k.resize(m * long(kvd_)), a.v.resize(m * long(kvd_));
@@ -164,6 +185,7 @@ void Transformer::allocate(int m, int B_loc) {
   datt_.resize(m * long(qd_)), dup_.resize(m * F), dact_.resize(m * F);
   if (!cfg_.gpt2()) dgate_.resize(m * F);
   sums_.resize(2 * long(m));
+  if (opt_.recompute) recompute_out_.resize(m * C);
 }
 
 size_t Transformer::activation_bytes() const {
@@ -175,7 +197,7 @@ size_t Transformer::activation_bytes() const {
       n += b->size();
   for (const Buffer<float>* b : {&normf_, &meanf_, &rstdf_, &tmp_c_, &dnorm_, &dres_, &dq_, &dk_,
                                  &dv_, &datt_, &dup_, &dgate_, &dact_, &ws_.weight, &ws_.dweight,
-                                 &ws_.dchunk})
+                                 &ws_.dchunk, &recompute_out_})
     n += b->size();
   return n * sizeof(float) + sums_.size() * sizeof(double);
 }

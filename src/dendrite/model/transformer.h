@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "dendrite/comm/grid.h"
@@ -27,15 +28,23 @@
 
 namespace dendrite {
 
+// How the model runs on its grid; none of it changes the results beyond rounding.
+struct ModelOptions {
+  bool keep_gathered = false;  // keep Z-gathered weights from the forward to the backward
+  bool recompute = false;      // keep only each block's input; recompute the block in the backward
+  bool oar = true;             // overlap the backward all-reduce of dx with the dW product
+  // Sets the overlaps from "none", "all" or a list such as "oar"; an
+  // unknown or not yet built one is an error naming it.
+  void set_overlap(const std::string& list);
+};
+
 class Transformer {
  public:
   // Activations are sized for global batches of up to max_B sequences of up
   // to max_T tokens. Throws, naming the sizes and the grid, when the grid
   // does not divide the model or the batch.
-  // keep_gathered: hold each layer's Z-gathered weights from the forward to
-  // the backward (see ParallelLinear).
   Transformer(const ModelConfig& config, ProcessGrid& grid, int max_B, int max_T,
-              bool keep_gathered = false);
+               const ModelOptions& options = {});
 
   const ModelConfig& config() const { return cfg_; }
   ProcessGrid& grid() { return grid_; }
@@ -84,6 +93,8 @@ class Transformer {
   void check_batch(const int32_t* inputs, int B_loc, int T) const;
   void forward(const int32_t* inputs, int B_loc, int T);
   void layer_forward(int l, const float* x, float* out, int B_loc, int T);
+  // The saved activations of layer l (one shared set when recomputing).
+  LayerActs& acts(int l) { return acts_[opt_.recompute ? 0 : l]; }
   void layer_backward(int l, float* dres, int B_loc, int T);
   double global_sum(double local);  // over Z and D
   // The LM head's block kept from the embedding's forward (tied, keep_gathered), or null.
@@ -93,7 +104,7 @@ class Transformer {
   ModelConfig cfg_;
   ProcessGrid& grid_;
   int max_B_, max_T_;
-  bool keep_gathered_;
+  ModelOptions opt_;
   int nh_, nkv_, hs_, qd_, kvd_, f_, c_;  // local head counts and widths on this rank
   ParamTable table_;
   std::vector<Layer> layers_;
@@ -109,6 +120,7 @@ class Transformer {
   Buffer<float> normf_, meanf_, rstdf_;
   Buffer<float> tmp_c_, dnorm_, dres_, dq_, dk_, dv_, datt_, dup_, dgate_, dact_;
   Buffer<double> sums_;
+  Buffer<float> recompute_out_;  // [m, C/Gx]: where a recomputed layer writes its output
 };
 
 }  // namespace dendrite

@@ -23,7 +23,7 @@ void Transformer::forward(const int32_t* inputs, int B_loc, int T) {
 // x, out [m, C/Gx]
 void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, int T) {
   Layer& L = layers_[l];
-  LayerActs& a = acts_[l];
+  LayerActs& a = acts(l);
   const float* P = params_.data();
   const int m = B_loc * T;
   const long mC = long(m) * c_;
@@ -58,7 +58,7 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
 // dres [m, C/Gx] holds dLoss/d(output of layer l); on return, dLoss/d(its input).
 void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
   Layer& L = layers_[l];
-  LayerActs& a = acts_[l];
+  LayerActs& a = acts(l);
   const float* P = params_.data();
   float* G = grads_.data();
   const int m = B_loc * T;
@@ -121,7 +121,12 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
   float* dres = dres_.data();
   norm_f_.backward(dres, dnorm_.data(), residual_[cfg_.n_layer].data(), meanf_.data(),
                    rstdf_.data(), m, params_.data(), G, sums_);
-  for (int l = cfg_.n_layer - 1; l >= 0; --l) layer_backward(l, dres, B_loc, T);
+  for (int l = cfg_.n_layer - 1; l >= 0; --l) {
+    // Recomputation refills the shared activations from the layer's saved input
+    // (its output goes to scratch: the stream above is no longer needed).
+    if (opt_.recompute) layer_forward(l, residual_[l].data(), recompute_out_.data(), B_loc, T);
+    layer_backward(l, dres, B_loc, T);
+  }
   embedding_.backward(dres, inputs, m, T, G, ws_);
   sync_gradients();
   return global_sum(loss);

@@ -29,8 +29,8 @@ const float* gather_block(ProcessGrid& grid, const ParamSpec& s, const float* pa
 }
 
 ParallelLinear::ParallelLinear(ProcessGrid& grid, const ParamSpec& w, const ParamSpec* b,
-                               bool keep_gathered)
-    : grid_(&grid), w_(&w), b_(b), keep_(keep_gathered && grid.shape().z > 1) {
+                               bool keep_gathered, bool oar)
+    : grid_(&grid), w_(&w), b_(b), keep_(keep_gathered && grid.shape().z > 1), oar_(oar) {
   if (keep_) kept_.resize(w.block_numel());
   const bool normal = w.sharding.rows == Axis::kY;
   DENDRITE_CHECK(w.sharding.chunk_z && (normal ? w.sharding.cols == Axis::kX
@@ -70,14 +70,19 @@ void ParallelLinear::backward(float* dx, bool accumulate, bool reduce_dx, const 
                               LinearWorkspace& ws) const {
   const float* w = backward_weight(params, ws);
   ops::linear_backward_input(dx, dy, w, m, in_, out_, accumulate);
-  if (reduce_dx) bwd_->all_reduce(dx, int64_t(m) * in_);
+  Request dx_sum;  // OAR: summing dx over the backward axis runs behind the dW product
+  if (reduce_dx && oar_)
+    dx_sum = bwd_->iall_reduce(dx, int64_t(m) * in_, DType::kF32);
+  else if (reduce_dx)
+    bwd_->all_reduce(dx, int64_t(m) * in_);
   float* db = b_ ? grads + b_->offset : nullptr;
   if (grid_->shape().z == 1) {
     ops::linear_backward_weight(grads + w_->offset, db, dy, x, m, in_, out_);
-    return;
+  } else {
+    ops::linear_backward_weight(ws.dweight.data(), db, dy, x, m, in_, out_, false);
+    add_block_gradient(*grid_, *w_, grads, ws);
   }
-  ops::linear_backward_weight(ws.dweight.data(), db, dy, x, m, in_, out_, false);
-  add_block_gradient(*grid_, *w_, grads, ws);
+  dx_sum.wait();
 }
 
 }  // namespace dendrite

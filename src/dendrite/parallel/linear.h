@@ -41,8 +41,10 @@ class ParallelLinear {
   // keep_gathered: hold the block gathered in the forward until the backward
   // (one all-gather over Z a step instead of two, for 1/(Gx Gy) of the weights
   // in memory), as DESIGN.md section 3 allows where memory does.
+  // oar: the backward's all-reduce of dx is posted non-blocking and waited for
+  // after the dW product (AxoNN's OAR).
   ParallelLinear(ProcessGrid& grid, const ParamSpec& w, const ParamSpec* b,
-                 bool keep_gathered = false);
+                 bool keep_gathered = false, bool oar = false);
 
   int in_local() const { return in_; }
   int out_local() const { return out_; }
@@ -70,7 +72,7 @@ class ParallelLinear {
   Communicator* fwd_ = nullptr;
   Communicator* bwd_ = nullptr;
   int in_ = 0, out_ = 0;
-  bool keep_ = false;
+  bool keep_ = false, oar_ = false;
   mutable Buffer<float> kept_;  // the block gathered in the forward (keep_gathered)
 };
 

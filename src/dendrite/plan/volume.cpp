@@ -43,7 +43,7 @@ struct Counter {
 }  // namespace
 
 Volume step_volume(const ModelConfig& c, const GridDims& g, int B, int T, int ce_chunk,
-                   bool keep_gathered) {
+                   bool keep_gathered, bool recompute) {
   Counter k{c, g, {}, int64_t(B / (g.d * g.z)) * T, keep_gathered};
   const int64_t m = k.m, C = c.n_embd / g.x, hs = c.head_size();
   const int64_t q = int64_t(c.n_head / g.y) * hs, kv = int64_t(c.n_kv_head / g.y) * hs;
@@ -55,7 +55,7 @@ Volume step_volume(const ModelConfig& c, const GridDims& g, int B, int T, int ce
   k.all_gather_z(Vl * C);
   k.v.add("y", g.y, "all_reduce", 4 * m * C);
   if (gpt2) k.all_gather_z(int64_t(c.block_size) * C);
-  for (int l = 0; l < c.n_layer; ++l) {
+  auto layer_forward = [&] {
     k.norm();
     k.linear_forward(q, C, true);
     k.linear_forward(kv, C, true);
@@ -65,7 +65,8 @@ Volume step_volume(const ModelConfig& c, const GridDims& g, int B, int T, int ce
     k.linear_forward(F, C, true);
     if (!gpt2) k.linear_forward(F, C, true);
     k.linear_forward(C, F, false);
-  }
+  };
+  for (int l = 0; l < c.n_layer; ++l) layer_forward();
   k.norm();
   if (!(keep_gathered && c.tied_embeddings())) k.all_gather_z(Vl * C);  // else kept by the embedding
   k.v.add("x", g.x, "all_reduce", 4 * m * Vl, chunks);
@@ -76,6 +77,7 @@ Volume step_volume(const ModelConfig& c, const GridDims& g, int B, int T, int ce
   k.reduce_scatter_z(Vl * C);
   k.norm();
   for (int l = 0; l < c.n_layer; ++l) {
+    if (recompute) layer_forward();
     k.linear_backward(C, F, false, true);
     if (!gpt2) k.linear_backward(F, C, true, false);
     k.linear_backward(F, C, true, true);

@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 #define DENDRITE_TRAIN_FIELDS(X)                                                              \
   X(model) X(data) X(steps) X(batch) X(seq) X(lr) X(min_lr) X(warmup) X(weight_decay) X(beta1) \
   X(beta2) X(adam_eps) X(grad_clip) X(seed) X(out) X(resume) X(save_every) X(stop_at) X(eval_every)       \
-  X(eval_batches) X(log_every) X(metrics) X(threads) X(grid) X(keep_gathered)
+  X(eval_batches) X(log_every) X(metrics) X(threads) X(grid) X(keep_gathered) X(recompute) X(overlap)
 
 nlohmann::json TrainOptions::to_json() const {
   nlohmann::json j;
@@ -141,7 +141,11 @@ TrainResult run_train(TrainOptions opt, ProcessGrid& grid) {
   data.train->check_vocab(mc.vocab_size);
   if (data.val) data.val->check_vocab(mc.vocab_size);
 
-  Transformer model(mc, grid, opt.batch, opt.seq, opt.keep_gathered);
+  ModelOptions mo;
+  mo.keep_gathered = opt.keep_gathered;
+  mo.recompute = opt.recompute;
+  mo.set_overlap(opt.overlap);
+  Transformer model(mc, grid, opt.batch, opt.seq, mo);
   model.init(opt.seed);
   ops::AdamWConfig ac{float(opt.beta1), float(opt.beta2), float(opt.adam_eps),
                        float(opt.weight_decay)};

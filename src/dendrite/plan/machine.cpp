@@ -1,0 +1,209 @@
+// Machine files: strict JSON (unknown keys and missing fields are errors, so a
+// typo never silently falls back to a default), and the lookups the
+// performance model makes into them.
+#include "dendrite/plan/machine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "dendrite/core/check.h"
+
+namespace dendrite {
+
+using nlohmann::json;
+
+namespace {
+
+const char* const kKinds[] = {"all_reduce", "all_gather", "reduce_scatter"};
+
+void check_keys(const json& j, const std::string& where, const std::set<std::string>& allowed) {
+  DENDRITE_CHECK(j.is_object(), "machine: ", where, " must be a JSON object, got ", j.dump());
+  for (auto& [key, value] : j.items()) {
+    (void)value;
+    if (allowed.count(key)) continue;
+    std::string list;
+    for (auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+    fail("machine: unknown key \"", key, "\" in ", where, "; allowed keys: ", list);
+  }
+}
+
+double number(const json& j, const std::string& where, const std::string& key, bool positive) {
+  DENDRITE_CHECK(j.contains(key), "machine: missing field \"", key, "\" in ", where);
+  const json& v = j.at(key);
+  DENDRITE_CHECK(v.is_number(), "machine: \"", key, "\" in ", where, " must be a number, got ",
+                 v.dump());
+  const double x = v.get<double>();
+  DENDRITE_CHECK(std::isfinite(x) && (positive ? x > 0 : x >= 0), "machine: \"", key, "\" in ",
+                 where, " must be ", positive ? "positive" : "non-negative", ", got ", v.dump());
+  return x;
+}
+
+LinkCost link_from_json(const json& j, const std::string& where) {
+  check_keys(j, where, {"bandwidth", "latency"});
+  return {number(j, where, "bandwidth", true), number(j, where, "latency", false)};
+}
+
+json link_to_json(const LinkCost& l) { return {{"bandwidth", l.bandwidth}, {"latency", l.latency}}; }
+
+LevelCost level_from_json(const json& j, const std::string& where) {
+  check_keys(j, where, {"bandwidth", "latency", "all_reduce", "all_gather", "reduce_scatter"});
+  LevelCost level;
+  level.all = {number(j, where, "bandwidth", true), number(j, where, "latency", false)};
+  for (const char* kind : kKinds)
+    if (j.contains(kind)) level.by_kind[kind] = link_from_json(j.at(kind), where + "." + kind);
+  return level;
+}
+
+json level_to_json(const LevelCost& l) {
+  json j = link_to_json(l.all);
+  for (auto& [kind, cost] : l.by_kind) j[kind] = link_to_json(cost);
+  return j;
+}
+
+GemmRate gemm_from_json(const json& j, const std::string& where) {
+  check_keys(j, where, {"m", "n", "k", "gflops"});
+  GemmRate g;
+  g.m = int64_t(number(j, where, "m", true));
+  g.n = int64_t(number(j, where, "n", true));
+  g.k = int64_t(number(j, where, "k", true));
+  g.gflops = number(j, where, "gflops", true);
+  return g;
+}
+
+}  // namespace
+
+const LinkCost& LevelCost::get(const std::string& kind) const {
+  auto it = by_kind.find(kind);
+  return it == by_kind.end() ? all : it->second;
+}
+
+double Machine::gemm_gflops(int64_t m, int64_t n, int64_t k) const {
+  if (gemm.empty()) return peak_gflops * gemm_efficiency;
+  const GemmRate* best = nullptr;
+  double best_d = std::numeric_limits<double>::infinity();
+  for (const GemmRate& g : gemm) {
+    const double a = std::log(double(m) / g.m), b = std::log(double(n) / g.n),
+                 c = std::log(double(k) / g.k);
+    const double d = a * a + b * b + c * c;
+    if (d < best_d) best_d = d, best = &g;
+  }
+  // Below the smallest measured size of a dimension the rate falls with it.
+  int64_t min_m = best->m, min_n = best->n, min_k = best->k;
+  for (const GemmRate& g : gemm)
+    min_m = std::min(min_m, g.m), min_n = std::min(min_n, g.n), min_k = std::min(min_k, g.k);
+  double scale = 1.0;
+  for (auto [asked, smallest] : {std::pair{m, min_m}, {n, min_n}, {k, min_k}})
+    if (asked < smallest) scale *= double(asked) / smallest;
+  return best->gflops * scale;
+}
+
+const LinkCost& Machine::link(const std::string& kind, int stride, int g) const {
+  const bool in_node = int64_t(stride) * g <= ranks_per_node;
+  return (in_node ? node : network).get(kind);
+}
+
+double Machine::oversubscription() const {
+  if (cores_per_node <= 0) return 1.0;
+  return std::max(1.0, double(ranks_per_node) * threads_per_rank / cores_per_node);
+}
+
+void Machine::validate() const {
+  DENDRITE_CHECK(ranks_per_node >= 1 && threads_per_rank >= 1 && cores_per_node >= 0,
+                 "machine ", name, ": ranks_per_node and threads_per_rank must be at least 1, got ",
+                 ranks_per_node, " and ", threads_per_rank);
+  DENDRITE_CHECK(peak_gflops > 0 && memory_bandwidth > 0 && memory_per_rank_bytes > 0, "machine ",
+                 name, ": peak_gflops, memory_bandwidth and memory_per_rank_bytes must be positive");
+  DENDRITE_CHECK(gemm_efficiency > 0 && gemm_efficiency <= 1, "machine ", name,
+                 ": gemm_efficiency must be in (0, 1], got ", gemm_efficiency);
+}
+
+Machine machine_from_json(const json& j) {
+  check_keys(j, "the machine file",
+             {"name", "notes", "ranks_per_node", "threads_per_rank", "cores_per_node",
+              "memory_per_rank_bytes", "peak_gflops", "memory_bandwidth", "gemm",
+              "gemm_efficiency", "collectives"});
+  Machine m;
+  const std::string top = "the machine file";
+  DENDRITE_CHECK(j.contains("name") && j.at("name").is_string(),
+                 "machine: missing field \"name\" (a string) in ", top);
+  m.name = j.at("name").get<std::string>();
+  if (j.contains("notes")) {
+    DENDRITE_CHECK(j.at("notes").is_string(), "machine: \"notes\" must be a string");
+    m.notes = j.at("notes").get<std::string>();
+  }
+  m.ranks_per_node = int(number(j, top, "ranks_per_node", true));
+  m.threads_per_rank = int(number(j, top, "threads_per_rank", true));
+  if (j.contains("cores_per_node")) m.cores_per_node = int(number(j, top, "cores_per_node", false));
+  m.memory_per_rank_bytes = number(j, top, "memory_per_rank_bytes", true);
+  m.peak_gflops = number(j, top, "peak_gflops", true);
+  m.memory_bandwidth = number(j, top, "memory_bandwidth", true);
+  if (j.contains("gemm_efficiency")) m.gemm_efficiency = number(j, top, "gemm_efficiency", true);
+  if (j.contains("gemm")) {
+    DENDRITE_CHECK(j.at("gemm").is_array(), "machine: \"gemm\" must be an array of {m, n, k, gflops}");
+    for (size_t i = 0; i < j.at("gemm").size(); ++i)
+      m.gemm.push_back(gemm_from_json(j.at("gemm")[i], "gemm[" + std::to_string(i) + "]"));
+  }
+  DENDRITE_CHECK(j.contains("collectives"), "machine: missing field \"collectives\" in ", top,
+                 " (an object with \"node\" and \"network\" levels)");
+  const json& c = j.at("collectives");
+  check_keys(c, "collectives", {"node", "network"});
+  DENDRITE_CHECK(c.contains("node") && c.contains("network"),
+                 "machine: \"collectives\" needs both a \"node\" and a \"network\" level");
+  m.node = level_from_json(c.at("node"), "collectives.node");
+  m.network = level_from_json(c.at("network"), "collectives.network");
+  m.validate();
+  return m;
+}
+
+json to_json(const Machine& m) {
+  json gemm = json::array();
+  for (const GemmRate& g : m.gemm) gemm.push_back({{"m", g.m}, {"n", g.n}, {"k", g.k}, {"gflops", g.gflops}});
+  json j = {{"name", m.name},
+            {"ranks_per_node", m.ranks_per_node},
+            {"threads_per_rank", m.threads_per_rank},
+            {"cores_per_node", m.cores_per_node},
+            {"memory_per_rank_bytes", m.memory_per_rank_bytes},
+            {"peak_gflops", m.peak_gflops},
+            {"memory_bandwidth", m.memory_bandwidth},
+            {"gemm_efficiency", m.gemm_efficiency},
+            {"gemm", gemm},
+            {"collectives", {{"node", level_to_json(m.node)}, {"network", level_to_json(m.network)}}}};
+  if (!m.notes.empty()) j["notes"] = m.notes;
+  return j;
+}
+
+Machine load_machine(const std::string& path) {
+  std::ifstream in(path);
+  DENDRITE_CHECK(in.good(), "machine: cannot open ", path,
+                 "; write one with `dendrite calibrate --out ", path, "` or use machines/*.json");
+  json j;
+  try {
+    in >> j;
+  } catch (const json::exception& e) {
+    fail("machine: ", path, " is not valid JSON: ", e.what());
+  }
+  try {
+    return machine_from_json(j);
+  } catch (const Error& e) {
+    fail(e.what(), " (file ", path, ")");
+  }
+}
+
+void save_machine(const Machine& m, const std::string& path) {
+  m.validate();
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    DENDRITE_CHECK(out.good(), "machine: cannot write ", tmp, "; check the folder exists");
+    out << to_json(m).dump(2) << "\n";
+    DENDRITE_CHECK(out.good(), "machine: writing ", tmp, " failed");
+  }
+  DENDRITE_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "machine: cannot rename ", tmp,
+                 " to ", path);
+}
+
+}  // namespace dendrite

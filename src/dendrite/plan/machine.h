@@ -1,0 +1,70 @@
+// The machine description of the performance model (DESIGN.md section 6): what
+// one rank computes per second (GEMM rate by shape, FMA peak, memory
+// bandwidth), how much memory it holds, and what collectives cost inside a
+// node and across nodes. Stored as a JSON file that `dendrite calibrate`
+// writes for the machine it runs on; machines/*.json hold public figures.
+// GEMM shapes are (m, n, k) of C[m, n] = A[m, k] * B[k, n]: 2*m*n*k flops.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+namespace dendrite {
+
+struct GemmRate {
+  int64_t m = 0, n = 0, k = 0;
+  double gflops = 0;  // measured GFLOP/s of one rank at this shape
+};
+
+// Ring cost of one collective call: latency + (g-1)/g * bytes / bandwidth
+// (an all-reduce moves its bytes twice).
+struct LinkCost {
+  double bandwidth = 0;  // bytes/s
+  double latency = 0;    // s per call
+};
+
+// One level of the machine ("node": ranks sharing a node; "network": across
+// nodes); per-kind figures ("all_reduce", "all_gather", "reduce_scatter")
+// override the level's default where given.
+struct LevelCost {
+  LinkCost all;
+  std::map<std::string, LinkCost> by_kind;
+  const LinkCost& get(const std::string& kind) const;
+};
+
+struct Machine {
+  std::string name;
+  std::string notes;            // where the figures come from
+  int ranks_per_node = 1;
+  int threads_per_rank = 1;
+  int cores_per_node = 0;       // 0: no oversubscription model (one core per thread)
+  double memory_per_rank_bytes = 0;
+  double peak_gflops = 0;       // per rank
+  double memory_bandwidth = 0;  // bytes/s per rank
+  std::vector<GemmRate> gemm;   // empty: GEMMs run at peak_gflops * gemm_efficiency
+  double gemm_efficiency = 1.0; // used only when the table is empty
+  LevelCost node, network;
+
+  // GFLOP/s of one rank for a GEMM of this shape: the measured shape nearest in
+  // log distance (sum over m, n, k of log(a/b)^2), scaled down linearly in m
+  // (or n, k) when the asked size is below every measured one (fixed
+  // per-call overheads dominate small products).
+  double gemm_gflops(int64_t m, int64_t n, int64_t k) const;
+  // The cost of a collective over a group of g ranks at stride s (ranks
+  // r, r+s, ..., r+(g-1)s): inside one node when s*g <= ranks_per_node.
+  const LinkCost& link(const std::string& kind, int stride, int g) const;
+  // Compute slowdown when the node's ranks need more threads than it has cores.
+  double oversubscription() const;
+  // Throws dendrite::Error naming the field and the fix.
+  void validate() const;
+};
+
+Machine machine_from_json(const nlohmann::json& j);
+nlohmann::json to_json(const Machine& m);
+Machine load_machine(const std::string& path);
+void save_machine(const Machine& m, const std::string& path);
+
+}  // namespace dendrite

@@ -1,0 +1,223 @@
+// The performance model: GEMMs at the machine's measured rate for their shape,
+// the other ops by the bytes they stream over the memory bandwidth, the
+// collectives of step_volume at ring cost over the slowest link each group
+// spans, and memory by the formulas of Transformer::allocate. Dendrite does not
+// overlap communication yet, so nothing counts as hidden (hidden_s is zero).
+#include "dendrite/plan/model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "dendrite/core/check.h"
+
+namespace dendrite {
+
+namespace {
+
+int64_t pad16(int64_t n) { return (n + 15) / 16 * 16; }
+
+// Local sizes of the model on a grid.
+struct Local {
+  int64_t B_loc, m, C, q, kv, F, Vl, nh;
+  Local(const ModelConfig& c, const GridDims& g, const PlanOptions& o)
+      : B_loc(std::max(1, o.B / (g.d * g.z))), m(B_loc * o.T), C(c.n_embd / g.x),
+        q(int64_t(c.n_head / g.y) * c.head_size()), kv(int64_t(c.n_kv_head / g.y) * c.head_size()),
+        F(c.ffn_hidden / g.y), Vl(c.padded_vocab(g.y) / g.y), nh(c.n_head / g.y) {}
+};
+
+// Adds the forward, input-gradient and weight-gradient GEMMs of a linear layer
+// with a local [out, in] block applied to `rows` rows, `count` times.
+void add_linear(std::vector<GemmCall>& v, const std::string& name, int64_t rows, int64_t out,
+                int64_t in, int64_t count) {
+  v.push_back({name + ".forward", rows, out, in, count});   // y = x W^T
+  v.push_back({name + ".dinput", rows, in, out, count});    // dx = dy W
+  v.push_back({name + ".dweight", out, in, rows, count});   // dW = dy^T x
+}
+
+// Floats streamed through memory by the ops that are not GEMMs (a simple
+// estimate: each op reads and writes its operands once).
+double other_op_floats(const ModelConfig& c, const Local& s) {
+  const double m = double(s.m), C = double(s.C), F = double(s.F);
+  const double lin_out = s.q + 2.0 * s.kv + C + F + C;  // outputs of the biased layers
+  double layer = 0;
+  layer += (3 + 5) * 2 * m * C;                 // two norms, forward (2 reads, 1 write) and backward
+  layer += 2 * 3 * m * C * 2;                   // two residual adds, forward and backward
+  layer += c.gpt2() ? 2 * m * lin_out : 0;      // bias adds
+  layer += c.gpt2() ? (2 + 3) * m * F : (3 + 5) * m * F;  // GELU or SwiGLU, forward and backward
+  layer += c.gpt2() ? 0 : 2 * 2 * m * (s.q + s.kv);       // rotary, forward and backward
+  double total = layer * c.n_layer;
+  total += 8 * m * C;              // final norm, embedding lookup and its backward
+  total += 4 * m * double(s.Vl);   // cross-entropy statistics and dlogits
+  return total;
+}
+
+// Attention's flops on this rank: causal QK^T and PV forward (2 T(T+1) hs per
+// head and sequence), the backward 2.5 times that (recomputed scores, dV, dP,
+// dQ, dK).
+double attention_flops(const ModelConfig& c, const Local& s, int T) {
+  const double fwd = 2.0 * T * (T + 1.0) * c.head_size() * double(s.nh) * double(s.B_loc);
+  return 3.5 * fwd * c.n_layer;
+}
+
+}  // namespace
+
+std::string grid_str(const GridDims& g) {
+  return str("x=", g.x, ",y=", g.y, ",z=", g.z, ",d=", g.d);
+}
+
+std::vector<GemmCall> step_gemms(const ModelConfig& c, const GridDims& g, const PlanOptions& o) {
+  const Local s(c, g, o);
+  std::vector<GemmCall> v;
+  const int64_t L = c.n_layer;
+  add_linear(v, "layer.q", s.m, s.q, s.C, L);
+  add_linear(v, "layer.k", s.m, s.kv, s.C, L);
+  add_linear(v, "layer.v", s.m, s.kv, s.C, L);
+  add_linear(v, "layer.o", s.m, s.C, s.q, L);
+  add_linear(v, "layer.up", s.m, s.F, s.C, L);
+  if (!c.gpt2()) add_linear(v, "layer.gate", s.m, s.F, s.C, L);
+  add_linear(v, "layer.down", s.m, s.C, s.F, L);
+  // The LM head in chunks of ce_chunk rows.
+  const int64_t full = s.m / o.ce_chunk, rest = s.m % o.ce_chunk;
+  if (full > 0) add_linear(v, "head", o.ce_chunk, s.Vl, s.C, full);
+  if (rest > 0) add_linear(v, "head.last", rest, s.Vl, s.C, 1);
+  return v;
+}
+
+double collective_seconds(const Machine& mach, const std::string& kind, int stride, int g,
+                          double bytes, double calls) {
+  if (g <= 1 || calls <= 0) return 0;
+  const LinkCost& link = mach.link(kind, stride, g);
+  const double factor = kind == "all_reduce" ? 2.0 : 1.0;
+  return calls * link.latency + factor * (g - 1.0) / g * bytes / link.bandwidth;
+}
+
+int64_t local_parameter_floats(const ModelConfig& c, const GridDims& g) {
+  const Local s(c, g, PlanOptions{});
+  const int64_t z = g.z;
+  const bool gpt2 = c.gpt2();
+  int64_t n = pad16(s.Vl * s.C / z);                                 // token embedding (tied head)
+  if (gpt2) n += pad16(int64_t(c.block_size) * s.C / z);             // position embedding
+  if (!c.tied_embeddings()) n += pad16(s.Vl * s.C / z);              // LM head
+  int64_t layer = pad16(s.q * s.C / z) + 2 * pad16(s.kv * s.C / z) + pad16(s.C * s.q / z);
+  layer += (gpt2 ? 2 : 3) * pad16(s.F * s.C / z);
+  layer += 2 * pad16(s.C);                                           // norm gains
+  if (gpt2)
+    layer += 2 * pad16(s.C) + pad16(s.q) + 2 * pad16(s.kv) + pad16(s.C) + pad16(s.F) + pad16(s.C);
+  n += layer * c.n_layer;
+  n += pad16(s.C) * (gpt2 ? 2 : 1);                                  // final norm
+  return n;
+}
+
+MemoryEstimate step_memory(const ModelConfig& c, const GridDims& g, const PlanOptions& o) {
+  const Local s(c, g, o);
+  const double m = double(s.m), C = double(s.C), q = double(s.q), kv = double(s.kv), F = double(s.F);
+  const bool llama = !c.gpt2();
+  MemoryEstimate e;
+  e.params = 16.0 * double(local_parameter_floats(c, g));
+  // Transformer::allocate: residual stream, per-layer saved activations, scratch.
+  double layer = 3 * m * C + 4 * m + 2 * m * q + 2 * m * kv + double(s.B_loc) * s.nh * o.T;
+  layer += (llama ? 3 : 2) * m * F;
+  double floats = (c.n_layer + 1.0) * m * C + c.n_layer * layer;
+  floats += m * C + 2 * m + 3 * m * C + 2 * m * q + 2 * m * kv + (llama ? 3 : 2) * m * F;
+  e.activations = 4 * floats + 16 * m;  // + the [m, 2] double row sums
+  // The gathered block, its gradient and its chunk (only when Z splits the weights).
+  const double vocab_block = double(s.Vl) * s.C;
+  const double pos_block = c.gpt2() ? double(c.block_size) * s.C : 0;
+  const double largest = std::max({vocab_block, pos_block, q * C, F * C});
+  double ws = g.z > 1 ? 3 * largest : 0;
+  if (o.keep_gathered && g.z > 1) {
+    ws += c.n_layer * (q * C + 2 * kv * C + C * q + (llama ? 3 : 2) * F * C);
+    if (c.tied_embeddings()) ws += vocab_block;
+  }
+  const double chunk = o.ce_chunk;
+  ws += chunk * s.Vl + 3 * chunk + 2 * chunk * g.y;  // the head's chunk buffers
+  e.workspace = 4 * ws;
+  return e;
+}
+
+StepPrediction predict_step(const ModelConfig& c, const Machine& mach, const GridDims& g,
+                            const PlanOptions& o) {
+  StepPrediction p;
+  p.grid = g;
+  const Local s(c, g, o);
+  const double slow = mach.oversubscription();
+  for (const GemmCall& call : step_gemms(c, g, o))
+    p.gemm_s += call.flops() / (mach.gemm_gflops(call.m, call.n, call.k) * 1e9);
+  // Attention runs in Dendrite's own flash-style kernel: half the FMA peak.
+  p.attention_s = attention_flops(c, s, o.T) / (0.5 * mach.peak_gflops * 1e9);
+  p.local_floats = local_parameter_floats(c, g);
+  // AdamW streams 28 bytes per local parameter (reads p, g, m, v; writes p, m,
+  // v); zeroing the gradients and their norm add 8 more.
+  const double bytes = 4 * other_op_floats(c, s) + 36.0 * double(p.local_floats);
+  p.other_s = bytes / mach.memory_bandwidth;
+  p.gemm_s *= slow, p.attention_s *= slow, p.other_s *= slow;
+  p.compute_s = p.gemm_s + p.attention_s + p.other_s;
+
+  p.volume = step_volume(c, g, o.B, o.T, o.ce_chunk, o.keep_gathered);
+  const std::map<std::string, std::pair<int, int>> axes = {  // stride, size
+      {"x", {1, g.x}}, {"y", {g.x, g.y}}, {"z", {g.x * g.y, g.z}}, {"d", {g.x * g.y * g.z, g.d}}};
+  for (auto& [key, b] : p.volume.bytes) {
+    const std::string axis = key.substr(0, key.find('.')), kind = key.substr(key.find('.') + 1);
+    auto [stride, size] = axes.at(axis);
+    p.comm_s[axis] += collective_seconds(mach, kind, stride, size, double(b),
+                                         double(p.volume.calls.at(key)));
+    p.hidden_s[axis] = 0;  // no overlap yet (DESIGN.md section 5 is not built)
+  }
+  for (auto& [axis, t] : p.comm_s) p.comm_total_s += t;
+  p.step_s = p.compute_s + p.comm_total_s;
+  p.tokens_per_s = double(o.B) * o.T / p.step_s;
+  p.memory = step_memory(c, g, o);
+  return p;
+}
+
+std::vector<GridDims> enumerate_grids(int P) {
+  DENDRITE_CHECK(P >= 1, "plan: the world size must be positive, got ", P);
+  std::vector<GridDims> out;
+  for (int x = 1; x <= P; ++x)
+    for (int y = 1; x * y <= P; ++y)
+      for (int z = 1; x * y * z <= P; ++z)
+        if (P % (x * y * z) == 0) out.push_back({x, y, z, P / (x * y * z)});
+  return out;
+}
+
+std::string grid_exclusion(const ModelConfig& c, const GridDims& g, const PlanOptions& o) {
+  if (c.n_embd % g.x != 0) return str("width ", c.n_embd, " is not divisible by x=", g.x);
+  if (c.n_head % g.y != 0 || c.n_kv_head % g.y != 0)
+    return str(c.n_head, " heads (", c.n_kv_head, " key/value) do not split into y=", g.y);
+  if (c.ffn_hidden % g.y != 0) return str("MLP width ", c.ffn_hidden, " is not divisible by y=", g.y);
+  if (o.B % (g.d * g.z) != 0) return str("batch ", o.B, " is not divisible by d*z=", g.d * g.z);
+  const Local s(c, g, o);
+  const std::pair<const char*, int64_t> blocks[] = {
+      {"vocabulary", s.Vl * s.C}, {"q", s.q * s.C}, {"k/v", s.kv * s.C}, {"MLP", s.F * s.C},
+      {"position", c.gpt2() ? int64_t(c.block_size) * s.C : 0}};
+  for (auto [name, numel] : blocks)
+    if (numel % g.z != 0) return str("the ", name, " block does not split into z=", g.z, " chunks");
+  return "";
+}
+
+Plan plan_grids(const ModelConfig& c, const Machine& mach, int P, const PlanOptions& o) {
+  c.validate();
+  DENDRITE_CHECK(o.B >= 1 && o.T >= 1 && o.T <= c.block_size, "plan: batch ", o.B, " and sequence ",
+                 o.T, " must be positive, the sequence at most the model's block_size ", c.block_size);
+  Plan plan;
+  for (const GridDims& g : enumerate_grids(P)) {
+    std::string why = grid_exclusion(c, g, o);
+    if (!why.empty()) {
+      plan.excluded.push_back({g, why});
+      continue;
+    }
+    StepPrediction p = predict_step(c, mach, g, o);
+    if (p.memory.total() > mach.memory_per_rank_bytes) {
+      plan.excluded.push_back({g, str("needs ", std::lround(p.memory.total() / 1048576.0),
+                                      " MB per rank, above the machine's ",
+                                      std::lround(mach.memory_per_rank_bytes / 1048576.0), " MB")});
+      continue;
+    }
+    plan.ranked.push_back(std::move(p));
+  }
+  std::stable_sort(plan.ranked.begin(), plan.ranked.end(),
+                   [](const StepPrediction& a, const StepPrediction& b) { return a.step_s < b.step_s; });
+  return plan;
+}
+
+}  // namespace dendrite

@@ -1,0 +1,77 @@
+// The performance model of DESIGN.md section 6: the time and memory of one
+// training step of a model on a grid (Gx, Gy, Gz, Gd), and the planner that
+// enumerates every grid of a world size, rules out those the model cannot run
+// on (with the reason) and ranks the rest by predicted step time.
+// Letters: B global batch, T sequence, m = (B/(Gd*Gz))*T local rows, C width,
+// F MLP width, V vocabulary (padded), hs head size, L layers.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "dendrite/model/config.h"
+#include "dendrite/plan/machine.h"
+#include "dendrite/plan/volume.h"
+
+namespace dendrite {
+
+// One GEMM of the step on one rank: C[m, n] = A[m, k] B[k, n], `count` times.
+struct GemmCall {
+  std::string what;  // "layer.q.forward", "head.dweight", ...
+  int64_t m, n, k, count;
+  double flops() const { return 2.0 * m * n * k * count; }
+};
+
+struct PlanOptions {
+  int B = 1, T = 1;
+  bool keep_gathered = false;
+  int ce_chunk = 256;  // rows of the cross-entropy chunks (Dendrite uses 256)
+};
+
+// Memory of one rank, bytes.
+struct MemoryEstimate {
+  double params = 0;      // weights, gradients, AdamW m and v: 16 bytes per local float
+  double activations = 0; // what Transformer::allocate holds
+  double workspace = 0;   // gathered blocks (Gz > 1), kept blocks, head chunk buffers
+  double total() const { return params + activations + workspace; }
+};
+
+struct StepPrediction {
+  GridDims grid;
+  double gemm_s = 0, attention_s = 0, other_s = 0, compute_s = 0;
+  std::map<std::string, double> comm_s;    // exposed seconds per axis ("x", "y", "z", "d")
+  std::map<std::string, double> hidden_s;  // hidden behind compute: zero (no overlap yet)
+  double comm_total_s = 0, step_s = 0, tokens_per_s = 0;
+  MemoryEstimate memory;
+  Volume volume;
+  int64_t local_floats = 0;  // parameters this rank holds (padded as the table pads)
+};
+
+// Every GEMM of one training step on this grid, as the model runs them.
+std::vector<GemmCall> step_gemms(const ModelConfig& c, const GridDims& g, const PlanOptions& o);
+// The seconds of `calls` collectives of one kind moving `bytes` in all (as
+// step_volume counts them) over a group of g ranks at stride s.
+double collective_seconds(const Machine& mach, const std::string& kind, int stride, int g,
+                          double bytes, double calls);
+// Floats this rank holds for parameters (each tensor padded to 16, as the table).
+int64_t local_parameter_floats(const ModelConfig& c, const GridDims& g);
+MemoryEstimate step_memory(const ModelConfig& c, const GridDims& g, const PlanOptions& o);
+StepPrediction predict_step(const ModelConfig& c, const Machine& mach, const GridDims& g,
+                            const PlanOptions& o);
+
+// All (Gx, Gy, Gz, Gd) with product P, X fastest-varying order of enumeration.
+std::vector<GridDims> enumerate_grids(int P);
+// Why the model cannot run on this grid ("" when it can): the divisibility
+// rules of Transformer::check_grid and the parameter table.
+std::string grid_exclusion(const ModelConfig& c, const GridDims& g, const PlanOptions& o);
+std::string grid_str(const GridDims& g);  // "x=2,y=1,z=1,d=4"
+
+struct Plan {
+  std::vector<StepPrediction> ranked;                       // fastest first
+  std::vector<std::pair<GridDims, std::string>> excluded;   // with the reason
+};
+Plan plan_grids(const ModelConfig& c, const Machine& mach, int P, const PlanOptions& o);
+
+}  // namespace dendrite

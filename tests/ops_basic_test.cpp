@@ -23,61 +23,17 @@
 #include "dendrite/ops/norm.h"
 #include "dendrite/ops/optim.h"
 #include "dendrite/ops/reference/basic.h"
+#include "op_test_support.h"
 
 namespace dendrite {
 namespace {
 
-using Vf = std::vector<float>;
-using Vd = std::vector<double>;
-
-Vf randn(long n, uint64_t stream, double scale = 1.0, double shift = 0.0) {
-  Vf v(n);
-  for (long i = 0; i < n; ++i)
-    v[i] = static_cast<float>(shift + scale * random_normal(7, stream, i));
-  return v;
-}
-
-std::vector<int32_t> random_tokens(long n, int vocab, uint64_t stream) {
-  std::vector<int32_t> t(n);
-  for (long i = 0; i < n; ++i) t[i] = static_cast<int32_t>(random_bits(7, stream, i) % vocab);
-  return t;
-}
-
-template <typename T>
-Vd to_d(const std::vector<T>& v) {
-  return Vd(v.begin(), v.end());
-}
+using namespace dendrite::test;  // randn, random_tokens, to_d, expect_close, Vf, Vd
 
 double dot(const Vd& a, const Vd& b) {
   double s = 0.0;
   for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
   return s;
-}
-
-// Expects |got - want| <= tol * (|want| + rms(want)) for every element, so the
-// tolerance is relative for large values and scaled by the tensor for small ones.
-template <typename T>
-void expect_close(const std::vector<T>& got, const Vd& want, double tol, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double ms = 0.0;
-  for (double w : want) ms += w * w;
-  const double rms = want.empty() ? 0.0 : std::sqrt(ms / want.size());
-  long bad = 0, worst = -1;
-  double worst_ratio = 0.0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    double err = std::fabs(static_cast<double>(got[i]) - want[i]);
-    double ratio = err / (tol * (std::fabs(want[i]) + rms) + 1e-300);
-    double key = std::isnan(ratio) ? INFINITY : ratio;  // NaN counts as bad
-    if (key > 1.0) ++bad;
-    if (worst < 0 || key > worst_ratio) {
-      worst_ratio = key;
-      worst = static_cast<long>(i);
-    }
-  }
-  if (worst < 0) return;
-  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << want.size() << " elements off; worst at "
-                    << worst << ": got " << got[worst] << " want " << want[worst] << " (rms " << rms
-                    << ", tol " << tol << ")";
 }
 
 // Central differences of loss() in every element of x.

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "dendrite/core/check.h"
 
@@ -134,6 +135,16 @@ nlohmann::json to_json(const ModelConfig& c) {
           {"init_std", tidy(c.init_std)}};
 }
 
+// get<int>() of a JSON number outside int's range is undefined behaviour (found
+// by fuzz/config_fuzz.cpp: {"n_layer": 1e30}), so sizes need a JSON integer that fits.
+static int json_int(const std::string& key, const nlohmann::json& v) {
+  const bool fits = v.is_number_unsigned() ? std::in_range<int>(v.get<uint64_t>())
+                                           : v.is_number_integer() && std::in_range<int>(v.get<int64_t>());
+  DENDRITE_CHECK(fits, "model config: key '", key, "' must be an integer that fits in 32 bits, not ",
+                 v.dump());
+  return v.get<int>();
+}
+
 ModelConfig model_config_from_json(const nlohmann::json& j) {
   DENDRITE_CHECK(j.is_object(), "model config: expected a JSON object");
   ModelConfig c;
@@ -144,13 +155,13 @@ ModelConfig model_config_from_json(const nlohmann::json& j) {
   for (auto& [key, value] : j.items()) {
     try {
       if (key == "arch") continue;
-      else if (key == "vocab_size") c.vocab_size = value.get<int>();
-      else if (key == "n_layer") c.n_layer = value.get<int>();
-      else if (key == "n_embd") c.n_embd = value.get<int>();
-      else if (key == "n_head") c.n_head = value.get<int>();
-      else if (key == "n_kv_head") c.n_kv_head = value.get<int>(), kv_given = true;
-      else if (key == "ffn_hidden") c.ffn_hidden = value.get<int>(), ffn_given = true;
-      else if (key == "block_size") c.block_size = value.get<int>();
+      else if (key == "vocab_size") c.vocab_size = json_int(key, value);
+      else if (key == "n_layer") c.n_layer = json_int(key, value);
+      else if (key == "n_embd") c.n_embd = json_int(key, value);
+      else if (key == "n_head") c.n_head = json_int(key, value);
+      else if (key == "n_kv_head") c.n_kv_head = json_int(key, value), kv_given = true;
+      else if (key == "ffn_hidden") c.ffn_hidden = json_int(key, value), ffn_given = true;
+      else if (key == "block_size") c.block_size = json_int(key, value);
       else if (key == "norm_eps") c.norm_eps = value.get<float>();
       else if (key == "rope_theta") c.rope_theta = value.get<float>();
       else if (key == "init_std") c.init_std = value.get<float>();

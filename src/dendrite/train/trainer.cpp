@@ -6,6 +6,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <utility>
 #include <vector>
 
 #include "dendrite/core/check.h"
@@ -35,6 +37,21 @@ nlohmann::json TrainOptions::to_json() const {
   return j;
 }
 
+// get<T>() of a JSON number outside T's range is undefined behaviour (found by
+// fuzz/config_fuzz.cpp: {"steps": 1e300}), so integer options need a JSON
+// integer that fits.
+template <typename T>
+T option_value(const std::string& key, const nlohmann::json& v) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    const bool fits = v.is_number_unsigned() ? std::in_range<T>(v.get<uint64_t>())
+                                             : v.is_number_integer() && std::in_range<T>(v.get<int64_t>());
+    DENDRITE_CHECK(fits, "config: key '", key, "' must be an integer from ",
+                   std::numeric_limits<T>::min(), " to ", std::numeric_limits<T>::max(), ", not ",
+                   v.dump());
+  }
+  return v.get<T>();
+}
+
 void TrainOptions::update_from_json(const nlohmann::json& j) {
   DENDRITE_CHECK(j.is_object(), "config: expected a JSON object of option names and values");
   for (auto& [key, value] : j.items()) {
@@ -42,7 +59,7 @@ void TrainOptions::update_from_json(const nlohmann::json& j) {
     try {
 #define X(f)                             \
   if (key == #f) {                       \
-    f = value.get<decltype(f)>();        \
+    f = option_value<decltype(f)>(key, value); \
     known = true;                        \
   }
       DENDRITE_TRAIN_FIELDS(X)

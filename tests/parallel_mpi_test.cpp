@@ -118,7 +118,8 @@ void compare(const std::string& what, const ModelConfig& cfg, const GridShape& g
     // zero (GPT-2's key bias) is held to 1e-3 of the model's largest gradient.
     EXPECT_LE(diff, 1e-5 * std::max(max_abs(b), 1e-3 * scale)) << where << ", tensor " << i;
   }
-  Volume v = step_volume(cfg, {g.x, g.y, g.z, g.d}, kB, kT, 256, opt.keep_gathered, opt.recompute);
+  Volume v = step_volume(cfg, {g.x, g.y, g.z, g.d}, kB, kT, 256, opt.keep_gathered, opt.recompute,
+                         opt.dp);
   EXPECT_EQ(got.bytes, v.bytes) << where;
   EXPECT_EQ(got.calls, v.calls) << where;
 }
@@ -147,7 +148,7 @@ TEST_P(EveryGrid, MatchesOneProcess) {
       ModelOptions other;
       other.keep_gathered = g.z > 1;
       other.recompute = g.x * g.y > 1;
-      other.oar = false;
+      other.oar = other.dp = false;
       if (g.size() > 1) {
         const Record alt = train(cfg, grid, other);
         compare(std::string(GetParam()) + " with keep_gathered/recompute/no overlap", cfg, g, alt,

@@ -68,6 +68,16 @@ void Request::wait() {
   }
 }
 
+bool Request::test() {
+  if (!pending()) return true;
+  int done = 0;
+  check_mpi(MPI_Test(&impl_->req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+  if (!done) return false;
+  impl_->req = MPI_REQUEST_NULL;
+  if (impl_->stats) impl_->stats->total_seconds[impl_->kind] += MPI_Wtime() - impl_->posted;
+  return true;
+}
+
 bool Request::pending() const { return impl_ && impl_->req != MPI_REQUEST_NULL; }
 
 }  // namespace dendrite

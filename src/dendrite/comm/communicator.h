@@ -42,6 +42,9 @@ class Request {
   Request& operator=(Request&&) noexcept;
   ~Request();
   void wait();
+  // Lets MPI progress the collective (it moves only inside MPI calls) and
+  // returns true once it has completed.
+  bool test();
   bool pending() const;
 
   struct Impl;

@@ -45,10 +45,10 @@ Transformer::Transformer(const ModelConfig& config, ProcessGrid& grid, int max_B
 }
 
 void ModelOptions::set_overlap(const std::string& list) {
-  oar = false;
+  oar = dp = false;
   if (list == "none") return;
   if (list == "all") {
-    oar = true;
+    oar = dp = true;
     return;
   }
   size_t start = 0;
@@ -57,7 +57,9 @@ void ModelOptions::set_overlap(const std::string& list) {
     const std::string item = list.substr(start, end - start);
     if (item == "oar")
       oar = true;
-    else if (item == "ors" || item == "oag" || item == "dp")
+    else if (item == "dp")
+      dp = true;
+    else if (item == "ors" || item == "oag")
       fail("--overlap: '", item, "' is not built yet; use oar, all or none");
     else
       fail("--overlap: unknown overlap '", item, "'; use a list of oar, ors, oag, dp, or all, none");
@@ -164,6 +166,40 @@ void Transformer::build_layers() {
                          cfg_.norm_eps);
   const ParamSpec& head = cfg_.tied_embeddings() ? *spec("tok_emb") : *spec("lm_head");
   head_ = VocabCrossEntropy(grid_, head, cfg_.vocab_size, 256);
+  find_gradient_ranges();
+}
+
+void Transformer::find_gradient_ranges() {
+  const int L = cfg_.n_layer;
+  layer_chunked_.assign(L, {INT64_MAX, 0});
+  layer_replicated_.assign(L, {INT64_MAX, 0});
+  std::vector<Range> rest_c, rest_r;
+  for (const ParamSpec& s : table_.specs()) {
+    const Range r{s.offset, s.offset + (s.numel + 15) / 16 * 16};
+    int l = -1;
+    if (s.name.rfind("layer", 0) == 0) l = std::stoi(s.name.substr(5));
+    std::vector<Range>& rest = s.sharding.chunk_z ? rest_c : rest_r;
+    if (l < 0) {
+      rest.push_back(r);
+      continue;
+    }
+    Range& lr = s.sharding.chunk_z ? layer_chunked_[l] : layer_replicated_[l];
+    lr.begin = std::min(lr.begin, r.begin);
+    lr.end = std::max(lr.end, r.end);
+  }
+  auto merge = [](std::vector<Range> v) {
+    std::sort(v.begin(), v.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
+    std::vector<Range> out;
+    for (const Range& r : v) {
+      if (!out.empty() && out.back().end == r.begin)
+        out.back().end = r.end;
+      else
+        out.push_back(r);
+    }
+    return out;
+  };
+  rest_chunked_ = merge(rest_c);
+  rest_replicated_ = merge(rest_r);
 }
 
 void Transformer::allocate(int m, int B_loc) {

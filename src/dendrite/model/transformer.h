@@ -33,6 +33,7 @@ struct ModelOptions {
   bool keep_gathered = false;  // keep Z-gathered weights from the forward to the backward
   bool recompute = false;      // keep only each block's input; recompute the block in the backward
   bool oar = true;             // overlap the backward all-reduce of dx with the dW product
+  bool dp = true;              // reduce gradients over D per layer during the backward
   // Sets the overlaps from "none", "all" or a list such as "oar"; an
   // unknown or not yet built one is an error naming it.
   void set_overlap(const std::string& list);
@@ -97,6 +98,13 @@ class Transformer {
   LayerActs& acts(int l) { return acts_[opt_.recompute ? 0 : l]; }
   void layer_backward(int l, float* dres, int B_loc, int T);
   double global_sum(double local);  // over Z and D
+  struct Range {
+    int64_t begin, end;  // in the flat buffer
+  };
+  void find_gradient_ranges();
+  bool dp_buckets() const { return opt_.dp && grid_.shape().d > 1; }
+  // Sums a layer's gradients over Z (replicated tensors) and posts their sum over D.
+  void reduce_bucket(const Range& chunked, const Range& replicated);
   // The LM head's block kept from the embedding's forward (tied, keep_gathered), or null.
   const float* tied_head() const { return embedding_.kept_table(); }
   void sync_gradients();
@@ -121,6 +129,10 @@ class Transformer {
   Buffer<float> tmp_c_, dnorm_, dres_, dq_, dk_, dv_, datt_, dup_, dgate_, dact_;
   Buffer<double> sums_;
   Buffer<float> recompute_out_;  // [m, C/Gx]: where a recomputed layer writes its output
+  // Gradient buckets: each layer's chunked and replicated ranges, and the
+  // other tensors' (embedding, head, final norm), merged where adjacent.
+  std::vector<Range> layer_chunked_, layer_replicated_, rest_chunked_, rest_replicated_;
+  std::vector<Request> dp_pending_;
 };
 
 }  // namespace dendrite

@@ -103,12 +103,31 @@ double Transformer::global_sum(double local) {
   return local;
 }
 
+void Transformer::reduce_bucket(const Range& chunked, const Range& replicated) {
+  float* G = grads_.data();
+  grid_.Z().all_reduce(G + replicated.begin, replicated.end - replicated.begin);
+  for (const Range& r : {chunked, replicated})
+    dp_pending_.push_back(grid_.D().iall_reduce(G + r.begin, r.end - r.begin, DType::kF32));
+}
+
 // Replicated tensors (norms, biases) sum over Z; every tensor sums over D.
 // The Z-chunked weights were already reduce-scattered over Z by their layers.
+// With DP buckets, the layers' sums over D are already in flight; the rest
+// (embedding, head, final norm) is posted here and everything waited for.
 void Transformer::sync_gradients() {
-  const int64_t r0 = table_.replicated_begin();
-  grid_.Z().all_reduce(grads_.data() + r0, table_.total() - r0);
-  grid_.D().all_reduce(grads_.data(), table_.total());
+  float* G = grads_.data();
+  if (!dp_buckets()) {
+    const int64_t r0 = table_.replicated_begin();
+    grid_.Z().all_reduce(G + r0, table_.total() - r0);
+    grid_.D().all_reduce(G, table_.total());
+    return;
+  }
+  for (const Range& r : rest_replicated_) grid_.Z().all_reduce(G + r.begin, r.end - r.begin);
+  for (const auto* ranges : {&rest_chunked_, &rest_replicated_})
+    for (const Range& r : *ranges)
+      dp_pending_.push_back(grid_.D().iall_reduce(G + r.begin, r.end - r.begin, DType::kF32));
+  for (Request& r : dp_pending_) r.wait();
+  dp_pending_.clear();
 }
 
 double Transformer::forward_backward(const int32_t* inputs, const int32_t* targets,
@@ -126,6 +145,8 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
     // (its output goes to scratch: the stream above is no longer needed).
     if (opt_.recompute) layer_forward(l, residual_[l].data(), recompute_out_.data(), B_loc, T);
     layer_backward(l, dres, B_loc, T);
+    if (dp_buckets()) reduce_bucket(layer_chunked_[l], layer_replicated_[l]);
+    for (Request& r : dp_pending_) r.test();  // progress: MPI moves them only inside MPI calls
   }
   embedding_.backward(dres, inputs, m, T, G, ws_);
   sync_gradients();

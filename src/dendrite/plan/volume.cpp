@@ -43,7 +43,7 @@ struct Counter {
 }  // namespace
 
 Volume step_volume(const ModelConfig& c, const GridDims& g, int B, int T, int ce_chunk,
-                   bool keep_gathered, bool recompute) {
+                   bool keep_gathered, bool recompute, bool dp_buckets) {
   Counter k{c, g, {}, int64_t(B / (g.d * g.z)) * T, keep_gathered};
   const int64_t m = k.m, C = c.n_embd / g.x, hs = c.head_size();
   const int64_t q = int64_t(c.n_head / g.y) * hs, kv = int64_t(c.n_kv_head / g.y) * hs;
@@ -104,8 +104,17 @@ Volume step_volume(const ModelConfig& c, const GridDims& g, int B, int T, int ce
                             round16(F) + round16(C);  // norm biases, biases
   }
   replicated += round16(C) + (gpt2 ? round16(C) : 0);  // final norm
-  k.v.add("z", g.z, "all_reduce", 4 * replicated);
-  k.v.add("d", g.d, "all_reduce", 4 * (chunked + replicated));
+  if (dp_buckets && g.d > 1) {
+    // One bucket per layer (its chunked and its replicated range), then the
+    // rest: embedding (+ GPT-2 positions, adjacent) or embedding and Llama's
+    // head (not adjacent), and the final norm.
+    const int rest = gpt2 ? 2 : 3;
+    k.v.add("z", g.z, "all_reduce", 4 * replicated, c.n_layer + 1);
+    k.v.add("d", g.d, "all_reduce", 4 * (chunked + replicated), 2 * c.n_layer + rest);
+  } else {
+    k.v.add("z", g.z, "all_reduce", 4 * replicated);
+    k.v.add("d", g.d, "all_reduce", 4 * (chunked + replicated));
+  }
 
   // The loss (over Z and D) and the squared gradient norm (over X, Y and Z): one double each.
   k.v.add("z", g.z, "all_reduce", 8);

@@ -28,8 +28,10 @@ struct Volume {
 // B global batch, T sequence length, with the cross-entropy in chunks of
 // ce_chunk rows (Dendrite uses 256).
 // keep_gathered: the layers keep their forward all-gather for the backward;
-// recompute: each layer's forward runs again before its backward.
+// recompute: each layer's forward runs again before its backward;
+// dp_buckets: gradients are reduced over D per layer during the backward (d > 1).
 Volume step_volume(const ModelConfig& model, const GridDims& grid, int B, int T,
-                   int ce_chunk = 256, bool keep_gathered = false, bool recompute = false);
+                   int ce_chunk = 256, bool keep_gathered = false, bool recompute = false,
+                   bool dp_buckets = true);
 
 }  // namespace dendrite

@@ -112,15 +112,24 @@ double mean_over(Communicator& world, double local) {
   return local / world.size();
 }
 
-// Runs fn once to warm up, then until min_seconds have passed (at least
-// min_reps times); returns seconds per call, averaged over the ranks.
+// Runs fn once to warm up, times one more call, then repeats it so that about
+// min_seconds pass (at least min_reps times); returns seconds per call,
+// averaged over the ranks. The repetition count comes from the slowest rank's
+// trial, so every rank makes the same number of calls (collectives must match).
 template <typename Fn>
 double time_call(Communicator& world, Fn&& fn, double min_seconds, int min_reps) {
   fn();
   world.barrier();
+  auto t1 = Clock::now();
+  fn();
+  double trial = seconds_since(t1);
+  std::vector<double> all(world.size());
+  world.all_gather(&trial, all.data(), 1, DType::kF64);
+  trial = std::max(*std::max_element(all.begin(), all.end()), 1e-9);
+  const int reps = std::max(min_reps, int(std::min(1e6, min_seconds / trial)));
+  world.barrier();
   auto t0 = Clock::now();
-  int reps = 0;
-  while (reps < min_reps || seconds_since(t0) < min_seconds) fn(), ++reps;
+  for (int r = 0; r < reps; ++r) fn();
   return mean_over(world, seconds_since(t0) / reps);
 }
 

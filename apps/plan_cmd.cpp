@@ -34,7 +34,8 @@ double seconds_since(Clock::time_point t0) {
 struct PlanCmd {
   std::string model = "gpt2-124m", machine;
   int batch = 4, seq = 64, world = 1, top = 0, ranks_per_node = 0;
-  bool json = false, keep_gathered = false, sweep = false;
+  bool json = false, keep_gathered = false, recompute = false, sweep = false;
+  std::string overlap = "none";
 };
 
 nlohmann::json prediction_json(const StepPrediction& p) {
@@ -84,7 +85,11 @@ int run_plan(const PlanCmd& o) {
   if (o.ranks_per_node > 0) mach.ranks_per_node = o.ranks_per_node;
   const ModelConfig mc = load_model_config(o.model);
   PlanOptions po;
-  po.B = o.batch, po.T = o.seq, po.keep_gathered = o.keep_gathered;
+  po.B = o.batch, po.T = o.seq, po.keep_gathered = o.keep_gathered, po.recompute = o.recompute;
+  DENDRITE_CHECK(o.overlap == "none" || o.overlap == "dp", "plan: --overlap ", o.overlap,
+                 " is not modelled; use none (nothing hidden) or dp (per-layer D buckets, "
+                 "their calls counted, nothing hidden)");
+  po.dp_buckets = o.overlap == "dp";
   const Plan plan = plan_grids(mc, mach, o.world, po);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -270,6 +275,9 @@ Runner add_plan(CLI::App& app) {
   app.add_option("--ranks-per-node", o->ranks_per_node,
                  "Override the machine's ranks per node (e.g. oversubscribed runs)");
   app.add_flag("--keep-gathered", o->keep_gathered, "Model --keep-gathered runs");
+  app.add_flag("--recompute", o->recompute, "Model --recompute runs");
+  app.add_option("--overlap", o->overlap, "none or dp (as bench/train --overlap)")
+      ->capture_default_str();
   app.add_flag("--json", o->json, "Print one JSON object");
   return [o] { return run_plan(*o); };
 }

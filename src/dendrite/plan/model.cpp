@@ -53,10 +53,10 @@ double other_op_floats(const ModelConfig& c, const Local& s) {
 
 // Attention's flops on this rank: causal QK^T and PV forward (2 T(T+1) hs per
 // head and sequence), the backward 2.5 times that (recomputed scores, dV, dP,
-// dQ, dK).
-double attention_flops(const ModelConfig& c, const Local& s, int T) {
-  const double fwd = 2.0 * T * (T + 1.0) * c.head_size() * double(s.nh) * double(s.B_loc);
-  return 3.5 * fwd * c.n_layer;
+// dQ, dK); recomputation runs the forward once more.
+double attention_flops(const ModelConfig& c, const Local& s, const PlanOptions& o) {
+  const double fwd = 2.0 * o.T * (o.T + 1.0) * c.head_size() * double(s.nh) * double(s.B_loc);
+  return (o.recompute ? 4.5 : 3.5) * fwd * c.n_layer;
 }
 
 }  // namespace
@@ -69,6 +69,7 @@ std::vector<GemmCall> step_gemms(const ModelConfig& c, const GridDims& g, const 
   const Local s(c, g, o);
   std::vector<GemmCall> v;
   const int64_t L = c.n_layer;
+  const size_t first = v.size();
   add_linear(v, "layer.q", s.m, s.q, s.C, L);
   add_linear(v, "layer.k", s.m, s.kv, s.C, L);
   add_linear(v, "layer.v", s.m, s.kv, s.C, L);
@@ -76,6 +77,9 @@ std::vector<GemmCall> step_gemms(const ModelConfig& c, const GridDims& g, const 
   add_linear(v, "layer.up", s.m, s.F, s.C, L);
   if (!c.gpt2()) add_linear(v, "layer.gate", s.m, s.F, s.C, L);
   add_linear(v, "layer.down", s.m, s.C, s.F, L);
+  if (o.recompute)  // the layers' forward products run twice
+    for (size_t i = first; i < v.size(); ++i)
+      if (v[i].what.ends_with(".forward")) v[i].count *= 2;
   // The LM head in chunks of ce_chunk rows.
   const int64_t full = s.m / o.ce_chunk, rest = s.m % o.ce_chunk;
   if (full > 0) add_linear(v, "head", o.ce_chunk, s.Vl, s.C, full);
@@ -117,7 +121,8 @@ MemoryEstimate step_memory(const ModelConfig& c, const GridDims& g, const PlanOp
   // Transformer::allocate: residual stream, per-layer saved activations, scratch.
   double layer = 3 * m * C + 4 * m + 2 * m * q + 2 * m * kv + double(s.B_loc) * s.nh * o.T;
   layer += (llama ? 3 : 2) * m * F;
-  double floats = (c.n_layer + 1.0) * m * C + c.n_layer * layer;
+  double floats = (c.n_layer + 1.0) * m * C + (o.recompute ? 1 : c.n_layer) * layer;
+  if (o.recompute) floats += m * C;  // the recomputed layer's output
   floats += m * C + 2 * m + 3 * m * C + 2 * m * q + 2 * m * kv + (llama ? 3 : 2) * m * F;
   e.activations = 4 * floats + 16 * m;  // + the [m, 2] double row sums
   // The gathered block, its gradient and its chunk (only when Z splits the weights).
@@ -144,7 +149,7 @@ StepPrediction predict_step(const ModelConfig& c, const Machine& mach, const Gri
   for (const GemmCall& call : step_gemms(c, g, o))
     p.gemm_s += call.flops() / (mach.gemm_gflops(call.m, call.n, call.k) * 1e9);
   // Attention runs in Dendrite's own flash-style kernel: half the FMA peak.
-  p.attention_s = attention_flops(c, s, o.T) / (0.5 * mach.peak_gflops * 1e9);
+  p.attention_s = attention_flops(c, s, o) / (0.5 * mach.peak_gflops * 1e9);
   p.local_floats = local_parameter_floats(c, g);
   // AdamW streams 28 bytes per local parameter (reads p, g, m, v; writes p, m,
   // v); zeroing the gradients and their norm add 8 more.
@@ -153,7 +158,8 @@ StepPrediction predict_step(const ModelConfig& c, const Machine& mach, const Gri
   p.gemm_s *= slow, p.attention_s *= slow, p.other_s *= slow;
   p.compute_s = p.gemm_s + p.attention_s + p.other_s;
 
-  p.volume = step_volume(c, g, o.B, o.T, o.ce_chunk, o.keep_gathered);
+  p.volume = step_volume(c, g, o.B, o.T, o.ce_chunk, o.keep_gathered, o.recompute,
+                         o.dp_buckets);
   const std::map<std::string, std::pair<int, int>> axes = {  // stride, size
       {"x", {1, g.x}}, {"y", {g.x, g.y}}, {"z", {g.x * g.y, g.z}}, {"d", {g.x * g.y * g.z, g.d}}};
   for (auto& [key, b] : p.volume.bytes) {

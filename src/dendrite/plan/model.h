@@ -27,6 +27,8 @@ struct GemmCall {
 struct PlanOptions {
   int B = 1, T = 1;
   bool keep_gathered = false;
+  bool recompute = false;   // each layer's forward runs again before its backward
+  bool dp_buckets = false;  // gradients reduced over D per layer (--overlap dp): more calls
   int ce_chunk = 256;  // rows of the cross-entropy chunks (Dendrite uses 256)
 };
 

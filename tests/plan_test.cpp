@@ -1,0 +1,223 @@
+// The performance model and planner (src/dendrite/plan): machine files (round
+// trip, errors), grid enumeration and exclusions, communication bytes against
+// step_volume, the ring cost formula by hand, GEMM flops, and memory per rank
+// against the Transformer's own allocation. No MPI.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "dendrite/comm/grid.h"
+#include "dendrite/core/check.h"
+#include "dendrite/model/transformer.h"
+#include "dendrite/plan/model.h"
+
+namespace dendrite {
+namespace {
+
+Machine test_machine() {
+  Machine m;
+  m.name = "test";
+  m.ranks_per_node = 2;
+  m.threads_per_rank = 1;
+  m.memory_per_rank_bytes = 64e9;
+  m.peak_gflops = 100;
+  m.memory_bandwidth = 10e9;
+  m.gemm = {{256, 768, 768, 50}, {2048, 3072, 768, 80}};
+  m.node.all = {1e9, 1e-6};
+  m.node.by_kind["all_gather"] = {2e9, 2e-6};
+  m.network.all = {1e8, 1e-5};
+  return m;
+}
+
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Machine, JsonAndFileRoundTrip) {
+  const Machine m = test_machine();
+  const Machine back = machine_from_json(to_json(m));
+  EXPECT_EQ(to_json(back), to_json(m));
+  EXPECT_EQ(back.gemm.size(), 2u);
+  EXPECT_DOUBLE_EQ(back.node.get("all_gather").bandwidth, 2e9);
+  EXPECT_DOUBLE_EQ(back.node.get("reduce_scatter").bandwidth, 1e9);  // the level's default
+  const std::string path = testing::TempDir() + "/plan_test_machine.json";
+  save_machine(m, path);
+  EXPECT_EQ(to_json(load_machine(path)), to_json(m));
+  std::remove(path.c_str());
+}
+
+TEST(Machine, ErrorsNameTheField) {
+  const nlohmann::json good = to_json(test_machine());
+  nlohmann::json j = good;
+  j["ranks_per_nod"] = 4;
+  EXPECT_NE(error_of([&] { machine_from_json(j); }).find("unknown key \"ranks_per_nod\""),
+            std::string::npos);
+  j = good;
+  j.erase("peak_gflops");
+  EXPECT_NE(error_of([&] { machine_from_json(j); }).find("missing field \"peak_gflops\""),
+            std::string::npos);
+  j = good;
+  j["collectives"]["network"]["bandwidth"] = -1;
+  EXPECT_NE(error_of([&] { machine_from_json(j); }).find("collectives.network"), std::string::npos);
+  j = good;
+  j["memory_bandwidth"] = "fast";
+  EXPECT_NE(error_of([&] { machine_from_json(j); }).find("must be a number"), std::string::npos);
+  j = good;
+  j["gemm"][0]["flops"] = 3;
+  EXPECT_NE(error_of([&] { machine_from_json(j); }).find("gemm[0]"), std::string::npos);
+  EXPECT_NE(error_of([] { load_machine("/nonexistent/m.json"); }).find("dendrite calibrate"),
+            std::string::npos);
+}
+
+TEST(Machine, GemmRateNearestShape) {
+  const Machine m = test_machine();
+  EXPECT_DOUBLE_EQ(m.gemm_gflops(256, 768, 768), 50);
+  EXPECT_DOUBLE_EQ(m.gemm_gflops(300, 800, 800), 50);     // nearest in log distance
+  EXPECT_DOUBLE_EQ(m.gemm_gflops(2048, 3072, 768), 80);
+  EXPECT_DOUBLE_EQ(m.gemm_gflops(128, 768, 768), 25);     // below the smallest m: linear
+  Machine flat = m;
+  flat.gemm.clear();
+  flat.gemm_efficiency = 0.5;
+  EXPECT_DOUBLE_EQ(flat.gemm_gflops(7, 7, 7), 50);
+}
+
+TEST(Planner, EnumeratesAllTwentyGridsOfEight) {
+  const std::vector<GridDims> grids = enumerate_grids(8);
+  EXPECT_EQ(grids.size(), 20u);
+  std::set<std::string> seen;
+  for (const GridDims& g : grids) {
+    EXPECT_EQ(g.x * g.y * g.z * g.d, 8);
+    seen.insert(grid_str(g));
+  }
+  EXPECT_EQ(seen.size(), 20u);
+  EXPECT_EQ(enumerate_grids(1).size(), 1u);
+  EXPECT_EQ(enumerate_grids(12).size(), 40u);  // 2^2 * 3: C(5,3) * C(4,3)
+}
+
+TEST(Planner, RulesOutGridsWithTheReason) {
+  const ModelConfig c = load_model_config("gpt2-124m");  // C 768, 12 heads, F 3072
+  PlanOptions o;
+  o.B = 4, o.T = 64;
+  Machine m = test_machine();
+  m.ranks_per_node = 8;
+  const Plan plan = plan_grids(c, m, 8, o);
+  EXPECT_EQ(plan.ranked.size() + plan.excluded.size(), 20u);
+  std::map<std::string, std::string> why;
+  for (auto& [g, reason] : plan.excluded) why[grid_str(g)] = reason;
+  EXPECT_NE(why.at("x=1,y=8,z=1,d=1").find("heads"), std::string::npos);
+  EXPECT_NE(why.at("x=1,y=1,z=1,d=8").find("batch 4 is not divisible by d*z=8"), std::string::npos);
+  EXPECT_NE(why.at("x=1,y=1,z=8,d=1").find("d*z=8"), std::string::npos);
+  EXPECT_EQ(why.count("x=8,y=1,z=1,d=1"), 0u);
+  EXPECT_EQ(why.count("x=2,y=2,z=2,d=1"), 0u);
+  for (size_t i = 1; i < plan.ranked.size(); ++i)
+    EXPECT_LE(plan.ranked[i - 1].step_s, plan.ranked[i].step_s);
+  // Memory rules out what does not fit.
+  m.memory_per_rank_bytes = 0.8e9;
+  const Plan tight = plan_grids(c, m, 8, o);
+  bool memory_reason = false;
+  for (auto& [g, reason] : tight.excluded) memory_reason |= reason.find("MB per rank") != std::string::npos;
+  EXPECT_TRUE(memory_reason);
+  EXPECT_LT(tight.ranked.size(), plan.ranked.size());
+}
+
+TEST(Planner, CommunicationBytesEqualStepVolume) {
+  const ModelConfig c = load_model_config("llama-tiny");
+  const Machine m = test_machine();
+  PlanOptions o;
+  o.B = 8, o.T = 16;
+  for (int P : {1, 2, 4, 8})
+    for (const GridDims& g : enumerate_grids(P)) {
+      if (!grid_exclusion(c, g, o).empty()) continue;
+      const StepPrediction p = predict_step(c, m, g, o);
+      const Volume v = step_volume(c, g, o.B, o.T, o.ce_chunk, o.keep_gathered, o.recompute,
+                                   o.dp_buckets);
+      EXPECT_EQ(p.volume.bytes, v.bytes) << grid_str(g);
+      EXPECT_EQ(p.volume.calls, v.calls) << grid_str(g);
+      // The predicted seconds are the ring cost of exactly these bytes and calls.
+      double total = 0;
+      for (auto& [key, b] : v.bytes) {
+        const std::string axis = key.substr(0, 1), kind = key.substr(2);
+        const int stride = axis == "x" ? 1 : axis == "y" ? g.x : axis == "z" ? g.x * g.y : g.x * g.y * g.z;
+        const int size = axis == "x" ? g.x : axis == "y" ? g.y : axis == "z" ? g.z : g.d;
+        total += collective_seconds(m, kind, stride, size, double(b), double(v.calls.at(key)));
+      }
+      EXPECT_NEAR(p.comm_total_s, total, 1e-12 + 1e-9 * total) << grid_str(g);
+      for (auto& [axis, t] : p.hidden_s) EXPECT_EQ(t, 0.0);
+    }
+}
+
+TEST(Planner, RingCostByHand) {
+  const Machine m = test_machine();  // 2 ranks per node
+  // All-reduce, 3 calls, 1 MB in all, over 2 neighbours (one node): 3 us + 2 * 1/2 * 1 ms.
+  EXPECT_NEAR(collective_seconds(m, "all_reduce", 1, 2, 1e6, 3), 3e-6 + 1e-3, 1e-15);
+  // The same pair at stride 2 spans two nodes: the network's 10 us and 100 MB/s.
+  EXPECT_NEAR(collective_seconds(m, "all_reduce", 2, 2, 1e6, 3), 3e-5 + 1e-2, 1e-15);
+  // All-gather in the node uses its own figures: 2 us + 1/2 * 1 MB / 2 GB/s.
+  EXPECT_NEAR(collective_seconds(m, "all_gather", 1, 2, 1e6, 1), 2e-6 + 2.5e-4, 1e-15);
+  // Four ranks do not fit a node of two: (4-1)/4 * 1 MB / 100 MB/s + 10 us.
+  EXPECT_NEAR(collective_seconds(m, "reduce_scatter", 1, 4, 1e6, 1), 1e-5 + 7.5e-3, 1e-15);
+  EXPECT_EQ(collective_seconds(m, "all_reduce", 1, 1, 1e6, 1), 0.0);
+}
+
+TEST(Planner, GemmFlopsSplitOverTheGrid) {
+  const ModelConfig c = load_model_config("gpt2-124m");
+  PlanOptions o;
+  o.B = 4, o.T = 64;
+  auto flops = [&](const GridDims& g) {
+    double f = 0;
+    for (const GemmCall& call : step_gemms(c, g, o)) f += call.flops();
+    return f;
+  };
+  const double C = c.n_embd, F = c.ffn_hidden, Vp = c.padded_vocab(), tokens = o.B * o.T;
+  const double weights = c.n_layer * (4 * C * C + 2 * C * F) + Vp * C;
+  EXPECT_DOUBLE_EQ(flops({1, 1, 1, 1}), 6 * tokens * weights);
+  EXPECT_NEAR(flops({2, 2, 1, 1}), flops({1, 1, 1, 1}) / 4, 1e-9 * flops({1, 1, 1, 1}));
+  EXPECT_NEAR(flops({1, 1, 2, 2}), flops({1, 1, 1, 1}) / 4, 1e-9 * flops({1, 1, 1, 1}));
+  // A machine without a table runs every GEMM at peak * efficiency.
+  Machine m = test_machine();
+  m.gemm.clear();
+  const StepPrediction p = predict_step(c, m, {1, 1, 1, 1}, o);
+  EXPECT_NEAR(p.gemm_s, 6 * tokens * weights / 100e9, 1e-9);
+  EXPECT_NEAR(p.step_s, p.compute_s + p.comm_total_s, 1e-12);
+}
+
+TEST(Planner, ParameterMemoryFallsWithTheWeightSplit) {
+  const ModelConfig c = load_model_config("gpt2-124m");
+  PlanOptions o;
+  o.B = 8, o.T = 64;
+  const double one = step_memory(c, {1, 1, 1, 1}, o).params;
+  EXPECT_NEAR(one, 16.0 * c.num_parameters(), 0.01 * one);  // padding of V only
+  for (GridDims g : {GridDims{2, 1, 1, 1}, {1, 2, 1, 1}, {1, 1, 2, 1}, {2, 2, 2, 1}, {1, 4, 2, 1}}) {
+    const double split = g.x * g.y * g.z, part = step_memory(c, g, o).params;
+    EXPECT_NEAR(part * split / one, 1.0, 0.03) << grid_str(g);  // vectors replicate
+  }
+  EXPECT_DOUBLE_EQ(step_memory(c, {1, 1, 1, 8}, o).params, one);  // D replicates
+}
+
+TEST(Planner, ActivationMemoryMatchesTheModel) {
+  for (const char* name : {"gpt2-tiny", "llama-tiny"})
+    for (bool recompute : {false, true}) {
+      const ModelConfig c = load_model_config(name);
+      auto grid = ProcessGrid::single();
+      ModelOptions mo;
+      mo.recompute = recompute;
+      Transformer model(c, *grid, 4, 16, mo);
+      PlanOptions o;
+      o.B = 4, o.T = 16, o.recompute = recompute;
+      const MemoryEstimate e = step_memory(c, {1, 1, 1, 1}, o);
+      EXPECT_DOUBLE_EQ(e.activations, double(model.activation_bytes())) << name << recompute;
+      EXPECT_DOUBLE_EQ(e.params, 16.0 * double(model.num_floats())) << name;
+    }
+}
+
+}  // namespace
+}  // namespace dendrite

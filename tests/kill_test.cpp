@@ -182,8 +182,12 @@ TEST_F(KillTest, OneRankKilledMidRunEndsTheJobNonZeroWithin30s) {
       << "the job exited 0 after losing a rank:\n" << read_text(log);
   EXPECT_LT(took, 30.0);
   for (pid_t r : ranks_) EXPECT_FALSE(alive(r)) << "rank process " << r << " outlived the job";
-  const size_t steps_at_kill = count_lines(metrics);
-  EXPECT_LT(steps_at_kill, 100000u) << "the run finished instead of being killed";
+  const size_t steps_logged = count_lines(metrics);
+  EXPECT_LT(steps_logged, 100000u) << "the run finished instead of being killed";
+  std::printf("killed rank 5 (pid %d) after %zu logged steps; the job ended %.1f s later, %s %d\n",
+              static_cast<int>(victim), steps_logged, took,
+              WIFEXITED(status) ? "exit code" : "signal",
+              WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
 }
 
 }  // namespace

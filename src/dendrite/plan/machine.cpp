@@ -125,6 +125,7 @@ Machine machine_from_json(const json& j) {
   check_keys(j, "the machine file",
              {"name", "notes", "ranks_per_node", "threads_per_rank", "cores_per_node",
               "memory_per_rank_bytes", "peak_gflops", "memory_bandwidth", "gemm",
+              "optimizer_seconds_per_param",
               "gemm_efficiency", "collectives"});
   Machine m;
   const std::string top = "the machine file";
@@ -141,6 +142,8 @@ Machine machine_from_json(const json& j) {
   m.memory_per_rank_bytes = number(j, top, "memory_per_rank_bytes", true);
   m.peak_gflops = number(j, top, "peak_gflops", true);
   m.memory_bandwidth = number(j, top, "memory_bandwidth", true);
+  if (j.contains("optimizer_seconds_per_param"))
+    m.optimizer_seconds_per_param = number(j, top, "optimizer_seconds_per_param", false);
   if (j.contains("gemm_efficiency")) m.gemm_efficiency = number(j, top, "gemm_efficiency", true);
   if (j.contains("gemm")) {
     DENDRITE_CHECK(j.at("gemm").is_array(), "machine: \"gemm\" must be an array of {m, n, k, gflops}");
@@ -170,6 +173,7 @@ json to_json(const Machine& m) {
             {"peak_gflops", m.peak_gflops},
             {"memory_bandwidth", m.memory_bandwidth},
             {"gemm_efficiency", m.gemm_efficiency},
+            {"optimizer_seconds_per_param", m.optimizer_seconds_per_param},
             {"gemm", gemm},
             {"collectives", {{"node", level_to_json(m.node)}, {"network", level_to_json(m.network)}}}};
   if (!m.notes.empty()) j["notes"] = m.notes;

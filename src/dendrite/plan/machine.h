@@ -44,6 +44,9 @@ struct Machine {
   double memory_per_rank_bytes = 0;
   double peak_gflops = 0;       // per rank
   double memory_bandwidth = 0;  // bytes/s per rank
+  // Seconds per local parameter of the optimizer step (gradient zeroing, norm
+  // and AdamW) as measured; 0: 36 bytes per parameter over memory_bandwidth.
+  double optimizer_seconds_per_param = 0;
   std::vector<GemmRate> gemm;   // empty: GEMMs run at peak_gflops * gemm_efficiency
   double gemm_efficiency = 1.0; // used only when the table is empty
   LevelCost node, network;

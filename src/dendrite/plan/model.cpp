@@ -151,10 +151,13 @@ StepPrediction predict_step(const ModelConfig& c, const Machine& mach, const Gri
   // Attention runs in Dendrite's own flash-style kernel: half the FMA peak.
   p.attention_s = attention_flops(c, s, o) / (0.5 * mach.peak_gflops * 1e9);
   p.local_floats = local_parameter_floats(c, g);
-  // AdamW streams 28 bytes per local parameter (reads p, g, m, v; writes p, m,
-  // v); zeroing the gradients and their norm add 8 more.
-  const double bytes = 4 * other_op_floats(c, s) + 36.0 * double(p.local_floats);
-  p.other_s = bytes / mach.memory_bandwidth;
+  // The optimizer step: measured seconds per parameter when the machine has
+  // them, else AdamW's 28 bytes per local parameter (reads p, g, m, v; writes
+  // p, m, v) plus 8 for zeroing the gradients and their norm.
+  const double optimizer_s = mach.optimizer_seconds_per_param > 0
+                                 ? mach.optimizer_seconds_per_param * double(p.local_floats)
+                                 : 36.0 * double(p.local_floats) / mach.memory_bandwidth;
+  p.other_s = 4 * other_op_floats(c, s) / mach.memory_bandwidth + optimizer_s;
   p.gemm_s *= slow, p.attention_s *= slow, p.other_s *= slow;
   p.compute_s = p.gemm_s + p.attention_s + p.other_s;
 

@@ -1,6 +1,7 @@
 // A dead rank must not hang the job: an 8-rank `dendrite train` on the grid
 // x=2,y=2,z=2 is started under mpirun, one rank's process is SIGKILLed once the
-// run has logged a few steps, and the whole job must end non-zero within 30 s.
+// run has logged a few steps: mpirun must exit non-zero, and every other rank
+// be gone, within 30 s.
 // Every wait is bounded and every process started here is killed at the end.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -181,7 +182,11 @@ TEST_F(KillTest, OneRankKilledMidRunEndsTheJobNonZeroWithin30s) {
   EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
       << "the job exited 0 after losing a rank:\n" << read_text(log);
   EXPECT_LT(took, 30.0);
-  for (pid_t r : ranks_) EXPECT_FALSE(alive(r)) << "rank process " << r << " outlived the job";
+  // mpirun may return while the ranks it killed are still going down.
+  auto any_alive = [&] { return std::any_of(ranks_.begin(), ranks_.end(), alive); };
+  while (any_alive() && seconds_since(killed_at) < 30)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (pid_t r : ranks_) EXPECT_FALSE(alive(r)) << "rank process " << r << " still runs 30 s after the kill";
   const size_t steps_logged = count_lines(metrics);
   EXPECT_LT(steps_logged, 100000u) << "the run finished instead of being killed";
   std::printf("killed rank 5 (pid %d) after %zu logged steps; the job ended %.1f s later, %s %d\n",

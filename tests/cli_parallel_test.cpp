@@ -14,34 +14,22 @@
 #include <string>
 #include <vector>
 
+#include "cli_support.h"
+
 namespace dendrite {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int rc;
-  std::string out;
-  double seconds;
-};
+using Result = test::CommandResult;
 
 // mpirun -np ranks dendrite args, one thread per rank, capturing stdout+stderr.
 Result mpirun(int ranks, const std::string& args) {
-  const std::string cmd =
+  return test::run_command(
       "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
       "OMPI_MCA_rmaps_base_oversubscribe=1 timeout 120 " + std::string(DENDRITE_MPIEXEC) +
       " -np " + std::to_string(ranks) + " --oversubscribe --mca btl self,vader " +
-      DENDRITE_BINARY + " " + args + " 2>&1";
-  auto t0 = std::chrono::steady_clock::now();
-  FILE* p = popen(cmd.c_str(), "r");
-  Result r{-1, "", 0};
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int status = pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return r;
+      DENDRITE_BINARY + " " + args);
 }
 
 std::vector<double> losses(const fs::path& metrics) {

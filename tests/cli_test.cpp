@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_support.h"
 #include "dendrite/train/safetensors.h"
 #include "dendrite/train/token_file.h"
 
@@ -22,22 +23,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int rc;
-  std::string out;
-};
+using Result = test::CommandResult;
 
 // Runs the dendrite binary with args (a shell fragment), capturing stdout+stderr.
 Result dendrite(const std::string& args) {
-  std::string cmd = std::string("OMP_NUM_THREADS=2 ") + DENDRITE_BINARY + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  Result r{-1, ""};
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int status = pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return test::run_command(std::string("OMP_NUM_THREADS=2 ") + DENDRITE_BINARY + " " + args);
 }
 
 std::string read_file(const fs::path& p) {

@@ -1,0 +1,32 @@
+// Shared by the tests that run the `dendrite` command: a shell command with
+// its stdout and stderr captured, its exit code and its duration.
+#pragma once
+
+#include <stdio.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <string>
+
+namespace dendrite::test {
+
+struct CommandResult {
+  int rc = -1;  // exit code (-1: killed by a signal)
+  std::string out;
+  double seconds = 0;
+};
+
+inline CommandResult run_command(const std::string& cmd) {
+  auto t0 = std::chrono::steady_clock::now();
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  CommandResult r;
+  char buf[4096];
+  size_t n;
+  while (p && (n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = p ? pclose(p) : -1;
+  r.rc = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace dendrite::test

@@ -193,6 +193,9 @@ TrainResult run_train(TrainOptions opt, ProcessGrid& grid) {
 
   std::ofstream metrics;
   if (!opt.metrics.empty() && grid.rank() == 0) {
+    const fs::path folder = fs::path(opt.metrics).parent_path();
+    std::error_code ec;
+    if (!folder.empty()) fs::create_directories(folder, ec);
     metrics.open(opt.metrics, start > 0 ? std::ios::app : std::ios::trunc);
     DENDRITE_CHECK(metrics.good(), "train: cannot open --metrics file ", opt.metrics);
   }

@@ -25,7 +25,7 @@ struct BenchOptions {
   int batch = 4, seq = 64, threads = 0, steps = 5, warmup = 2;
   std::string grid;
   bool json = false, keep_gathered = false, recompute = false;
-  std::string overlap = "all";
+  std::string overlap = "oar";
 };
 
 double peak_rss_mb() {
@@ -142,7 +142,7 @@ Runner add_bench(CLI::App& app) {
   step->add_option("--warmup", o->warmup, "Untimed steps first")->capture_default_str();
   step->add_flag("--json", o->json, "Print one JSON object");
   step->add_flag("--recompute", o->recompute, "Activation recomputation");
-  step->add_option("--overlap", o->overlap, "oar, all or none")->capture_default_str();
+  step->add_option("--overlap", o->overlap, "oar, dp, all or none")->capture_default_str();
   step->add_flag("--keep-gathered", o->keep_gathered,
                  "Keep Z-gathered weights from the forward for the backward");
   step->add_option("--grid", o->grid, "Process grid under mpirun, e.g. x=2,y=2 (default: data-parallel)");

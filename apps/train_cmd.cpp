@@ -85,7 +85,8 @@ Runner add_train(CLI::App& app, int argc, char** argv) {
                "Keep only each block's input and recompute the block in the backward (less memory)");
   app.add_option("--overlap", opt->overlap,
                  "Communication hidden behind computation: oar (backward all-reduce of dx behind "
-                 "the dW product), all, none")
+                 "the dW product), dp (gradient reduction over d per layer during the backward; "
+                 "slower on machines without a spare core per rank), all, none")
       ->capture_default_str();
   app.add_option("--grid", opt->grid,
                  "Process grid, e.g. x=2,y=2,z=1,d=2 (axes left out are 1; d fills the job "

@@ -141,8 +141,10 @@ TEST_P(EveryGrid, MatchesOneProcess) {
     for (const GridShape& g : grids_of(P)) {
       if (!divides(cfg, g)) continue;
       ProcessGrid grid(g, &sub);
-      const Record base = train(cfg, grid);
-      compare(GetParam(), cfg, g, base, want);
+      ModelOptions overlapped;  // every overlap built
+      overlapped.oar = overlapped.dp = true;
+      const Record base = train(cfg, grid, overlapped);
+      compare(GetParam(), cfg, g, base, want, overlapped);
       // The other ways to run (kept gathers, recomputation, no overlap) on the
       // grids where they change something.
       ModelOptions other;

@@ -33,7 +33,10 @@ struct ModelOptions {
   bool keep_gathered = false;  // keep Z-gathered weights from the forward to the backward
   bool recompute = false;      // keep only each block's input; recompute the block in the backward
   bool oar = true;             // overlap the backward all-reduce of dx with the dW product
-  bool dp = true;              // reduce gradients over D per layer during the backward
+  // Reduce gradients over D per layer during the backward. Off by default: on
+  // 2 cores it hid half of the D all-reduce but made the step 10% slower (MPI's
+  // non-blocking all-reduce, progressed by polling, takes CPU from the GEMMs).
+  bool dp = false;
   // Sets the overlaps from "none", "all" or a list such as "oar"; an
   // unknown or not yet built one is an error naming it.
   void set_overlap(const std::string& list);

@@ -32,6 +32,6 @@ struct Volume {
 // dp_buckets: gradients are reduced over D per layer during the backward (d > 1).
 Volume step_volume(const ModelConfig& model, const GridDims& grid, int B, int T,
                    int ce_chunk = 256, bool keep_gathered = false, bool recompute = false,
-                   bool dp_buckets = true);
+                   bool dp_buckets = false);
 
 }  // namespace dendrite

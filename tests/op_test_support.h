@@ -4,6 +4,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdint>
@@ -60,5 +61,15 @@ void expect_close(const std::vector<T>& got, const Vd& want, double tol, const s
                     << worst << ": got " << got[worst] << " want " << want[worst] << " (rms " << rms
                     << ", tol " << tol << ")";
 }
+
+// Sets the OpenMP thread count for a scope, then restores it.
+class ThreadCount {
+ public:
+  explicit ThreadCount(int n) : saved_(omp_get_max_threads()) { omp_set_num_threads(n); }
+  ~ThreadCount() { omp_set_num_threads(saved_); }
+
+ private:
+  int saved_;
+};
 
 }  // namespace dendrite::test

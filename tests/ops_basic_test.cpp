@@ -28,7 +28,7 @@
 namespace dendrite {
 namespace {
 
-using namespace dendrite::test;  // randn, random_tokens, to_d, expect_close, Vf, Vd
+using namespace dendrite::test;  // randn, random_tokens, to_d, expect_close, ThreadCount, Vf, Vd
 
 double dot(const Vd& a, const Vd& b) {
   double s = 0.0;
@@ -51,15 +51,6 @@ Vd numeric_grad(const std::function<double()>& loss, Vd& x, double h = 1e-5) {
   return g;
 }
 
-// Sets the OpenMP thread count for a scope, then restores it.
-class ThreadCount {
- public:
-  explicit ThreadCount(int n) : saved_(omp_get_max_threads()) { omp_set_num_threads(n); }
-  ~ThreadCount() { omp_set_num_threads(saved_); }
-
- private:
-  int saved_;
-};
 
 constexpr double kFwdTol = 1e-5;  // fast forward vs double reference
 constexpr double kBwdTol = 1e-5;  // fast backward vs reference or finite differences

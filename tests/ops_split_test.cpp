@@ -28,20 +28,12 @@
 namespace dendrite {
 namespace {
 
-using namespace dendrite::test;  // randn, random_tokens, to_d, expect_close, Vf, Vd
+using namespace dendrite::test;  // randn, random_tokens, to_d, expect_close, ThreadCount, Vf, Vd
 
 bool same_bits(const Vf& a, const Vf& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-class ThreadCount {
- public:
-  explicit ThreadCount(int n) : saved_(omp_get_max_threads()) { omp_set_num_threads(n); }
-  ~ThreadCount() { omp_set_num_threads(saved_); }
-
- private:
-  int saved_;
-};
 
 // Part boundaries of n split into `parts` as evenly as possible: [b[p], b[p+1]).
 std::vector<int> even_split(int n, int parts) {

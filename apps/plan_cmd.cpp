@@ -20,6 +20,7 @@
 #include "dendrite/ops/optim.h"
 #include "dendrite/ops/peak.h"
 #include "dendrite/plan/model.h"
+#include "dendrite/plan/sweep.h"
 
 namespace dendrite::app {
 
@@ -36,7 +37,8 @@ struct PlanCmd {
   std::string model = "gpt2-124m", machine;
   int batch = 4, seq = 64, world = 1, top = 0, ranks_per_node = 0;
   bool json = false, keep_gathered = false, recompute = false, sweep = false;
-  std::string overlap = "none";
+  bool batch_given = false, seq_given = false;
+  std::string overlap = "oar";  // as train's default
 };
 
 nlohmann::json prediction_json(const StepPrediction& p) {
@@ -54,6 +56,9 @@ nlohmann::json prediction_json(const StepPrediction& p) {
           {"other_ms", p.other_s * 1e3},
           {"comm_ms", comm},
           {"comm_total_ms", p.comm_total_s * 1e3},
+          {"comm_exposed_ms", p.comm_exposed_s * 1e3},
+          {"comm_hidden_ms", p.comm_hidden_s * 1e3},
+          {"penalty_ms", p.penalty_s * 1e3},
           {"hidden_ms", hidden},
           {"comm_bytes", bytes},
           {"memory_mb", p.memory.total() / 1048576.0},
@@ -62,8 +67,10 @@ nlohmann::json prediction_json(const StepPrediction& p) {
 }
 
 void print_plan_table(const PlanCmd& o, const Machine& mach, const Plan& plan) {
-  std::printf("plan: %s, B=%d T=%d on %d ranks of %s (%d ranks per node)\n", o.model.c_str(),
-              o.batch, o.seq, o.world, mach.name.c_str(), mach.ranks_per_node);
+  std::printf("plan: %s, B=%d T=%d on %d ranks of %s (%d ranks per node), overlap %s\n",
+              o.model.c_str(), o.batch, o.seq, o.world, mach.name.c_str(), mach.ranks_per_node,
+              Overlap::parse(o.overlap).str().c_str());
+  std::printf("(x/y/z/d ms: exposed communication per axis; hidden: behind compute, all axes)\n");
   std::printf("%-4s %-18s %9s %9s %8s %8s %8s %8s %8s %9s %10s\n", "rank", "grid", "step ms",
               "compute", "x ms", "y ms", "z ms", "d ms", "hidden", "mem MB", "tokens/s");
   const size_t n = o.top > 0 ? std::min<size_t>(o.top, plan.ranked.size()) : plan.ranked.size();
@@ -72,13 +79,60 @@ void print_plan_table(const PlanCmd& o, const Machine& mach, const Plan& plan) {
     auto axis = [&](const char* a) { return p.comm_s.count(a) ? p.comm_s.at(a) * 1e3 : 0.0; };
     std::printf("%-4zu %-18s %9.2f %9.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9.1f %10.1f\n", i + 1,
                 grid_str(p.grid).c_str(), p.step_s * 1e3, p.compute_s * 1e3, axis("x"), axis("y"),
-                axis("z"), axis("d"), 0.0, p.memory.total() / 1048576.0, p.tokens_per_s);
+                axis("z"), axis("d"), p.comm_hidden_s * 1e3, p.memory.total() / 1048576.0,
+                p.tokens_per_s);
   }
   if (!plan.excluded.empty()) std::printf("ruled out:\n");
   for (auto& [g, why] : plan.excluded) std::printf("  %-18s %s\n", grid_str(g).c_str(), why.c_str());
   if (!plan.ranked.empty())
-    std::printf("first choice: %s (fastest predicted step; no overlap modelled, hidden = 0)\n",
-                grid_str(plan.ranked[0].grid).c_str());
+    std::printf("first choice: %s (fastest predicted step)\n", grid_str(plan.ranked[0].grid).c_str());
+  if (mach.oversubscription() > 1)
+    std::printf("oversubscribed: %d ranks x %d threads on %d cores: compute x%.2f, %.1f ms per "
+                "collective call\n", mach.ranks_per_node, mach.threads_per_rank, mach.cores_per_node,
+                mach.oversubscription(), mach.oversubscribed_call_penalty_s * 1e3);
+}
+
+// Weak scaling (sweep.h): the best grid per GPU count, its step time, flop/s
+// and efficiency relative to the first count. B and T default to 2048.
+int run_sweep(const PlanCmd& o, const Machine& mach, PlanOptions po) {
+  if (!o.batch_given) po.B = 2048;
+  if (!o.seq_given) po.T = 2048;
+  const std::vector<SweepPoint> pts = weak_scaling_sweep(mach, po, weak_scaling_counts());
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank != 0) return 0;
+  nlohmann::json rows = nlohmann::json::array();
+  for (const SweepPoint& p : pts)
+    rows.push_back({{"gpus", p.gpus}, {"params", p.params}, {"layers", p.model.n_layer},
+                    {"width", p.model.n_embd}, {"heads", p.model.n_head},
+                    {"feasible", p.feasible}, {"grid", p.feasible ? grid_str(p.best.grid) : ""},
+                    {"runner_up", p.runner_up}, {"step_s", p.best.step_s},
+                    {"compute_s", p.best.compute_s}, {"comm_exposed_s", p.best.comm_exposed_s},
+                    {"comm_hidden_s", p.best.comm_hidden_s},
+                    {"memory_gb", p.best.memory.total() / 1e9},
+                    {"flops_per_gpu", p.flops_per_gpu}, {"flops_total", p.flops_total},
+                    {"efficiency", p.efficiency}});
+  if (o.json) {
+    nlohmann::json j = {{"machine", mach.name}, {"batch", po.B}, {"seq", po.T},
+                        {"overlap", po.overlap.str()}, {"points", rows}};
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("weak scaling on %s: B=%d sequences of T=%d, overlap %s; parameters grow with G\n",
+              mach.name.c_str(), po.B, po.T, po.overlap.str().c_str());
+  std::printf("%6s %7s %-26s %9s %8s %8s %10s %11s %6s\n", "GPUs", "params", "best grid",
+              "step s", "comm s", "hidden s", "TF/s/GPU", "PF/s total", "eff");
+  for (const SweepPoint& p : pts) {
+    if (!p.feasible) {
+      std::printf("%6d %6.0fB  no grid fits in memory\n", p.gpus, p.params / 1e9);
+      continue;
+    }
+    std::printf("%6d %6.0fB %-26s %9.2f %8.2f %8.2f %10.1f %11.1f %5.1f%%\n", p.gpus,
+                p.params / 1e9, grid_str(p.best.grid).c_str(), p.best.step_s,
+                p.best.comm_exposed_s, p.best.comm_hidden_s, p.flops_per_gpu / 1e12,
+                p.flops_total / 1e15, 100 * p.efficiency);
+  }
+  return 0;
 }
 
 int run_plan(const PlanCmd& o) {
@@ -87,10 +141,8 @@ int run_plan(const PlanCmd& o) {
   const ModelConfig mc = load_model_config(o.model);
   PlanOptions po;
   po.B = o.batch, po.T = o.seq, po.keep_gathered = o.keep_gathered, po.recompute = o.recompute;
-  DENDRITE_CHECK(o.overlap == "none" || o.overlap == "dp", "plan: --overlap ", o.overlap,
-                 " is not modelled; use none (nothing hidden) or dp (per-layer D buckets, "
-                 "their calls counted, nothing hidden)");
-  po.dp_buckets = o.overlap == "dp";
+  po.overlap = Overlap::parse(o.overlap);
+  if (o.sweep) return run_sweep(o, mach, po);
   const Plan plan = plan_grids(mc, mach, o.world, po);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -225,8 +277,48 @@ LinkCost calibrate_collective(Communicator& world, Communicator& comm, const std
   return c;
 }
 
+// Seconds per call of fn over one batch of about `seconds` (same count on
+// every rank), averaged over the ranks: unlike time_call, no fastest batch, as
+// the penalty below is the mean cost of a descheduled peer.
+template <typename Fn>
+double time_loop(Communicator& world, Fn&& fn, double seconds) {
+  fn();
+  auto t1 = Clock::now();
+  fn();
+  double trial = seconds_since(t1);
+  std::vector<double> all(world.size());
+  world.all_gather(&trial, all.data(), 1, DType::kF64);
+  trial = std::max(*std::max_element(all.begin(), all.end()), 1e-9);
+  const int reps = std::clamp(int(seconds / trial), 5, 100000);
+  world.barrier();
+  auto t0 = Clock::now();
+  for (int r = 0; r < reps; ++r) fn();
+  return mean_over(world, seconds_since(t0) / reps);
+}
+
+// The extra wait of a blocking collective on an oversubscribed node (more
+// ranks than cores): a GEMM of GPT-2's size with and without a small
+// all-reduce after it, less the all-reduce's latency measured alone.
+double calibrate_penalty(Communicator& world, double latency) {
+  const int m = 256, n = 768, k = 768;
+  std::vector<float> A(m * k, 0.01f), B(n * k, 0.02f), C(m * n);
+  auto gemm = [&] {
+    ops::gemm(false, true, m, n, k, 1.0f, A.data(), k, B.data(), k, 0.0f, C.data(), n);
+  };
+  double one = 1.0;
+  const double alone = time_loop(world, gemm, 1.5);
+  const double with_call = time_loop(world, [&] {
+    gemm();
+    world.all_reduce(&one, 1, DType::kF64);
+  }, 1.5);
+  if (world.rank() == 0)
+    std::printf("calibrate: GEMM %.2f ms alone, %.2f ms with an all-reduce after it\n",
+                alone * 1e3, with_call * 1e3);
+  return std::max(0.0, with_call - alone - latency);
+}
+
 struct CalibrateCmd {
-  std::string out, name = "this-machine";
+  std::string out, name = "this-machine", penalty_from;
   int threads = 0;
   bool quick = false;
 };
@@ -259,10 +351,33 @@ void calibrate_links(ProcessGrid& world_grid, Machine& mach, int P) {
   mach.network = mach.node;
 }
 
+// calibrate --penalty-from FILE: run oversubscribed, measure only the per-call
+// penalty and write FILE with it to --out.
+int run_calibrate_penalty(const CalibrateCmd& o, ProcessGrid& grid) {
+  Machine mach = load_machine(o.penalty_from);
+  const int ranks = ranks_on_this_node(), cores = int(sysconf(_SC_NPROCESSORS_ONLN));
+  const int threads = omp_get_max_threads();
+  DENDRITE_CHECK(ranks * threads > cores, "calibrate --penalty-from: ", ranks, " ranks of ",
+                 threads, " threads fit the node's ", cores,
+                 " cores, so there is no penalty to measure; launch more ranks than cores");
+  mach.oversubscribed_call_penalty_s =
+      calibrate_penalty(grid.world(), mach.node.get("all_reduce").latency);
+  mach.cores_per_node = cores;
+  mach.notes += str("; oversubscribed_call_penalty_s measured with ", ranks, " ranks on ", cores,
+                    " cores");
+  if (grid.rank() == 0) {
+    save_machine(mach, o.out);
+    std::printf("calibrate: %.2f ms per collective call when oversubscribed; wrote %s\n",
+                mach.oversubscribed_call_penalty_s * 1e3, o.out.c_str());
+  }
+  return 0;
+}
+
 int run_calibrate(const CalibrateCmd& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
   auto t0 = Clock::now();
   ProcessGrid grid = make_grid("");
+  if (!o.penalty_from.empty()) return run_calibrate_penalty(o, grid);
   const int P = grid.shape().size();
   Machine mach;
   mach.name = o.name;
@@ -276,6 +391,9 @@ int run_calibrate(const CalibrateCmd& o) {
   mach.optimizer_seconds_per_param = calibrate_optimizer(grid.world());
   mach.gemm = calibrate_gemm(grid.world(), o.quick);
   calibrate_links(grid, mach, P);
+  if (mach.oversubscription() > 1)
+    mach.oversubscribed_call_penalty_s =
+        calibrate_penalty(grid.world(), mach.node.get("all_reduce").latency);
   mach.notes = str("measured by `dendrite calibrate` with ", P, " ranks of ", mach.threads_per_rank,
                    " threads in ", std::lround(seconds_since(t0)), " s; network = node (one node)");
   if (grid.rank() == 0) {
@@ -292,8 +410,10 @@ int run_calibrate(const CalibrateCmd& o) {
 Runner add_plan(CLI::App& app) {
   auto o = std::make_shared<PlanCmd>();
   app.add_option("--model", o->model, "Preset or model JSON file")->capture_default_str();
-  app.add_option("--batch", o->batch, "Global batch (sequences)")->capture_default_str();
-  app.add_option("--seq", o->seq, "Tokens per sequence")->capture_default_str();
+  auto* batch = app.add_option("--batch", o->batch, "Global batch (sequences; --sweep: 2048)")
+                    ->capture_default_str();
+  auto* seq = app.add_option("--seq", o->seq, "Tokens per sequence (--sweep: 2048)")
+                  ->capture_default_str();
   app.add_option("--world", o->world, "World size P (ranks)")->capture_default_str();
   app.add_option("--machine", o->machine, "Machine file (dendrite calibrate, machines/*.json)")
       ->required();
@@ -302,10 +422,19 @@ Runner add_plan(CLI::App& app) {
                  "Override the machine's ranks per node (e.g. oversubscribed runs)");
   app.add_flag("--keep-gathered", o->keep_gathered, "Model --keep-gathered runs");
   app.add_flag("--recompute", o->recompute, "Model --recompute runs");
-  app.add_option("--overlap", o->overlap, "none or dp (as bench/train --overlap)")
+  app.add_option("--overlap", o->overlap,
+                 "Communication hidden behind compute: none, all or a list of oar, ors, oag, dp "
+                 "(as train --overlap; ors and oag are modelled but not built in the trainer)")
       ->capture_default_str();
+  app.add_flag("--sweep", o->sweep,
+               "Weak scaling from 512 to 32768 GPUs (model grows with the count; "
+               "docs/planner.md); --model and --world are not used");
   app.add_flag("--json", o->json, "Print one JSON object");
-  return [o] { return run_plan(*o); };
+  return [o, batch, seq] {
+    o->batch_given = batch->count() > 0;
+    o->seq_given = seq->count() > 0;
+    return run_plan(*o);
+  };
 }
 
 Runner add_calibrate(CLI::App& app) {
@@ -314,6 +443,9 @@ Runner add_calibrate(CLI::App& app) {
   app.add_option("--name", o->name, "Machine name")->capture_default_str();
   app.add_option("--threads", o->threads, "Threads per rank (default: OMP_NUM_THREADS)");
   app.add_flag("--quick", o->quick, "Fewer GEMM shapes (tests)");
+  app.add_option("--penalty-from", o->penalty_from,
+                 "Only measure the per-call penalty of an oversubscribed node (launch more ranks "
+                 "than cores) and write this machine file with it to --out");
   return [o] { return run_calibrate(*o); };
 }
 

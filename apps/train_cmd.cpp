@@ -1,5 +1,8 @@
 // `dendrite train`: options, an optional JSON config file (--config), run.
+// --grid auto asks the performance model (src/dendrite/plan) for the grid.
 #include <mpi.h>
+#include <omp.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -9,6 +12,7 @@
 #include "apps/commands.h"
 #include "dendrite/core/check.h"
 #include "dendrite/model/config.h"
+#include "dendrite/plan/model.h"
 #include "dendrite/train/trainer.h"
 
 namespace dendrite::app {
@@ -38,6 +42,72 @@ static void apply_config_file(const std::string& path, TrainOptions& opt) {
     fail("train: config file ", path, " is not valid JSON (", e.what(), ")");
   }
   opt.update_from_json(j);
+}
+
+// The machine --grid auto plans for: the --machine file, or a generic
+// description of this node; either way with this job's ranks on the node and
+// threads per rank (what decides oversubscription).
+static Machine auto_grid_machine(const std::string& file, int threads, std::string& source) {
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int ranks = 1;
+  MPI_Comm_size(node, &ranks);
+  MPI_Comm_free(&node);
+  const int cores = int(sysconf(_SC_NPROCESSORS_ONLN));
+  Machine mach;
+  if (!file.empty()) {
+    mach = load_machine(file);
+    source = "machine file " + file;
+  } else {
+    const double memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+    mach = generic_machine(ranks, threads, cores, memory);
+    source = "no --machine file: a generic description of this node (nominal rates; write a "
+             "measured one with `dendrite calibrate --out FILE` and pass --machine FILE)";
+  }
+  mach.ranks_per_node = ranks;
+  mach.threads_per_rank = threads;
+  return mach;
+}
+
+// --grid auto: the planner's first choice for this job's world size, model,
+// batch, sequence and options. Every rank plans (the same inputs give the same
+// ranking); rank 0's choice is broadcast so that all ranks build one grid even
+// if nodes differ, and rank 0 says why.
+static std::string auto_grid(const TrainOptions& opt, const std::string& machine_file) {
+  int world = 1, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const int threads = opt.threads > 0 ? opt.threads : omp_get_max_threads();
+  std::string source;
+  const Machine mach = auto_grid_machine(machine_file, threads, source);
+  PlanOptions po;
+  po.B = opt.batch, po.T = opt.seq, po.keep_gathered = opt.keep_gathered;
+  po.recompute = opt.recompute, po.overlap = Overlap::parse(opt.overlap);
+  const Plan plan = plan_grids(load_model_config(opt.model), mach, world, po);
+  DENDRITE_CHECK(!plan.ranked.empty(), "train --grid auto: no grid of ", world, " ranks runs ",
+                 opt.model, " with batch ", opt.batch, " (",
+                 plan.excluded.empty() ? "" : plan.excluded[0].second,
+                 "); see `dendrite plan --world ", world, "`");
+  char text[64] = {};
+  std::snprintf(text, sizeof text, "%s", grid_str(plan.ranked[0].grid).c_str());
+  MPI_Bcast(text, sizeof text, MPI_CHAR, 0, MPI_COMM_WORLD);
+  if (rank == 0) {
+    const StepPrediction& best = plan.ranked[0];
+    std::printf("grid auto: %s, predicted %.1f ms/step (compute %.1f, exposed communication %.1f, "
+                "hidden %.1f) for %s B=%d T=%d on %d ranks (%d per node, %d threads each), "
+                "overlap %s, %s\n", text, best.step_s * 1e3, best.compute_s * 1e3,
+                best.comm_exposed_s * 1e3, best.comm_hidden_s * 1e3, opt.model.c_str(), opt.batch,
+                opt.seq, world, mach.ranks_per_node, threads, po.overlap.str().c_str(),
+                source.c_str());
+    if (plan.ranked.size() > 1)
+      std::printf("grid auto: runner-up %s, predicted %.1f ms/step (+%.1f%%)\n",
+                  grid_str(plan.ranked[1].grid).c_str(), plan.ranked[1].step_s * 1e3,
+                  100 * (plan.ranked[1].step_s / best.step_s - 1));
+    else
+      std::printf("grid auto: the only grid that runs (%zu ruled out)\n", plan.excluded.size());
+    std::fflush(stdout);
+  }
+  return text;
 }
 
 Runner add_train(CLI::App& app, int argc, char** argv) {
@@ -90,7 +160,12 @@ Runner add_train(CLI::App& app, int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--grid", opt->grid,
                  "Process grid, e.g. x=2,y=2,z=1,d=2 (axes left out are 1; d fills the job "
-                 "when left out); default: all ranks data-parallel");
+                 "when left out), or auto: the performance model's fastest grid for this job "
+                 "(see --machine); default: all ranks data-parallel");
+  auto machine = std::make_shared<std::string>();
+  app.add_option("--machine", *machine,
+                 "Machine file for --grid auto (dendrite calibrate, machines/*.json); default: "
+                 "a generic description of this node");
   // The config file is read before the command line is parsed, so that the
   // parsed options (bound to the same fields) override it.
   const std::string path = find_config_arg(argc, argv);
@@ -98,7 +173,8 @@ Runner add_train(CLI::App& app, int argc, char** argv) {
   app.preparse_callback([opt, pre](size_t) {
     if (!pre->empty()) apply_config_file(*pre, *opt);
   });
-  return [opt] {
+  return [opt, machine] {
+    if (opt->grid == "auto") opt->grid = auto_grid(*opt, *machine);
     ProcessGrid grid = make_grid(opt->grid);
     run_train(*opt, grid);
     return 0;

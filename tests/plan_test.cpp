@@ -1,7 +1,8 @@
 // The performance model and planner (src/dendrite/plan): machine files (round
 // trip, errors), grid enumeration and exclusions, communication bytes against
 // step_volume, the ring cost formula by hand, GEMM flops, and memory per rank
-// against the Transformer's own allocation. No MPI.
+// against the Transformer's own allocation; what the overlaps hide, the
+// oversubscription penalty, and the weak-scaling sweep. No MPI.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include "dendrite/core/check.h"
 #include "dendrite/model/transformer.h"
 #include "dendrite/plan/model.h"
+#include "dendrite/plan/sweep.h"
 
 namespace dendrite {
 namespace {
@@ -139,7 +141,7 @@ TEST(Planner, CommunicationBytesEqualStepVolume) {
       if (!grid_exclusion(c, g, o).empty()) continue;
       const StepPrediction p = predict_step(c, m, g, o);
       const Volume v = step_volume(c, g, o.B, o.T, o.ce_chunk, o.keep_gathered, o.recompute,
-                                   o.dp_buckets);
+                                   o.overlap.dp);
       EXPECT_EQ(p.volume.bytes, v.bytes) << grid_str(g);
       EXPECT_EQ(p.volume.calls, v.calls) << grid_str(g);
       // The predicted seconds are the ring cost of exactly these bytes and calls.
@@ -217,6 +219,129 @@ TEST(Planner, ActivationMemoryMatchesTheModel) {
       EXPECT_DOUBLE_EQ(e.activations, double(model.activation_bytes())) << name << recompute;
       EXPECT_DOUBLE_EQ(e.params, 16.0 * double(model.num_floats())) << name;
     }
+}
+
+TEST(Overlap, ParsesTheList) {
+  EXPECT_EQ(Overlap::parse("none").str(), "none");
+  EXPECT_EQ(Overlap::parse("all").str(), "all");
+  const Overlap o = Overlap::parse("dp,oar");
+  EXPECT_TRUE(o.oar && o.dp && !o.ors && !o.oag);
+  EXPECT_EQ(o.str(), "oar,dp");
+  EXPECT_NE(error_of([] { Overlap::parse("oar,foo"); }).find("unknown overlap 'foo'"),
+            std::string::npos);
+}
+
+TEST(Overlap, PipelineByHand) {
+  // Transfers of 1 s posted at 2, 4, 6 s end at 3, 5, 7; compute ends at 6.5:
+  // 0.5 s exposed, 2.5 s hidden.
+  EXPECT_DOUBLE_EQ(pipeline_hidden(3, 1.0, 2.0, 0.5), 2.5);
+  // Transfers of 3 s behind steps of 1 s: they end at 4, 7, 10, compute at 3.
+  EXPECT_DOUBLE_EQ(pipeline_hidden(3, 3.0, 1.0, 0.0), 2.0);
+  EXPECT_DOUBLE_EQ(pipeline_hidden(0, 3.0, 1.0, 0.0), 0.0);
+  // OAR hides min(all-reduce, dW GEMM) per call and layer.
+  OverlapInputs in;
+  in.layers = 4;
+  in.layer_backward_s = 10;
+  in.oar = {{"x", 1.0, 0.5}, {"y", 0.2, 3.0}};
+  const auto h = hidden_seconds(Overlap::parse("oar"), in);
+  EXPECT_DOUBLE_EQ(h.at("x"), 4 * 0.5);
+  EXPECT_DOUBLE_EQ(h.at("y"), 4 * 0.2);
+  EXPECT_TRUE(hidden_seconds(Overlap::parse("none"), in).empty());
+}
+
+// Hidden never exceeds the compute beside it nor the communication it
+// hides; none hides nothing; exposed + hidden is the same total.
+TEST(Overlap, HiddenUpToTheComputeBesideIt) {
+  Machine m = test_machine();
+  m.ranks_per_node = 8;
+  m.network = m.node;
+  for (const char* name : {"gpt2-124m", "llama-tiny"}) {
+    const ModelConfig c = load_model_config(name);
+    PlanOptions o;
+    o.B = 8, o.T = 16;
+    bool some_hidden = false;
+    for (int P : {2, 4, 8})
+      for (const GridDims& g : enumerate_grids(P)) {
+        if (!grid_exclusion(c, g, o).empty()) continue;
+        o.overlap = Overlap::parse("none");
+        const StepPrediction none = predict_step(c, m, g, o);
+        EXPECT_EQ(none.comm_hidden_s, 0.0);
+        for (const char* list : {"oar", "ors", "oag", "oar,ors,oag", "dp", "all"}) {
+          o.overlap = Overlap::parse(list);
+          const StepPrediction p = predict_step(c, m, g, o);
+          const OverlapInputs in = overlap_inputs(c, m, g, o);
+          const std::string at = grid_str(g) + " " + list + " " + name;
+          EXPECT_LE(p.comm_hidden_s, in.layers * (in.layer_forward_s + in.layer_backward_s) +
+                                         in.tail_backward_s + 1e-12) << at;
+          double dweight = 0;
+          for (const OarCall& call : in.oar) dweight += in.layers * call.dweight_s;
+          if (std::string(list) == "oar") {
+            EXPECT_LE(p.comm_hidden_s, dweight + 1e-12) << at;
+          }
+          for (auto& [axis, h] : p.hidden_s) EXPECT_GE(h, 0.0) << at;
+          EXPECT_NEAR(p.comm_exposed_s + p.comm_hidden_s, p.comm_total_s, 1e-12) << at;
+          EXPECT_NEAR(p.step_s, p.compute_s + p.comm_exposed_s, 1e-12) << at;
+          if (!o.overlap.dp) {  // same volume: the same total, less exposed
+            EXPECT_NEAR(p.comm_total_s, none.comm_total_s, 1e-9 * none.comm_total_s) << at;
+            for (auto& [axis, t] : none.comm_s)
+              EXPECT_NEAR(p.comm_s.at(axis) + p.hidden_s.at(axis), t, 1e-9 * (t + 1e-9)) << at;
+            EXPECT_LE(p.step_s, none.step_s + 1e-12) << at;
+          }
+          some_hidden |= p.comm_hidden_s > 0;
+        }
+      }
+    EXPECT_TRUE(some_hidden) << name;
+  }
+}
+
+TEST(Oversubscription, SlowsComputeAndChargesEachCall) {
+  const ModelConfig c = load_model_config("gpt2-124m");
+  PlanOptions o;
+  o.B = 4, o.T = 64;
+  Machine m = test_machine();
+  m.ranks_per_node = 4;
+  m.cores_per_node = 4;
+  m.oversubscribed_call_penalty_s = 5e-3;
+  const GridDims g{2, 2, 1, 1};
+  const StepPrediction fits = predict_step(c, m, g, o);
+  EXPECT_EQ(fits.penalty_s, 0.0);
+  m.cores_per_node = 2;  // 4 ranks on 2 cores
+  const StepPrediction over = predict_step(c, m, g, o);
+  EXPECT_NEAR(over.compute_s, 2 * fits.compute_s, 1e-12);
+  int64_t calls = 0;
+  for (auto& [key, n] : over.volume.calls) calls += n;
+  EXPECT_NEAR(over.penalty_s, 5e-3 * calls, 1e-12);
+  EXPECT_NEAR(over.comm_total_s - fits.comm_total_s, over.penalty_s, 1e-9);
+  // The field survives the file; the generic machine is valid.
+  EXPECT_DOUBLE_EQ(machine_from_json(to_json(m)).oversubscribed_call_penalty_s, 5e-3);
+  const Machine generic = generic_machine(4, 1, 2, 8e9);
+  EXPECT_DOUBLE_EQ(generic.oversubscription(), 2.0);
+  EXPECT_GT(generic.oversubscribed_call_penalty_s, 0.0);
+}
+
+TEST(Sweep, WeakScalingFrom512) {
+  const Machine m = load_machine(std::string(DENDRITE_SOURCE_DIR) + "/machines/frontier.json");
+  PlanOptions o;
+  o.B = 2048, o.T = 2048, o.overlap = Overlap::parse("all");
+  const std::vector<SweepPoint> pts = weak_scaling_sweep(m, o, weak_scaling_counts());
+  ASSERT_EQ(pts.size(), 7u);
+  EXPECT_EQ(pts.front().gpus, 512);
+  EXPECT_EQ(pts.back().gpus, 32768);
+  for (size_t i = 0; i < pts.size(); ++i) {
+    const SweepPoint& p = pts[i];
+    ASSERT_TRUE(p.feasible) << p.gpus;
+    if (i > 0) {
+      EXPECT_GT(p.gpus, pts[i - 1].gpus);
+    }
+    const GridDims& g = p.best.grid;
+    EXPECT_EQ(g.x * g.y * g.z * g.d, p.gpus);
+    EXPECT_NEAR(p.params / (5e9 * p.gpus / 512), 1.0, 0.06) << p.gpus;  // 5B * G/512
+    EXPECT_NEAR(p.flops_total, p.flops_per_gpu * p.gpus, 1e-6 * p.flops_total);
+    EXPECT_GT(p.efficiency, 0.0);
+    EXPECT_LE(p.best.memory.total(), m.memory_per_rank_bytes);
+  }
+  EXPECT_DOUBLE_EQ(pts.front().efficiency, 1.0);
+  EXPECT_NE(error_of([] { weak_scaling_model(3000); }).find("512 * 2^k"), std::string::npos);
 }
 
 }  // namespace

@@ -117,15 +117,37 @@ void Machine::validate() const {
                  ranks_per_node, " and ", threads_per_rank);
   DENDRITE_CHECK(peak_gflops > 0 && memory_bandwidth > 0 && memory_per_rank_bytes > 0, "machine ",
                  name, ": peak_gflops, memory_bandwidth and memory_per_rank_bytes must be positive");
+  DENDRITE_CHECK(oversubscribed_call_penalty_s >= 0, "machine ", name,
+                 ": oversubscribed_call_penalty_s must be non-negative, got ",
+                 oversubscribed_call_penalty_s);
   DENDRITE_CHECK(gemm_efficiency > 0 && gemm_efficiency <= 1, "machine ", name,
                  ": gemm_efficiency must be in (0, 1], got ", gemm_efficiency);
+}
+
+Machine generic_machine(int ranks_per_node, int threads_per_rank, int cores_per_node,
+                        double memory_bytes) {
+  Machine m;
+  m.name = "generic";
+  m.notes = "built-in generic node (no --machine file): nominal rates, not measured";
+  m.ranks_per_node = std::max(1, ranks_per_node);
+  m.threads_per_rank = std::max(1, threads_per_rank);
+  m.cores_per_node = std::max(0, cores_per_node);
+  m.memory_per_rank_bytes = std::max(1e9, memory_bytes / m.ranks_per_node);
+  m.peak_gflops = 8.0 * m.threads_per_rank;
+  m.gemm_efficiency = 0.5;
+  m.memory_bandwidth = 5e9;
+  m.oversubscribed_call_penalty_s = 5e-3;
+  m.node.all = {2e9, 20e-6};
+  m.network = m.node;
+  m.validate();
+  return m;
 }
 
 Machine machine_from_json(const json& j) {
   check_keys(j, "the machine file",
              {"name", "notes", "ranks_per_node", "threads_per_rank", "cores_per_node",
               "memory_per_rank_bytes", "peak_gflops", "memory_bandwidth", "gemm",
-              "optimizer_seconds_per_param",
+              "optimizer_seconds_per_param", "oversubscribed_call_penalty_s",
               "gemm_efficiency", "collectives"});
   Machine m;
   const std::string top = "the machine file";
@@ -144,6 +166,8 @@ Machine machine_from_json(const json& j) {
   m.memory_bandwidth = number(j, top, "memory_bandwidth", true);
   if (j.contains("optimizer_seconds_per_param"))
     m.optimizer_seconds_per_param = number(j, top, "optimizer_seconds_per_param", false);
+  if (j.contains("oversubscribed_call_penalty_s"))
+    m.oversubscribed_call_penalty_s = number(j, top, "oversubscribed_call_penalty_s", false);
   if (j.contains("gemm_efficiency")) m.gemm_efficiency = number(j, top, "gemm_efficiency", true);
   if (j.contains("gemm")) {
     DENDRITE_CHECK(j.at("gemm").is_array(), "machine: \"gemm\" must be an array of {m, n, k, gflops}");
@@ -174,6 +198,7 @@ json to_json(const Machine& m) {
             {"memory_bandwidth", m.memory_bandwidth},
             {"gemm_efficiency", m.gemm_efficiency},
             {"optimizer_seconds_per_param", m.optimizer_seconds_per_param},
+            {"oversubscribed_call_penalty_s", m.oversubscribed_call_penalty_s},
             {"gemm", gemm},
             {"collectives", {{"node", level_to_json(m.node)}, {"network", level_to_json(m.network)}}}};
   if (!m.notes.empty()) j["notes"] = m.notes;

@@ -41,6 +41,11 @@ struct Machine {
   int ranks_per_node = 1;
   int threads_per_rank = 1;
   int cores_per_node = 0;       // 0: no oversubscription model (one core per thread)
+  // When the node's ranks need more threads than it has cores, each collective
+  // call waits this long on top of its ring cost (a descheduled peer gets the
+  // core back after about one scheduler slice); `calibrate` measures it when
+  // run oversubscribed (calibrate --penalty-from).
+  double oversubscribed_call_penalty_s = 0;
   double memory_per_rank_bytes = 0;
   double peak_gflops = 0;       // per rank
   double memory_bandwidth = 0;  // bytes/s per rank
@@ -64,6 +69,14 @@ struct Machine {
   // Throws dendrite::Error naming the field and the fix.
   void validate() const;
 };
+
+// A generic description of one node when no machine file is given (train
+// --grid auto): the cores, memory and ranks the process sees, nominal rates
+// (peak 8 GFLOP/s per thread and GEMMs at half of it, 5 GB/s memory bandwidth
+// per rank, shared-memory collectives at 2 GB/s and 20 us, a 5 ms penalty per
+// call when oversubscribed). Good enough to rank grids, not to predict times.
+Machine generic_machine(int ranks_per_node, int threads_per_rank, int cores_per_node,
+                        double memory_bytes);
 
 Machine machine_from_json(const nlohmann::json& j);
 nlohmann::json to_json(const Machine& m);

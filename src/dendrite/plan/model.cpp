@@ -1,8 +1,8 @@
 // The performance model: GEMMs at the machine's measured rate for their shape,
 // the other ops by the bytes they stream over the memory bandwidth, the
 // collectives of step_volume at ring cost over the slowest link each group
-// spans, and memory by the formulas of Transformer::allocate. Dendrite does not
-// overlap communication yet, so nothing counts as hidden (hidden_s is zero).
+// spans (plus a per-call penalty on an oversubscribed node), what the overlap
+// options hide by overlap.h, and memory by the formulas of Transformer::allocate.
 #include "dendrite/plan/model.h"
 
 #include <algorithm>
@@ -25,6 +25,24 @@ struct Local {
         F(c.ffn_hidden / g.y), Vl(c.padded_vocab(g.y) / g.y), nh(c.n_head / g.y) {}
 };
 
+// One linear of a layer with its local [out, in] block; reduce: the axis its
+// backward sums dx over ("" when it only accumulates), as step_volume counts.
+struct LayerLinear {
+  const char* name;
+  int64_t out, in;
+  const char* reduce;
+};
+
+// In the order of step_gemms; backward reductions as in volume.cpp.
+std::vector<LayerLinear> layer_linears(const ModelConfig& c, const Local& s) {
+  std::vector<LayerLinear> v = {{"layer.q", s.q, s.C, ""},   {"layer.k", s.kv, s.C, ""},
+                                {"layer.v", s.kv, s.C, "y"}, {"layer.o", s.C, s.q, "x"},
+                                {"layer.up", s.F, s.C, "y"}};
+  if (!c.gpt2()) v.push_back({"layer.gate", s.F, s.C, ""});
+  v.push_back({"layer.down", s.C, s.F, "x"});
+  return v;
+}
+
 // Adds the forward, input-gradient and weight-gradient GEMMs of a linear layer
 // with a local [out, in] block applied to `rows` rows, `count` times.
 void add_linear(std::vector<GemmCall>& v, const std::string& name, int64_t rows, int64_t out,
@@ -35,8 +53,11 @@ void add_linear(std::vector<GemmCall>& v, const std::string& name, int64_t rows,
 }
 
 // Floats streamed through memory by the ops that are not GEMMs (a simple
-// estimate: each op reads and writes its operands once).
-double other_op_floats(const ModelConfig& c, const Local& s) {
+// estimate: each op reads and writes its operands once): per layer, and in all.
+struct OtherFloats {
+  double layer = 0, total = 0;
+};
+OtherFloats other_op_floats(const ModelConfig& c, const Local& s) {
   const double m = double(s.m), C = double(s.C), F = double(s.F);
   const double lin_out = s.q + 2.0 * s.kv + C + F + C;  // outputs of the biased layers
   double layer = 0;
@@ -48,7 +69,7 @@ double other_op_floats(const ModelConfig& c, const Local& s) {
   double total = layer * c.n_layer;
   total += 8 * m * C;              // final norm, embedding lookup and its backward
   total += 4 * m * double(s.Vl);   // cross-entropy statistics and dlogits
-  return total;
+  return {layer, total};
 }
 
 // Attention's flops on this rank: causal QK^T and PV forward (2 T(T+1) hs per
@@ -70,13 +91,7 @@ std::vector<GemmCall> step_gemms(const ModelConfig& c, const GridDims& g, const 
   std::vector<GemmCall> v;
   const int64_t L = c.n_layer;
   const size_t first = v.size();
-  add_linear(v, "layer.q", s.m, s.q, s.C, L);
-  add_linear(v, "layer.k", s.m, s.kv, s.C, L);
-  add_linear(v, "layer.v", s.m, s.kv, s.C, L);
-  add_linear(v, "layer.o", s.m, s.C, s.q, L);
-  add_linear(v, "layer.up", s.m, s.F, s.C, L);
-  if (!c.gpt2()) add_linear(v, "layer.gate", s.m, s.F, s.C, L);
-  add_linear(v, "layer.down", s.m, s.C, s.F, L);
+  for (const LayerLinear& l : layer_linears(c, s)) add_linear(v, l.name, s.m, l.out, l.in, L);
   if (o.recompute)  // the layers' forward products run twice
     for (size_t i = first; i < v.size(); ++i)
       if (v[i].what.ends_with(".forward")) v[i].count *= 2;
@@ -95,7 +110,13 @@ double collective_seconds(const Machine& mach, const std::string& kind, int stri
   return calls * link.latency + factor * (g - 1.0) / g * bytes / link.bandwidth;
 }
 
-int64_t local_parameter_floats(const ModelConfig& c, const GridDims& g) {
+namespace {
+
+// Floats of one layer's parameters on this rank, and of all of them.
+struct ParamFloats {
+  int64_t layer = 0, total = 0;
+};
+ParamFloats param_floats(const ModelConfig& c, const GridDims& g) {
   const Local s(c, g, PlanOptions{});
   const int64_t z = g.z;
   const bool gpt2 = c.gpt2();
@@ -109,7 +130,27 @@ int64_t local_parameter_floats(const ModelConfig& c, const GridDims& g) {
     layer += 2 * pad16(s.C) + pad16(s.q) + 2 * pad16(s.kv) + pad16(s.C) + pad16(s.F) + pad16(s.C);
   n += layer * c.n_layer;
   n += pad16(s.C) * (gpt2 ? 2 : 1);                                  // final norm
-  return n;
+  return {layer, n};
+}
+
+// Stride and size of each axis' groups.
+std::pair<int, int> axis_group(const GridDims& g, const std::string& axis) {
+  if (axis == "x") return {1, g.x};
+  if (axis == "y") return {g.x, g.y};
+  if (axis == "z") return {g.x * g.y, g.z};
+  return {g.x * g.y * g.z, g.d};
+}
+
+double cost(const Machine& mach, const GridDims& g, const std::string& axis, const char* kind,
+            double bytes, double calls) {
+  auto [stride, size] = axis_group(g, axis);
+  return collective_seconds(mach, kind, stride, size, bytes, calls);
+}
+
+}  // namespace
+
+int64_t local_parameter_floats(const ModelConfig& c, const GridDims& g) {
+  return param_floats(c, g).total;
 }
 
 MemoryEstimate step_memory(const ModelConfig& c, const GridDims& g, const PlanOptions& o) {
@@ -140,6 +181,43 @@ MemoryEstimate step_memory(const ModelConfig& c, const GridDims& g, const PlanOp
   return e;
 }
 
+OverlapInputs overlap_inputs(const ModelConfig& c, const Machine& mach, const GridDims& g,
+                             const PlanOptions& o) {
+  const Local s(c, g, o);
+  const double slow = mach.oversubscription();
+  auto gemm_s = [&](int64_t m, int64_t n, int64_t k) {
+    return slow * 2.0 * m * n * k / (mach.gemm_gflops(m, n, k) * 1e9);
+  };
+  OverlapInputs in;
+  in.layers = c.n_layer;
+  double gemm_fwd = 0, gemm_bwd = 0, gather = 0, scatter = 0;
+  for (const LayerLinear& l : layer_linears(c, s)) {
+    gemm_fwd += gemm_s(s.m, l.out, l.in);
+    const double dweight = gemm_s(l.out, l.in, s.m);
+    gemm_bwd += gemm_s(s.m, l.in, l.out) + dweight;
+    const std::string axis = l.reduce;
+    if (!axis.empty() && axis_group(g, axis).second > 1)
+      in.oar.push_back({axis, cost(mach, g, axis, "all_reduce", 4.0 * s.m * l.in, 1), dweight});
+    gather += cost(mach, g, "z", "all_gather", 4.0 * l.out * l.in, 1);
+    scatter += cost(mach, g, "z", "reduce_scatter", 4.0 * l.out * l.in, 1);
+  }
+  PlanOptions once = o;  // one forward of attention per layer
+  once.recompute = false;
+  const double attn_fwd =
+      slow * attention_flops(c, s, once) / 3.5 / c.n_layer / (0.5 * mach.peak_gflops * 1e9);
+  const double other = slow * 4 * other_op_floats(c, s).layer / mach.memory_bandwidth;
+  in.layer_forward_s = gemm_fwd + attn_fwd + other / 3;
+  in.layer_backward_s = gemm_bwd + 2.5 * attn_fwd + 2 * other / 3;
+  if (o.recompute) in.layer_backward_s += in.layer_forward_s;
+  in.tail_backward_s = slow * 4 * 2.0 * s.m * s.C / mach.memory_bandwidth;  // embedding backward
+  in.z_gather_forward_s = gather;
+  in.z_gather_backward_s = (o.keep_gathered ? 0 : gather) + (o.recompute ? gather : 0);
+  in.z_scatter_layer_s = scatter;
+  if (o.overlap.dp)
+    in.d_bucket_s = cost(mach, g, "d", "all_reduce", 4.0 * param_floats(c, g).layer, 2);
+  return in;
+}
+
 StepPrediction predict_step(const ModelConfig& c, const Machine& mach, const GridDims& g,
                             const PlanOptions& o) {
   StepPrediction p;
@@ -157,23 +235,32 @@ StepPrediction predict_step(const ModelConfig& c, const Machine& mach, const Gri
   const double optimizer_s = mach.optimizer_seconds_per_param > 0
                                  ? mach.optimizer_seconds_per_param * double(p.local_floats)
                                  : 36.0 * double(p.local_floats) / mach.memory_bandwidth;
-  p.other_s = 4 * other_op_floats(c, s) / mach.memory_bandwidth + optimizer_s;
+  p.other_s = 4 * other_op_floats(c, s).total / mach.memory_bandwidth + optimizer_s;
   p.gemm_s *= slow, p.attention_s *= slow, p.other_s *= slow;
   p.compute_s = p.gemm_s + p.attention_s + p.other_s;
 
-  p.volume = step_volume(c, g, o.B, o.T, o.ce_chunk, o.keep_gathered, o.recompute,
-                         o.dp_buckets);
-  const std::map<std::string, std::pair<int, int>> axes = {  // stride, size
-      {"x", {1, g.x}}, {"y", {g.x, g.y}}, {"z", {g.x * g.y, g.z}}, {"d", {g.x * g.y * g.z, g.d}}};
+  p.volume = step_volume(c, g, o.B, o.T, o.ce_chunk, o.keep_gathered, o.recompute, o.overlap.dp);
+  // Oversubscribed, every collective call waits about one scheduler slice for
+  // a descheduled peer (machine.h): exposed, whatever overlap is on.
+  const double penalty = slow > 1 ? mach.oversubscribed_call_penalty_s : 0.0;
+  std::map<std::string, double> ring;
   for (auto& [key, b] : p.volume.bytes) {
     const std::string axis = key.substr(0, key.find('.')), kind = key.substr(key.find('.') + 1);
-    auto [stride, size] = axes.at(axis);
-    p.comm_s[axis] += collective_seconds(mach, kind, stride, size, double(b),
-                                         double(p.volume.calls.at(key)));
-    p.hidden_s[axis] = 0;  // no overlap yet (DESIGN.md section 5 is not built)
+    const double calls = double(p.volume.calls.at(key));
+    ring[axis] += cost(mach, g, axis, kind.c_str(), double(b), calls);
+    p.penalty_s += penalty * calls;
+    p.comm_s[axis] += penalty * calls;
   }
-  for (auto& [axis, t] : p.comm_s) p.comm_total_s += t;
-  p.step_s = p.compute_s + p.comm_total_s;
+  const std::map<std::string, double> hidden = hidden_seconds(o.overlap, overlap_inputs(c, mach, g, o));
+  for (auto& [axis, t] : ring) {
+    const double h = hidden.count(axis) ? std::min(hidden.at(axis), t) : 0.0;
+    p.hidden_s[axis] = h;
+    p.comm_s[axis] += t - h;
+    p.comm_hidden_s += h;
+  }
+  for (auto& [axis, t] : p.comm_s) p.comm_exposed_s += t;
+  p.comm_total_s = p.comm_exposed_s + p.comm_hidden_s;
+  p.step_s = p.compute_s + p.comm_exposed_s;
   p.tokens_per_s = double(o.B) * o.T / p.step_s;
   p.memory = step_memory(c, g, o);
   return p;

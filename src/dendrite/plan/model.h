@@ -13,6 +13,7 @@
 
 #include "dendrite/model/config.h"
 #include "dendrite/plan/machine.h"
+#include "dendrite/plan/overlap.h"
 #include "dendrite/plan/volume.h"
 
 namespace dendrite {
@@ -28,7 +29,9 @@ struct PlanOptions {
   int B = 1, T = 1;
   bool keep_gathered = false;
   bool recompute = false;   // each layer's forward runs again before its backward
-  bool dp_buckets = false;  // gradients reduced over D per layer (--overlap dp): more calls
+  // What runs behind computation (train --overlap; its default is oar). With
+  // dp the gradients are reduced over D per layer: more calls (step_volume).
+  Overlap overlap;
   int ce_chunk = 256;  // rows of the cross-entropy chunks (Dendrite uses 256)
 };
 
@@ -44,8 +47,12 @@ struct StepPrediction {
   GridDims grid;
   double gemm_s = 0, attention_s = 0, other_s = 0, compute_s = 0;
   std::map<std::string, double> comm_s;    // exposed seconds per axis ("x", "y", "z", "d")
-  std::map<std::string, double> hidden_s;  // hidden behind compute: zero (no overlap yet)
-  double comm_total_s = 0, step_s = 0, tokens_per_s = 0;
+  std::map<std::string, double> hidden_s;  // hidden behind compute per axis (overlap.h)
+  // comm_total_s: every collective's cost (ring cost plus, oversubscribed, the
+  // per-call penalty) = exposed + hidden; step_s = compute_s + comm_exposed_s.
+  double comm_total_s = 0, comm_exposed_s = 0, comm_hidden_s = 0;
+  double penalty_s = 0;  // of which the oversubscription penalty (exposed)
+  double step_s = 0, tokens_per_s = 0;
   MemoryEstimate memory;
   Volume volume;
   int64_t local_floats = 0;  // parameters this rank holds (padded as the table pads)
@@ -62,6 +69,10 @@ int64_t local_parameter_floats(const ModelConfig& c, const GridDims& g);
 MemoryEstimate step_memory(const ModelConfig& c, const GridDims& g, const PlanOptions& o);
 StepPrediction predict_step(const ModelConfig& c, const Machine& mach, const GridDims& g,
                             const PlanOptions& o);
+// The per-layer compute and communication figures the overlap model takes
+// (exposed for tests; predict_step calls it).
+OverlapInputs overlap_inputs(const ModelConfig& c, const Machine& mach, const GridDims& g,
+                             const PlanOptions& o);
 
 // All (Gx, Gy, Gz, Gd) with product P, X fastest-varying order of enumeration.
 std::vector<GridDims> enumerate_grids(int P);

@@ -93,14 +93,14 @@ static std::string auto_grid(const TrainOptions& opt, const std::string& machine
   MPI_Bcast(text, sizeof text, MPI_CHAR, 0, MPI_COMM_WORLD);
   if (rank == 0) {
     const StepPrediction& best = plan.ranked[0];
-    std::printf("grid auto: %s, predicted %.1f ms/step (compute %.1f, exposed communication %.1f, "
-                "hidden %.1f) for %s B=%d T=%d on %d ranks (%d per node, %d threads each), "
+    std::printf("grid auto: %s, predicted %.4g ms/step (compute %.4g, exposed communication %.4g, "
+                "hidden %.4g) for %s B=%d T=%d on %d ranks (%d per node, %d threads per rank), "
                 "overlap %s, %s\n", text, best.step_s * 1e3, best.compute_s * 1e3,
                 best.comm_exposed_s * 1e3, best.comm_hidden_s * 1e3, opt.model.c_str(), opt.batch,
                 opt.seq, world, mach.ranks_per_node, threads, po.overlap.str().c_str(),
                 source.c_str());
     if (plan.ranked.size() > 1)
-      std::printf("grid auto: runner-up %s, predicted %.1f ms/step (+%.1f%%)\n",
+      std::printf("grid auto: runner-up %s, predicted %.4g ms/step (+%.1f%%)\n",
                   grid_str(plan.ranked[1].grid).c_str(), plan.ranked[1].step_s * 1e3,
                   100 * (plan.ranked[1].step_s / best.step_s - 1));
     else

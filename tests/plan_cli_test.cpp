@@ -1,0 +1,104 @@
+// `dendrite train --grid auto` under mpirun: the grid it prints and trains on
+// is the one `dendrite plan --json` ranks first for the same job (model, batch,
+// sequence, world size, ranks per node, machine file); without --machine it
+// says it plans on a generic description of the node, and still trains.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <regex>
+#include <string>
+
+#include "cli_support.h"
+
+namespace dendrite {
+namespace {
+
+namespace fs = std::filesystem;
+using Result = test::CommandResult;
+
+const std::string kEnv =
+    "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+    "OMPI_MCA_rmaps_base_oversubscribe=1 timeout 120 ";
+
+Result dendrite(const std::string& args) {
+  return test::run_command(kEnv + DENDRITE_BINARY + " " + args);
+}
+
+Result mpirun(int ranks, const std::string& args) {
+  return test::run_command(kEnv + DENDRITE_MPIEXEC + " -np " + std::to_string(ranks) +
+                           " --oversubscribe --bind-to none --mca btl self,vader " +
+                           DENDRITE_BINARY + " " + args);
+}
+
+// The grid on the "grid auto: <grid>, predicted" line ("" when absent).
+std::string printed_grid(const std::string& out) {
+  std::smatch m;
+  return std::regex_search(out, m, std::regex("grid auto: (x=\\d+,y=\\d+,z=\\d+,d=\\d+), predicted"))
+             ? m[1].str() : "";
+}
+
+class PlanCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    char tmpl[] = "/tmp/dendrite-plan-cli-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    std::mt19937 rng(1);  // 200 KB of sentences from a small word list
+    const char* words[] = {"the", "lord", "said", "unto", "moses", "and", "aaron", "people", "of",
+                           "israel", "go", "forth", "land", "egypt", "pharaoh", "heart", "water",
+                           "blood", "river", "day", "night", "house", "bread", "king", "son",
+                           "daughter"};
+    std::ofstream text(dir_ / "text.txt");
+    for (int s = 0; s < 3000; ++s) {
+      for (int w = 0; w < 12; ++w) text << words[rng() % std::size(words)] << (w < 11 ? " " : ".\n");
+    }
+    text.close();
+    Result r = dendrite("tokenize --input " + (dir_ / "text.txt").string() +
+                        " --vocab-size 512 --out " + (dir_ / "data").string());
+    ASSERT_EQ(r.rc, 0) << r.out;
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+  static std::string job() { return " --model gpt2-mini --batch 4 --seq 32"; }
+  static std::string train() {
+    return "train" + job() + " --steps 2 --eval-every 0 --data " + (dir_ / "data").string();
+  }
+  static fs::path dir_;
+};
+fs::path PlanCli::dir_;
+
+TEST_F(PlanCli, TrainGridAutoIsThePlansFirstChoice) {
+  const std::string machine = std::string(DENDRITE_SOURCE_DIR) + "/machines/perlmutter.json";
+  for (int P : {2, 4}) {
+    Result plan = dendrite("plan --json" + job() + " --world " + std::to_string(P) +
+                           " --ranks-per-node " + std::to_string(P) + " --machine " + machine);
+    ASSERT_EQ(plan.rc, 0) << plan.out;
+    const nlohmann::json j = nlohmann::json::parse(plan.out);
+    ASSERT_GE(j.at("ranked").size(), 2u);
+    const std::string first = j["ranked"][0]["grid"], second = j["ranked"][1]["grid"];
+    Result run = mpirun(P, train() + " --grid auto --machine " + machine);
+    ASSERT_EQ(run.rc, 0) << run.out;
+    EXPECT_EQ(printed_grid(run.out), first) << run.out;
+    EXPECT_NE(run.out.find("runner-up " + second), std::string::npos) << run.out;
+    // The trainer ran on that grid (every rank built it: the run finished).
+    EXPECT_NE(run.out.find("grid " + first), std::string::npos) << run.out;
+    EXPECT_NE(run.out.find("step     2/2"), std::string::npos) << run.out;
+  }
+}
+
+TEST_F(PlanCli, TrainGridAutoWithoutMachineFileSaysSo) {
+  Result run = mpirun(2, train() + " --grid auto");
+  ASSERT_EQ(run.rc, 0) << run.out;
+  EXPECT_NE(run.out.find("generic description"), std::string::npos) << run.out;
+  const std::string grid = printed_grid(run.out);
+  ASSERT_FALSE(grid.empty()) << run.out;
+  EXPECT_NE(run.out.find("grid " + grid), std::string::npos) << run.out;
+  Result bad = mpirun(2, train() + " --grid auto --machine /nonexistent/m.json");
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_NE(bad.out.find("dendrite calibrate"), std::string::npos) << bad.out;
+}
+
+}  // namespace
+}  // namespace dendrite

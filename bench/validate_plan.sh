@@ -6,7 +6,10 @@
 # Prints a table, the mean absolute percentage error, the Spearman rank
 # correlation and whether the planner's first choice is within 10% of the
 # fastest measured grid.
-# Usage: bench/validate_plan.sh [build-dir] (env: MODEL, BATCH, SEQ, STEPS, OUT, WORLDS="2 4")
+# The per-call penalty of oversubscription is measured by a second, 4-rank
+# calibration (calibrate --penalty-from) on top of the 2-rank one.
+# Usage: bench/validate_plan.sh [build-dir] (env: MODEL, BATCH, SEQ, STEPS, OUT, WORLDS="2 4",
+#        OVERLAP=none: the --overlap of both the runs and the plan)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-$ROOT/build}
@@ -15,6 +18,7 @@ MODEL=${MODEL:-gpt2-124m}
 BATCH=${BATCH:-4}
 SEQ=${SEQ:-64}
 STEPS=${STEPS:-3}
+OVERLAP=${OVERLAP:-none}
 OUT=${OUT:-/tmp/dendrite_validate_plan}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1
@@ -24,15 +28,17 @@ rm -f "$OUT"/bench_*.json
 
 echo "== calibrate (2 ranks, 1 thread each)"
 $MPIRUN -np 2 "$BIN" calibrate --out "$OUT/machine.json" --threads 1 --name validate-2rank
+echo "== oversubscription penalty (4 ranks, 1 thread each)"
+$MPIRUN -np 4 "$BIN" calibrate --penalty-from "$OUT/machine.json" --out "$OUT/machine.json" --threads 1
 
 for P in ${WORLDS:-2 4}; do
   "$BIN" plan --model "$MODEL" --batch "$BATCH" --seq "$SEQ" --world "$P" \
-    --machine "$OUT/machine.json" --ranks-per-node "$P" --overlap none --json > "$OUT/plan_$P.json"
+    --machine "$OUT/machine.json" --ranks-per-node "$P" --overlap "$OVERLAP" --json > "$OUT/plan_$P.json"
   grids=$(/usr/bin/python3 -c "import json,sys; print(' '.join(r['grid'] for r in json.load(open(sys.argv[1]))['ranked']))" "$OUT/plan_$P.json")
   for g in $grids; do
     echo "== bench $P ranks, grid $g"
     $MPIRUN -np "$P" "$BIN" bench step --model "$MODEL" --batch "$BATCH" --seq "$SEQ" \
-      --threads 1 --steps "$STEPS" --warmup 1 --overlap none --grid "$g" --json \
+      --threads 1 --steps "$STEPS" --warmup 1 --overlap "$OVERLAP" --grid "$g" --json \
       | tail -n 1 > "$OUT/bench_${P}_$g.json"
   done
 done

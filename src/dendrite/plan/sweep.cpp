@@ -62,7 +62,9 @@ std::vector<SweepPoint> weak_scaling_sweep(const Machine& mach, const PlanOption
     }
     out.push_back(pt);
   }
-  const double ref = out.empty() ? 0 : out.front().flops_per_gpu;
+  double ref = 0;  // the first count that fits
+  for (const SweepPoint& pt : out)
+    if (pt.feasible && ref == 0) ref = pt.flops_per_gpu;
   for (SweepPoint& pt : out) pt.efficiency = ref > 0 ? pt.flops_per_gpu / ref : 0;
   return out;
 }

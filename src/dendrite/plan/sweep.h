@@ -3,7 +3,8 @@
 // proportion to G (5B at 512, as AxoNN's SC'24 Frontier study starts, up to
 // about 320B at 32,768), a fixed global batch (so that the flops per GPU stay
 // constant), the planner's best grid, its predicted step time and flop/s, and
-// the efficiency relative to the smallest count (flop/s per GPU / that at 512).
+// the efficiency relative to the smallest count (flop/s per GPU / that at 512,
+// or at the first count where some grid fits in memory).
 // Letters: L layers, C width, NH heads, B global batch, T sequence, G GPUs.
 #pragma once
 
@@ -27,7 +28,7 @@ struct SweepPoint {
   std::string runner_up;     // second choice ("" if none)
   double flops_per_gpu = 0;  // model flops (train_flops_per_token) per second per GPU
   double flops_total = 0;
-  double efficiency = 0;     // flops_per_gpu / that of the first point
+  double efficiency = 0;     // flops_per_gpu / that of the first point that fits
 };
 
 // B, T, overlap, keep_gathered, recompute from base; one point per count.

@@ -9,7 +9,9 @@
 #include <mpi.h>
 
 #include <climits>
+#include <cstdlib>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "dendrite/comm/communicator.h"
@@ -319,6 +321,64 @@ TEST(ProcessGridMpi, CollectiveValuesAndCounters) {
       EXPECT_EQ(axis.comm->stats().wait_seconds, 0.0);
     }
   });
+}
+
+// The collectives over SharedArrays, in shared memory (every group here is on
+// one node) and with DENDRITE_SHARED_MEMORY=0 (private arrays, messages): the
+// same values as by the rule, the same counters as the message collectives.
+void check_shared_collectives(const Axis& axis, bool expect_shared) {
+  Communicator& c = *axis.comm;
+  const int g = c.size(), me = c.rank();
+  const int64_t n = 37, off = 5;  // per-rank count and a range that does not start at 0
+  std::unique_ptr<SharedArray> a = c.allocate_shared(off + g * n);
+  EXPECT_EQ(a->shared(), expect_shared && g > 1);
+  auto fill = [&] {
+    for (int64_t i = 0; i < a->size(); ++i) a->data()[i] = value<float>(axis.members[me], 0, int(i));
+    c.barrier();
+  };
+  fill();
+  c.reset_stats();
+  std::vector<float> out(size_t(g * n));
+  c.all_gather(*a, off, out.data(), n);
+  for (int r = 0; r < g; ++r)
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(out[r * n + i], value<float>(axis.members[r], 0, int(off + i)));
+  for (bool accumulate : {false, true}) {
+    std::vector<float> chunk(size_t(n), 0.5f);
+    c.reduce_scatter(*a, off, chunk.data(), n, accumulate);
+    for (int64_t i = 0; i < n; ++i) {
+      float sum = 0;
+      for (int r = 0; r < g; ++r) sum += value<float>(axis.members[r], 0, int(off + me * n + i));
+      ASSERT_EQ(chunk[i], accumulate ? 0.5f + sum : sum);
+    }
+    c.barrier();
+  }
+  c.all_reduce(*a, off, g * n);
+  for (int64_t i = 0; i < g * n; ++i) {
+    float sum = 0;
+    for (int r = 0; r < g; ++r) sum += value<float>(axis.members[r], 0, int(off + i));
+    ASSERT_EQ(a->data()[off + i], sum);
+  }
+  EXPECT_EQ(a->data()[0], value<float>(axis.members[me], 0, 0));  // outside the range: untouched
+  const int64_t bytes = g > 1 ? g * n * 4 : 0, calls = g > 1 ? 1 : 0;
+  const CommStats& st = c.stats();
+  EXPECT_EQ(st.bytes[int(Collective::kAllGather)], bytes);
+  EXPECT_EQ(st.calls[int(Collective::kAllGather)], calls);
+  EXPECT_EQ(st.bytes[int(Collective::kReduceScatter)], 2 * bytes);
+  EXPECT_EQ(st.calls[int(Collective::kReduceScatter)], 2 * calls);
+  EXPECT_EQ(st.bytes[int(Collective::kAllReduce)], bytes);
+  EXPECT_EQ(st.calls[int(Collective::kAllReduce)], calls);
+  c.barrier();
+}
+
+TEST(ProcessGridMpi, SharedArrayCollectives) {
+  for (bool shared : {true, false}) {
+    setenv("DENDRITE_SHARED_MEMORY", shared ? "1" : "0", 1);
+    for_each_grid([&](ProcessGrid& grid) {
+      for (const Axis& axis : axes_of(grid)) check_shared_collectives(axis, shared);
+    });
+  }
+  unsetenv("DENDRITE_SHARED_MEMORY");
 }
 
 TEST(ProcessGridMpi, RequestsCompleteOnWaitMoveAndDestruction) {

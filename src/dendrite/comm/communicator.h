@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace dendrite {
 
@@ -31,6 +32,28 @@ struct CommStats {
   // upper bound on what it hid: it may have finished before the wait).
   double total_seconds[static_cast<int>(Collective::kCount)] = {};
   double exposed_seconds[static_cast<int>(Collective::kCount)] = {};
+};
+
+// n floats per rank that every rank of a group can read and write in place
+// when the group's ranks share a node: one MPI-3 shared-memory window, so the
+// collectives over it below are loads and stores (one pass over memory)
+// instead of messages copied through MPI's buffers. Where the ranks do not
+// share memory (or the window cannot be made) it is private memory and the
+// same calls send messages. Either way they compute the same sums.
+class SharedArray {
+ public:
+  virtual ~SharedArray() = default;
+  float* data() { return local_; }
+  const float* data() const { return local_; }
+  int64_t size() const { return n_; }
+  // Whether peer() reaches the other ranks' arrays.
+  bool shared() const { return !peers_.empty(); }
+  float* peer(int rank) const { return peers_[rank]; }
+
+ protected:
+  float* local_ = nullptr;
+  int64_t n_ = 0;
+  std::vector<float*> peers_;  // every rank's array, when shared
 };
 
 // A pending non-blocking collective. wait() is idempotent; destroying an
@@ -73,6 +96,23 @@ class Communicator {
   virtual void broadcast(void* buf, int64_t n, DType t, int root) = 0;
   virtual void barrier() = 0;
 
+  // n floats per rank, shared over the group where its ranks share a node
+  // (zero-filled). Collective: every rank calls it with the same n.
+  virtual std::unique_ptr<SharedArray> allocate_shared(int64_t n);
+  // The collectives above on a SharedArray's range [offset, offset + n) (n per
+  // rank), counted as the same collectives. Synchronisation: all_gather reads
+  // the peers' values without waiting, so the caller fences writes with
+  // barrier(); reduce_scatter waits for every rank to arrive (their values are
+  // then final) and the caller must not overwrite its range before the group's
+  // next barrier (alternate two ranges); all_reduce synchronises fully.
+  // out[size * n] = every rank's a[offset, offset + n), in rank order.
+  void all_gather(const SharedArray& a, int64_t offset, float* out, int64_t n);
+  // out[n] (+)= sum over ranks r of a_r[offset + rank() * n, + n), summed in rank order.
+  void reduce_scatter(const SharedArray& a, int64_t offset, float* out, int64_t n,
+                      bool accumulate);
+  // a[offset, offset + n) summed over the group, the same bits on every rank.
+  void all_reduce(SharedArray& a, int64_t offset, int64_t n);
+
   // Convenience for floats.
   void all_reduce(float* buf, int64_t n) { all_reduce(buf, n, DType::kF32); }
   void all_reduce(double* buf, int64_t n) { all_reduce(buf, n, DType::kF64); }
@@ -86,6 +126,9 @@ class Communicator {
     stats_.bytes[static_cast<int>(c)] += bytes;
     stats_.calls[static_cast<int>(c)] += 1;
   }
+  // Charges the blocking collective that began at `start` (MPI_Wtime) with the
+  // counters' wait_seconds then at `wait_before` (barriers inside it count once).
+  void charge(Collective c, double start, double wait_before);
   std::string name_;
   CommStats stats_;
 };

@@ -50,6 +50,7 @@ class MpiCommunicator final : public Communicator {
   Request ireduce_scatter(const void* in, void* out, int64_t n, DType t) override;
   void broadcast(void* buf, int64_t n, DType t, int root) override;
   void barrier() override;
+  std::unique_ptr<SharedArray> allocate_shared(int64_t n) override;
 
  private:
   // Records the payload of one collective (only on groups larger than one).

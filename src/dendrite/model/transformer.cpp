@@ -126,13 +126,14 @@ void Transformer::build_table() {
   if (!cfg_.tied_embeddings())
     table_.add("lm_head", {Vp, C}, kNormal, true, Init::kNormal, std, cfg_.vocab_size);
   table_.finalize();
-  params_.resize(table_.total());
-  grads_.resize(table_.total());
+  params_ = grid_.Z().allocate_shared(table_.total());
+  grads_ = grid_.D().allocate_shared(table_.total());
+  ws_.params = params_.get();
   // Gathered blocks and block gradients need scratch only when Z splits them.
   if (grid_.shape().z > 1) {
     int64_t largest = 0;
     for (auto& s : table_.specs()) largest = std::max(largest, s.block_numel());
-    ws_.reserve(largest);
+    ws_.reserve(grid_.Z(), largest);
   }
 }
 
@@ -232,10 +233,9 @@ size_t Transformer::activation_bytes() const {
                                    &a.mid, &a.norm2, &a.mean2, &a.rstd2, &a.up, &a.gate, &a.act})
       n += b->size();
   for (const Buffer<float>* b : {&normf_, &meanf_, &rstdf_, &tmp_c_, &dnorm_, &dres_, &dq_, &dk_,
-                                 &dv_, &datt_, &dup_, &dgate_, &dact_, &ws_.weight, &ws_.dweight,
-                                 &ws_.dchunk, &recompute_out_})
+                                 &dv_, &datt_, &dup_, &dgate_, &dact_, &recompute_out_})
     n += b->size();
-  return n * sizeof(float) + sums_.size() * sizeof(double);
+  return n * sizeof(float) + ws_.bytes() + sums_.size() * sizeof(double);
 }
 
 void Transformer::check_batch(const int32_t* inputs, int B_loc, int T) const {

@@ -15,7 +15,9 @@
 // [m, C/Gx] and the MLP/attention [m, ./Gy] alternate with no redistribution.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -53,13 +55,13 @@ class Transformer {
   const ModelConfig& config() const { return cfg_; }
   ProcessGrid& grid() { return grid_; }
   const ParamTable& table() const { return table_; }
-  float* params() { return params_.data(); }
-  const float* params() const { return params_.data(); }
-  float* grads() { return grads_.data(); }
-  const float* grads() const { return grads_.data(); }
+  float* params() { return params_->data(); }
+  const float* params() const { return params_->data(); }
+  float* grads() { return grads_->data(); }
+  const float* grads() const { return grads_->data(); }
   int64_t num_floats() const { return table_.total(); }
-  void init(uint64_t seed) { table_.initialize(params_.data(), seed); }
-  void zero_grads() { grads_.zero(); }
+  void init(uint64_t seed) { table_.initialize(params_->data(), seed); }
+  void zero_grads() { std::fill(grads_->data(), grads_->data() + grads_->size(), 0.0f); }
   size_t activation_bytes() const;
   // Sequences of a global batch of B on this rank: [first, first + count).
   int local_batch(int B) const { return B / (grid_.shape().d * grid_.shape().z); }
@@ -111,6 +113,9 @@ class Transformer {
   // The LM head's block kept from the embedding's forward (tied, keep_gathered), or null.
   const float* tied_head() const { return embedding_.kept_table(); }
   void sync_gradients();
+  // Z peers read this rank's parameters directly: everyone passes a barrier
+  // after the last write (optimizer, load) and after the last read of a pass.
+  void params_fence();
 
   ModelConfig cfg_;
   ProcessGrid& grid_;
@@ -122,7 +127,10 @@ class Transformer {
   VocabEmbedding embedding_;
   ParallelNorm norm_f_;
   VocabCrossEntropy head_;
-  Buffer<float> params_, grads_;
+  // Parameters shared over Z and gradients over D where those ranks share a
+  // node (comm/communicator.h: SharedArray), so Z gathers and the D sum of
+  // gradients read the peers' memory directly.
+  std::unique_ptr<SharedArray> params_, grads_;
   LinearWorkspace ws_;
 
   // Activations saved for the backward, and scratch.

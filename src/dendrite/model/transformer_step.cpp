@@ -10,21 +10,26 @@
 
 namespace dendrite {
 
+void Transformer::params_fence() {
+  if (grid_.shape().z > 1 && params_->shared()) grid_.Z().barrier();
+}
+
 void Transformer::forward(const int32_t* inputs, int B_loc, int T) {
   check_batch(inputs, B_loc, T);
+  params_fence();
   const int m = B_loc * T;
-  embedding_.forward(residual_[0].data(), inputs, m, T, params_.data(), ws_);
+  embedding_.forward(residual_[0].data(), inputs, m, T, params_->data(), ws_);
   for (int l = 0; l < cfg_.n_layer; ++l)
     layer_forward(l, residual_[l].data(), residual_[l + 1].data(), B_loc, T);
   norm_f_.forward(normf_.data(), meanf_.data(), rstdf_.data(), residual_[cfg_.n_layer].data(), m,
-                  params_.data(), sums_);
+                  params_->data(), sums_);
 }
 
 // x, out [m, C/Gx]
 void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, int T) {
   Layer& L = layers_[l];
   LayerActs& a = acts(l);
-  const float* P = params_.data();
+  const float* P = params_->data();
   const int m = B_loc * T;
   const long mC = long(m) * c_;
 
@@ -59,8 +64,8 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
 void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
   Layer& L = layers_[l];
   LayerActs& a = acts(l);
-  const float* P = params_.data();
-  float* G = grads_.data();
+  const float* P = params_->data();
+  float* G = grads_->data();
   const int m = B_loc * T;
   const long mC = long(m) * c_;
 
@@ -104,7 +109,7 @@ double Transformer::global_sum(double local) {
 }
 
 void Transformer::reduce_bucket(const Range& chunked, const Range& replicated) {
-  float* G = grads_.data();
+  float* G = grads_->data();
   grid_.Z().all_reduce(G + replicated.begin, replicated.end - replicated.begin);
   for (const Range& r : {chunked, replicated})
     dp_pending_.push_back(grid_.D().iall_reduce(G + r.begin, r.end - r.begin, DType::kF32));
@@ -115,11 +120,11 @@ void Transformer::reduce_bucket(const Range& chunked, const Range& replicated) {
 // With DP buckets, the layers' sums over D are already in flight; the rest
 // (embedding, head, final norm) is posted here and everything waited for.
 void Transformer::sync_gradients() {
-  float* G = grads_.data();
+  float* G = grads_->data();
   if (!dp_buckets()) {
     const int64_t r0 = table_.replicated_begin();
     grid_.Z().all_reduce(G + r0, table_.total() - r0);
-    grid_.D().all_reduce(G, table_.total());
+    grid_.D().all_reduce(*grads_, 0, table_.total());
     return;
   }
   for (const Range& r : rest_replicated_) grid_.Z().all_reduce(G + r.begin, r.end - r.begin);
@@ -134,12 +139,12 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
                                      const float* weights, double denominator, int B, int T) {
   const int B_loc = local_batch(B), m = B_loc * T;
   forward(inputs, B_loc, T);
-  float* G = grads_.data();
+  float* G = grads_->data();
   double loss = head_.forward_backward(dnorm_.data(), normf_.data(), targets, weights, denominator,
-                                       m, params_.data(), G, ws_, tied_head());
+                                       m, params_->data(), G, ws_, tied_head());
   float* dres = dres_.data();
   norm_f_.backward(dres, dnorm_.data(), residual_[cfg_.n_layer].data(), meanf_.data(),
-                   rstdf_.data(), m, params_.data(), G, sums_);
+                   rstdf_.data(), m, params_->data(), G, sums_);
   for (int l = cfg_.n_layer - 1; l >= 0; --l) {
     // Recomputation refills the shared activations from the layer's saved input
     // (its output goes to scratch: the stream above is no longer needed).
@@ -149,6 +154,7 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
     for (Request& r : dp_pending_) r.test();  // progress: MPI moves them only inside MPI calls
   }
   embedding_.backward(dres, inputs, m, T, G, ws_);
+  params_fence();
   sync_gradients();
   return global_sum(loss);
 }
@@ -158,14 +164,15 @@ double Transformer::forward_loss(const int32_t* inputs, const int32_t* targets,
   const int B_loc = local_batch(B);
   forward(inputs, B_loc, T);
   double loss = head_.forward_backward(nullptr, normf_.data(), targets, weights, denominator,
-                                       B_loc * T, params_.data(), grads_.data(), ws_, tied_head());
+                                       B_loc * T, params_->data(), grads_->data(), ws_, tied_head());
+  params_fence();
   return global_sum(loss);
 }
 
 double Transformer::grad_norm() const {
   double local = 0;
   for (const ParamSpec& s : table_.specs())
-    if (table_.counts_in_norm(s)) local += ops::sum_squares(grads_.data() + s.offset, s.numel);
+    if (table_.counts_in_norm(s)) local += ops::sum_squares(grads_->data() + s.offset, s.numel);
   grid_.X().all_reduce(&local, 1);
   grid_.Y().all_reduce(&local, 1);
   grid_.Z().all_reduce(&local, 1);
@@ -175,14 +182,15 @@ double Transformer::grad_norm() const {
 void Transformer::logits(const int32_t* inputs, int B, int T, float* out) {
   const int B_loc = local_batch(B);
   forward(inputs, B_loc, T);
-  head_.logits(out, normf_.data(), B_loc * T, params_.data(), ws_, tied_head());
+  head_.logits(out, normf_.data(), B_loc * T, params_->data(), ws_, tied_head());
+  params_fence();
 }
 
 void Transformer::last_logits(const int32_t* inputs, int T, float* out) {
   DENDRITE_CHECK(grid_.shape().d == 1 && grid_.shape().z == 1,
                  "generate: runs on grids with d = z = 1 (one sequence), got ", grid_.shape().str());
   forward(inputs, 1, T);
-  head_.logits(out, normf_.data() + long(T - 1) * c_, 1, params_.data(), ws_, tied_head());
+  head_.logits(out, normf_.data() + long(T - 1) * c_, 1, params_->data(), ws_, tied_head());
 }
 
 }  // namespace dendrite

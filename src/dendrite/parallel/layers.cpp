@@ -60,12 +60,12 @@ VocabEmbedding::VocabEmbedding(ProcessGrid& grid, const ParamSpec& table, const 
 void VocabEmbedding::forward(float* out, const int32_t* tokens, int m, int T, const float* params,
                              LinearWorkspace& ws) const {
   const int C = int(table_->block_cols);
-  const float* w = gather_block(*grid_, *table_, params, keep_ ? kept_.data() : ws.weight.data());
+  const float* w = gather_block(*grid_, *table_, params, keep_ ? kept_.data() : ws.weight.data(), ws);
   ops::embedding_range_forward(out, tokens, w, int(table_->row_offset), int(table_->block_rows), m,
                                C);
   grid_->Y().all_reduce(out, int64_t(m) * C);
   if (pos_) {
-    const float* p = gather_block(*grid_, *pos_, params, ws.weight.data());
+    const float* p = gather_block(*grid_, *pos_, params, ws.weight.data(), ws);
     ops::position_add(out, p, m, T, C);
   }
 }
@@ -74,13 +74,13 @@ void VocabEmbedding::backward(const float* dout, const int32_t* tokens, int m, i
                               LinearWorkspace& ws) const {
   const int C = int(table_->block_cols);
   const bool direct = grid_->shape().z == 1;
-  float* dw = direct ? grads + table_->offset : ws.dweight.data();
+  float* dw = direct ? grads + table_->offset : ws.dweight_block();
   if (!direct) std::fill(dw, dw + table_->block_numel(), 0.0f);
   ops::embedding_range_backward(dw, dout, tokens, int(table_->row_offset), int(table_->block_rows),
                                 m, C);
   if (!direct) add_block_gradient(*grid_, *table_, grads, ws);
   if (pos_) {
-    float* dp = direct ? grads + pos_->offset : ws.dweight.data();
+    float* dp = direct ? grads + pos_->offset : ws.dweight_block();
     if (!direct) std::fill(dp, dp + pos_->block_numel(), 0.0f);
     ops::position_backward(dp, dout, m, T, C);
     if (!direct) add_block_gradient(*grid_, *pos_, grads, ws);
@@ -104,10 +104,10 @@ double VocabCrossEntropy::forward_backward(float* dx, const float* x, const int3
                                            const float* gathered) {
   const int C = int(head_->block_cols), Vloc = int(head_->block_rows), v0 = int(head_->row_offset);
   const int gy = grid_->shape().y;
-  const float* w = gathered ? gathered : gather_block(*grid_, *head_, params, ws.weight.data());
+  const float* w = gathered ? gathered : gather_block(*grid_, *head_, params, ws.weight.data(), ws);
   const bool direct = grid_->shape().z == 1;
   float* dw = nullptr;
-  if (dx) dw = direct ? grads + head_->offset : ws.dweight.data();
+  if (dx) dw = direct ? grads + head_->offset : ws.dweight_block();
   double loss = 0;
   for (int r0 = 0; r0 < m; r0 += chunk_) {
     const int rows = std::min(chunk_, m - r0);
@@ -135,7 +135,7 @@ double VocabCrossEntropy::forward_backward(float* dx, const float* x, const int3
 void VocabCrossEntropy::logits(float* out, const float* x, int m, const float* params,
                                LinearWorkspace& ws, const float* gathered) {
   const int C = int(head_->block_cols), Vloc = int(head_->block_rows), gy = grid_->shape().y;
-  const float* w = gathered ? gathered : gather_block(*grid_, *head_, params, ws.weight.data());
+  const float* w = gathered ? gathered : gather_block(*grid_, *head_, params, ws.weight.data(), ws);
   Buffer<float> local(int64_t(m) * Vloc), all(int64_t(m) * Vloc * gy);
   ops::linear_forward(local.data(), x, w, nullptr, m, C, Vloc);
   grid_->X().all_reduce(local.data(), int64_t(m) * Vloc);

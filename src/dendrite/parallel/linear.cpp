@@ -8,23 +8,27 @@
 
 namespace dendrite {
 
-void LinearWorkspace::reserve(int64_t block_numel) {
+void LinearWorkspace::reserve(Communicator& z, int64_t block_numel) {
   if (int64_t(weight.size()) < block_numel) {
     weight.resize(block_numel);
-    dweight.resize(block_numel);
-    dchunk.resize(block_numel);
+    block = (block_numel + 15) / 16 * 16;
+    dweight = z.allocate_shared(2 * block);
+    half = 0;
   }
 }
 
 void add_block_gradient(ProcessGrid& grid, const ParamSpec& s, float* grads, LinearWorkspace& ws) {
-  grid.Z().reduce_scatter(ws.dweight.data(), ws.dchunk.data(), s.numel, DType::kF32);
-  ops::add_inplace(grads + s.offset, ws.dchunk.data(), s.numel);
+  grid.Z().reduce_scatter(*ws.dweight, ws.half * ws.block, grads + s.offset, s.numel, true);
+  ws.half ^= 1;
 }
 
 const float* gather_block(ProcessGrid& grid, const ParamSpec& s, const float* params,
-                          float* scratch) {
+                          float* scratch, const LinearWorkspace& ws) {
   if (grid.shape().z == 1) return params + s.offset;
-  grid.Z().all_gather(params + s.offset, scratch, s.numel, DType::kF32);
+  if (ws.params && params == ws.params->data())
+    grid.Z().all_gather(*ws.params, s.offset, scratch, s.numel);
+  else
+    grid.Z().all_gather(params + s.offset, scratch, s.numel, DType::kF32);
   return scratch;
 }
 
@@ -46,7 +50,7 @@ ParallelLinear::ParallelLinear(ProcessGrid& grid, const ParamSpec& w, const Para
 }
 
 const float* ParallelLinear::gather_weight(const float* params, LinearWorkspace& ws) const {
-  return gather_block(*grid_, *w_, params, keep_ ? kept_.data() : ws.weight.data());
+  return gather_block(*grid_, *w_, params, keep_ ? kept_.data() : ws.weight.data(), ws);
 }
 
 const float* ParallelLinear::backward_weight(const float* params, LinearWorkspace& ws) const {
@@ -79,7 +83,7 @@ void ParallelLinear::backward(float* dx, bool accumulate, bool reduce_dx, const 
   if (grid_->shape().z == 1) {
     ops::linear_backward_weight(grads + w_->offset, db, dy, x, m, in_, out_);
   } else {
-    ops::linear_backward_weight(ws.dweight.data(), db, dy, x, m, in_, out_, false);
+    ops::linear_backward_weight(ws.dweight_block(), db, dy, x, m, in_, out_, false);
     add_block_gradient(*grid_, *w_, grads, ws);
   }
   dx_sum.wait();

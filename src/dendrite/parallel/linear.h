@@ -12,6 +12,8 @@
 // forward all-reduce over X / backward all-reduce over Y (normal layer).
 #pragma once
 
+#include <memory>
+
 #include "dendrite/comm/grid.h"
 #include "dendrite/core/buffer.h"
 #include "dendrite/parallel/params.h"
@@ -19,20 +21,30 @@
 namespace dendrite {
 
 // Scratch shared by the layers of a model: the gathered weight block and the
-// full dW block (each sized for the largest layer).
+// full dW block (each sized for the largest layer). The dW blocks live in a
+// SharedArray over Z, in two halves used in turn (a reduce-scatter over
+// shared memory lets no rank overwrite a half its peers may still read).
 struct LinearWorkspace {
-  Buffer<float> weight, dweight, dchunk;
-  void reserve(int64_t block_numel);
+  Buffer<float> weight;
+  std::unique_ptr<SharedArray> dweight;  // 2 x block floats
+  int64_t block = 0;
+  int half = 0;
+  // The model's parameters when they are a SharedArray over Z (set by the
+  // owner): Z gathers of its tensors then read the peers' chunks directly.
+  const SharedArray* params = nullptr;
+  void reserve(Communicator& z, int64_t block_numel);
+  float* dweight_block() { return dweight->data() + half * block; }
+  int64_t bytes() const { return int64_t(weight.size() + (dweight ? dweight->size() : 0)) * 4; }
 };
 
-// Reduce-scatters the full block gradient of s held in ws.dweight over Z and
-// adds this rank's chunk into its gradient.
+// Reduce-scatters the full block gradient of s held in ws.dweight_block() over
+// Z and adds this rank's chunk into its gradient.
 void add_block_gradient(ProcessGrid& grid, const ParamSpec& s, float* grads, LinearWorkspace& ws);
 
 // The full [block_rows, block_cols] block of a Z-chunked tensor: gathered over
 // Z into scratch, or the stored values themselves when Gz == 1.
 const float* gather_block(ProcessGrid& grid, const ParamSpec& s, const float* params,
-                          float* scratch);
+                          float* scratch, const LinearWorkspace& ws);
 
 class ParallelLinear {
  public:

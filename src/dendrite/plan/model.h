@@ -29,8 +29,8 @@ struct PlanOptions {
   int B = 1, T = 1;
   bool keep_gathered = false;
   bool recompute = false;   // each layer's forward runs again before its backward
-  // What runs behind computation (train --overlap; its default is oar). With
-  // dp the gradients are reduced over D per layer: more calls (step_volume).
+  // What runs behind computation (default none here; train and plan default
+  // to oar). With dp the gradients are reduced over D per layer: more calls.
   Overlap overlap;
   int ce_chunk = 256;  // rows of the cross-entropy chunks (Dendrite uses 256)
 };

@@ -142,7 +142,7 @@ TEST_P(EveryGrid, MatchesOneProcess) {
       if (!divides(cfg, g)) continue;
       ProcessGrid grid(g, &sub);
       ModelOptions overlapped;  // every overlap built
-      overlapped.oar = overlapped.dp = true;
+      overlapped.oar = overlapped.dp = overlapped.ors = overlapped.oag = true;
       const Record base = train(cfg, grid, overlapped);
       compare(GetParam(), cfg, g, base, want, overlapped);
       // The other ways to run (kept gathers, recomputation, no overlap) on the
@@ -150,7 +150,7 @@ TEST_P(EveryGrid, MatchesOneProcess) {
       ModelOptions other;
       other.keep_gathered = g.z > 1;
       other.recompute = g.x * g.y > 1;
-      other.oar = other.dp = false;
+      other.oar = other.dp = other.ors = other.oag = false;
       if (g.size() > 1) {
         const Record alt = train(cfg, grid, other);
         compare(std::string(GetParam()) + " with keep_gathered/recompute/no overlap", cfg, g, alt,

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +50,7 @@ class SharedArray {
   // Whether peer() reaches the other ranks' arrays.
   bool shared() const { return !peers_.empty(); }
   float* peer(int rank) const { return peers_[rank]; }
+  float* const* peers() const { return peers_.data(); }
 
  protected:
   float* local_ = nullptr;
@@ -74,6 +76,8 @@ class Request {
   explicit Request(std::unique_ptr<Impl> impl);
 
  private:
+  void wait_task();
+  void finish_task();
   std::unique_ptr<Impl> impl_;
 };
 
@@ -112,6 +116,14 @@ class Communicator {
                       bool accumulate);
   // a[offset, offset + n) summed over the group, the same bits on every rank.
   void all_reduce(SharedArray& a, int64_t offset, int64_t n);
+  // The same three, non-blocking: on a shared array they run on the progress
+  // engine's thread (comm/progress.h) in the order posted, so they overlap the
+  // caller's computation; the ranges must stay untouched until wait(). On a
+  // private array or a group of one they complete before returning.
+  Request iall_gather(const SharedArray& a, int64_t offset, float* out, int64_t n);
+  Request ireduce_scatter(const SharedArray& a, int64_t offset, float* out, int64_t n,
+                          bool accumulate);
+  Request iall_reduce(SharedArray& a, int64_t offset, int64_t n);
 
   // Convenience for floats.
   void all_reduce(float* buf, int64_t n) { all_reduce(buf, n, DType::kF32); }
@@ -131,6 +143,12 @@ class Communicator {
   void charge(Collective c, double start, double wait_before);
   std::string name_;
   CommStats stats_;
+  // One 64-byte slot per rank, shared, for the engine thread's barrier.
+  std::unique_ptr<SharedArray> sync_;
+  int64_t sync_generation_ = 0;  // touched by the engine thread only
+
+ private:
+  Request post(Collective c, int64_t bytes, std::function<void()> fn);
 };
 
 size_t dtype_size(DType t);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dendrite/comm/communicator.h"
+#include "dendrite/comm/progress.h"
 
 namespace dendrite {
 
@@ -24,6 +25,8 @@ struct Request::Impl {
   double posted = 0;   // MPI_Wtime() at the post
   // MPI_Ireduce_scatter reads its recvcounts until completion, so they live here.
   std::vector<int> counts;
+  // Or a task on the progress engine (comm/progress.h) instead of an MPI request.
+  std::shared_ptr<TaskState> task;
 };
 
 // Throws a dendrite::Error naming `call` when rc is not MPI_SUCCESS. (The
@@ -53,6 +56,7 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<SharedArray> allocate_shared(int64_t n) override;
 
  private:
+  std::unique_ptr<SharedArray> make_window(int64_t n);
   // Records the payload of one collective (only on groups larger than one).
   void record(Collective c, int64_t bytes);
   void ring_reduce_scatter(const float* in, float* out, int n);

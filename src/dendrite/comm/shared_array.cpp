@@ -17,6 +17,7 @@
 #include "dendrite/comm/mpi_communicator.h"
 #include "dendrite/core/buffer.h"
 #include "dendrite/core/check.h"
+#include "dendrite/comm/progress.h"
 
 namespace dendrite {
 namespace {
@@ -75,6 +76,12 @@ std::unique_ptr<SharedArray> Communicator::allocate_shared(int64_t n) {
 // window cannot be made, say /dev/shm is too small) the array is private.
 std::unique_ptr<SharedArray> MpiCommunicator::allocate_shared(int64_t n) {
   DENDRITE_CHECK(n >= 0, "allocate_shared on ", name_, ": negative size ", n);
+  std::unique_ptr<SharedArray> a = make_window(n);
+  if (a->shared() && !sync_) sync_ = make_window(16);  // the engine's barrier slots
+  return a;
+}
+
+std::unique_ptr<SharedArray> MpiCommunicator::make_window(int64_t n) {
   int local = 0;
   if (shared_memory_enabled() && n > 0) {
     MPI_Comm node;
@@ -124,6 +131,33 @@ std::unique_ptr<SharedArray> MpiCommunicator::allocate_shared(int64_t n) {
   return std::make_unique<WindowArray>(win, base, n, std::move(peers));
 }
 
+namespace {
+
+// The work of the three collectives on a shared array, for one rank.
+void gather_shared(const SharedArray& a, int g, int64_t offset, float* out, int64_t n) {
+  for (int r = 0; r < g; ++r) std::memcpy(out + int64_t(r) * n, a.peer(r) + offset, sizeof(float) * n);
+}
+
+void sum_shared(const SharedArray& a, int g, int64_t at, float* out, int64_t n, bool accumulate) {
+  for (int64_t i = 0; i < n; ++i) {
+    float s = a.peer(0)[at + i];
+    for (int r = 1; r < g; ++r) s += a.peer(r)[at + i];
+    out[i] = accumulate ? out[i] + s : s;
+  }
+}
+
+// Block `me` of [offset, offset + n): summed over the ranks and written back to every rank.
+void sum_block_everywhere(SharedArray& a, int g, int me, int64_t offset, int64_t n) {
+  const int64_t b = offset + n * me / g, e = offset + n * (me + 1) / g;
+  for (int64_t i = b; i < e; ++i) {
+    float s = a.peer(0)[i];
+    for (int r = 1; r < g; ++r) s += a.peer(r)[i];
+    for (int r = 0; r < g; ++r) a.peer(r)[i] = s;
+  }
+}
+
+}  // namespace
+
 void Communicator::all_gather(const SharedArray& a, int64_t offset, float* out, int64_t n) {
   const int g = size();
   if (g == 1) {
@@ -133,12 +167,7 @@ void Communicator::all_gather(const SharedArray& a, int64_t offset, float* out, 
   if (!a.shared()) return all_gather(a.data() + offset, out, n, DType::kF32);
   const double start = MPI_Wtime(), wait_before = stats_.wait_seconds;
   count(Collective::kAllGather, int64_t(g) * n * int64_t(sizeof(float)));
-#pragma omp parallel for schedule(static) collapse(2)
-  for (int r = 0; r < g; ++r)
-    for (int part = 0; part < 8; ++part) {
-      const int64_t b = n * part / 8, e = n * (part + 1) / 8;
-      std::memcpy(out + int64_t(r) * n + b, a.peer(r) + offset + b, sizeof(float) * (e - b));
-    }
+  gather_shared(a, g, offset, out, n);
   charge(Collective::kAllGather, start, wait_before);
 }
 
@@ -163,13 +192,7 @@ void Communicator::reduce_scatter(const SharedArray& a, int64_t offset, float* o
   const double start = MPI_Wtime(), wait_before = stats_.wait_seconds;
   count(Collective::kReduceScatter, int64_t(g) * n * int64_t(sizeof(float)));
   barrier();  // every rank's values are written
-  const int64_t at = offset + int64_t(rank()) * n;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    float s = a.peer(0)[at + i];
-    for (int r = 1; r < g; ++r) s += a.peer(r)[at + i];
-    out[i] = accumulate ? out[i] + s : s;
-  }
+  sum_shared(a, g, offset + int64_t(rank()) * n, out, n, accumulate);
   charge(Collective::kReduceScatter, start, wait_before);
 }
 
@@ -181,15 +204,59 @@ void Communicator::all_reduce(SharedArray& a, int64_t offset, int64_t n) {
   const double start = MPI_Wtime(), wait_before = stats_.wait_seconds;
   count(Collective::kAllReduce, n * int64_t(sizeof(float)));
   barrier();
-  const int64_t b = offset + n * rank() / g, e = offset + n * (rank() + 1) / g;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = b; i < e; ++i) {
-    float s = a.peer(0)[i];
-    for (int r = 1; r < g; ++r) s += a.peer(r)[i];
-    for (int r = 0; r < g; ++r) a.peer(r)[i] = s;
-  }
+  sum_block_everywhere(a, g, rank(), offset, n);
   barrier();
   charge(Collective::kAllReduce, start, wait_before);
+}
+
+Request Communicator::post(Collective c, int64_t bytes, std::function<void()> fn) {
+  count(c, bytes);
+  auto impl = std::make_unique<Request::Impl>();
+  impl->stats = &stats_;
+  impl->kind = static_cast<int>(c);
+  impl->task = post_task(std::move(fn));
+  return Request(std::move(impl));
+}
+
+Request Communicator::iall_gather(const SharedArray& a, int64_t offset, float* out, int64_t n) {
+  const int g = size();
+  if (g == 1 || !a.shared()) {
+    all_gather(a, offset, out, n);
+    return Request();
+  }
+  return post(Collective::kAllGather, int64_t(g) * n * 4,
+              [&a, g, offset, out, n] { gather_shared(a, g, offset, out, n); });
+}
+
+Request Communicator::ireduce_scatter(const SharedArray& a, int64_t offset, float* out, int64_t n,
+                                      bool accumulate) {
+  const int g = size(), me = rank();
+  if (g == 1 || !a.shared()) {
+    reduce_scatter(a, offset, out, n, accumulate);
+    return Request();
+  }
+  float* const* slots = sync_->peers();
+  int64_t* gen = &sync_generation_;
+  return post(Collective::kReduceScatter, int64_t(g) * n * 4,
+              [&a, g, me, offset, out, n, accumulate, slots, gen] {
+                shm_barrier(slots, g, me, *gen);
+                sum_shared(a, g, offset + int64_t(me) * n, out, n, accumulate);
+              });
+}
+
+Request Communicator::iall_reduce(SharedArray& a, int64_t offset, int64_t n) {
+  const int g = size(), me = rank();
+  if (g == 1 || !a.shared()) {
+    all_reduce(a, offset, n);
+    return Request();
+  }
+  float* const* slots = sync_->peers();
+  int64_t* gen = &sync_generation_;
+  return post(Collective::kAllReduce, n * 4, [&a, g, me, offset, n, slots, gen] {
+    shm_barrier(slots, g, me, *gen);
+    sum_block_everywhere(a, g, me, offset, n);
+    shm_barrier(slots, g, me, *gen);
+  });
 }
 
 }  // namespace dendrite

@@ -45,10 +45,10 @@ Transformer::Transformer(const ModelConfig& config, ProcessGrid& grid, int max_B
 }
 
 void ModelOptions::set_overlap(const std::string& list) {
-  oar = dp = false;
+  oar = dp = ors = oag = false;
   if (list == "none") return;
   if (list == "all") {
-    oar = dp = true;
+    oar = dp = ors = oag = true;
     return;
   }
   size_t start = 0;
@@ -59,8 +59,10 @@ void ModelOptions::set_overlap(const std::string& list) {
       oar = true;
     else if (item == "dp")
       dp = true;
-    else if (item == "ors" || item == "oag")
-      fail("--overlap: '", item, "' is not built yet; use oar, all or none");
+    else if (item == "ors")
+      ors = true;
+    else if (item == "oag")
+      oag = true;
     else
       fail("--overlap: unknown overlap '", item, "'; use a list of oar, ors, oag, dp, or all, none");
     start = end + 1;
@@ -129,6 +131,8 @@ void Transformer::build_table() {
   params_ = grid_.Z().allocate_shared(table_.total());
   grads_ = grid_.D().allocate_shared(table_.total());
   ws_.params = params_.get();
+  ws_.ors = opt_.ors;
+  ws_.oag = opt_.oag && !opt_.keep_gathered;  // kept blocks are gathered once, into their own buffers
   // Gathered blocks and block gradients need scratch only when Z splits them.
   if (grid_.shape().z > 1) {
     int64_t largest = 0;

@@ -39,8 +39,13 @@ struct ModelOptions {
   // 2 cores it hid half of the D all-reduce but made the step 10% slower (MPI's
   // non-blocking all-reduce, progressed by polling, takes CPU from the GEMMs).
   bool dp = false;
-  // Sets the overlaps from "none", "all" or a list such as "oar"; an
-  // unknown or not yet built one is an error naming it.
+  // ORS: the dW reduce-scatters over Z run on the progress engine behind the
+  // backward of earlier layers. OAG: each Z gather of weights is posted one
+  // layer ahead. Both need the Z ranks on one node (shared memory); elsewhere
+  // the collectives stay blocking.
+  bool ors = true, oag = true;
+  // Sets the overlaps from "none", "all" or a list such as "oar,ors"; an
+  // unknown one is an error naming it.
   void set_overlap(const std::string& list);
 };
 
@@ -97,7 +102,11 @@ class Transformer {
   void build_layers();
   void allocate(int m_max, int B_loc_max);
   void check_batch(const int32_t* inputs, int B_loc, int T) const;
-  void forward(const int32_t* inputs, int B_loc, int T);
+  // The passes whose gathers OAG records (one order each).
+  enum Pass { kPassStep, kPassLoss, kPassLogits, kPassLastLogits };
+  void forward(const int32_t* inputs, int B_loc, int T, int pass);
+  // The end of a pass: the last prefetch dropped, then the parameters' fence.
+  void end_pass();
   void layer_forward(int l, const float* x, float* out, int B_loc, int T);
   // The saved activations of layer l (one shared set when recomputing).
   LayerActs& acts(int l) { return acts_[opt_.recompute ? 0 : l]; }
@@ -107,6 +116,7 @@ class Transformer {
     int64_t begin, end;  // in the flat buffer
   };
   void find_gradient_ranges();
+  Request post_dp_sum(const Range& r);
   bool dp_buckets() const { return opt_.dp && grid_.shape().d > 1; }
   // Sums a layer's gradients over Z (replicated tensors) and posts their sum over D.
   void reduce_bucket(const Range& chunked, const Range& replicated);

@@ -14,9 +14,15 @@ void Transformer::params_fence() {
   if (grid_.shape().z > 1 && params_->shared()) grid_.Z().barrier();
 }
 
-void Transformer::forward(const int32_t* inputs, int B_loc, int T) {
+void Transformer::end_pass() {
+  ws_.end_pass();
+  params_fence();
+}
+
+void Transformer::forward(const int32_t* inputs, int B_loc, int T, int pass) {
   check_batch(inputs, B_loc, T);
   params_fence();
+  ws_.begin_pass(pass);
   const int m = B_loc * T;
   embedding_.forward(residual_[0].data(), inputs, m, T, params_->data(), ws_);
   for (int l = 0; l < cfg_.n_layer; ++l)
@@ -108,11 +114,19 @@ double Transformer::global_sum(double local) {
   return local;
 }
 
+// On shared memory the D sums run on the progress engine after the layer's
+// ORS reduce-scatters (one FIFO); over MPI those must be complete first.
 void Transformer::reduce_bucket(const Range& chunked, const Range& replicated) {
   float* G = grads_->data();
   grid_.Z().all_reduce(G + replicated.begin, replicated.end - replicated.begin);
+  if (!grads_->shared() || !params_->shared()) ws_.finish_reductions();
   for (const Range& r : {chunked, replicated})
-    dp_pending_.push_back(grid_.D().iall_reduce(G + r.begin, r.end - r.begin, DType::kF32));
+    dp_pending_.push_back(post_dp_sum(r));
+}
+
+Request Transformer::post_dp_sum(const Range& r) {
+  if (grads_->shared()) return grid_.D().iall_reduce(*grads_, r.begin, r.end - r.begin);
+  return grid_.D().iall_reduce(grads_->data() + r.begin, r.end - r.begin, DType::kF32);
 }
 
 // Replicated tensors (norms, biases) sum over Z; every tensor sums over D.
@@ -121,6 +135,7 @@ void Transformer::reduce_bucket(const Range& chunked, const Range& replicated) {
 // (embedding, head, final norm) is posted here and everything waited for.
 void Transformer::sync_gradients() {
   float* G = grads_->data();
+  ws_.finish_reductions();
   if (!dp_buckets()) {
     const int64_t r0 = table_.replicated_begin();
     grid_.Z().all_reduce(G + r0, table_.total() - r0);
@@ -129,8 +144,7 @@ void Transformer::sync_gradients() {
   }
   for (const Range& r : rest_replicated_) grid_.Z().all_reduce(G + r.begin, r.end - r.begin);
   for (const auto* ranges : {&rest_chunked_, &rest_replicated_})
-    for (const Range& r : *ranges)
-      dp_pending_.push_back(grid_.D().iall_reduce(G + r.begin, r.end - r.begin, DType::kF32));
+    for (const Range& r : *ranges) dp_pending_.push_back(post_dp_sum(r));
   for (Request& r : dp_pending_) r.wait();
   dp_pending_.clear();
 }
@@ -138,7 +152,7 @@ void Transformer::sync_gradients() {
 double Transformer::forward_backward(const int32_t* inputs, const int32_t* targets,
                                      const float* weights, double denominator, int B, int T) {
   const int B_loc = local_batch(B), m = B_loc * T;
-  forward(inputs, B_loc, T);
+  forward(inputs, B_loc, T, kPassStep);
   float* G = grads_->data();
   double loss = head_.forward_backward(dnorm_.data(), normf_.data(), targets, weights, denominator,
                                        m, params_->data(), G, ws_, tied_head());
@@ -154,7 +168,7 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
     for (Request& r : dp_pending_) r.test();  // progress: MPI moves them only inside MPI calls
   }
   embedding_.backward(dres, inputs, m, T, G, ws_);
-  params_fence();
+  end_pass();
   sync_gradients();
   return global_sum(loss);
 }
@@ -162,10 +176,10 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
 double Transformer::forward_loss(const int32_t* inputs, const int32_t* targets,
                                  const float* weights, double denominator, int B, int T) {
   const int B_loc = local_batch(B);
-  forward(inputs, B_loc, T);
+  forward(inputs, B_loc, T, kPassLoss);
   double loss = head_.forward_backward(nullptr, normf_.data(), targets, weights, denominator,
                                        B_loc * T, params_->data(), grads_->data(), ws_, tied_head());
-  params_fence();
+  end_pass();
   return global_sum(loss);
 }
 
@@ -181,16 +195,17 @@ double Transformer::grad_norm() const {
 
 void Transformer::logits(const int32_t* inputs, int B, int T, float* out) {
   const int B_loc = local_batch(B);
-  forward(inputs, B_loc, T);
+  forward(inputs, B_loc, T, kPassLogits);
   head_.logits(out, normf_.data(), B_loc * T, params_->data(), ws_, tied_head());
-  params_fence();
+  end_pass();
 }
 
 void Transformer::last_logits(const int32_t* inputs, int T, float* out) {
   DENDRITE_CHECK(grid_.shape().d == 1 && grid_.shape().z == 1,
                  "generate: runs on grids with d = z = 1 (one sequence), got ", grid_.shape().str());
-  forward(inputs, 1, T);
+  forward(inputs, 1, T, kPassLastLogits);
   head_.logits(out, normf_.data() + long(T - 1) * c_, 1, params_->data(), ws_, tied_head());
+  end_pass();
 }
 
 }  // namespace dendrite

@@ -11,20 +11,84 @@ namespace dendrite {
 void LinearWorkspace::reserve(Communicator& z, int64_t block_numel) {
   if (int64_t(weight.size()) < block_numel) {
     weight.resize(block_numel);
+    weight2.resize(block_numel);
     block = (block_numel + 15) / 16 * 16;
-    dweight = z.allocate_shared(2 * block);
-    half = 0;
+    dweight = z.allocate_shared(kSlots * block);
+    slot = 0;
   }
 }
 
-void add_block_gradient(ProcessGrid& grid, const ParamSpec& s, float* grads, LinearWorkspace& ws) {
-  grid.Z().reduce_scatter(*ws.dweight, ws.half * ws.block, grads + s.offset, s.numel, true);
-  ws.half ^= 1;
+float* LinearWorkspace::dweight_block() {
+  reductions[(slot + 1) % kSlots].wait();  // the reduction two calls back
+  return dweight->data() + slot * block;
 }
 
+void LinearWorkspace::finish_reductions() {
+  for (Request& r : reductions) r.wait();
+}
+
+void LinearWorkspace::begin_pass(int p) {
+  pass = p;
+  cursor = 0;
+  broken = false;
+  if (!traces[pass].valid) traces[pass].order.clear();
+}
+
+void LinearWorkspace::end_pass() {
+  prefetch.wait();
+  prefetched = nullptr;
+  if (pass < 0) return;
+  Trace& t = traces[pass];
+  t.valid = !broken && cursor == t.order.size();
+  pass = -1;
+}
+
+void add_block_gradient(ProcessGrid& grid, const ParamSpec& s, float* grads, LinearWorkspace& ws) {
+  const int64_t at = ws.slot * ws.block;
+  if (ws.ors)
+    ws.reductions[ws.slot] = grid.Z().ireduce_scatter(*ws.dweight, at, grads + s.offset, s.numel, true);
+  else
+    grid.Z().reduce_scatter(*ws.dweight, at, grads + s.offset, s.numel, true);
+  ws.slot = (ws.slot + 1) % LinearWorkspace::kSlots;
+}
+
+namespace {
+
+// OAG: the gather of s within a recorded pass, from the prefetch when it
+// matches, and the prefetch of the gather that follows.
+const float* prefetched_gather(ProcessGrid& grid, const ParamSpec& s, LinearWorkspace& ws) {
+  LinearWorkspace::Trace& t = ws.traces[ws.pass];
+  if (!t.valid) {  // recording
+    t.order.push_back(&s);
+    ++ws.cursor;
+    grid.Z().all_gather(*ws.params, s.offset, ws.gather_slot(0), s.numel);
+    ws.current = 0;
+    return ws.gather_slot(0);
+  }
+  const bool expected = !ws.broken && ws.cursor < t.order.size() && t.order[ws.cursor] == &s;
+  if (!expected) ws.broken = true;  // out of the recorded order: recorded again next time
+  ws.prefetch.wait();                // the prefetch of s, or one to drop
+  ws.current = 1 - ws.current;       // the slot it filled
+  if (!expected || ws.prefetched != &s)
+    grid.Z().all_gather(*ws.params, s.offset, ws.gather_slot(ws.current), s.numel);
+  ws.prefetched = nullptr;
+  if (expected && ws.cursor + 1 < t.order.size()) {
+    const ParamSpec& n = *t.order[ws.cursor + 1];
+    ws.prefetch = grid.Z().iall_gather(*ws.params, n.offset, ws.gather_slot(1 - ws.current), n.numel);
+    ws.prefetched = &n;
+  }
+  ++ws.cursor;
+  return ws.gather_slot(ws.current);
+}
+
+}  // namespace
+
 const float* gather_block(ProcessGrid& grid, const ParamSpec& s, const float* params,
-                          float* scratch, const LinearWorkspace& ws) {
+                          float* scratch, LinearWorkspace& ws) {
   if (grid.shape().z == 1) return params + s.offset;
+  const bool shared = ws.params && params == ws.params->data() && ws.params->shared();
+  if (shared && ws.oag && ws.pass >= 0 && scratch == ws.weight.data())
+    return prefetched_gather(grid, s, ws);
   if (ws.params && params == ws.params->data())
     grid.Z().all_gather(*ws.params, s.offset, scratch, s.numel);
   else

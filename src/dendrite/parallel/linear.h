@@ -13,6 +13,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "dendrite/comm/grid.h"
 #include "dendrite/core/buffer.h"
@@ -20,21 +21,59 @@
 
 namespace dendrite {
 
-// Scratch shared by the layers of a model: the gathered weight block and the
-// full dW block (each sized for the largest layer). The dW blocks live in a
-// SharedArray over Z, in two halves used in turn (a reduce-scatter over
-// shared memory lets no rank overwrite a half its peers may still read).
+// Scratch shared by the layers of a model: the gathered weight blocks and the
+// full dW blocks (each sized for the largest layer), and the overlap of their
+// Z collectives with computation (DESIGN.md section 5), which needs the
+// parameters and dW blocks in SharedArrays over Z:
+//  - OAG: the gathers of a pass (a step's forward and backward, or a forward
+//    alone) are recorded the first time; from then on each gather posts the
+//    next one on the progress engine into the other of two slots, so it moves
+//    while the current layer computes. A gather out of the recorded order is
+//    simply done at once (and the order recorded again).
+//  - ORS: a dW block is reduce-scattered on the engine while the backward of
+//    earlier layers computes, and waited for only in finish_reductions(),
+//    before the gradients are used. Blocks rotate through kSlots slots: a slot
+//    is reused only after the reduction two calls later completed here, which
+//    (its barrier) means every peer finished reading the slot.
 struct LinearWorkspace {
-  Buffer<float> weight;
-  std::unique_ptr<SharedArray> dweight;  // 2 x block floats
+  static constexpr int kSlots = 3;
+  Buffer<float> weight;  // gather scratch (and slot 0 of OAG)
+  Buffer<float> weight2;  // slot 1 of OAG
+  std::unique_ptr<SharedArray> dweight;  // kSlots x block floats
   int64_t block = 0;
-  int half = 0;
+  int slot = 0;
+  bool oag = false, ors = false;
   // The model's parameters when they are a SharedArray over Z (set by the
   // owner): Z gathers of its tensors then read the peers' chunks directly.
   const SharedArray* params = nullptr;
+
   void reserve(Communicator& z, int64_t block_numel);
-  float* dweight_block() { return dweight->data() + half * block; }
-  int64_t bytes() const { return int64_t(weight.size() + (dweight ? dweight->size() : 0)) * 4; }
+  // The dW block of the next reduction (waits until its slot is free).
+  float* dweight_block();
+  int64_t bytes() const {
+    return int64_t(weight.size() + weight2.size() + (dweight ? dweight->size() : 0)) * 4;
+  }
+  // OAG: a pass of gathers begins (after the parameters' fence) or ends
+  // (before it: the last prefetch is waited for and dropped).
+  void begin_pass(int pass);
+  void end_pass();
+  // ORS: waits for every reduce-scatter posted.
+  void finish_reductions();
+
+  // Internal state of the overlaps.
+  struct Trace {
+    std::vector<const ParamSpec*> order;
+    bool valid = false;
+  };
+  Trace traces[4];
+  int pass = -1;
+  size_t cursor = 0;
+  bool broken = false;
+  int current = 0;                       // the gather slot handed out last
+  const ParamSpec* prefetched = nullptr;  // in slot 1 - current
+  Request prefetch;
+  Request reductions[kSlots];
+  float* gather_slot(int i) { return i == 0 ? weight.data() : weight2.data(); }
 };
 
 // Reduce-scatters the full block gradient of s held in ws.dweight_block() over
@@ -44,7 +83,7 @@ void add_block_gradient(ProcessGrid& grid, const ParamSpec& s, float* grads, Lin
 // The full [block_rows, block_cols] block of a Z-chunked tensor: gathered over
 // Z into scratch, or the stored values themselves when Gz == 1.
 const float* gather_block(ProcessGrid& grid, const ParamSpec& s, const float* params,
-                          float* scratch, const LinearWorkspace& ws);
+                          float* scratch, LinearWorkspace& ws);
 
 class ParallelLinear {
  public:

@@ -1,7 +1,8 @@
 // `dendrite train --grid auto` under mpirun: the grid it prints and trains on
 // is the one `dendrite plan --json` ranks first for the same job (model, batch,
 // sequence, world size, ranks per node, machine file); without --machine it
-// says it plans on a generic description of the node, and still trains.
+// says it plans on a generic description of the node, and still trains. Also
+// `plan --sweep --json` and calibrate --penalty-from refusing a node that fits.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -98,6 +99,30 @@ TEST_F(PlanCli, TrainGridAutoWithoutMachineFileSaysSo) {
   Result bad = mpirun(2, train() + " --grid auto --machine /nonexistent/m.json");
   EXPECT_NE(bad.rc, 0);
   EXPECT_NE(bad.out.find("dendrite calibrate"), std::string::npos) << bad.out;
+}
+
+TEST_F(PlanCli, SweepJsonAndPenaltyCalibration) {
+  const std::string machines = std::string(DENDRITE_SOURCE_DIR) + "/machines/";
+  Result sweep = dendrite("plan --sweep --json --overlap all --machine " + machines + "frontier.json");
+  ASSERT_EQ(sweep.rc, 0) << sweep.out;
+  const nlohmann::json j = nlohmann::json::parse(sweep.out);
+  ASSERT_EQ(j.at("points").size(), 7u);
+  EXPECT_EQ(j["batch"], 2048);
+  EXPECT_DOUBLE_EQ(j["points"][0]["efficiency"].get<double>(), 1.0);
+  int last = 0;
+  for (const auto& p : j["points"]) {
+    EXPECT_GT(p["gpus"].get<int>(), last);
+    last = p["gpus"];
+    std::smatch m;
+    const std::string grid = p["grid"];
+    ASSERT_TRUE(std::regex_match(grid, m, std::regex("x=(\\d+),y=(\\d+),z=(\\d+),d=(\\d+)")));
+    EXPECT_EQ(std::stoi(m[1]) * std::stoi(m[2]) * std::stoi(m[3]) * std::stoi(m[4]), last);
+  }
+  // One rank of one thread fits any node: there is no penalty to measure.
+  Result one = dendrite("calibrate --penalty-from " + machines + "frontier.json --out " +
+                        (dir_ / "m.json").string());
+  EXPECT_NE(one.rc, 0);
+  EXPECT_NE(one.out.find("launch more ranks than cores"), std::string::npos) << one.out;
 }
 
 }  // namespace

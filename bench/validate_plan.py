@@ -1,6 +1,8 @@
 #!/usr/bin/python3
 """Compares `dendrite plan --json` predictions with `dendrite bench step --json`
-measurements written by bench/validate_plan.sh into one folder: a table, the
+measurements written by bench/validate_plan.sh into one folder: a table
+(predicted compute, exposed communication and hidden communication beside the
+measured wait and hidden time), the
 mean absolute percentage error, Spearman's rank correlation (all points, and
 per world size), and whether the planner's first choice is within 10% of the
 fastest measured grid of each world size."""
@@ -46,14 +48,17 @@ def main(folder):
                 print(f"missing measurement {path}")
                 continue
             meas = json.load(open(path))
-            wait = 0.0  # milliseconds blocked in collectives (per axis, or per axis and kind)
+            wait = hidden = 0.0  # milliseconds blocked in collectives / hidden behind compute
             for axis in meas.get("comm", {}).values():
                 if "wait_ms" in axis:
                     wait += axis["wait_ms"]
                 else:
-                    wait += sum(k.get("exposed_ms", 0.0) for k in axis.values() if isinstance(k, dict))
+                    kinds = [k for k in axis.values() if isinstance(k, dict)]
+                    wait += sum(k.get("exposed_ms", 0.0) for k in kinds)
+                    hidden += sum(k.get("hidden_ms", 0.0) for k in kinds)
             group.append((P, pred["grid"], pred["step_ms"], meas["step_ms"], pred["compute_ms"],
-                          pred["comm_total_ms"], wait))
+                          pred.get("comm_exposed_ms", pred["comm_total_ms"]), wait,
+                          pred.get("comm_hidden_ms", 0.0), hidden))
         rows += group
         if group:
             first = group[0]  # the planner's first choice (plan order)
@@ -62,10 +67,10 @@ def main(folder):
             sp = spearman([r[2] for r in group], [r[3] for r in group]) if len(group) > 2 else float("nan")
             verdicts.append((P, first[1], first[3], fastest[1], fastest[3], ok, sp))
     print(f"{'P':>2} {'grid':<18} {'pred ms':>9} {'meas ms':>9} {'err %':>7} "
-          f"{'pred comp':>9} {'pred comm':>9} {'meas wait':>9}")
-    for P, g, pred, meas, comp, comm, wait in rows:
+          f"{'pred comp':>9} {'pred comm':>9} {'meas wait':>9} {'pred hid':>9} {'meas hid':>9}")
+    for P, g, pred, meas, comp, comm, wait, phid, mhid in rows:
         print(f"{P:>2} {g:<18} {pred:9.1f} {meas:9.1f} {100 * (pred - meas) / meas:7.1f} "
-              f"{comp:9.1f} {comm:9.1f} {wait:9.1f}")
+              f"{comp:9.1f} {comm:9.1f} {wait:9.1f} {phid:9.1f} {mhid:9.1f}")
     if not rows:
         sys.exit("no measurements")
     mape = 100 * sum(abs(r[2] - r[3]) / r[3] for r in rows) / len(rows)

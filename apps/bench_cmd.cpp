@@ -13,6 +13,7 @@
 #include "apps/commands.h"
 #include "dendrite/core/rng.h"
 #include "dendrite/model/transformer.h"
+#include "dendrite/ops/matmul.h"
 #include "dendrite/ops/peak.h"
 #include "dendrite/train/optimizer.h"
 
@@ -24,9 +25,45 @@ struct BenchOptions {
   std::string model = "gpt2-124m";
   int batch = 4, seq = 64, threads = 0, steps = 5, warmup = 2;
   std::string grid;
-  bool json = false, keep_gathered = false, recompute = false;
-  std::string overlap = "oar";
+  bool json = false, keep_gathered = false, recompute = false, gemm_tune = false;
+  std::string overlap = "oar,ors,oag";
 };
+
+// This process's resident pages that are shared memory (its own and its
+// peers' shared arrays it has touched: counted in every rank's RSS).
+double rss_shmem_mb() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  double kb = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "RssShmem: %lf", &kb) == 1) break;
+  std::fclose(f);
+  return kb / 1024.0;
+}
+
+// The GEMM shapes tuned (--gemm-tune): the way kept, each way's trial time,
+// and what the choice saves per step against the default way.
+nlohmann::json gemm_report(int runs) {
+  nlohmann::json shapes = nlohmann::json::array();
+  double saved = 0;
+  for (const ops::GemmChoice& c : ops::gemm_choices()) {
+    nlohmann::json ways = nlohmann::json::object();
+    double kept = 0;
+    for (size_t i = 0; i < c.ways.size(); ++i) {
+      ways[c.ways[i]] = c.ms[i];
+      if (c.ways[i] == c.way) kept = c.ms[i];
+    }
+    const double per_step = double(c.calls + 1) / runs;
+    saved += (c.ms[0] - kept) * per_step;  // ways[0] is the default
+    shapes.push_back({{"op", std::string{c.ta, c.tb}}, {"M", c.M}, {"N", c.N}, {"K", c.K},
+                      {"accumulate", c.accumulate}, {"way", c.way}, {"default", c.ways[0]},
+                      {"trial_ms", ways}, {"calls_per_step", per_step}});
+  }
+  return {{"tuning_ms", ops::gemm_tuning_seconds() * 1e3},
+          {"saved_ms_per_step", saved},
+          {"shapes", shapes}};
+}
 
 double peak_rss_mb() {
   rusage u{};
@@ -43,6 +80,7 @@ int run_bench_step(const BenchOptions& o) {
   mo.keep_gathered = o.keep_gathered;
   mo.recompute = o.recompute;
   mo.set_overlap(o.overlap);
+  ops::set_gemm_tuning(o.gemm_tune);
   Transformer model(mc, grid, o.batch, o.seq, mo);
   model.init(1);
   AdamW adam(model.table(), ops::AdamWConfig{});
@@ -76,6 +114,10 @@ int run_bench_step(const BenchOptions& o) {
   const double mine = peak_rss_mb();
   grid.world().all_gather(&mine, rss.data(), 1, DType::kF64);
   const double max_rss = *std::max_element(rss.begin(), rss.end());
+  const double shm = rss_shmem_mb();
+  std::vector<double> shms(grid.shape().size());
+  grid.world().all_gather(&shm, shms.data(), 1, DType::kF64);
+  const double max_shm = *std::max_element(shms.begin(), shms.end());
   // Per axis and kind of collective, per step (rank 0): bytes; total_ms from
   // the call or post until seen complete; exposed_ms blocked; hidden_ms the
   // rest, in flight while the rank computed (an upper bound).
@@ -112,11 +154,13 @@ int run_bench_step(const BenchOptions& o) {
                       {"peak_gflops", peak},
                       {"mfu", gflops / peak},
                       {"peak_rss_mb", max_rss},
+                      {"rss_shmem_mb", max_shm},
                       {"grid", grid.shape().str()},
                       {"comm", comm},
                       {"compute_ms", secs * 1e3 - exposed_ms},
                       {"param_bytes", 4.0 * model.num_floats()},
                       {"activation_bytes", double(model.activation_bytes())}};
+  if (o.gemm_tune) j["gemm"] = gemm_report(o.steps + o.warmup);
   if (o.json) {
     std::printf("%s\n", j.dump().c_str());
   } else {
@@ -142,7 +186,11 @@ Runner add_bench(CLI::App& app) {
   step->add_option("--warmup", o->warmup, "Untimed steps first")->capture_default_str();
   step->add_flag("--json", o->json, "Print one JSON object");
   step->add_flag("--recompute", o->recompute, "Activation recomputation");
-  step->add_option("--overlap", o->overlap, "oar, dp, all or none")->capture_default_str();
+  step->add_option("--overlap", o->overlap, "Communication to hide: a list of oar, ors, oag, dp; or all, none")
+      ->capture_default_str();
+  step->add_flag("--gemm-tune", o->gemm_tune,
+                 "Time every way of computing each GEMM shape at its first call, keep the fastest "
+                 "with the same bits, and report the choices");
   step->add_flag("--keep-gathered", o->keep_gathered,
                  "Keep Z-gathered weights from the forward for the backward");
   step->add_option("--grid", o->grid, "Process grid under mpirun, e.g. x=2,y=2 (default: data-parallel)");

@@ -6,6 +6,8 @@
 // backward (tight) and the fast backward (float tolerance). Letters: m rows,
 // c / C channels, k in and n out features, B sequences, T positions, V vocab.
 #include <gtest/gtest.h>
+
+#include <algorithm>
 #include <omp.h>
 
 #include <cmath>
@@ -82,6 +84,38 @@ TEST(Gemm, AllTransposesStridesAndBeta) {
       }
     }
   }
+}
+
+// Tuning times every way of computing a shape at its first call and keeps only
+// ways with the default's bits: results with and without tuning are identical,
+// padding untouched, the choice cached and reused.
+TEST(Gemm, TuningKeepsTheBitsAndCachesTheChoice) {
+  const int M = 160, N = 144, K = 96, pad = 3;
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb)
+      for (float beta : {0.0f, 1.0f}) {
+        const int a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
+        const int lda = a_cols + pad, ldb = b_cols + pad, ldc = N + pad;
+        Vf A = randn(long(a_rows) * lda, 5), B = randn(long(b_rows) * ldb, 6);
+        Vf C0 = randn(long(M) * ldc, 7), want = C0, tuned = C0, again = C0;
+        ops::set_gemm_tuning(false);
+        ops::gemm(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, beta, want.data(), ldc);
+        ops::set_gemm_tuning(true);
+        ops::gemm(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, beta, tuned.data(), ldc);
+        ops::gemm(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, beta, again.data(), ldc);
+        ops::set_gemm_tuning(false);
+        EXPECT_EQ(0, std::memcmp(want.data(), tuned.data(), sizeof(float) * want.size()));
+        EXPECT_EQ(0, std::memcmp(want.data(), again.data(), sizeof(float) * want.size()));
+      }
+  const std::vector<ops::GemmChoice> choices = ops::gemm_choices();
+  ASSERT_EQ(choices.size(), 8u);  // 4 transposes x 2 betas, each tried once
+  for (const ops::GemmChoice& c : choices) {
+    EXPECT_EQ(c.calls, 1);  // the second product reused the choice
+    EXPECT_GE(c.ways.size(), 2u);
+    EXPECT_GE(c.ms[0], 0.0);  // the default way always qualifies
+    EXPECT_NE(std::find(c.ways.begin(), c.ways.end(), c.way), c.ways.end());
+  }
+  EXPECT_GT(ops::gemm_tuning_seconds(), 0.0);
 }
 
 void check_linear(int m, int k, int n, bool finite_differences) {

@@ -3,12 +3,38 @@
 // features. A linear weight W is [n, k] (out x in), as in DESIGN.md section 3.
 #pragma once
 
+#include <cstdint>
+#include <string>
+#include <vector>
+
 namespace dendrite::ops {
 
 // C[M,N] = alpha * op(A) * op(B) + beta * C, row-major; op(X) = X or X^T.
 // A is [M,K] (or [K,M] when trans_a), B is [K,N] (or [N,K] when trans_b).
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
           const float* B, int ldb, float beta, float* C, int ldc);
+
+// GEMM layout tuning (AxoNN picked the fastest transpose layout per GEMM
+// shape at the first call). When on, the first product of each shape (and
+// transposes, thread count, beta) runs every way this backend can compute it
+// and keeps the fastest among those giving the same bits as the default, so
+// tuning never changes results; the choice is cached for the process.
+// Ways: oneDNN threading itself; one block of output columns, or of rows, per
+// thread; and the transposed product C^T = op(B)^T op(A)^T into scratch,
+// transposed back.
+void set_gemm_tuning(bool on);
+struct GemmChoice {
+  char ta, tb;
+  int M, N, K, threads;
+  bool accumulate;
+  std::string way;                 // the way kept
+  std::vector<std::string> ways;   // every way tried
+  std::vector<double> ms;          // its time at the trial (-1: other bits, rejected)
+  int64_t calls = 0;               // products of this shape since the trial
+};
+// The shapes tuned so far with their choices, and the seconds spent trying.
+std::vector<GemmChoice> gemm_choices();
+double gemm_tuning_seconds();
 
 // y[m,n] = x[m,k] * w[n,k]^T + b[n]   (b may be null)
 void linear_forward(float* y, const float* x, const float* w, const float* b, int m, int k, int n);

@@ -15,6 +15,12 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
 
 #include "dendrite/core/check.h"
 
@@ -33,8 +39,8 @@ void sgemm(char ta, char tb, int M, int N, int K, float alpha, const float* A, i
 // sequentially inside a parallel region). Blocks are multiples of 16 columns
 // (or 8 rows) so that each thread's kernel sees aligned panels.
 void gemm_split(char ta, char tb, int M, int N, int K, float alpha, const float* A, int lda,
-                const float* B, int ldb, float beta, float* C, int ldc, int threads) {
-  const bool split_cols = N >= M;
+                const float* B, int ldb, float beta, float* C, int ldc, int threads,
+                bool split_cols) {
   const int extent = split_cols ? N : M, align = split_cols ? 16 : 8;
   const int per = ((extent + threads - 1) / threads + align - 1) / align * align;
   bool failed = false;
@@ -60,15 +66,134 @@ void gemm_split(char ta, char tb, int M, int N, int K, float alpha, const float*
 
 }  // namespace
 
+namespace {
+
+enum Way { kDirect, kSplitCols, kSplitRows, kTransposed, kWays };
+const char* kWayNames[kWays] = {"onednn", "split-cols", "split-rows", "transposed"};
+
+struct Shape {
+  char ta, tb;
+  int M, N, K, threads;
+  bool accumulate;
+  bool operator<(const Shape& o) const {
+    return std::tie(ta, tb, M, N, K, threads, accumulate) <
+           std::tie(o.ta, o.tb, o.M, o.N, o.K, o.threads, o.accumulate);
+  }
+};
+
+struct Tuner {
+  bool on = false;
+  double seconds = 0;
+  std::mutex mutex;
+  std::map<Shape, GemmChoice> choices;
+};
+Tuner& tuner() {
+  static Tuner t;  // a cache of measurements for the process, like oneDNN's own
+  return t;
+}
+
+// The default way, as before tuning existed: NT/TN split per thread, NN to oneDNN.
+Way default_way(char ta, char tb, int M, int N, int threads) {
+  if (threads > 1 && ta != tb && std::max(M, N) >= 64 * threads)
+    return N >= M ? kSplitCols : kSplitRows;
+  return kDirect;
+}
+
+void run_way(Way w, char ta, char tb, int M, int N, int K, float alpha, const float* A, int lda,
+             const float* B, int ldb, float beta, float* C, int ldc, int threads) {
+  switch (w) {
+    case kDirect:
+      return sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    case kSplitCols:
+    case kSplitRows:
+      return gemm_split(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threads,
+                        w == kSplitCols);
+    default:
+      break;
+  }
+  // C^T [N, M] = op(B)^T op(A)^T: the same operands with the other transposes, swapped.
+  std::vector<float> t(size_t(N) * M);
+  const char na = tb == 'N' ? 'T' : 'N', nb = ta == 'N' ? 'T' : 'N';
+  sgemm(na, nb, N, M, K, alpha, B, ldb, A, lda, 0.0f, t.data(), M);
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      float& c = C[long(i) * ldc + j];
+      c = beta == 0.0f ? t[long(j) * M + i] : t[long(j) * M + i] + beta * c;
+    }
+}
+
+// Runs each way on a copy of C, times it, and keeps the fastest with the
+// default's bits; leaves C as the default way computes it.
+GemmChoice tune(const Shape& sh, float alpha, const float* A, int lda, const float* B, int ldb,
+                float beta, float* C, int ldc) {
+  GemmChoice g{sh.ta, sh.tb, sh.M, sh.N, sh.K, sh.threads, sh.accumulate, "", {}, {}, 0};
+  const Way def = default_way(sh.ta, sh.tb, sh.M, sh.N, sh.threads);
+  std::vector<float> c0(size_t(sh.M) * ldc), want, got;
+  for (int i = 0; i < sh.M; ++i)
+    std::copy(C + long(i) * ldc, C + long(i) * ldc + sh.N, c0.begin() + long(i) * ldc);
+  double best = 1e30;
+  std::vector<Way> order = {def};
+  for (int w = 0; w < kWays; ++w)
+    if (w != def && (sh.threads > 1 || (w != kSplitCols && w != kSplitRows))) order.push_back(Way(w));
+  for (Way w : order) {
+    double ms = 1e30;  // the faster of two runs (the first also warms the caches)
+    for (int run = 0; run < 2; ++run) {
+      got = c0;
+      const auto t0 = std::chrono::steady_clock::now();
+      run_way(w, sh.ta, sh.tb, sh.M, sh.N, sh.K, alpha, A, lda, B, ldb, beta, got.data(), ldc,
+              sh.threads);
+      ms = std::min(ms, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    if (w == def) want = got;
+    const bool same = std::memcmp(got.data(), want.data(), sizeof(float) * got.size()) == 0;
+    g.ways.push_back(kWayNames[w]);
+    g.ms.push_back(same ? ms : -1.0);
+    if (same && ms < best) best = ms, g.way = kWayNames[w];
+  }
+  for (int i = 0; i < sh.M; ++i)
+    std::copy(want.begin() + long(i) * ldc, want.begin() + long(i) * ldc + sh.N, C + long(i) * ldc);
+  return g;
+}
+
+}  // namespace
+
+void set_gemm_tuning(bool on) { tuner().on = on; }
+
+std::vector<GemmChoice> gemm_choices() {
+  std::lock_guard<std::mutex> lock(tuner().mutex);
+  std::vector<GemmChoice> out;
+  for (auto& [shape, choice] : tuner().choices) out.push_back(choice);
+  return out;
+}
+
+double gemm_tuning_seconds() { return tuner().seconds; }
+
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
           const float* B, int ldb, float beta, float* C, int ldc) {
   if (M == 0 || N == 0) return;
   const char ta = trans_a ? 'T' : 'N', tb = trans_b ? 'T' : 'N';
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  if (threads > 1 && trans_a != trans_b && std::max(M, N) >= 64 * threads)
-    gemm_split(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threads);
-  else
-    sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  Tuner& t = tuner();
+  if (!t.on || omp_in_parallel())
+    return run_way(default_way(ta, tb, M, N, threads), ta, tb, M, N, K, alpha, A, lda, B, ldb,
+                   beta, C, ldc, threads);
+  const Shape sh{ta, tb, M, N, K, threads, beta != 0.0f};
+  Way way = kDirect;
+  {
+    std::lock_guard<std::mutex> lock(t.mutex);
+    auto it = t.choices.find(sh);
+    if (it == t.choices.end()) {
+      const auto t0 = std::chrono::steady_clock::now();
+      it = t.choices.emplace(sh, tune(sh, alpha, A, lda, B, ldb, beta, C, ldc)).first;
+      t.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      return;  // C holds the product
+    }
+    ++it->second.calls;
+    for (int w = 0; w < kWays; ++w)
+      if (it->second.way == kWayNames[w]) way = Way(w);
+  }
+  run_way(way, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threads);
 }
 
 void linear_forward(float* y, const float* x, const float* w, const float* b, int m, int k, int n) {

@@ -154,9 +154,10 @@ Runner add_train(CLI::App& app, int argc, char** argv) {
   app.add_flag("--recompute", opt->recompute,
                "Keep only each block's input and recompute the block in the backward (less memory)");
   app.add_option("--overlap", opt->overlap,
-                 "Communication hidden behind computation: oar (backward all-reduce of dx behind "
-                 "the dW product), dp (gradient reduction over d per layer during the backward; "
-                 "slower on machines without a spare core per rank), all, none")
+                 "Communication hidden behind computation, a list of: oar (backward all-reduce of "
+                 "dx behind the dW product), ors (dW reduce-scatter over z behind earlier layers), "
+                 "oag (z all-gather of the next layer's weights posted ahead), dp (gradient sum "
+                 "over d per layer during the backward); or all, none")
       ->capture_default_str();
   app.add_option("--grid", opt->grid,
                  "Process grid, e.g. x=2,y=2,z=1,d=2 (axes left out are 1; d fills the job "

@@ -35,7 +35,7 @@ struct TrainOptions {
   std::string grid;     // "x=2,y=2,z=1,d=2" (the command builds the ProcessGrid from it)
   bool keep_gathered = false;  // keep Z-gathered weights from forward to backward
   bool recompute = false;      // activation recomputation
-  std::string overlap = "oar"; // which communication to hide: oar, dp, all, none (see ModelOptions)
+  std::string overlap = "oar,ors,oag";  // communication to hide: oar, ors, oag, dp, all, none (ModelOptions)
 
   nlohmann::json to_json() const;
   // Sets the fields named in j; an unknown key or a value of the wrong type is an error.

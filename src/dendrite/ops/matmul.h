@@ -48,4 +48,7 @@ void linear_backward_input(float* dx, const float* dy, const float* w, int m, in
 void linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int m, int k,
                             int n, bool accumulate = true);
 
+// db[n] += sum over the m rows of dy[m,n] (the bias gradient of linear_backward_weight).
+void add_column_sums(float* db, const float* dy, int m, int n);
+
 }  // namespace dendrite::ops

@@ -144,12 +144,24 @@ void ParallelLinear::backward(float* dx, bool accumulate, bool reduce_dx, const 
   else if (reduce_dx)
     bwd_->all_reduce(dx, int64_t(m) * in_);
   float* db = b_ ? grads + b_->offset : nullptr;
-  if (grid_->shape().z == 1) {
-    ops::linear_backward_weight(grads + w_->offset, db, dy, x, m, in_, out_);
+  const bool direct = grid_->shape().z == 1;
+  float* dw = direct ? grads + w_->offset : ws.dweight_block();
+  if (dx_sum.pending()) {
+    // Polling progress: MPI moves the all-reduce only inside MPI calls, so the
+    // dW product runs in row blocks with a test() between them (the same bits
+    // as one product: each block is the same sum over m).
+    const int parts = 4;
+    for (int p = 0; p < parts; ++p) {
+      const int r0 = out_ * p / parts / 16 * 16, r1 = p + 1 == parts ? out_ : out_ * (p + 1) / parts / 16 * 16;
+      ops::gemm(true, false, r1 - r0, in_, m, 1.0f, dy + r0, out_, x, in_, direct ? 1.0f : 0.0f,
+                dw + int64_t(r0) * in_, in_);
+      dx_sum.test();
+    }
+    if (db) ops::add_column_sums(db, dy, m, out_);
   } else {
-    ops::linear_backward_weight(ws.dweight_block(), db, dy, x, m, in_, out_, false);
-    add_block_gradient(*grid_, *w_, grads, ws);
+    ops::linear_backward_weight(dw, db, dy, x, m, in_, out_, direct);
   }
+  if (!direct) add_block_gradient(*grid_, *w_, grads, ws);
   dx_sum.wait();
 }
 

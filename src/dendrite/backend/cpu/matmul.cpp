@@ -215,17 +215,19 @@ void linear_backward_input(float* dx, const float* dy, const float* w, int m, in
 void linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int m, int k,
                             int n, bool accumulate) {
   gemm(true, false, n, k, m, 1.0f, dy, n, x, k, accumulate ? 1.0f : 0.0f, dw, k);
-  if (db) {
-    // Columns split over threads; each thread sums its columns over all rows.
+  if (db) add_column_sums(db, dy, m, n);
+}
+
+// Columns split over threads; each thread sums its columns over all rows.
+void add_column_sums(float* db, const float* dy, int m, int n) {
 #pragma omp parallel
-    {
+  {
 #pragma omp for schedule(static)
-      for (int j0 = 0; j0 < n; j0 += 64) {
-        int j1 = j0 + 64 < n ? j0 + 64 : n;
-        for (int r = 0; r < m; ++r) {
-          const float* row = dy + static_cast<long>(r) * n;
-          for (int j = j0; j < j1; ++j) db[j] += row[j];
-        }
+    for (int j0 = 0; j0 < n; j0 += 64) {
+      int j1 = j0 + 64 < n ? j0 + 64 : n;
+      for (int r = 0; r < m; ++r) {
+        const float* row = dy + static_cast<long>(r) * n;
+        for (int j = j0; j < j1; ++j) db[j] += row[j];
       }
     }
   }

@@ -6,8 +6,11 @@
 
 #include <mpi.h>
 
+#include <exception>
+
 #include "dendrite/comm/mpi_communicator.h"
 #include "dendrite/core/check.h"
+#include "dendrite/core/log.h"
 
 namespace dendrite {
 
@@ -44,21 +47,34 @@ Request::Request(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Request::Request(Request&&) noexcept = default;
 
+// A wait that must not throw (destructor, move assignment): while an
+// exception unwinds the job is failing anyway and the peer may be dead, so it
+// does not wait; a watchdog timeout prints the error and aborts the job.
+void Request::wait_noexcept() noexcept {
+  if (!pending() || std::uncaught_exceptions() > 0) return;
+  try {
+    wait();
+  } catch (const std::exception& e) {
+    log_error(std::string("error: ") + e.what());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+}
+
 // The request being overwritten is finished first, so no MPI request leaks.
 Request& Request::operator=(Request&& other) noexcept {
   if (this != &other) {
-    wait();
+    wait_noexcept();
     impl_ = std::move(other.impl_);
   }
   return *this;
 }
 
-Request::~Request() { wait(); }
+Request::~Request() { wait_noexcept(); }
 
 void Request::wait() {
   if (!pending()) return;
   const double start = MPI_Wtime();
-  check_mpi(MPI_Wait(&impl_->req, MPI_STATUS_IGNORE), "MPI_Wait");
+  wait_or_timeout(&impl_->req, collective_name(static_cast<Collective>(impl_->kind)), *impl_->group);
   impl_->req = MPI_REQUEST_NULL;  // MPI_Wait sets this too; idempotence must not rely on it
   if (impl_->stats) {
     const double end = MPI_Wtime();

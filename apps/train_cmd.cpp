@@ -76,7 +76,8 @@ Runner add_train(CLI::App& app, int argc, char** argv) {
   app.add_option("--on-nan", opt->on_nan,
                  "When a step's loss or gradient norm is not finite: stop (fail before the update; "
                  "the last checkpoint stays good) or skip-step (skip that update, log a warning, "
-                 "count it; fail after " + std::to_string(kMaxSkippedStepsInARow) + " in a row)")
+                 "count it; fail after " +
+                     std::to_string(kMaxSkippedStepsInARow) + " in a row)")
       ->capture_default_str()
       ->check(CLI::IsMember({"stop", "skip-step"}));
   app.add_option("--timeout", opt->timeout,

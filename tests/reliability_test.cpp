@@ -48,9 +48,9 @@ Result dendrite(const std::string& args, const std::string& env = "") {
 Result mpirun(int ranks, const std::string& args, const std::string& env = "") {
   return test::run_command(
       "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-      "OMPI_MCA_rmaps_base_oversubscribe=1 " + env + " timeout 120 " + DENDRITE_MPIEXEC +
-      " -np " + std::to_string(ranks) + " --oversubscribe --bind-to none --mca btl self,vader " +
-      DENDRITE_BINARY + " " + args);
+      "OMPI_MCA_rmaps_base_oversubscribe=1 " +
+      env + " timeout 120 " + DENDRITE_MPIEXEC + " -np " + std::to_string(ranks) +
+      " --oversubscribe --bind-to none --mca btl self,vader " + DENDRITE_BINARY + " " + args);
 }
 
 std::string read_file(const fs::path& p) {
@@ -79,7 +79,8 @@ std::vector<std::string> losses(const fs::path& p) {
 std::vector<std::string> checkpoints(const fs::path& run) {
   std::vector<std::string> out;
   for (const auto& e : fs::directory_iterator(run))
-    if (e.path().filename().string().rfind("ckpt-", 0) == 0) out.push_back(e.path().filename().string());
+    if (e.path().filename().string().rfind("ckpt-", 0) == 0)
+      out.push_back(e.path().filename().string());
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -164,8 +165,8 @@ class Reliability : public ::testing::Test {
   static void SetUpTestSuite() {
     char tmpl[] = "/tmp/dendrite-rel-XXXXXX";
     dir_ = mkdtemp(tmpl);
-    ASSERT_EQ(std::system(("bible -l10000 'Gen1:1-Gen50:26' > " + (dir_ / "genesis.txt").string())
-                              .c_str()),
+    ASSERT_EQ(std::system(
+                  ("bible -l10000 'Gen1:1-Gen50:26' > " + (dir_ / "genesis.txt").string()).c_str()),
               0)
         << "the `bible` command (Debian package bible-kjv) is needed: run the README's set-up";
     tokenize("genesis.txt", 512, "data");
@@ -201,7 +202,8 @@ TEST_F(Reliability, KeepLeavesTheNewestCheckpointsAndNeverLatest) {
   ASSERT_EQ(a.rc, 0) << a.out;
   EXPECT_EQ(checkpoints(run), (std::vector<std::string>{"ckpt-00000004", "ckpt-00000005"}));
   EXPECT_EQ(read_file(run / "latest"), "ckpt-00000005\n");
-  EXPECT_NE(a.out.find("removed old checkpoint ckpt-00000003 (--keep 2)"), std::string::npos) << a.out;
+  EXPECT_NE(a.out.find("removed old checkpoint ckpt-00000003 (--keep 2)"), std::string::npos)
+      << a.out;
   // The JSON key works too, and the resume continues from the newest.
   std::ofstream(dir_ / "keep.json") << R"({"keep": 2, "save_every": 1})";
   Result b = dendrite(train() + " --steps 7 --config " + path("keep.json") + " --resume " +
@@ -212,8 +214,8 @@ TEST_F(Reliability, KeepLeavesTheNewestCheckpointsAndNeverLatest) {
   // A newer folder left by an earlier life of the run (restarted from an older
   // checkpoint): with --keep 1, the folder `latest` names survives anyway.
   fs::copy(run / "ckpt-00000007", run / "ckpt-00000099", fs::copy_options::recursive);
-  Result c = dendrite(train() + " --steps 8 --keep 1 --resume " + run.string() + " --out " +
-                      run.string());
+  Result c =
+      dendrite(train() + " --steps 8 --keep 1 --resume " + run.string() + " --out " + run.string());
   ASSERT_EQ(c.rc, 0) << c.out;
   EXPECT_EQ(read_file(run / "latest"), "ckpt-00000008\n");
   EXPECT_EQ(checkpoints(run), (std::vector<std::string>{"ckpt-00000008", "ckpt-00000099"}));
@@ -225,11 +227,13 @@ TEST_F(Reliability, KeepLeavesTheNewestCheckpointsAndNeverLatest) {
 // weights of ckpt-3 would differ from ckpt-2 (or hold NaN).
 TEST_F(Reliability, SkipStepSkipsANonFiniteUpdateOnEveryRank) {
   const fs::path run = dir_ / "skip", m = dir_ / "skip.jsonl";
-  Result r = mpirun(2, train() + " --grid z=2 --steps 6 --save-every 1 --on-nan skip-step --out " +
-                           run.string() + " --metrics " + m.string(),
+  Result r = mpirun(2,
+                    train() + " --grid z=2 --steps 6 --save-every 1 --on-nan skip-step --out " +
+                        run.string() + " --metrics " + m.string(),
                     "DENDRITE_TEST_NAN_STEPS=3 DENDRITE_TEST_NAN_RANK=1");
   ASSERT_EQ(r.rc, 0) << r.out;
-  EXPECT_NE(r.out.find("warning: step 3: the gradient norm is not finite"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("warning: step 3: the gradient norm is not finite"), std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("skipped its update"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("| skipped 1"), std::string::npos) << r.out;
   auto lines = metrics(m);
@@ -237,26 +241,30 @@ TEST_F(Reliability, SkipStepSkipsANonFiniteUpdateOnEveryRank) {
   EXPECT_TRUE(lines[2].value("skipped", false));
   EXPECT_FALSE(lines[3].value("skipped", false));
   for (int s = 3; s < 6; ++s) {
-    EXPECT_TRUE(lines[s].at("loss").is_number() && std::isfinite(lines[s].at("loss").get<double>()) &&
+    EXPECT_TRUE(lines[s].at("loss").is_number() &&
+                std::isfinite(lines[s].at("loss").get<double>()) &&
                 std::isfinite(lines[s].at("grad_norm").get<double>()))
         << lines[s].dump();
     EXPECT_EQ(lines[s].value("skipped_steps", 0), 1) << lines[s].dump();
   }
   EXPECT_LT(lines[5].at("loss").get<double>(), lines[0].at("loss").get<double>());
   for (const char* file : {"model.safetensors", "optimizer.safetensors"})
-    EXPECT_EQ(read_file(run / "ckpt-00000003" / file), read_file(run / "ckpt-00000002" / file)) << file;
+    EXPECT_EQ(read_file(run / "ckpt-00000003" / file), read_file(run / "ckpt-00000002" / file))
+        << file;
   auto state = nlohmann::json::parse(read_file(run / "ckpt-00000003" / "trainer_state.json"));
   EXPECT_EQ(state.at("step"), 3);
   EXPECT_EQ(state.at("optimizer_steps"), 2);
   expect_loadable_and_finite(run / "ckpt-00000006");
-  Result resumed = dendrite(train() + " --steps 7 --resume " + run.string() + " --out " + run.string());
+  Result resumed =
+      dendrite(train() + " --steps 7 --resume " + run.string() + " --out " + run.string());
   ASSERT_EQ(resumed.rc, 0) << resumed.out;
 }
 
 TEST_F(Reliability, SkipStepGivesUpAfterTenInARow) {
   const fs::path run = dir_ / "skip10";
-  Result r = dendrite(train() + " --steps 20 --save-every 1 --on-nan skip-step --out " + run.string(),
-                      "DENDRITE_TEST_NAN_STEPS=2-30");
+  Result r =
+      dendrite(train() + " --steps 20 --save-every 1 --on-nan skip-step --out " + run.string(),
+               "DENDRITE_TEST_NAN_STEPS=2-30");
   expect_error(r, "10 steps in a row (2 to 11)");
   EXPECT_FALSE(fs::exists(run / "ckpt-00000011"));
   EXPECT_EQ(read_file(run / "latest"), "ckpt-00000010\n");
@@ -284,7 +292,7 @@ TEST_F(Reliability, WatchdogEndsAJobWithAStuckRank) {
   EXPECT_LT(r.seconds, 20) << r.out;
   EXPECT_NE(r.out.find("test hook: hanging at the start of step 2"), std::string::npos) << r.out;
   const std::regex what(R"(\[rank 0\] error: (all_reduce|all_gather|reduce_scatter|broadcast|)"
-                        R"(barrier) on grid axis z \(2 ranks\) did not complete after 3\.\d* s )"
+                        R"(barrier) on grid axis z \(2 ranks\) did not complete after 3(\.\d)? s )"
                         R"(\(--timeout 3\))");
   EXPECT_TRUE(std::regex_search(r.out, what)) << r.out;
   std::printf("the job ended %.1f s after its start\n", r.seconds);
@@ -307,7 +315,8 @@ TEST_F(Reliability, KillDuringACheckpointWriteKeepsThePreviousOne) {
   Result r = dendrite(train() + " --steps 6 --resume " + run.string() + " --out " + run.string());
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("resuming from " + (run / "ckpt-00000002").string() + " at step 2"),
-            std::string::npos) << r.out;
+            std::string::npos)
+      << r.out;
   EXPECT_FALSE(fs::exists(tmp)) << "the next save leaves the stale temporary folder";
   EXPECT_EQ(checkpoints(run), (std::vector<std::string>{"ckpt-00000002", "ckpt-00000006"}));
   expect_loadable_and_finite(run / "ckpt-00000006");
@@ -321,9 +330,10 @@ TEST_F(Reliability, DiskFullKeepsThePreviousCheckpointAndLatest) {
   ASSERT_GT(before.size(), 100000u);
   // 64 blocks of 512 bytes: the 0.5 MB model file cannot be written. (gds=hash
   // keeps OpenMPI's PMIx data store out of a file, which the limit would cap.)
-  Result b = test::run_command("/bin/sh -c 'ulimit -f 64; OMP_NUM_THREADS=1 PMIX_MCA_gds=hash exec " +
-                               std::string(DENDRITE_BINARY) + " " + train() + " --steps 4 --resume " +
-                               run.string() + " --out " + run.string() + "'");
+  Result b =
+      test::run_command("/bin/sh -c 'ulimit -f 64; OMP_NUM_THREADS=1 PMIX_MCA_gds=hash exec " +
+                        std::string(DENDRITE_BINARY) + " " + train() + " --steps 4 --resume " +
+                        run.string() + " --out " + run.string() + "'");
   expect_error(b, "could not write checkpoint ckpt-00000004");
   expect_error(b, "File too large");
   EXPECT_EQ(read_file(run / "latest"), "ckpt-00000002\n");
@@ -338,14 +348,17 @@ TEST_F(Reliability, DataOfAnotherVocabularyOrTokenizerIsRefused) {
   ASSERT_EQ(a.rc, 0) << a.out;
   const std::string before = read_file(run / "ckpt-00000002" / "model.safetensors");
   tokenize("genesis.txt", 384, "data384");
-  Result b = dendrite(train("data384") + " --steps 4 --resume " + run.string() + " --out " + run.string());
+  Result b =
+      dendrite(train("data384") + " --steps 4 --resume " + run.string() + " --out " + run.string());
   expect_error(b, "has a vocabulary of 512 tokens but the data folder " + path("data384") +
                       " was tokenized with a vocabulary of 384");
-  expect_error(b, "dendrite tokenize --tokenizer " + (run / "ckpt-00000002" / "tokenizer.model").string());
+  expect_error(
+      b, "dendrite tokenize --tokenizer " + (run / "ckpt-00000002" / "tokenizer.model").string());
   // The same size from another text: another tokenizer, so other token ids.
   ASSERT_EQ(std::system(("bible -l10000 'Exo1:1-Exo40:38' > " + path("exodus.txt")).c_str()), 0);
   tokenize("exodus.txt", 512, "exodus");
-  Result c = dendrite(train("exodus") + " --steps 4 --resume " + run.string() + " --out " + run.string());
+  Result c =
+      dendrite(train("exodus") + " --steps 4 --resume " + run.string() + " --out " + run.string());
   expect_error(c, "was made with another tokenizer than checkpoint");
   EXPECT_EQ(read_file(run / "ckpt-00000002" / "model.safetensors"), before);
   EXPECT_EQ(read_file(run / "latest"), "ckpt-00000002\n");
@@ -400,8 +413,8 @@ TEST_F(Reliability, KilledAndResumedRunEndsWithBitIdenticalWeights) {
   }
   EXPECT_EQ(read_file(killed / "latest"), "ckpt-00000004\n");
   EXPECT_FALSE(fs::exists(killed / "ckpt-00000008"));
-  Result b = dendrite(train() + " --steps 8 --save-every 2 --resume " + killed.string() + " --out " +
-                      killed.string());
+  Result b = dendrite(train() + " --steps 8 --save-every 2 --resume " + killed.string() +
+                      " --out " + killed.string());
   ASSERT_EQ(b.rc, 0) << b.out;
   EXPECT_NE(b.out.find("at step 4"), std::string::npos) << b.out;
   for (const char* file : {"model.safetensors", "optimizer.safetensors", "trainer_state.json"}) {

@@ -74,7 +74,8 @@ Request::~Request() { wait_noexcept(); }
 void Request::wait() {
   if (!pending()) return;
   const double start = MPI_Wtime();
-  wait_or_timeout(&impl_->req, collective_name(static_cast<Collective>(impl_->kind)), *impl_->group);
+  wait_or_timeout(&impl_->req, collective_name(static_cast<Collective>(impl_->kind)),
+                  *impl_->group);
   impl_->req = MPI_REQUEST_NULL;  // MPI_Wait sets this too; idempotence must not rely on it
   if (impl_->stats) {
     const double end = MPI_Wtime();

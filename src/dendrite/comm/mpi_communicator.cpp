@@ -5,6 +5,7 @@
 #include "dendrite/comm/mpi_communicator.h"
 
 #include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -79,7 +80,8 @@ void wait_or_timeout(MPI_Request* req, const char* kind, const Communicator& gro
     if (polls % 256 != 0) continue;
     const double waited = MPI_Wtime() - start;
     DENDRITE_CHECK(waited < timeout, kind, " on grid axis ", group.name(), " (", group.size(),
-                   " ranks) did not complete after ", waited, " s (--timeout ", timeout,
+                   " ranks) did not complete after ", std::round(waited * 10) / 10,
+                   " s (--timeout ", timeout,
                    "): a rank of this group is stuck or dead; see the other ranks' errors, or ",
                    "raise --timeout if a step or a checkpoint write takes that long");
   }
@@ -125,8 +127,8 @@ Request MpiCommunicator::make_request(std::unique_ptr<Request::Impl> impl, Colle
 // In-place variants: reduce_scatter with in == out, all_gather with in at this
 // rank's slot of out, use MPI_IN_PLACE as MPI requires for aliased buffers.
 
-void MpiCommunicator::ring_exchange(const float* send, int send_n, float* recv, int recv_n,
-                                    int tag, const char* kind) {
+void MpiCommunicator::ring_exchange(const float* send, int send_n, float* recv, int recv_n, int tag,
+                                    const char* kind) {
   const int next = (rank_ + 1) % size_, prev = (rank_ - 1 + size_) % size_;
   MPI_Request reqs[2];
   check_mpi(MPI_Irecv(recv, recv_n, MPI_FLOAT, prev, tag, comm_, &reqs[0]), "MPI_Irecv");
@@ -173,7 +175,8 @@ void MpiCommunicator::all_reduce(void* buf, int64_t n, DType t) {
     return;
   }
   MPI_Request req;
-  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf, k, mpi_type(t), MPI_SUM, comm_, &req), "MPI_Iallreduce");
+  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf, k, mpi_type(t), MPI_SUM, comm_, &req),
+            "MPI_Iallreduce");
   wait_or_timeout(&req, "all_reduce", *this);
 }
 

@@ -7,10 +7,10 @@
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
-#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -111,10 +111,10 @@ Data open_data(const std::string& dir) {
 // not continue a checkpoint.
 void check_same_vocabulary(const TrainOptions& opt, const Data& data, const std::string& ckpt,
                            const nlohmann::json& saved_model) {
-  const std::string fix = str("; pass the --data folder the checkpoint was trained on, or ",
-                              "tokenize your text with the checkpoint's tokenizer: `dendrite ",
-                              "tokenize --tokenizer ", (fs::path(ckpt) / "tokenizer.model").string(),
-                              " --input FILE --out DIR`");
+  const std::string fix =
+      str("; pass the --data folder the checkpoint was trained on, or ",
+          "tokenize your text with the checkpoint's tokenizer: `dendrite ", "tokenize --tokenizer ",
+          (fs::path(ckpt) / "tokenizer.model").string(), " --input FILE --out DIR`");
   const int ckpt_vocab = saved_model.value("vocab_size", 0);
   DENDRITE_CHECK(data.vocab_size == 0 || ckpt_vocab == data.vocab_size, "resume: checkpoint ", ckpt,
                  " has a vocabulary of ", ckpt_vocab, " tokens but the data folder ", opt.data,
@@ -201,7 +201,8 @@ struct TestHooks {
   }
   void poison_gradients(int64_t step, Transformer& model) const {
     const int rank = model.grid().rank();
-    if (nan_first <= 0 || step < nan_first || step > nan_last || (nan_rank >= 0 && nan_rank != rank))
+    if (nan_first <= 0 || step < nan_first || step > nan_last ||
+        (nan_rank >= 0 && nan_rank != rank))
       return;
     std::fill_n(model.grads(), model.table().total(), std::numeric_limits<float>::quiet_NaN());
   }
@@ -231,10 +232,12 @@ class NonFiniteSteps {
       in_a_row_ = 0;
       return true;
     }
-    const std::string what = str("step ", step, ": the ", std::isfinite(loss) ? "gradient norm" : "loss",
-                                 " is not finite (loss ", loss, ", gradient norm ", norm, ")");
-    const std::string intact = str("the last good checkpoint", last_ckpt.empty() ? "" : " " + last_ckpt,
-                                   " is intact; lower --lr or raise --warmup");
+    const std::string what =
+        str("step ", step, ": the ", std::isfinite(loss) ? "gradient norm" : "loss",
+            " is not finite (loss ", loss, ", gradient norm ", norm, ")");
+    const std::string intact =
+        str("the last good checkpoint", last_ckpt.empty() ? "" : " " + last_ckpt,
+            " is intact; lower --lr or raise --warmup");
     DENDRITE_CHECK(skip_, "train: ", what, "; stopped before the update, so ", intact,
                    " (or pass --on-nan skip-step to skip such steps)");
     ++skipped_;
@@ -368,7 +371,8 @@ TrainResult run_train(TrainOptions opt, ProcessGrid& grid) {
     double norm = model.grad_norm();
     float lr = ops::lr_at(int(step), float(opt.lr), float(opt.min_lr), int(opt.warmup), int(opt.steps));
     const bool update = non_finite.accept(step + 1, loss, norm, result.last_checkpoint, progress);
-    if (update) adam.step(model.params(), model.grads(), lr, AdamW::clip_factor(norm, opt.grad_clip));
+    if (update)
+      adam.step(model.params(), model.grads(), lr, AdamW::clip_factor(norm, opt.grad_clip));
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     StepFigures f{step + 1, opt.steps, loss, lr, norm, opt.batch * opt.seq / secs, secs * 1e3,

@@ -36,9 +36,9 @@ struct TrainOptions {
   bool keep_gathered = false;  // keep Z-gathered weights from forward to backward
   bool recompute = false;      // activation recomputation
   std::string overlap = "oar"; // which communication to hide: oar, dp, all, none (see ModelOptions)
-  int keep = 0;                   // keep only the newest N checkpoints of --out (0: all)
-  std::string on_nan = "stop";    // a non-finite loss or gradient norm: stop, or skip-step
-  double timeout = 600;           // seconds a collective may block before the job fails (0: off)
+  int keep = 0;                // keep only the newest N checkpoints of --out (0: all)
+  std::string on_nan = "stop";  // a non-finite loss or gradient norm: stop, or skip-step
+  double timeout = 600;         // seconds a collective may block before the job fails (0: off)
 
   nlohmann::json to_json() const;
   // Sets the fields named in j; an unknown key or a value of the wrong type is an error.

@@ -82,8 +82,8 @@ Runner add_train(CLI::App& app, int argc, char** argv) {
       ->check(CLI::IsMember({"stop", "skip-step"}));
   app.add_option("--timeout", opt->timeout,
                  "Seconds a collective may wait for the other ranks before the job fails with an "
-                 "error naming the collective and the grid axis (a rank stuck or dead); must "
-                 "exceed the longest checkpoint write (0: wait forever)")
+                 "error naming the collective and the grid axis (a rank stuck or dead); the wait "
+                 "for a checkpoint write is not timed (0: wait forever)")
       ->capture_default_str();
   app.add_option("--stop-at", opt->stop_at,
                  "Stop (and save) after this step, as an interrupted run would; resume later")

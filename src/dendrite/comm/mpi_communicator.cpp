@@ -83,7 +83,7 @@ void wait_or_timeout(MPI_Request* req, const char* kind, const Communicator& gro
                    " ranks) did not complete after ", std::round(waited * 10) / 10,
                    " s (--timeout ", timeout,
                    "): a rank of this group is stuck or dead; see the other ranks' errors, or ",
-                   "raise --timeout if a step or a checkpoint write takes that long");
+                   "raise --timeout if a step takes that long");
   }
 }
 

@@ -102,16 +102,32 @@ void remove_stale_temporaries(const fs::path& run_dir) {
   }
 }
 
-// Test-only: DENDRITE_TEST_PAUSE_CHECKPOINT=<step> stops the save of that step
-// forever once the tensors are in the temporary folder (before any rename),
-// after a marker line on stderr, so that a test can kill the process there.
+// Test-only: DENDRITE_TEST_PAUSE_CHECKPOINT=<step>[:<seconds>] pauses the save
+// of that step once the tensors are in the temporary folder (before any
+// rename), after a marker line on stderr: forever, so that a test can kill the
+// process there, or for the seconds given (a slow disk).
 void maybe_pause_in_save(int64_t step, const fs::path& tmp_dir) {
   const char* v = std::getenv("DENDRITE_TEST_PAUSE_CHECKPOINT");
-  if (v == nullptr || std::strtoll(v, nullptr, 10) != step) return;
+  char* rest = nullptr;
+  if (v == nullptr || std::strtoll(v, &rest, 10) != step) return;
   std::fprintf(stderr, "checkpoint: test hook: paused saving step %lld in %s\n",
                static_cast<long long>(step), tmp_dir.c_str());
   std::fflush(stderr);
+  if (*rest == ':') {
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::strtod(rest + 1, nullptr)));
+    return;
+  }
   for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
+// The other ranks wait for rank 0's write without the collective watchdog: a
+// large checkpoint on a slow disk may take longer than --timeout, and an abort
+// then would lose it.
+void wait_for_writer(Communicator& world) {
+  const double timeout = world.timeout();
+  world.set_timeout(0);
+  world.barrier();
+  world.set_timeout(timeout);
 }
 
 }  // namespace
@@ -151,7 +167,7 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, Transforme
     add_tensors(state, storage, model, optimizer->v(), "exp_avg_sq.");
   }
   if (model.grid().rank() != 0) {
-    model.grid().world().barrier();  // returns once rank 0 has written
+    wait_for_writer(model.grid().world());  // returns once rank 0 has written
     return final_dir.string();
   }
   const fs::path tmp_dir = fs::path(run_dir) / (std::string(".") + name + ".tmp");
@@ -186,7 +202,7 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, Transforme
          " (disk full, over a quota or file-size limit, or no permission?); earlier checkpoints ",
          "and `latest` are intact: ", e.what());
   }
-  model.grid().world().barrier();
+  wait_for_writer(model.grid().world());
   return final_dir.string();
 }
 

@@ -260,9 +260,9 @@ void MpiCommunicator::reduce_scatter(const void* in, void* out, int64_t n, DType
     ring_reduce_scatter(static_cast<const float*>(in), static_cast<float*>(out), k);
     return;
   }
-  const std::vector<int> counts(size_, k);
+  counts_.assign(size_, k);
   MPI_Request req;
-  check_mpi(MPI_Ireduce_scatter(in == out ? MPI_IN_PLACE : in, out, counts.data(), mpi_type(t),
+  check_mpi(MPI_Ireduce_scatter(in == out ? MPI_IN_PLACE : in, out, counts_.data(), mpi_type(t),
                                 MPI_SUM, comm_, &req),
             "MPI_Ireduce_scatter");
   wait_or_timeout(&req, "reduce_scatter", *this);

@@ -71,6 +71,9 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
   std::vector<float> ring_acc_, ring_recv_;  // scratch of the ring reduce-scatter
+  // recvcounts of the blocking reduce_scatter: MPI reads them until it completes,
+  // which after a watchdog timeout is later than the call.
+  std::vector<int> counts_;
 };
 
 class SelfCommunicator final : public Communicator {

@@ -139,6 +139,22 @@ Runner add_train(CLI::App& app, int argc, char** argv) {
   app.add_option("--resume", opt->resume, "Continue from a run folder or checkpoint folder");
   app.add_option("--save-every", opt->save_every, "Checkpoint every N steps (0: at the end only)")
       ->capture_default_str();
+  app.add_option("--keep", opt->keep,
+                 "Keep only the newest N checkpoints in --out: after each save, older ckpt-* "
+                 "folders are removed, never the one `latest` names (0: keep all)")
+      ->capture_default_str();
+  app.add_option("--on-nan", opt->on_nan,
+                 "When a step's loss or gradient norm is not finite: stop (fail before the update; "
+                 "the last checkpoint stays good) or skip-step (skip that update, log a warning, "
+                 "count it; fail after " +
+                     std::to_string(kMaxSkippedStepsInARow) + " in a row)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"stop", "skip-step"}));
+  app.add_option("--timeout", opt->timeout,
+                 "Seconds a collective may wait for the other ranks before the job fails with an "
+                 "error naming the collective and the grid axis (a rank stuck or dead); the wait "
+                 "for a checkpoint write is not timed (0: wait forever)")
+      ->capture_default_str();
   app.add_option("--stop-at", opt->stop_at,
                  "Stop (and save) after this step, as an interrupted run would; resume later")
       ->capture_default_str();
@@ -174,7 +190,9 @@ Runner add_train(CLI::App& app, int argc, char** argv) {
   app.preparse_callback([opt, pre](size_t) {
     if (!pre->empty()) apply_config_file(*pre, *opt);
   });
-  return [opt, machine] {
+  // The runner holds config_path too: CLI11 stores the --config value through
+  // a reference to it after this function returns.
+  return [opt, machine, config_path] {
     if (opt->grid == "auto") opt->grid = auto_grid(*opt, *machine);
     ProcessGrid grid = make_grid(opt->grid);
     run_train(*opt, grid);

@@ -8,9 +8,13 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cmath>
+
+#include <exception>
 
 #include "dendrite/comm/mpi_communicator.h"
 #include "dendrite/core/check.h"
+#include "dendrite/core/log.h"
 
 namespace dendrite {
 
@@ -47,22 +51,36 @@ Request::Request(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Request::Request(Request&&) noexcept = default;
 
+// A wait that must not throw (destructor, move assignment): while an
+// exception unwinds the job is failing anyway and the peer may be dead, so it
+// does not wait; a watchdog timeout prints the error and aborts the job.
+void Request::wait_noexcept() noexcept {
+  if (!pending() || std::uncaught_exceptions() > 0) return;
+  try {
+    wait();
+  } catch (const std::exception& e) {
+    log_error(std::string("error: ") + e.what());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+}
+
 // The request being overwritten is finished first, so no MPI request leaks.
 Request& Request::operator=(Request&& other) noexcept {
   if (this != &other) {
-    wait();
+    wait_noexcept();
     impl_ = std::move(other.impl_);
   }
   return *this;
 }
 
-Request::~Request() { wait(); }
+Request::~Request() { wait_noexcept(); }
 
 void Request::wait() {
   if (!pending()) return;
   if (impl_->task) return wait_task();
   const double start = MPI_Wtime();
-  check_mpi(MPI_Wait(&impl_->req, MPI_STATUS_IGNORE), "MPI_Wait");
+  wait_or_timeout(&impl_->req, collective_name(static_cast<Collective>(impl_->kind)),
+                  *impl_->group);
   impl_->req = MPI_REQUEST_NULL;  // MPI_Wait sets this too; idempotence must not rely on it
   if (impl_->stats) {
     const double end = MPI_Wtime();
@@ -74,11 +92,22 @@ void Request::wait() {
 
 // An engine task: spin, then yield, until it is done. Its total time is the
 // time it ran on the engine; what the caller waited for is exposed.
+// The watchdog applies as to MPI requests: a task stuck (its barrier waiting
+// for a dead or stuck peer) fails after the group's timeout.
 void Request::wait_task() {
   TaskState& t = *impl_->task;
-  const double start = steady_seconds();
-  for (int spin = 0; !t.done.load(std::memory_order_acquire); ++spin)
+  const double start = steady_seconds(), timeout = impl_->group->timeout();
+  for (unsigned spin = 0; !t.done.load(std::memory_order_acquire); ++spin) {
     if (spin > 64) sched_yield();
+    if (spin % 256 != 255 || timeout <= 0) continue;
+    const double waited = steady_seconds() - start;
+    DENDRITE_CHECK(waited < timeout, collective_name(static_cast<Collective>(impl_->kind)),
+                   " on grid axis ", impl_->group->name(), " (", impl_->group->size(),
+                   " ranks, shared memory) did not complete after ", std::round(waited * 10) / 10,
+                   " s (--timeout ", timeout,
+                   "): a rank of this group is stuck or dead; see the other ranks' errors, or ",
+                   "raise --timeout if a step takes that long");
+  }
   const double waited = std::min(steady_seconds() - start, t.finish - t.start);
   finish_task();
   impl_->stats->wait_seconds += waited;

@@ -66,6 +66,11 @@ class Request {
   Request(Request&&) noexcept;
   Request& operator=(Request&&) noexcept;
   ~Request();
+  // Blocks until the collective completes; throws (naming it, its group and
+  // the seconds waited) after the group's timeout. The destructor and move
+  // assignment wait too, but cannot throw: a timeout there prints the error and
+  // aborts the job; while an exception unwinds they do not wait (the job is
+  // failing, and the peer may be dead).
   void wait();
   // Lets MPI progress the collective (it moves only inside MPI calls) and
   // returns true once it has completed.
@@ -78,6 +83,7 @@ class Request {
  private:
   void wait_task();
   void finish_task();
+  void wait_noexcept() noexcept;
   std::unique_ptr<Impl> impl_;
 };
 
@@ -132,6 +138,13 @@ class Communicator {
   const CommStats& stats() const { return stats_; }
   void reset_stats() { stats_ = CommStats{}; }
 
+  // Watchdog: a blocking collective, or a wait on a non-blocking one, that has
+  // not completed after this many seconds throws an error naming the
+  // collective, the group and the time (a peer is stuck or dead; the caller's
+  // error path then aborts the job). 0: wait forever.
+  void set_timeout(double seconds) { timeout_s_ = seconds; }
+  double timeout() const { return timeout_s_; }
+
  protected:
   explicit Communicator(std::string name) : name_(std::move(name)) {}
   void count(Collective c, int64_t bytes) {
@@ -143,6 +156,7 @@ class Communicator {
   void charge(Collective c, double start, double wait_before);
   std::string name_;
   CommStats stats_;
+  double timeout_s_ = 600;
   // One 64-byte slot per rank, shared, for the engine thread's barrier.
   std::unique_ptr<SharedArray> sync_;
   int64_t sync_generation_ = 0;  // touched by the engine thread only

@@ -159,6 +159,11 @@ std::unique_ptr<ProcessGrid> ProcessGrid::single() {
 
 ProcessGrid::~ProcessGrid() = default;
 
+void ProcessGrid::set_timeout(double seconds) {
+  for (Communicator* c : {ax_.get(), ay_.get(), az_.get(), ad_.get(), world_.get()})
+    c->set_timeout(seconds);
+}
+
 void ProcessGrid::reset_stats() {
   for (Communicator* c : {ax_.get(), ay_.get(), az_.get(), ad_.get(), world_.get()}) {
     c->reset_stats();

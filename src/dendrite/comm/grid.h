@@ -44,6 +44,8 @@ class ProcessGrid {
   Communicator& Z() { return *az_; }
   Communicator& D() { return *ad_; }
   Communicator& world() { return *world_; }
+  // The watchdog of every axis and the world (see Communicator::set_timeout).
+  void set_timeout(double seconds);
   // Zeroes the counters of every axis and the world.
   void reset_stats();
 

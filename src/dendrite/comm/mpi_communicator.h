@@ -21,6 +21,7 @@ namespace dendrite {
 struct Request::Impl {
   MPI_Request req = MPI_REQUEST_NULL;
   CommStats* stats = nullptr;
+  const Communicator* group = nullptr;  // for the watchdog's timeout and message
   int kind = 0;        // Collective
   double posted = 0;   // MPI_Wtime() at the post
   // MPI_Ireduce_scatter reads its recvcounts until completion, so they live here.
@@ -33,6 +34,12 @@ struct Request::Impl {
 // default handler MPI_ERRORS_ARE_FATAL aborts first; this guards any
 // communicator whose handler was changed.)
 void check_mpi(int rc, const char* call);
+
+// Completes *req like MPI_Wait, but by polling MPI_Test (the clock is read
+// every few hundred polls), and throws an error naming `kind`, the group and
+// the seconds waited once group.timeout() > 0 seconds pass: the watchdog that
+// turns a stuck or dead peer into an error instead of a hang.
+void wait_or_timeout(MPI_Request* req, const char* kind, const Communicator& group);
 
 class MpiCommunicator final : public Communicator {
  public:
@@ -62,10 +69,16 @@ class MpiCommunicator final : public Communicator {
   void ring_reduce_scatter(const float* in, float* out, int n);
   void ring_all_reduce(float* buf, int64_t n);
   void ring_all_gather(const float* in, float* out, int n);
+  // One ring step: send to the next rank, receive from the previous one.
+  void ring_exchange(const float* send, int send_n, float* recv, int recv_n, int tag,
+                     const char* kind);
   Request make_request(std::unique_ptr<Request::Impl> impl, Collective kind);
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
   std::vector<float> ring_acc_, ring_recv_;  // scratch of the ring reduce-scatter
+  // recvcounts of the blocking reduce_scatter: MPI reads them until it completes,
+  // which after a watchdog timeout is later than the call.
+  std::vector<int> counts_;
 };
 
 class SelfCommunicator final : public Communicator {

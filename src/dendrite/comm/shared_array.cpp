@@ -213,6 +213,7 @@ Request Communicator::post(Collective c, int64_t bytes, std::function<void()> fn
   count(c, bytes);
   auto impl = std::make_unique<Request::Impl>();
   impl->stats = &stats_;
+  impl->group = this;
   impl->kind = static_cast<int>(c);
   impl->task = post_task(std::move(fn));
   return Request(std::move(impl));

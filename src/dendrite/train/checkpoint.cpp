@@ -3,9 +3,13 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 #include <vector>
 
 #include "dendrite/core/check.h"
@@ -80,7 +84,74 @@ void read_tensors(const SafetensorsReader& reader, const Transformer& model, flo
   }
 }
 
+bool is_checkpoint_name(const std::string& n) {
+  return n.size() == 13 && n.rfind("ckpt-", 0) == 0 &&
+         std::all_of(n.begin() + 5, n.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// Temporary folders (.ckpt-<step>.tmp) of saves that a crash or kill cut
+// short: never a checkpoint (resume goes through `latest` or a folder holding
+// model.safetensors), removed here before the next save.
+void remove_stale_temporaries(const fs::path& run_dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(run_dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.size() == 18 && n[0] == '.' && is_checkpoint_name(n.substr(1, 13)) &&
+        n.substr(14) == ".tmp")
+      fs::remove_all(e.path(), ec);
+  }
+}
+
+// Test-only: DENDRITE_TEST_PAUSE_CHECKPOINT=<step>[:<seconds>] pauses the save
+// of that step once the tensors are in the temporary folder (before any
+// rename), after a marker line on stderr: forever, so that a test can kill the
+// process there, or for the seconds given (a slow disk).
+void maybe_pause_in_save(int64_t step, const fs::path& tmp_dir) {
+  const char* v = std::getenv("DENDRITE_TEST_PAUSE_CHECKPOINT");
+  char* rest = nullptr;
+  if (v == nullptr || std::strtoll(v, &rest, 10) != step) return;
+  std::fprintf(stderr, "checkpoint: test hook: paused saving step %lld in %s\n",
+               static_cast<long long>(step), tmp_dir.c_str());
+  std::fflush(stderr);
+  if (*rest == ':') {
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::strtod(rest + 1, nullptr)));
+    return;
+  }
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
+// The other ranks wait for rank 0's write without the collective watchdog: a
+// large checkpoint on a slow disk may take longer than --timeout, and an abort
+// then would lose it.
+void wait_for_writer(Communicator& world) {
+  const double timeout = world.timeout();
+  world.set_timeout(0);
+  world.barrier();
+  world.set_timeout(timeout);
+}
+
 }  // namespace
+
+std::vector<std::string> prune_checkpoints(const std::string& run_dir, int keep) {
+  std::vector<std::string> lines;
+  if (keep <= 0) return lines;
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(run_dir, ec))
+    if (e.is_directory() && is_checkpoint_name(e.path().filename().string()))
+      names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());  // 8-digit steps: oldest first
+  std::string latest;
+  std::ifstream(fs::path(run_dir) / "latest") >> latest;
+  for (size_t i = 0; i + keep < names.size(); ++i) {
+    if (names[i] == latest) continue;
+    fs::remove_all(fs::path(run_dir) / names[i], ec);
+    lines.push_back(ec ? str("warning: could not remove old checkpoint ", names[i], " (--keep ",
+                             keep, "): ", ec.message())
+                       : str("removed old checkpoint ", names[i], " (--keep ", keep, ")"));
+  }
+  return lines;
+}
 
 std::string save_checkpoint(const std::string& run_dir, int64_t step, Transformer& model,
                             const AdamW* optimizer, const CheckpointContents& contents) {
@@ -96,14 +167,14 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, Transforme
     add_tensors(state, storage, model, optimizer->v(), "exp_avg_sq.");
   }
   if (model.grid().rank() != 0) {
-    model.grid().world().barrier();  // returns once rank 0 has written
+    wait_for_writer(model.grid().world());  // returns once rank 0 has written
     return final_dir.string();
   }
   const fs::path tmp_dir = fs::path(run_dir) / (std::string(".") + name + ".tmp");
   std::error_code ec;
   fs::create_directories(run_dir, ec);
   DENDRITE_CHECK(!ec, "checkpoint: cannot create ", run_dir, ": ", ec.message());
-  fs::remove_all(tmp_dir, ec);
+  remove_stale_temporaries(run_dir);
   fs::create_directories(tmp_dir, ec);
   DENDRITE_CHECK(!ec, "checkpoint: cannot create ", tmp_dir.string(), ": ", ec.message());
   try {
@@ -111,6 +182,7 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, Transforme
     weights.set_metadata("dendrite.arch", arch_name(model.config().arch));
     weights.write((tmp_dir / "model.safetensors").string());
     if (optimizer) state.write((tmp_dir / "optimizer.safetensors").string());
+    maybe_pause_in_save(step, tmp_dir);
     write_text((tmp_dir / "trainer_state.json").string(), contents.trainer_state.dump(2) + "\n");
     write_text((tmp_dir / "config.json").string(), contents.config.dump(2) + "\n");
     if (!contents.tokenizer_path.empty() && fs::exists(contents.tokenizer_path))
@@ -126,10 +198,11 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, Transforme
     write_text((fs::path(run_dir) / "latest").string(), std::string(name) + "\n");
   } catch (const std::exception& e) {
     fs::remove_all(tmp_dir, ec);
-    fail("checkpoint: saving step ", step, " to ", run_dir, " failed, earlier checkpoints are ",
-         "intact: ", e.what());
+    fail("checkpoint: could not write checkpoint ", name, " (step ", step, ") in ", run_dir,
+         " (disk full, over a quota or file-size limit, or no permission?); earlier checkpoints ",
+         "and `latest` are intact: ", e.what());
   }
-  model.grid().world().barrier();
+  wait_for_writer(model.grid().world());
   return final_dir.string();
 }
 

@@ -5,11 +5,13 @@
 //   config.json            the resolved run configuration (model and training)
 //   tokenizer.model        the tokenizer the data was made with (when known)
 // The folder is written under a temporary name and renamed into place, then
-// <run>/latest is updated, so a crash never leaves a half checkpoint in use.
+// <run>/latest is updated, so a crash never leaves a half checkpoint in use;
+// the next save removes any temporary folder a crash left behind.
 #pragma once
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "dendrite/model/transformer.h"
 #include "dendrite/train/optimizer.h"
@@ -27,6 +29,11 @@ struct CheckpointContents {
 // Every rank of the model's grid calls it (the tensors are gathered); rank 0 writes.
 std::string save_checkpoint(const std::string& run_dir, int64_t step, Transformer& model,
                             const AdamW* optimizer, const CheckpointContents& contents);
+
+// With keep > 0, removes the oldest ckpt-<step> folders of run_dir until the
+// newest `keep` remain, never the one `latest` names; call it only after a
+// save has completed. Returns a line per folder removed (or not removable).
+std::vector<std::string> prune_checkpoints(const std::string& run_dir, int keep);
 
 // A checkpoint folder, or a run folder (resolved through its `latest`).
 std::string resolve_checkpoint(const std::string& path);

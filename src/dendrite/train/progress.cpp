@@ -12,6 +12,8 @@ nlohmann::json StepFigures::to_json() const {
                       {"grad_norm", grad_norm}, {"tokens_per_s", tokens_per_s},
                       {"step_ms", step_ms},   {"mfu", mfu}};
   if (val_loss >= 0) j["val_loss"] = val_loss;
+  if (skipped) j["skipped"] = true;
+  if (skipped_steps > 0) j["skipped_steps"] = skipped_steps;
   return j;
 }
 
@@ -40,6 +42,7 @@ std::string Progress::format(const StepFigures& f) const {
                 format_duration(avg_step_s_ * double(steps_to_run_ - seen_)).c_str());
   std::string line = buf;
   if (f.val_loss >= 0) line += str(" | val ", f.val_loss);
+  if (f.skipped_steps > 0) line += str(" | skipped ", f.skipped_steps);
   return line;
 }
 

@@ -12,6 +12,8 @@ struct StepFigures {
   int64_t step = 0, total = 0;  // step counts from 1 here: the number of updates done
   double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0, step_ms = 0, mfu = 0;
   double val_loss = -1;  // < 0: not evaluated this step
+  bool skipped = false;  // the update was skipped (--on-nan skip-step)
+  int64_t skipped_steps = 0;  // updates skipped so far in this run
   nlohmann::json to_json() const;
 };
 

@@ -36,14 +36,21 @@ struct TrainOptions {
   bool keep_gathered = false;  // keep Z-gathered weights from forward to backward
   bool recompute = false;      // activation recomputation
   std::string overlap = "oar,ors,oag";  // communication to hide: oar, ors, oag, dp, all, none (ModelOptions)
+  int keep = 0;                // keep only the newest N checkpoints of --out (0: all)
+  std::string on_nan = "stop";  // a non-finite loss or gradient norm: stop, or skip-step
+  double timeout = 600;         // seconds a collective may block before the job fails (0: off)
 
   nlohmann::json to_json() const;
   // Sets the fields named in j; an unknown key or a value of the wrong type is an error.
   void update_from_json(const nlohmann::json& j);
 };
 
+// --on-nan skip-step gives up after this many non-finite steps in a row.
+constexpr int kMaxSkippedStepsInARow = 10;
+
 struct TrainResult {
   int64_t steps_done = 0;
+  int64_t skipped_steps = 0;  // updates skipped by --on-nan skip-step
   double last_loss = 0, last_val_loss = -1;
   std::string last_checkpoint;
 };

@@ -21,6 +21,7 @@
 #include "dendrite/ops/peak.h"
 #include "dendrite/plan/model.h"
 #include "dendrite/plan/sweep.h"
+#include "dendrite/train/trainer.h"
 
 namespace dendrite::app {
 
@@ -38,7 +39,7 @@ struct PlanCmd {
   int batch = 4, seq = 64, world = 1, top = 0, ranks_per_node = 0;
   bool json = false, keep_gathered = false, recompute = false, sweep = false;
   bool batch_given = false, seq_given = false;
-  std::string overlap = "oar";  // as train's default
+  std::string overlap = TrainOptions{}.overlap;  // train's default
 };
 
 nlohmann::json prediction_json(const StepPrediction& p) {
@@ -424,7 +425,7 @@ Runner add_plan(CLI::App& app) {
   app.add_flag("--recompute", o->recompute, "Model --recompute runs");
   app.add_option("--overlap", o->overlap,
                  "Communication hidden behind compute: none, all or a list of oar, ors, oag, dp "
-                 "(as train --overlap; ors and oag are modelled but not built in the trainer)")
+                 "(as train --overlap, and its default)")
       ->capture_default_str();
   app.add_flag("--sweep", o->sweep,
                "Weak scaling from 512 to 32768 GPUs (model grows with the count; "

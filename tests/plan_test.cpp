@@ -294,6 +294,18 @@ TEST(Overlap, HiddenUpToTheComputeBesideIt) {
   }
 }
 
+TEST(Overlap, OagHidesZGathersUnlessBlocksAreKept) {
+  const ModelConfig c = load_model_config("gpt2-124m");
+  Machine m = test_machine();
+  m.ranks_per_node = 8;
+  PlanOptions o;
+  o.B = 8, o.T = 64, o.overlap = Overlap::parse("oag");
+  const GridDims g{1, 1, 4, 2};
+  EXPECT_GT(predict_step(c, m, g, o).hidden_s.at("z"), 0.0);
+  o.keep_gathered = true;  // the trainer turns oag off then
+  EXPECT_EQ(predict_step(c, m, g, o).comm_hidden_s, 0.0);
+}
+
 TEST(Oversubscription, SlowsComputeAndChargesEachCall) {
   const ModelConfig c = load_model_config("gpt2-124m");
   PlanOptions o;

@@ -251,7 +251,9 @@ StepPrediction predict_step(const ModelConfig& c, const Machine& mach, const Gri
     p.penalty_s += penalty * calls;
     p.comm_s[axis] += penalty * calls;
   }
-  const std::map<std::string, double> hidden = hidden_seconds(o.overlap, overlap_inputs(c, mach, g, o));
+  Overlap overlap = o.overlap;  // the trainer turns oag off when blocks are kept
+  if (o.keep_gathered) overlap.oag = false;
+  const std::map<std::string, double> hidden = hidden_seconds(overlap, overlap_inputs(c, mach, g, o));
   for (auto& [axis, t] : ring) {
     const double h = hidden.count(axis) ? std::min(hidden.at(axis), t) : 0.0;
     p.hidden_s[axis] = h;

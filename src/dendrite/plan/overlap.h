@@ -7,10 +7,9 @@
 //    posted after its backward) behind the backward of the layers below it;
 //    the rest (embedding, head, final norm) is posted at the end, exposed.
 //  - ors: each layer's dW reduce-scatters over Z run behind the backward of the
-//    layers below it (the same pipeline as dp; not built in the trainer yet).
+//    layers below it (the same pipeline as dp).
 //  - oag: the Z all-gather of layer l+1's weights runs behind layer l's
-//    forward (and, without --keep-gathered, backward); not built in the
-//    trainer yet.
+//    forward and backward (the trainer turns it off with --keep-gathered).
 // Axes x, y, z, d as in the grid; all times in seconds on one rank.
 #pragma once
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <string>
 
 #include "dendrite/comm/mpi_communicator.h"
@@ -40,9 +41,12 @@ class WindowArray final : public SharedArray {
     n_ = n;
     peers_ = std::move(peers);
   }
-  // Freeing a window is collective: every rank destroys its arrays in the same order.
+  // Freeing a window is collective: every rank destroys its arrays in the same
+  // order. Not while an error unwinds the stack: the peers may never come (the
+  // job is about to abort), so the window is left to the process's end.
   ~WindowArray() override {
     int finalized = 0;
+    if (std::uncaught_exceptions() > 0) return;
     if (MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) MPI_Win_free(&win_);
   }
 

@@ -156,6 +156,7 @@ int run_bench_step(const BenchOptions& o) {
                       {"peak_rss_mb", max_rss},
                       {"rss_shmem_mb", max_shm},
                       {"grid", grid.shape().str()},
+                      {"overlap", o.overlap},
                       {"comm", comm},
                       {"compute_ms", secs * 1e3 - exposed_ms},
                       {"param_bytes", 4.0 * model.num_floats()},

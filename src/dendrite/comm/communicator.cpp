@@ -97,9 +97,10 @@ void Request::wait() {
 void Request::wait_task() {
   TaskState& t = *impl_->task;
   const double start = steady_seconds(), timeout = impl_->group->timeout();
-  for (unsigned spin = 0; !t.done.load(std::memory_order_acquire); ++spin) {
-    if (spin > 64) sched_yield();
-    if (spin % 256 != 255 || timeout <= 0) continue;
+  Backoff backoff;
+  while (!t.done.load(std::memory_order_acquire)) {
+    backoff.pause();
+    if (backoff.rounds() % 256 != 255 || timeout <= 0) continue;
     const double waited = steady_seconds() - start;
     DENDRITE_CHECK(waited < timeout, collective_name(static_cast<Collective>(impl_->kind)),
                    " on grid axis ", impl_->group->name(), " (", impl_->group->size(),

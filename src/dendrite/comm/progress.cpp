@@ -2,6 +2,7 @@
 #include "dendrite/comm/progress.h"
 
 #include <sched.h>
+#include <time.h>
 
 #include <atomic>
 #include <chrono>
@@ -76,14 +77,26 @@ std::shared_ptr<TaskState> post_task(std::function<void()> fn) {
   return engine.post(std::move(fn));
 }
 
+void Backoff::pause() {
+  ++rounds_;
+  if (rounds_ < 2000) {
+    __builtin_ia32_pause();
+  } else if (rounds_ < 2100) {
+    sched_yield();
+  } else {
+    const timespec nap{0, 20000};  // 20 us: the core goes to the GEMMs meanwhile
+    nanosleep(&nap, nullptr);
+  }
+}
+
 void shm_barrier(float* const* slots, int ranks, int me, int64_t& generation) {
   const int64_t next = ++generation;
   std::atomic_ref<int64_t>(*reinterpret_cast<int64_t*>(slots[me])).store(next,
                                                                          std::memory_order_release);
   for (int r = 0; r < ranks; ++r) {
     std::atomic_ref<int64_t> peer(*reinterpret_cast<int64_t*>(slots[r]));
-    for (int spin = 0; peer.load(std::memory_order_acquire) < next; ++spin)
-      if (spin > 64) sched_yield();
+    Backoff backoff;
+    while (peer.load(std::memory_order_acquire) < next) backoff.pause();
   }
 }
 

@@ -32,7 +32,19 @@ double steady_seconds();
 // Queues fn on the process's engine thread (started on first use).
 std::shared_ptr<TaskState> post_task(std::function<void()> fn);
 
-// Spins (then yields) until every rank of a shared group has arrived: each
+// Waiting without stealing the core for long: spin a few microseconds (a peer
+// that is about to arrive), then yield, then sleep in 20 us naps, so a waiting
+// thread leaves its core to the computing threads of its own and other ranks.
+class Backoff {
+ public:
+  void pause();
+  unsigned rounds() const { return rounds_; }
+
+ private:
+  unsigned rounds_ = 0;
+};
+
+// Spins (then yields, then naps) until every rank of a shared group has arrived: each
 // rank bumps its own 64-byte slot to the next generation and waits for every
 // peer's slot to reach it. Called by the engine thread only.
 void shm_barrier(float* const* slots, int ranks, int me, int64_t& generation);

@@ -77,11 +77,18 @@ std::shared_ptr<TaskState> post_task(std::function<void()> fn) {
   return engine.post(std::move(fn));
 }
 
+namespace {
+std::atomic<unsigned> spin_rounds{2000};
+}  // namespace
+
+void set_oversubscribed(bool yes) { spin_rounds.store(yes ? 16 : 2000, std::memory_order_relaxed); }
+
 void Backoff::pause() {
   ++rounds_;
-  if (rounds_ < 2000) {
+  const unsigned spin = spin_rounds.load(std::memory_order_relaxed);
+  if (rounds_ < spin) {
     __builtin_ia32_pause();
-  } else if (rounds_ < 2100) {
+  } else if (rounds_ < spin + 100) {
     sched_yield();
   } else {
     const timespec nap{0, 20000};  // 20 us: the core goes to the GEMMs meanwhile

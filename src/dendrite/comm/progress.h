@@ -44,6 +44,10 @@ class Backoff {
   unsigned rounds_ = 0;
 };
 
+// When the node runs more threads than it has cores, waiting threads spin only
+// briefly: a spinning waiter would take the core from the rank it waits for.
+void set_oversubscribed(bool yes);
+
 // Spins (then yields, then naps) until every rank of a shared group has arrived: each
 // rank bumps its own 64-byte slot to the next generation and waits for every
 // peer's slot to reach it. Called by the engine thread only.

@@ -8,6 +8,7 @@
 // direction here, memory itself ~25 GB/s). Set DENDRITE_SHARED_MEMORY=0 to
 // turn it off (private memory, messages).
 #include <mpi.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include <cstring>
 #include <exception>
 #include <string>
+#include <thread>
 
 #include "dendrite/comm/mpi_communicator.h"
 #include "dendrite/core/buffer.h"
@@ -96,6 +98,15 @@ std::unique_ptr<SharedArray> MpiCommunicator::make_window(int64_t n) {
     MPI_Comm_size(node, &node_size);
     MPI_Comm_free(&node);
     local = node_size == size_ ? 1 : 0;
+    // Ranks of this job on the node, each with its OpenMP threads and an engine thread.
+    MPI_Comm job_node;
+    check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &job_node),
+              "MPI_Comm_split_type");
+    int job_ranks = 0;
+    MPI_Comm_size(job_node, &job_ranks);
+    MPI_Comm_free(&job_node);
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    set_oversubscribed(unsigned(job_ranks * omp_get_max_threads()) >= cores);
   }
   int all_local = 0;  // every rank must take the same branch
   check_mpi(MPI_Allreduce(&local, &all_local, 1, MPI_INT, MPI_MIN, comm_), "MPI_Allreduce");

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -39,6 +40,7 @@ struct PlanCmd {
   int batch = 4, seq = 64, world = 1, top = 0, ranks_per_node = 0;
   bool json = false, keep_gathered = false, recompute = false, sweep = false;
   bool batch_given = false, seq_given = false;
+  bool no_shared_memory = false;  // also when DENDRITE_SHARED_MEMORY=0, as the trainer
   std::string overlap = TrainOptions{}.overlap;  // train's default
 };
 
@@ -60,6 +62,7 @@ nlohmann::json prediction_json(const StepPrediction& p) {
           {"comm_exposed_ms", p.comm_exposed_s * 1e3},
           {"comm_hidden_ms", p.comm_hidden_s * 1e3},
           {"penalty_ms", p.penalty_s * 1e3},
+          {"engine_ms", p.engine_s * 1e3},
           {"hidden_ms", hidden},
           {"comm_bytes", bytes},
           {"memory_mb", p.memory.total() / 1048576.0},
@@ -68,9 +71,13 @@ nlohmann::json prediction_json(const StepPrediction& p) {
 }
 
 void print_plan_table(const PlanCmd& o, const Machine& mach, const Plan& plan) {
-  std::printf("plan: %s, B=%d T=%d on %d ranks of %s (%d ranks per node), overlap %s\n",
+  std::printf("plan: %s, B=%d T=%d on %d ranks of %s (%d ranks per node), overlap %s, "
+              "node-local Z/D collectives over %s\n",
               o.model.c_str(), o.batch, o.seq, o.world, mach.name.c_str(), mach.ranks_per_node,
-              Overlap::parse(o.overlap).str().c_str());
+              Overlap::parse(o.overlap).str().c_str(),
+              o.no_shared_memory ? "messages (--no-shared-memory)"
+              : mach.has_shm     ? "shared memory"
+                                 : "messages (the machine file has no shm figures)");
   std::printf("(x/y/z/d ms: exposed communication per axis; hidden: behind compute, all axes)\n");
   std::printf("%-4s %-18s %9s %9s %8s %8s %8s %8s %8s %9s %10s\n", "rank", "grid", "step ms",
               "compute", "x ms", "y ms", "z ms", "d ms", "hidden", "mem MB", "tokens/s");
@@ -143,6 +150,8 @@ int run_plan(const PlanCmd& o) {
   PlanOptions po;
   po.B = o.batch, po.T = o.seq, po.keep_gathered = o.keep_gathered, po.recompute = o.recompute;
   po.overlap = Overlap::parse(o.overlap);
+  const char* env = std::getenv("DENDRITE_SHARED_MEMORY");
+  po.shared_memory = !o.no_shared_memory && !(env && std::string(env) == "0");
   if (o.sweep) return run_sweep(o, mach, po);
   const Plan plan = plan_grids(mc, mach, o.world, po);
   int rank = 0;
@@ -157,6 +166,7 @@ int run_plan(const PlanCmd& o) {
   for (auto& [g, why] : plan.excluded) excluded.push_back({{"grid", grid_str(g)}, {"reason", why}});
   nlohmann::json j = {{"model", o.model}, {"batch", o.batch}, {"seq", o.seq}, {"world", o.world},
                       {"machine", mach.name}, {"ranks_per_node", mach.ranks_per_node},
+                      {"shared_memory", po.shared_memory && mach.has_shm},
                       {"ranked", ranked}, {"excluded", excluded}};
   std::printf("%s\n", j.dump().c_str());
   return 0;
@@ -278,6 +288,39 @@ LinkCost calibrate_collective(Communicator& world, Communicator& comm, const std
   return c;
 }
 
+// The same fit for the collectives over a SharedArray (shared_array.cpp) of a
+// group inside one node: all-gather of n/g floats per rank, reduce-scatter of
+// n per rank to n/g, all-reduce of n in place. Returns false (and writes
+// nothing) when the group's array is not shared (DENDRITE_SHARED_MEMORY=0).
+bool calibrate_shm_collective(Communicator& world, Communicator& comm, const std::string& kind,
+                              LinkCost& c) {
+  const int g = comm.size();
+  const double f = kind == "all_reduce" ? 2.0 : 1.0;
+  auto per_call = [&](int64_t n) {  // n floats of payload as counted by step_volume
+    const int64_t part = n / g;
+    std::unique_ptr<SharedArray> a = comm.allocate_shared(kind == "all_gather" ? part : n);  // zeros: sums stay finite
+    comm.barrier();
+    std::vector<float> out(kind == "all_gather" ? n : part);
+    auto fn = [&] {
+      if (kind == "all_reduce") comm.all_reduce(*a, 0, n);
+      if (kind == "all_gather") comm.all_gather(*a, 0, out.data(), part);
+      if (kind == "reduce_scatter") comm.reduce_scatter(*a, 0, out.data(), part, false);
+    };
+    const bool shared = a->shared();
+    const double t = shared ? time_call(world, fn, 0.2, 5) : 0.0;
+    comm.barrier();
+    return std::pair{shared, t};
+  };
+  const int64_t small = 64 * g, large = (16 << 20) / g * g;  // 256 B per rank, 64 MB
+  const auto [shared, ts] = per_call(small);
+  if (!shared) return false;
+  const double tl = per_call(large).second;
+  const double coef = f * (g - 1.0) / g * 4.0;
+  c.bandwidth = coef * (large - small) / std::max(tl - ts, 1e-9);
+  c.latency = std::max(0.0, ts - coef * small / c.bandwidth);
+  return true;
+}
+
 // Seconds per call of fn over one batch of about `seconds` (same count on
 // every rank), averaged over the ranks: unlike time_call, no fastest batch, as
 // the penalty below is the mean cost of a descheduled peer.
@@ -345,7 +388,17 @@ void calibrate_links(ProcessGrid& world_grid, Machine& mach, int P) {
         std::printf("calibrate: %-14s g=%d  latency %.1f us, bandwidth %.2f GB/s\n", kind, g,
                     c.latency * 1e6, c.bandwidth / 1e9);
     }
+    for (const char* kind : kinds) {  // the same over shared memory, where it is on
+      LinkCost c;
+      if (!calibrate_shm_collective(world_grid.world(), sub.X(), kind, c)) continue;
+      mach.shm.by_kind[kind] = c;
+      mach.has_shm = true;
+      if (world_grid.rank() == 0)
+        std::printf("calibrate: shm %-10s g=%d  latency %.1f us, bandwidth %.2f GB/s\n", kind, g,
+                    c.latency * 1e6, c.bandwidth / 1e9);
+    }
   }
+  if (mach.has_shm) mach.shm.all = mach.shm.get("all_reduce");
   if (mach.node.by_kind.empty()) mach.node.by_kind["all_reduce"] = {1e12, 0};  // one rank: free
   mach.node.all = mach.node.by_kind["all_reduce"];
   // One node cannot measure the network: the node's figures stand in for it.
@@ -430,6 +483,9 @@ Runner add_plan(CLI::App& app) {
   app.add_flag("--sweep", o->sweep,
                "Weak scaling from 512 to 32768 GPUs (model grows with the count; "
                "docs/planner.md); --model and --world are not used");
+  app.add_flag("--no-shared-memory", o->no_shared_memory,
+               "Model runs with DENDRITE_SHARED_MEMORY=0: node-local Z and D collectives as MPI "
+               "messages (also when that variable is 0 here)");
   app.add_flag("--json", o->json, "Print one JSON object");
   return [o, batch, seq] {
     o->batch_given = batch->count() > 0;

@@ -9,7 +9,7 @@
 # The per-call penalty of oversubscription is measured by a second, 4-rank
 # calibration (calibrate --penalty-from) on top of the 2-rank one.
 # Usage: bench/validate_plan.sh [build-dir] (env: MODEL, BATCH, SEQ, STEPS, OUT, WORLDS="2 4",
-#        OVERLAP=none: the --overlap of both the runs and the plan)
+#        OVERLAP=oar,ors,oag (train's default): the --overlap of both the runs and the plan)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-$ROOT/build}
@@ -18,7 +18,7 @@ MODEL=${MODEL:-gpt2-124m}
 BATCH=${BATCH:-4}
 SEQ=${SEQ:-64}
 STEPS=${STEPS:-3}
-OVERLAP=${OVERLAP:-none}
+OVERLAP=${OVERLAP:-oar,ors,oag}
 OUT=${OUT:-/tmp/dendrite_validate_plan}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1

@@ -356,5 +356,115 @@ TEST(Sweep, WeakScalingFrom512) {
   EXPECT_NE(error_of([] { weak_scaling_model(3000); }).find("512 * 2^k"), std::string::npos);
 }
 
+// A machine whose node-local shared-memory collectives are 10x the messages'.
+Machine shm_machine() {
+  Machine m = test_machine();
+  m.has_shm = true;
+  m.shm.all = {10e9, 5e-6};
+  m.shm.by_kind["reduce_scatter"] = {20e9, 4e-6};
+  return m;
+}
+
+TEST(SharedMemory, LevelRoundTripAndOlderFilesLoad) {
+  const Machine m = shm_machine();
+  const nlohmann::json j = to_json(m);
+  ASSERT_TRUE(j.at("collectives").contains("shm"));
+  const Machine back = machine_from_json(j);
+  EXPECT_TRUE(back.has_shm);
+  EXPECT_EQ(to_json(back), j);
+  EXPECT_DOUBLE_EQ(back.shm.get("reduce_scatter").bandwidth, 20e9);
+  EXPECT_DOUBLE_EQ(back.shm.get("all_gather").latency, 5e-6);  // the level's default
+  // A file without the level (written before it) loads, without shm figures.
+  nlohmann::json old = j;
+  old["collectives"].erase("shm");
+  const Machine legacy = machine_from_json(old);
+  EXPECT_FALSE(legacy.has_shm);
+  EXPECT_FALSE(to_json(legacy).at("collectives").contains("shm"));
+  // ... and the shm link then falls back to the node's message figures.
+  EXPECT_DOUBLE_EQ(legacy.link("all_gather", 1, 2, true).bandwidth, 2e9);
+  // The level is as strict as the others.
+  nlohmann::json bad = j;
+  bad["collectives"]["shm"]["bandwith"] = 1;
+  EXPECT_NE(error_of([&] { machine_from_json(bad); }).find("collectives.shm"), std::string::npos);
+  bad = j;
+  bad["collectives"]["shm"]["all_gather"] = {{"bandwidth", -1}, {"latency", 0}};
+  EXPECT_NE(error_of([&] { machine_from_json(bad); }).find("positive"), std::string::npos);
+}
+
+TEST(SharedMemory, OnlyForNodeLocalZAndDGroups) {
+  const Machine m = shm_machine();  // 2 ranks per node
+  PlanOptions o;
+  // Z all-gather / reduce-scatter and D all-reduce inside the node: shared memory.
+  EXPECT_TRUE(uses_shared_memory(m, {1, 1, 2, 1}, "z", "all_gather", o));
+  EXPECT_TRUE(uses_shared_memory(m, {1, 1, 2, 1}, "z", "reduce_scatter", o));
+  EXPECT_TRUE(uses_shared_memory(m, {1, 1, 1, 2}, "d", "all_reduce", o));
+  // Z's all-reduce of replicated gradients and the X / Y activations: messages.
+  EXPECT_FALSE(uses_shared_memory(m, {1, 1, 2, 1}, "z", "all_reduce", o));
+  EXPECT_FALSE(uses_shared_memory(m, {2, 1, 1, 1}, "x", "all_reduce", o));
+  EXPECT_FALSE(uses_shared_memory(m, {1, 2, 1, 1}, "y", "all_reduce", o));
+  // A group spanning nodes (z=2 at stride 2 on 2 ranks per node), a group of
+  // one, shared memory off, or a machine without shm figures: messages.
+  EXPECT_FALSE(uses_shared_memory(m, {2, 1, 2, 1}, "z", "all_gather", o));
+  EXPECT_FALSE(uses_shared_memory(m, {1, 1, 2, 2}, "d", "all_reduce", o));
+  EXPECT_FALSE(uses_shared_memory(m, {2, 1, 1, 1}, "z", "all_gather", o));
+  PlanOptions off = o;
+  off.shared_memory = false;
+  EXPECT_FALSE(uses_shared_memory(m, {1, 1, 2, 1}, "z", "all_gather", off));
+  EXPECT_FALSE(uses_shared_memory(test_machine(), {1, 1, 2, 1}, "z", "all_gather", o));
+  // The ring cost by hand: 4 us + 1/2 * 1 MB / 20 GB/s in the node over shm;
+  // across nodes the network's figures whatever the flag.
+  EXPECT_NEAR(collective_seconds(m, "reduce_scatter", 1, 2, 1e6, 1, true), 4e-6 + 2.5e-5, 1e-15);
+  EXPECT_NEAR(collective_seconds(m, "reduce_scatter", 1, 2, 1e6, 1, false), 1e-6 + 5e-4, 1e-15);
+  EXPECT_NEAR(collective_seconds(m, "reduce_scatter", 2, 2, 1e6, 1, true), 1e-5 + 5e-3, 1e-15);
+}
+
+TEST(SharedMemory, ZGridPredictsFasterWithSameBytes) {
+  const ModelConfig c = load_model_config("gpt2-124m");
+  PlanOptions o;
+  o.B = 4, o.T = 64;
+  const Machine m = shm_machine();
+  PlanOptions off = o;
+  off.shared_memory = false;
+  for (const GridDims& g : {GridDims{1, 1, 2, 1}, GridDims{1, 1, 1, 2}}) {
+    const StepPrediction shm = predict_step(c, m, g, o), msg = predict_step(c, m, g, off);
+    EXPECT_LT(shm.step_s, msg.step_s) << grid_str(g);
+    EXPECT_LT(shm.comm_total_s, 0.5 * msg.comm_total_s) << grid_str(g);
+    EXPECT_EQ(shm.volume.bytes, msg.volume.bytes) << grid_str(g);  // volumes unchanged
+    EXPECT_EQ(shm.volume.calls, msg.volume.calls) << grid_str(g);
+    EXPECT_EQ(shm.compute_s, msg.compute_s) << grid_str(g);
+    // Off, the prediction is that of a machine without shm figures.
+    EXPECT_EQ(msg.step_s, predict_step(c, test_machine(), g, o).step_s) << grid_str(g);
+  }
+  // X and Y grids do not change.
+  const GridDims xy{1, 2, 1, 1};
+  EXPECT_EQ(predict_step(c, m, xy, o).step_s, predict_step(c, m, xy, off).step_s);
+}
+
+TEST(SharedMemory, EngineWorkChargedToComputeWithoutSpareCore) {
+  const ModelConfig c = load_model_config("gpt2-124m");
+  PlanOptions o;
+  o.B = 4, o.T = 64, o.overlap = Overlap::parse("oar,ors,oag");
+  Machine m = shm_machine();
+  const GridDims g{1, 1, 2, 1};
+  m.cores_per_node = 4;  // 2 ranks of 1 thread on 4 cores: a spare core per rank
+  const StepPrediction spare = predict_step(c, m, g, o);
+  EXPECT_EQ(spare.engine_s, 0.0);
+  ASSERT_GT(spare.hidden_s.at("z"), 0.0);
+  m.cores_per_node = 2;  // every core computes: the engine's work takes GEMM cycles
+  const StepPrediction full = predict_step(c, m, g, o);
+  EXPECT_NEAR(full.engine_s, kEngineWorkFraction * full.hidden_s.at("z"), 1e-12);
+  EXPECT_NEAR(full.compute_s, spare.compute_s + full.engine_s, 1e-12);
+  EXPECT_NEAR(full.step_s, full.compute_s + full.comm_exposed_s, 1e-12);
+  // Over messages (shared memory off) nothing runs on the engine.
+  PlanOptions off = o;
+  off.shared_memory = false;
+  EXPECT_EQ(predict_step(c, m, g, off).engine_s, 0.0);
+  // dp on a node-local D group runs on the engine too.
+  o.overlap = Overlap::parse("dp");
+  const StepPrediction dp = predict_step(c, m, {1, 1, 1, 2}, o);
+  ASSERT_GT(dp.hidden_s.at("d"), 0.0);
+  EXPECT_NEAR(dp.engine_s, kEngineWorkFraction * dp.hidden_s.at("d"), 1e-12);
+}
+
 }  // namespace
 }  // namespace dendrite

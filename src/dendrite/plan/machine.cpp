@@ -106,6 +106,14 @@ const LinkCost& Machine::link(const std::string& kind, int stride, int g) const 
   return (in_node ? node : network).get(kind);
 }
 
+bool Machine::uses_shm(int stride, int g, bool shared) const {
+  return shared && has_shm && g > 1 && int64_t(stride) * g <= ranks_per_node;
+}
+
+const LinkCost& Machine::link(const std::string& kind, int stride, int g, bool shared) const {
+  return uses_shm(stride, g, shared) ? shm.get(kind) : link(kind, stride, g);
+}
+
 double Machine::oversubscription() const {
   if (cores_per_node <= 0) return 1.0;
   return std::max(1.0, double(ranks_per_node) * threads_per_rank / cores_per_node);
@@ -177,11 +185,13 @@ Machine machine_from_json(const json& j) {
   DENDRITE_CHECK(j.contains("collectives"), "machine: missing field \"collectives\" in ", top,
                  " (an object with \"node\" and \"network\" levels)");
   const json& c = j.at("collectives");
-  check_keys(c, "collectives", {"node", "network"});
+  check_keys(c, "collectives", {"node", "network", "shm"});
   DENDRITE_CHECK(c.contains("node") && c.contains("network"),
                  "machine: \"collectives\" needs both a \"node\" and a \"network\" level");
   m.node = level_from_json(c.at("node"), "collectives.node");
   m.network = level_from_json(c.at("network"), "collectives.network");
+  m.has_shm = c.contains("shm");  // optional: files written before it still load
+  if (m.has_shm) m.shm = level_from_json(c.at("shm"), "collectives.shm");
   m.validate();
   return m;
 }
@@ -201,6 +211,7 @@ json to_json(const Machine& m) {
             {"oversubscribed_call_penalty_s", m.oversubscribed_call_penalty_s},
             {"gemm", gemm},
             {"collectives", {{"node", level_to_json(m.node)}, {"network", level_to_json(m.network)}}}};
+  if (m.has_shm) j["collectives"]["shm"] = level_to_json(m.shm);
   if (!m.notes.empty()) j["notes"] = m.notes;
   return j;
 }

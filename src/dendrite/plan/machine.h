@@ -55,6 +55,12 @@ struct Machine {
   std::vector<GemmRate> gemm;   // empty: GEMMs run at peak_gflops * gemm_efficiency
   double gemm_efficiency = 1.0; // used only when the table is empty
   LevelCost node, network;
+  // Collectives over MPI-3 shared memory (Communicator::allocate_shared): the
+  // trainer's Z all-gather and reduce-scatter and its D all-reduce when the
+  // group is inside one node. has_shm false (older files, or calibrate without
+  // shared windows): those fall back to the node's message figures.
+  LevelCost shm;
+  bool has_shm = false;
 
   // GFLOP/s of one rank for a GEMM of this shape: the measured shape nearest in
   // log distance (sum over m, n, k of log(a/b)^2), scaled down linearly in m
@@ -64,6 +70,11 @@ struct Machine {
   // The cost of a collective over a group of g ranks at stride s (ranks
   // r, r+s, ..., r+(g-1)s): inside one node when s*g <= ranks_per_node.
   const LinkCost& link(const std::string& kind, int stride, int g) const;
+  // As link(), but a group inside one node moves its data through shared
+  // memory when shared is true and the machine has shm figures.
+  const LinkCost& link(const std::string& kind, int stride, int g, bool shared) const;
+  // Whether such a group runs its collective over shared memory.
+  bool uses_shm(int stride, int g, bool shared) const;
   // Compute slowdown when the node's ranks need more threads than it has cores.
   double oversubscription() const;
   // Throws dendrite::Error naming the field and the fix.

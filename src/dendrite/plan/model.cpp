@@ -104,8 +104,13 @@ std::vector<GemmCall> step_gemms(const ModelConfig& c, const GridDims& g, const 
 
 double collective_seconds(const Machine& mach, const std::string& kind, int stride, int g,
                           double bytes, double calls) {
+  return collective_seconds(mach, kind, stride, g, bytes, calls, false);
+}
+
+double collective_seconds(const Machine& mach, const std::string& kind, int stride, int g,
+                          double bytes, double calls, bool shared) {
   if (g <= 1 || calls <= 0) return 0;
-  const LinkCost& link = mach.link(kind, stride, g);
+  const LinkCost& link = mach.link(kind, stride, g, shared);
   const double factor = kind == "all_reduce" ? 2.0 : 1.0;
   return calls * link.latency + factor * (g - 1.0) / g * bytes / link.bandwidth;
 }
@@ -141,13 +146,27 @@ std::pair<int, int> axis_group(const GridDims& g, const std::string& axis) {
   return {g.x * g.y * g.z, g.d};
 }
 
+// Whether the trainer keeps this axis' collective of this kind in shared memory
+// when its group is inside a node (Z parameters, D gradients).
+bool shm_kind(const std::string& axis, const std::string& kind) {
+  return (axis == "z" && (kind == "all_gather" || kind == "reduce_scatter")) ||
+         (axis == "d" && kind == "all_reduce");
+}
+
 double cost(const Machine& mach, const GridDims& g, const std::string& axis, const char* kind,
-            double bytes, double calls) {
+            double bytes, double calls, const PlanOptions& o) {
   auto [stride, size] = axis_group(g, axis);
-  return collective_seconds(mach, kind, stride, size, bytes, calls);
+  return collective_seconds(mach, kind, stride, size, bytes, calls,
+                            o.shared_memory && shm_kind(axis, kind));
 }
 
 }  // namespace
+
+bool uses_shared_memory(const Machine& mach, const GridDims& g, const std::string& axis,
+                        const std::string& kind, const PlanOptions& o) {
+  auto [stride, size] = axis_group(g, axis);
+  return shm_kind(axis, kind) && mach.uses_shm(stride, size, o.shared_memory);
+}
 
 int64_t local_parameter_floats(const ModelConfig& c, const GridDims& g) {
   return param_floats(c, g).total;
@@ -197,9 +216,9 @@ OverlapInputs overlap_inputs(const ModelConfig& c, const Machine& mach, const Gr
     gemm_bwd += gemm_s(s.m, l.in, l.out) + dweight;
     const std::string axis = l.reduce;
     if (!axis.empty() && axis_group(g, axis).second > 1)
-      in.oar.push_back({axis, cost(mach, g, axis, "all_reduce", 4.0 * s.m * l.in, 1), dweight});
-    gather += cost(mach, g, "z", "all_gather", 4.0 * l.out * l.in, 1);
-    scatter += cost(mach, g, "z", "reduce_scatter", 4.0 * l.out * l.in, 1);
+      in.oar.push_back({axis, cost(mach, g, axis, "all_reduce", 4.0 * s.m * l.in, 1, o), dweight});
+    gather += cost(mach, g, "z", "all_gather", 4.0 * l.out * l.in, 1, o);
+    scatter += cost(mach, g, "z", "reduce_scatter", 4.0 * l.out * l.in, 1, o);
   }
   PlanOptions once = o;  // one forward of attention per layer
   once.recompute = false;
@@ -214,7 +233,7 @@ OverlapInputs overlap_inputs(const ModelConfig& c, const Machine& mach, const Gr
   in.z_gather_backward_s = (o.keep_gathered ? 0 : gather) + (o.recompute ? gather : 0);
   in.z_scatter_layer_s = scatter;
   if (o.overlap.dp)
-    in.d_bucket_s = cost(mach, g, "d", "all_reduce", 4.0 * param_floats(c, g).layer, 2);
+    in.d_bucket_s = cost(mach, g, "d", "all_reduce", 4.0 * param_floats(c, g).layer, 2, o);
   return in;
 }
 
@@ -247,7 +266,7 @@ StepPrediction predict_step(const ModelConfig& c, const Machine& mach, const Gri
   for (auto& [key, b] : p.volume.bytes) {
     const std::string axis = key.substr(0, key.find('.')), kind = key.substr(key.find('.') + 1);
     const double calls = double(p.volume.calls.at(key));
-    ring[axis] += cost(mach, g, axis, kind.c_str(), double(b), calls);
+    ring[axis] += cost(mach, g, axis, kind.c_str(), double(b), calls, o);
     p.penalty_s += penalty * calls;
     p.comm_s[axis] += penalty * calls;
   }
@@ -259,6 +278,17 @@ StepPrediction predict_step(const ModelConfig& c, const Machine& mach, const Gri
     p.hidden_s[axis] = h;
     p.comm_s[axis] += t - h;
     p.comm_hidden_s += h;
+  }
+  // The engine's shared-memory work (hidden Z collectives; D with dp) takes
+  // cycles from the GEMMs when no core is spare.
+  const bool no_spare_core = mach.cores_per_node > 0 &&
+                             mach.ranks_per_node * mach.threads_per_rank >= mach.cores_per_node;
+  if (no_spare_core) {
+    const std::pair<const char*, const char*> engine[] = {{"z", "all_gather"}, {"d", "all_reduce"}};
+    for (auto [axis, kind] : engine)
+      if (p.hidden_s.count(axis) && uses_shared_memory(mach, g, axis, kind, o))
+        p.engine_s += kEngineWorkFraction * p.hidden_s.at(axis);
+    p.compute_s += p.engine_s;
   }
   for (auto& [axis, t] : p.comm_s) p.comm_exposed_s += t;
   p.comm_total_s = p.comm_exposed_s + p.comm_hidden_s;

@@ -33,7 +33,20 @@ struct PlanOptions {
   // to oar). With dp the gradients are reduced over D per layer: more calls.
   Overlap overlap;
   int ce_chunk = 256;  // rows of the cross-entropy chunks (Dendrite uses 256)
+  // The trainer's shared-memory path (DENDRITE_SHARED_MEMORY, default on): a Z
+  // group (D group) inside one node all-gathers and reduce-scatters its
+  // parameters (all-reduces its gradients) through shared memory, at the
+  // machine's "shm" figures (same bytes and calls), and ORS/OAG (dp) run them
+  // on the progress-engine thread. Off, or without shm figures: messages.
+  bool shared_memory = true;
 };
+
+// Fraction of the progress engine's hidden work that the model adds to the
+// compute when the node has no spare core (ranks x threads >= cores): the
+// engine thread then takes its cycles from the GEMMs. 1: measured on the
+// 2-core machine (docs/overlap.md: compute rose by about what the engine ran,
+// the step came out 4-5% slower than without overlap).
+constexpr double kEngineWorkFraction = 1.0;
 
 // Memory of one rank, bytes.
 struct MemoryEstimate {
@@ -52,6 +65,9 @@ struct StepPrediction {
   // per-call penalty) = exposed + hidden; step_s = compute_s + comm_exposed_s.
   double comm_total_s = 0, comm_exposed_s = 0, comm_hidden_s = 0;
   double penalty_s = 0;  // of which the oversubscription penalty (exposed)
+  // Of compute_s: the progress engine's shared-memory work (hidden ORS/OAG, dp)
+  // charged to the compute on a node with no spare core (kEngineWorkFraction).
+  double engine_s = 0;
   double step_s = 0, tokens_per_s = 0;
   MemoryEstimate memory;
   Volume volume;
@@ -64,6 +80,14 @@ std::vector<GemmCall> step_gemms(const ModelConfig& c, const GridDims& g, const 
 // step_volume counts them) over a group of g ranks at stride s.
 double collective_seconds(const Machine& mach, const std::string& kind, int stride, int g,
                           double bytes, double calls);
+// The same over the link mach.link(kind, stride, g, shared) picks.
+double collective_seconds(const Machine& mach, const std::string& kind, int stride, int g,
+                          double bytes, double calls, bool shared);
+// Whether the trainer runs this axis' collective of this kind over shared
+// memory on this grid: Z all-gather / reduce-scatter and D all-reduce of a
+// group inside one node, with o.shared_memory and the machine's shm figures.
+bool uses_shared_memory(const Machine& mach, const GridDims& g, const std::string& axis,
+                        const std::string& kind, const PlanOptions& o);
 // Floats this rank holds for parameters (each tensor padded to 16, as the table).
 int64_t local_parameter_floats(const ModelConfig& c, const GridDims& g);
 MemoryEstimate step_memory(const ModelConfig& c, const GridDims& g, const PlanOptions& o);

@@ -2,7 +2,8 @@
 // is the one `dendrite plan --json` ranks first for the same job (model, batch,
 // sequence, world size, ranks per node, machine file); without --machine it
 // says it plans on a generic description of the node, and still trains. Also
-// `plan --sweep --json` and calibrate --penalty-from refusing a node that fits.
+// `plan --sweep --json`, calibrate --penalty-from refusing a node that fits, and
+// the shared-memory level of a machine file with its switch (--no-shared-memory).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -123,6 +124,38 @@ TEST_F(PlanCli, SweepJsonAndPenaltyCalibration) {
                         (dir_ / "m.json").string());
   EXPECT_NE(one.rc, 0);
   EXPECT_NE(one.out.find("launch more ranks than cores"), std::string::npos) << one.out;
+}
+
+// `plan --json` on a machine file with a shared-memory level: z=2 is predicted
+// faster over shared memory than with --no-shared-memory (or
+// DENDRITE_SHARED_MEMORY=0, as the trainer reads it), with the same bytes.
+TEST_F(PlanCli, SharedMemoryLevelAndItsSwitch) {
+  const std::string machine = (dir_ / "shm_machine.json").string();
+  std::ofstream(machine) << R"({"name": "shm", "ranks_per_node": 2, "threads_per_rank": 1,
+    "cores_per_node": 2, "memory_per_rank_bytes": 8e9, "peak_gflops": 50,
+    "memory_bandwidth": 10e9, "gemm": [],
+    "collectives": {"node": {"bandwidth": 3.5e9, "latency": 20e-6},
+                    "network": {"bandwidth": 3.5e9, "latency": 20e-6},
+                    "shm": {"bandwidth": 12e9, "latency": 5e-6}}})";
+  auto z2 = [&](const std::string& env, const std::string& flag) {
+    Result r = test::run_command(env + kEnv + DENDRITE_BINARY + " plan --model gpt2-124m --world 2 "
+                                 "--json --machine " + machine + flag);
+    EXPECT_EQ(r.rc, 0) << r.out;
+    nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+    for (auto& p : j["ranked"])
+      if (p["grid"] == "x=1,y=1,z=2,d=1") return std::pair{j["shared_memory"].get<bool>(), p};
+    ADD_FAILURE() << "no z=2 in " << r.out;
+    return std::pair{false, nlohmann::json{}};
+  };
+  const auto [on, shm] = z2("", "");
+  const auto [off, msg] = z2("", " --no-shared-memory");
+  const auto [env_off, msg_env] = z2("DENDRITE_SHARED_MEMORY=0 ", "");
+  EXPECT_TRUE(on);
+  EXPECT_FALSE(off);
+  EXPECT_FALSE(env_off);
+  EXPECT_LT(shm["step_ms"].get<double>(), msg["step_ms"].get<double>());
+  EXPECT_EQ(shm["comm_bytes"], msg["comm_bytes"]);
+  EXPECT_EQ(msg["step_ms"], msg_env["step_ms"]);
 }
 
 }  // namespace

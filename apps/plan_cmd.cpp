@@ -298,7 +298,8 @@ bool calibrate_shm_collective(Communicator& world, Communicator& comm, const std
   const double f = kind == "all_reduce" ? 2.0 : 1.0;
   auto per_call = [&](int64_t n) {  // n floats of payload as counted by step_volume
     const int64_t part = n / g;
-    std::unique_ptr<SharedArray> a = comm.allocate_shared(kind == "all_gather" ? part : n);  // zeros: sums stay finite
+    // Zero-filled: repeated sums stay finite.
+    std::unique_ptr<SharedArray> a = comm.allocate_shared(kind == "all_gather" ? part : n);
     comm.barrier();
     std::vector<float> out(kind == "all_gather" ? n : part);
     auto fn = [&] {

@@ -12,6 +12,8 @@ struct StepFigures {
   int64_t step = 0, total = 0;  // step counts from 1 here: the number of updates done
   double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0, step_ms = 0, mfu = 0;
   double val_loss = -1;  // < 0: not evaluated this step
+  double supervised = 1;  // fraction of the batch's target tokens in the loss (Goldfish drops some)
+  bool show_supervised = false;  // on the progress line too (the JSON always has it)
   nlohmann::json to_json() const;
 };
 

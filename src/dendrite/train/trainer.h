@@ -36,6 +36,7 @@ struct TrainOptions {
   bool keep_gathered = false;  // keep Z-gathered weights from forward to backward
   bool recompute = false;      // activation recomputation
   std::string overlap = "oar"; // which communication to hide: oar, dp, all, none (see ModelOptions)
+  std::string goldfish = "off";  // Goldfish loss: "off" or "k=4,h=13,mode=hash,seed=0" (goldfish.h)
 
   nlohmann::json to_json() const;
   // Sets the fields named in j; an unknown key or a value of the wrong type is an error.

@@ -78,6 +78,9 @@ class Transformer {
   double grad_norm() const;
   // logits [B_loc*T, V] of this rank's rows (on every rank of the X and Y axes).
   void logits(const int32_t* inputs, int B, int T, float* out);
+  // logits [B_loc, V] of the last position of each of this rank's sequences of
+  // a global batch of B sequences of T tokens (on every X and Y rank; any grid).
+  void last_position_logits(const int32_t* inputs, int B, int T, float* out);
   // logits [V] of the last position of one sequence of T tokens (a grid with Gd = Gz = 1).
   void last_logits(const int32_t* inputs, int T, float* out);
 

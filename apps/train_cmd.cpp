@@ -104,7 +104,9 @@ Runner add_train(CLI::App& app, int argc, char** argv) {
   app.preparse_callback([opt, pre](size_t) {
     if (!pre->empty()) apply_config_file(*pre, *opt);
   });
-  return [opt] {
+  // The runner holds config_path: CLI11 writes --config into it while parsing
+  // (it was freed when this function returned: a use after free).
+  return [opt, config_path] {
     ProcessGrid grid = make_grid(opt->grid);
     run_train(*opt, grid);
     return 0;

@@ -18,7 +18,6 @@
 
 #include "apps/commands.h"
 #include "dendrite/core/check.h"
-#include "dendrite/core/log.h"
 #include "dendrite/core/rng.h"
 #include "dendrite/eval/memorization.h"
 #include "dendrite/train/canaries.h"
@@ -145,7 +144,6 @@ void print_table(const MemorizationOptions& o, const std::string& ckpt, const Sa
 
 int run_memorization(const MemorizationOptions& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
-  if (o.json) set_log_rank(-1);  // nothing but the JSON on stdout
   ProcessGrid grid = make_grid(o.grid);
   const std::string dir = resolve_checkpoint(o.checkpoint);
   ModelConfig mc = model_config_from_json(read_checkpoint_config(dir).at("model"));

@@ -54,11 +54,16 @@ class Memorization : public ::testing::Test {
     r = dendrite(tokenize + " --out " + canary_data() + " --canaries " +
                  (dir_ / "canaries.txt").string() + " --canary-repeat 3");
     ASSERT_EQ(r.rc, 0) << r.out;
+  }
+  // Trains the tiny model once per process, for the tests that need it (ctest
+  // runs each test in a process of its own).
+  static void train_once() {
+    if (fs::exists(dir_ / "run" / "latest")) return;
     std::ofstream(dir_ / "tiny.json") << R"({"arch": "gpt2", "n_layer": 2, "n_embd": 64,
                                             "n_head": 4, "block_size": 32})";
-    r = dendrite("train --model " + (dir_ / "tiny.json").string() + " --data " + data() +
-                 " --steps 200 --batch 8 --seq 32 --lr 1e-2 --warmup 10 --eval-every 0 --out " +
-                 (dir_ / "run").string());
+    Result r = dendrite("train --model " + (dir_ / "tiny.json").string() + " --data " + data() +
+                        " --steps 200 --batch 8 --seq 32 --lr 1e-2 --warmup 10 --eval-every 0 --out " +
+                        (dir_ / "run").string());
     ASSERT_EQ(r.rc, 0) << r.out;
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
@@ -93,6 +98,7 @@ TEST_F(Memorization, CanariesSitInTrainWhereTheLocationsSay) {
 }
 
 TEST_F(Memorization, TinyModelReproducesItsTextOnAnyGrid) {
+  ASSERT_NO_FATAL_FAILURE(train_once());
   Result one = dendrite(memorize() + " --json");
   ASSERT_EQ(one.rc, 0) << one.out;
   nlohmann::json j = nlohmann::json::parse(one.out);
@@ -116,6 +122,7 @@ TEST_F(Memorization, TinyModelReproducesItsTextOnAnyGrid) {
 }
 
 TEST_F(Memorization, BadOptionsAreReported) {
+  ASSERT_NO_FATAL_FAILURE(train_once());
   Result r = dendrite(memorize() + " --prefix 30 --suffix 10");
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.out.find("block size"), std::string::npos) << r.out;

@@ -15,6 +15,7 @@ using Runner = std::function<int()>;
 Runner add_tokenize(CLI::App& app);
 Runner add_train(CLI::App& app, int argc, char** argv);
 Runner add_generate(CLI::App& app);
+Runner add_memorization(CLI::App& app);  // apps/memorization_cmd.cpp
 Runner add_bench(CLI::App& app);
 Runner add_plan(CLI::App& app);       // apps/plan_cmd.cpp
 Runner add_calibrate(CLI::App& app);  // apps/plan_cmd.cpp

@@ -31,6 +31,8 @@ int main(int argc, char** argv) {
     add("train", "Train a model", [&](CLI::App& s) { return dendrite::app::add_train(s, argc, argv); });
     add("generate", "Generate text from a checkpoint",
         [](CLI::App& s) { return dendrite::app::add_generate(s); });
+    add("memorization", "Measure verbatim memorization: greedy continuations of training, canary and held-out text",
+        [](CLI::App& s) { return dendrite::app::add_memorization(s); });
     add("bench", "Benchmarks (`bench step`: time training steps)",
         [](CLI::App& s) { return dendrite::app::add_bench(s); });
     add("plan", "Predict step time and memory of every process grid, and rank them",

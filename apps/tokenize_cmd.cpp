@@ -16,7 +16,15 @@ Runner add_tokenize(CLI::App& app) {
   app.add_option("--val-fraction", opt->val_fraction, "Fraction of tokens kept for validation")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 0.5));
-  app.add_option("--seed", opt->seed, "Seed of the tokenizer training")->capture_default_str();
+  app.add_option("--seed", opt->seed, "Seed of the tokenizer training and of the canary positions")
+      ->capture_default_str();
+  app.add_option("--canaries", opt->canaries,
+                 "Text file of passages (separated by empty lines or lines holding only '%', as "
+                 "in fortune files) to insert into train.bin (never val.bin) at seeded positions; "
+                 "their locations go to canaries.json");
+  app.add_option("--canary-repeat", opt->canary_repeat, "Copies of each canary passage")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
   return [opt] {
     run_tokenize(*opt);
     return 0;

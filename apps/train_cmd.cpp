@@ -175,6 +175,12 @@ Runner add_train(CLI::App& app, int argc, char** argv) {
                  "oag (z all-gather of the next layer's weights posted ahead), dp (gradient sum "
                  "over d per layer during the backward); or all, none")
       ->capture_default_str();
+  app.add_option("--goldfish", opt->goldfish,
+                 "Goldfish loss: leave a pseudo-random 1/k of the target tokens out of the loss, "
+                 "e.g. k=4,h=13,mode=hash (hash of the h targets ending at each one; the same "
+                 "passage drops the same tokens wherever it appears), k=4,mode=static (every "
+                 "k-th position), seed=N; off by default")
+      ->capture_default_str();
   app.add_option("--grid", opt->grid,
                  "Process grid, e.g. x=2,y=2,z=1,d=2 (axes left out are 1; d fills the job "
                  "when left out), or auto: the performance model's fastest grid for this job "

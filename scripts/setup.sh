@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(g++ cmake ninja-build pkg-config git openmpi-bin libopenmpi-dev libdnnl-dev
           libsentencepiece-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
           bible-kjv python3-matplotlib python3-numpy
+          fortunes-min jargon-text  # canary text: experiments/memorization/make_canaries.py
           clang libclang-rt-14-dev)  # clang: libFuzzer targets (scripts/fuzz.sh)
 # Debian's torch uses the system BLAS; the OpenMP build of OpenBLAS shares its thread pool.
 if [[ "${1:-}" == "--torch" ]]; then packages+=(python3-torch libopenblas0-openmp); fi

@@ -175,6 +175,35 @@ TEST_F(Cli, NonFiniteLossStopsTrainingAndKeepsLastCheckpoint) {
   EXPECT_TRUE(reader.has("transformer.wte.weight"));
 }
 
+// Goldfish from the command line and from a config file: the metrics and the
+// progress line show the supervised fraction; a bad setting is refused.
+TEST_F(Cli, GoldfishReportsTheSupervisedFraction) {
+  const fs::path metrics = dir_ / "goldfish.jsonl";
+  const std::string train = "train" + model("gpt2.json") + data() + " --steps 3 --batch 4 --seq 16" +
+                            " --eval-every 0 --log-every 1 --metrics " + metrics.string();
+  Result r = dendrite(train + " --goldfish k=4,h=4,mode=hash");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("| supervised 0."), std::string::npos) << r.out;
+  std::ifstream in(metrics);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    double f = nlohmann::json::parse(line).at("supervised");
+    EXPECT_GT(f, 0.6);  // 1 - 1/4 of the 13 of 16 positions with a full window: ~0.8
+    EXPECT_LT(f, 1.0);
+    ++n;
+  }
+  EXPECT_EQ(n, 3);
+  const fs::path cfg = dir_ / "goldfish.json";
+  write_file(cfg, R"({"goldfish": "k=4,mode=static"})");
+  r = dendrite(train + " --config " + cfg.string());
+  ASSERT_EQ(r.rc, 0) << r.out;
+  std::ifstream again(metrics);
+  std::getline(again, line);
+  EXPECT_EQ(nlohmann::json::parse(line).at("supervised"), 0.75);  // 4 of every 16 positions
+  expect_error(dendrite(train + " --goldfish k=4,mode=random"), "mode=random");
+}
+
 TEST_F(Cli, GenerateStreamsTextFromACheckpoint) {
   const std::string run = (dir_ / "gen-run").string();
   Result a = dendrite("train" + model("gpt2.json") + data() + " --steps 3 --batch 2 --seq 16 --out " + run);

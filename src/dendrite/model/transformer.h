@@ -85,6 +85,9 @@ class Transformer {
   double grad_norm() const;
   // logits [B_loc*T, V] of this rank's rows (on every rank of the X and Y axes).
   void logits(const int32_t* inputs, int B, int T, float* out);
+  // logits [B_loc, V] of the last position of each of this rank's sequences of
+  // a global batch of B sequences of T tokens (on every X and Y rank; any grid).
+  void last_position_logits(const int32_t* inputs, int B, int T, float* out);
   // logits [V] of the last position of one sequence of T tokens (a grid with Gd = Gz = 1).
   void last_logits(const int32_t* inputs, int T, float* out);
 
@@ -103,7 +106,7 @@ class Transformer {
   void allocate(int m_max, int B_loc_max);
   void check_batch(const int32_t* inputs, int B_loc, int T) const;
   // The passes whose gathers OAG records (one order each).
-  enum Pass { kPassStep, kPassLoss, kPassLogits, kPassLastLogits };
+  enum Pass { kPassStep, kPassLoss, kPassLogits, kPassLastLogits, kPassLastPosition };
   void forward(const int32_t* inputs, int B_loc, int T, int pass);
   // The end of a pass: the last prefetch dropped, then the parameters' fence.
   void end_pass();

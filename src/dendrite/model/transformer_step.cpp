@@ -1,5 +1,6 @@
 // The forward and backward passes of the Transformer (declared in
 // transformer.h), with the gradient reductions of DESIGN.md section 4.
+#include <algorithm>
 #include <cmath>
 
 #include "dendrite/core/check.h"
@@ -197,6 +198,16 @@ void Transformer::logits(const int32_t* inputs, int B, int T, float* out) {
   const int B_loc = local_batch(B);
   forward(inputs, B_loc, T, kPassLogits);
   head_.logits(out, normf_.data(), B_loc * T, params_->data(), ws_, tied_head());
+  end_pass();
+}
+
+void Transformer::last_position_logits(const int32_t* inputs, int B, int T, float* out) {
+  const int B_loc = local_batch(B);
+  forward(inputs, B_loc, T, kPassLastPosition);
+  Buffer<float> last(int64_t(B_loc) * c_);  // [B_loc, C/Gx]
+  for (int b = 0; b < B_loc; ++b)
+    std::copy_n(normf_.data() + (int64_t(b) * T + T - 1) * c_, c_, last.data() + int64_t(b) * c_);
+  head_.logits(out, last.data(), B_loc, params_->data(), ws_, tied_head());
   end_pass();
 }
 

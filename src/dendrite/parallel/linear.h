@@ -65,7 +65,7 @@ struct LinearWorkspace {
     std::vector<const ParamSpec*> order;
     bool valid = false;
   };
-  Trace traces[4];
+  Trace traces[8];  // one per pass kind of the owner (Transformer::Pass)
   int pass = -1;
   size_t cursor = 0;
   bool broken = false;

@@ -10,7 +10,7 @@ namespace dendrite {
 nlohmann::json StepFigures::to_json() const {
   nlohmann::json j = {{"step", step},         {"loss", loss},       {"lr", lr},
                       {"grad_norm", grad_norm}, {"tokens_per_s", tokens_per_s},
-                      {"step_ms", step_ms},   {"mfu", mfu}};
+                      {"step_ms", step_ms},   {"mfu", mfu},       {"supervised", supervised}};
   if (val_loss >= 0) j["val_loss"] = val_loss;
   if (skipped) j["skipped"] = true;
   if (skipped_steps > 0) j["skipped_steps"] = skipped_steps;
@@ -41,6 +41,10 @@ std::string Progress::format(const StepFigures& f) const {
                 f.grad_norm, f.tokens_per_s, 100 * f.mfu, f.step_ms,
                 format_duration(avg_step_s_ * double(steps_to_run_ - seen_)).c_str());
   std::string line = buf;
+  if (f.show_supervised) {
+    std::snprintf(buf, sizeof buf, " | supervised %.3f", f.supervised);
+    line += buf;
+  }
   if (f.val_loss >= 0) line += str(" | val ", f.val_loss);
   if (f.skipped_steps > 0) line += str(" | skipped ", f.skipped_steps);
   return line;

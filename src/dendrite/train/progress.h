@@ -14,6 +14,8 @@ struct StepFigures {
   double val_loss = -1;  // < 0: not evaluated this step
   bool skipped = false;  // the update was skipped (--on-nan skip-step)
   int64_t skipped_steps = 0;  // updates skipped so far in this run
+  double supervised = 1;  // fraction of the batch's target tokens in the loss (Goldfish drops some)
+  bool show_supervised = false;  // on the progress line too (the JSON always has it)
   nlohmann::json to_json() const;
 };
 

@@ -29,6 +29,7 @@
 
 #include "dendrite/core/check.h"
 #include "dendrite/core/log.h"
+#include "dendrite/train/canaries.h"
 #include "dendrite/train/token_file.h"
 
 // Exported by libsentencepiece (its common.h is not installed): quietens the
@@ -262,8 +263,27 @@ std::vector<int32_t> encode_inputs(const Tokenizer& tok, const std::vector<std::
   return all;
 }
 
+// Inserts the canary passages into the training tokens; writes their locations.
+void stage_canaries(const TokenizeOptions& opt, const Tokenizer& tok, std::vector<int32_t>& train,
+                    const std::string& json_path) {
+  std::vector<std::string> texts = split_passages(read_text(opt.canaries));
+  DENDRITE_CHECK(!texts.empty(), "tokenize: the canary file ", opt.canaries, " holds no passages; ",
+                 "separate passages by empty lines or lines holding only '%'");
+  std::vector<std::vector<int32_t>> ids;
+  for (const std::string& t : texts) ids.push_back(tok.encode(t));
+  const std::vector<int32_t> nl = tok.encode("\n");
+  const int32_t newline = nl.size() == 1 ? nl[0] : -1;
+  std::vector<CanaryOccurrence> where =
+      insert_canaries(train, ids, opt.canary_repeat, opt.seed, newline);
+  write_canaries_json(json_path, texts, where, opt.canary_repeat, opt.seed);
+  log_info(str("tokenize: inserted ", texts.size(), " canary passages x ", opt.canary_repeat,
+               " into the training tokens (locations in canaries.json)"));
+}
+
 void check_options(const TokenizeOptions& opt) {
   DENDRITE_CHECK(!opt.inputs.empty(), "tokenize: no input text files given");
+  DENDRITE_CHECK(opt.canaries.empty() || file_exists(opt.canaries), "tokenize: canary file ",
+                 opt.canaries, " does not exist or is not a regular file");
   for (const std::string& path : opt.inputs)
     DENDRITE_CHECK(file_exists(path), "tokenize: input ", path,
                    " does not exist or is not a regular file");
@@ -282,6 +302,7 @@ void run_tokenize(const TokenizeOptions& opt) {
   const std::string dir = opt.out_dir + "/";
   const std::vector<std::string> outputs = {dir + "tokenizer.model", dir + "tokenizer.vocab",
                                             dir + "train.bin", dir + "val.bin",
+                                            dir + "canaries.json",
                                             dir + "meta.json"};  // meta.json last: the run is done
   try {
     stage_tokenizer(opt, outputs[0]);
@@ -292,13 +313,19 @@ void run_tokenize(const TokenizeOptions& opt) {
     size_t n_train = all.size() - n_val;
     write_token_file(staged(outputs[3]), std::vector<int32_t>(all.begin() + n_train, all.end()));
     all.resize(n_train);
+    if (!opt.canaries.empty()) stage_canaries(opt, tok, all, staged(outputs[4]));
+    n_train = all.size();
     write_token_file(staged(outputs[2]), all);
     nlohmann::json meta = {{"vocab_size", tok.vocab_size()},
                            {"train_tokens", n_train},
                            {"val_tokens", n_val},
                            {"inputs", opt.inputs},
                            {"tokenizer", "tokenizer.model"}};
-    write_text_file(staged(outputs[4]), meta.dump(2) + "\n");
+    if (!opt.canaries.empty()) {
+      meta["canaries"] = opt.canaries;
+      meta["canary_repeat"] = opt.canary_repeat;
+    }
+    write_text_file(staged(outputs.back()), meta.dump(2) + "\n");
     std::error_code ec;
     for (const std::string& out : outputs) {
       if (fs::exists(staged(out)))

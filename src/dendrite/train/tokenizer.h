@@ -40,6 +40,8 @@ struct TokenizeOptions {
   int vocab_size = 8192;
   double val_fraction = 0.005;      // last fraction of the text goes to validation
   uint64_t seed = 1337;
+  std::string canaries;  // text file of passages to insert into train.bin (canaries.h)
+  int canary_repeat = 1;  // copies of each passage
 };
 
 // The `dendrite tokenize` job: train (or load) the tokenizer, encode every

@@ -20,6 +20,7 @@
 #include "dendrite/ops/optim.h"
 #include "dendrite/ops/peak.h"
 #include "dendrite/train/checkpoint.h"
+#include "dendrite/train/goldfish.h"
 #include "dendrite/train/optimizer.h"
 #include "dendrite/train/progress.h"
 #include "dendrite/train/token_file.h"
@@ -32,7 +33,7 @@ namespace fs = std::filesystem;
   X(model) X(data) X(steps) X(batch) X(seq) X(lr) X(min_lr) X(warmup) X(weight_decay) X(beta1) \
   X(beta2) X(adam_eps) X(grad_clip) X(seed) X(out) X(resume) X(save_every) X(stop_at) X(eval_every)       \
   X(eval_batches) X(log_every) X(metrics) X(threads) X(grid) X(keep_gathered) X(recompute) X(overlap) \
-  X(keep) X(on_nan) X(timeout)
+  X(keep) X(on_nan) X(timeout) X(goldfish)
 
 nlohmann::json TrainOptions::to_json() const {
   nlohmann::json j;
@@ -150,15 +151,26 @@ ModelConfig resolve_model(const TrainOptions& opt, const Data& data, const std::
 }
 
 // A global batch of B sequences, and this rank's slice of it.
+// Every rank builds the whole global batch, so the Goldfish mask and its
+// supervised count (the loss denominator) come out the same on every grid.
 struct Batch {
   std::vector<int32_t> inputs, targets;  // [B*T]
+  std::vector<float> weights;            // [B*T] Goldfish loss weights (empty: all kept)
   const int32_t* local_inputs = nullptr;
   const int32_t* local_targets = nullptr;
+  const float* local_weights = nullptr;
   Batch(int B, int T) : inputs(size_t(B) * T), targets(size_t(B) * T) {}
   void slice(const Transformer& model, int B, int T) {
     const size_t first = size_t(model.first_sequence(B)) * T;
     local_inputs = inputs.data() + first;
     local_targets = targets.data() + first;
+    local_weights = weights.empty() ? nullptr : weights.data() + first;
+  }
+  // Fills the weights of the whole batch; returns the supervised-token count.
+  int64_t mask(const GoldfishOptions& g, int B, int T) {
+    if (!g.enabled()) return int64_t(B) * T;
+    weights.resize(size_t(B) * T);
+    return goldfish_weights(g, targets.data(), B, T, weights.data());
   }
 };
 
@@ -288,6 +300,8 @@ TrainResult run_train(TrainOptions opt, ProcessGrid& grid) {
   // Writes past a file-size limit (ulimit -f) then fail with EFBIG, reported
   // like a full disk, instead of killing the process mid-checkpoint.
   std::signal(SIGXFSZ, SIG_IGN);
+  const GoldfishOptions goldfish = GoldfishOptions::parse(opt.goldfish);
+  opt.goldfish = goldfish.str();
 
   Data data = open_data(opt.data);
   const std::string ckpt = opt.resume.empty() ? "" : resolve_checkpoint(opt.resume);
@@ -323,6 +337,9 @@ TrainResult run_train(TrainOptions opt, ProcessGrid& grid) {
                " threads per rank",
                ckpt.empty() ? "" : "; resuming from " + ckpt + " at step " + std::to_string(start)));
 
+  if (goldfish.enabled())
+    log_info("goldfish loss " + goldfish.str() + ": about 1/" + std::to_string(goldfish.k) +
+             " of the target tokens leave the loss (validation keeps them all)");
   BatchSampler sampler(*data.train, opt.batch, opt.seq, opt.seed);
   std::unique_ptr<BatchSampler> val_sampler;
   if (data.val && data.val->size() > uint64_t(opt.seq) + 1)
@@ -363,10 +380,12 @@ TrainResult run_train(TrainOptions opt, ProcessGrid& grid) {
     hooks.maybe_hang(step + 1, grid.rank());
     auto t0 = std::chrono::steady_clock::now();
     sampler.batch(step, batch.inputs.data(), batch.targets.data());
+    const int64_t supervised = batch.mask(goldfish, opt.batch, opt.seq);
     batch.slice(model, opt.batch, opt.seq);
     model.zero_grads();
-    double loss = model.forward_backward(batch.local_inputs, batch.local_targets, nullptr,
-                                         double(opt.batch) * opt.seq, opt.batch, opt.seq);
+    double loss = model.forward_backward(batch.local_inputs, batch.local_targets,
+                                         batch.local_weights, double(std::max<int64_t>(supervised, 1)),
+                                         opt.batch, opt.seq);
     hooks.poison_gradients(step + 1, model);
     double norm = model.grad_norm();
     float lr = ops::lr_at(int(step), float(opt.lr), float(opt.min_lr), int(opt.warmup), int(opt.steps));
@@ -379,6 +398,8 @@ TrainResult run_train(TrainOptions opt, ProcessGrid& grid) {
                   flops_per_step / secs / 1e9 / peak, -1};
     f.skipped = !update;
     f.skipped_steps = result.skipped_steps = non_finite.skipped();
+    f.supervised = double(supervised) / (double(opt.batch) * opt.seq);
+    f.show_supervised = goldfish.enabled();
     bool last = step + 1 == end;
     if (val_sampler && opt.eval_every > 0 && ((step + 1) % opt.eval_every == 0 || last))
       f.val_loss = result.last_val_loss = evaluate(model, *val_sampler, opt.batch, opt.seq, opt.eval_batches);

@@ -39,6 +39,7 @@ struct TrainOptions {
   int keep = 0;                // keep only the newest N checkpoints of --out (0: all)
   std::string on_nan = "stop";  // a non-finite loss or gradient norm: stop, or skip-step
   double timeout = 600;         // seconds a collective may block before the job fails (0: off)
+  std::string goldfish = "off";  // Goldfish loss: "off" or "k=4,h=13,mode=hash,seed=0" (goldfish.h)
 
   nlohmann::json to_json() const;
   // Sets the fields named in j; an unknown key or a value of the wrong type is an error.

@@ -1,0 +1,53 @@
+// Memorization (DESIGN.md section 7): prompt with the first p tokens of a
+// sample, decode s tokens greedily, and compare them with the s true tokens:
+//   exact match    the whole continuation equals the reference (a rate)
+//   token match    the fraction of positions whose token equals the reference's
+//   ROUGE-L        F1 of the longest common subsequence of the two
+// each with a 95% interval (Wilson for the rate, normal for the means).
+// Letters: N samples, p prefix tokens, s suffix tokens, B sequences per batch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dendrite/model/transformer.h"
+
+namespace dendrite {
+
+using Ids = std::vector<int32_t>;
+
+// Scores of one continuation against its reference (pred is cut to the
+// reference's length). An empty reference scores 1 against an empty
+// prediction, else 0.
+bool exact_match(const Ids& pred, const Ids& ref);
+double token_match(const Ids& pred, const Ids& ref);
+double rouge_l(const Ids& pred, const Ids& ref);
+
+struct Interval {
+  double value = 0, lo = 0, hi = 0;
+};
+// Wilson score interval of successes / n (z = 1.96: 95%); n = 0 gives all zeros.
+Interval wilson_interval(int64_t successes, int64_t n, double z = 1.96);
+// Mean and its normal interval mean +- z * sd / sqrt(n) (clamped to [0, 1]).
+Interval mean_interval(const std::vector<double>& xs, double z = 1.96);
+
+struct Sample {
+  Ids prefix, suffix;  // [p], [<= s]
+};
+
+struct SetScores {
+  std::string name, unit;  // "canaries", "distinct canary"
+  int64_t n = 0;
+  Interval exact, token, rouge;
+};
+SetScores score_set(const std::string& name, const std::string& unit,
+                    const std::vector<Sample>& samples, const std::vector<Ids>& continuations);
+
+// Greedy continuations of s tokens of every prompt (all of the same length p),
+// B sequences at a time on the model's grid (B divisible by Gd * Gz); every
+// rank returns all of them. The model must be sized for B x (p + s - 1).
+std::vector<Ids> greedy_continuations(Transformer& model, const std::vector<Ids>& prompts, int s,
+                                      int B);
+
+}  // namespace dendrite

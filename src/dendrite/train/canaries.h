@@ -1,0 +1,52 @@
+// Canaries: passages of text the corpus lacks, inserted R times each into the
+// training token stream by `dendrite tokenize --canaries FILE --canary-repeat R`,
+// so that memorization can be measured on text of known frequency
+// (`dendrite memorization`, DESIGN.md section 7).
+//
+// Passage format of FILE: passages are separated by lines that are empty (or
+// hold only spaces) or hold only '%' (the format of fortune(6) files), so a
+// fortune file or a text of blank-line paragraphs both work. Newlines at the
+// ends of a passage are trimmed; empty passages are skipped.
+//
+// Insertion: copy j (j = 0 .. P*R-1, passage j mod P) goes at a position drawn
+// from (seed, j), moved forward to just after the next newline token, as the
+// passage's ids followed by one newline. Only train.bin gets canaries, never
+// val.bin. Their locations go to canaries.json beside the token files:
+//   {"repeat": R, "seed": S, "separator": "...",
+//    "canaries": [{"index": i, "offset": o, "length": L, "text": "..."}, ...]}
+// one entry per occurrence, sorted by offset: passage i's L tokens start at
+// token o of train.bin.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dendrite {
+
+// The passages of a canary file's text (format above).
+std::vector<std::string> split_passages(const std::string& text);
+
+struct CanaryOccurrence {
+  int index = 0;        // passage
+  uint64_t offset = 0;  // first token in the training stream
+  int64_t length = 0;   // tokens of the passage (without the newline after it)
+};
+
+// Inserts `repeat` copies of every passage (ids) into tokens; returns where
+// they are, sorted by offset. newline_id < 0: positions are not moved.
+std::vector<CanaryOccurrence> insert_canaries(std::vector<int32_t>& tokens,
+                                              const std::vector<std::vector<int32_t>>& passages,
+                                              int repeat, uint64_t seed, int32_t newline_id);
+
+void write_canaries_json(const std::string& path, const std::vector<std::string>& texts,
+                         const std::vector<CanaryOccurrence>& where, int repeat, uint64_t seed);
+
+struct CanaryFile {
+  std::vector<std::string> texts;          // passage i's text
+  std::vector<CanaryOccurrence> where;     // every occurrence
+};
+// Reads canaries.json; errors name the file and the fix.
+CanaryFile read_canaries_json(const std::string& path);
+
+}  // namespace dendrite

@@ -61,6 +61,17 @@ float* align64(float* p) {
   return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) / 64 * 64);
 }
 
+// How many ranks of comm share this rank's node.
+int ranks_on_my_node(MPI_Comm comm) {
+  MPI_Comm node;
+  check_mpi(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
+            "MPI_Comm_split_type");
+  int n = 0;
+  MPI_Comm_size(node, &n);
+  MPI_Comm_free(&node);
+  return n;
+}
+
 bool shared_memory_enabled() {
   const char* v = std::getenv("DENDRITE_SHARED_MEMORY");
   return !v || std::string(v) != "0";
@@ -91,20 +102,9 @@ std::unique_ptr<SharedArray> MpiCommunicator::allocate_shared(int64_t n) {
 std::unique_ptr<SharedArray> MpiCommunicator::make_window(int64_t n) {
   int local = 0;
   if (shared_memory_enabled() && n > 0) {
-    MPI_Comm node;
-    check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
-              "MPI_Comm_split_type");
-    int node_size = 0;
-    MPI_Comm_size(node, &node_size);
-    MPI_Comm_free(&node);
-    local = node_size == size_ ? 1 : 0;
+    local = ranks_on_my_node(comm_) == size_ ? 1 : 0;
     // Ranks of this job on the node, each with its OpenMP threads and an engine thread.
-    MPI_Comm job_node;
-    check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &job_node),
-              "MPI_Comm_split_type");
-    int job_ranks = 0;
-    MPI_Comm_size(job_node, &job_ranks);
-    MPI_Comm_free(&job_node);
+    const int job_ranks = ranks_on_my_node(MPI_COMM_WORLD);
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
     set_oversubscribed(unsigned(job_ranks * omp_get_max_threads()) >= cores);
   }

@@ -25,14 +25,7 @@ namespace fs = std::filesystem;
 
 using Result = test::CommandResult;
 
-// mpirun -np ranks dendrite args, one thread per rank, capturing stdout+stderr.
-Result mpirun(int ranks, const std::string& args) {
-  return test::run_command(
-      "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-      "OMPI_MCA_rmaps_base_oversubscribe=1 timeout 120 " + std::string(DENDRITE_MPIEXEC) +
-      " -np " + std::to_string(ranks) + " --oversubscribe --mca btl self,vader " +
-      DENDRITE_BINARY + " " + args);
-}
+Result mpirun(int ranks, const std::string& args) { return test::mpirun_dendrite(ranks, args); }
 
 std::vector<double> losses(const fs::path& metrics) {
   std::vector<double> out;

@@ -1,5 +1,6 @@
 // Shared by the tests that run the `dendrite` command: a shell command with
-// its stdout and stderr captured, its exit code and its duration.
+// its stdout and stderr captured, its exit code and its duration; the same
+// under mpirun.
 #pragma once
 
 #include <stdio.h>
@@ -27,6 +28,18 @@ inline CommandResult run_command(const std::string& cmd) {
   r.rc = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
+}
+
+// `mpirun -np ranks dendrite args` with one thread per rank, as root where
+// needed, more ranks than cores allowed, a 120 s limit; env (such as "A=1 B=2")
+// reaches every rank.
+inline CommandResult mpirun_dendrite(int ranks, const std::string& args,
+                                     const std::string& env = "") {
+  return run_command(
+      "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+      "OMPI_MCA_rmaps_base_oversubscribe=1 " + env + " timeout 120 " +
+      std::string(DENDRITE_MPIEXEC) + " -np " + std::to_string(ranks) +
+      " --oversubscribe --bind-to none --mca btl self,vader " + DENDRITE_BINARY + " " + args);
 }
 
 }  // namespace dendrite::test

@@ -16,6 +16,7 @@
 
 #include "dendrite/comm/communicator.h"
 #include "dendrite/comm/grid.h"
+#include "grid_support.h"
 #include "dendrite/core/check.h"
 
 namespace dendrite {
@@ -33,17 +34,6 @@ int world_size() {
   int s = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &s);
   return s;
-}
-
-// Every shape with x*y*z*d = p, x fastest.
-std::vector<GridShape> shapes_of(int p) {
-  std::vector<GridShape> shapes;
-  for (int d = 1; d <= p; ++d)
-    for (int z = 1; z <= p; ++z)
-      for (int y = 1; y <= p; ++y)
-        for (int x = 1; x <= p; ++x)
-          if (x * y * z * d == p) shapes.push_back(GridShape{x, y, z, d});
-  return shapes;
 }
 
 // One axis of a grid as the tests see it: its communicator and the world
@@ -85,7 +75,7 @@ void for_each_grid(const std::function<void(ProcessGrid&)>& body) {
     if (world_size() % p != 0) continue;
     MPI_Comm group;
     ASSERT_EQ(MPI_Comm_split(MPI_COMM_WORLD, rank / p, rank, &group), MPI_SUCCESS);
-    for (const GridShape& shape : shapes_of(p)) {
+    for (const GridShape& shape : test::grids_of(p)) {
       SCOPED_TRACE("grid " + shape.str());
       ProcessGrid grid(shape, &group);
       body(grid);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "dendrite/comm/grid.h"
+#include "grid_support.h"
 #include "dendrite/core/rng.h"
 #include "dendrite/model/transformer.h"
 #include "dendrite/train/goldfish.h"
@@ -53,15 +54,6 @@ Step one_step(const ModelConfig& cfg, ProcessGrid& grid, const GoldfishOptions& 
   return s;
 }
 
-std::vector<GridShape> grids_of(int P) {
-  std::vector<GridShape> out;
-  for (int x = 1; x <= P; ++x)
-    for (int y = 1; y <= P; ++y)
-      for (int z = 1; z <= P; ++z)
-        if (P % (x * y * z) == 0) out.push_back({x, y, z, P / (x * y * z)});
-  return out;
-}
-
 TEST(GoldfishGrid, MasksAndLossesMatchOneProcess) {
   const ModelConfig cfg = model_config_from_json(nlohmann::json{
       {"arch", "gpt2"}, {"vocab_size", kV}, {"n_layer", 1}, {"n_embd", 32}, {"n_head", 8},
@@ -79,7 +71,7 @@ TEST(GoldfishGrid, MasksAndLossesMatchOneProcess) {
       if (world_size % P != 0) continue;
       MPI_Comm sub;
       MPI_Comm_split(MPI_COMM_WORLD, world_rank / P, world_rank, &sub);
-      for (const GridShape& shape : grids_of(P)) {
+      for (const GridShape& shape : test::grids_of(P)) {
         if (cfg.n_embd % shape.x || cfg.n_head % shape.y || kB % (shape.d * shape.z)) continue;
         ProcessGrid grid(shape, &sub);
         const Step got = one_step(cfg, grid, g);

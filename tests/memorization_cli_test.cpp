@@ -24,13 +24,7 @@ Result dendrite(const std::string& args) {
   return test::run_command(std::string("OMP_NUM_THREADS=1 ") + DENDRITE_BINARY + " " + args);
 }
 
-Result mpirun(int ranks, const std::string& args) {
-  return test::run_command(
-      "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-      "OMPI_MCA_rmaps_base_oversubscribe=1 timeout 120 " + std::string(DENDRITE_MPIEXEC) +
-      " -np " + std::to_string(ranks) + " --oversubscribe --mca btl self,vader " +
-      DENDRITE_BINARY + " " + args);
-}
+Result mpirun(int ranks, const std::string& args) { return test::mpirun_dendrite(ranks, args); }
 
 const char* kPassage =
     "The quick brown fox jumps over the lazy dog while the cat sleeps by the warm fire, "

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "dendrite/comm/grid.h"
+#include "grid_support.h"
 #include "dendrite/core/rng.h"
 #include "dendrite/model/transformer.h"
 #include "dendrite/plan/volume.h"
@@ -33,15 +34,6 @@ ModelConfig llama_config() {
   return model_config_from_json(nlohmann::json{{"arch", "llama"}, {"vocab_size", 96}, {"n_layer", 2},
                                  {"n_embd", 64}, {"n_head", 8}, {"n_kv_head", 4},
                                  {"ffn_hidden", 96}, {"block_size", 16}});
-}
-
-std::vector<GridShape> grids_of(int P) {
-  std::vector<GridShape> out;
-  for (int x = 1; x <= P; ++x)
-    for (int y = 1; y <= P; ++y)
-      for (int z = 1; z <= P; ++z)
-        if (P % (x * y * z) == 0) out.push_back({x, y, z, P / (x * y * z)});
-  return out;
 }
 
 bool divides(const ModelConfig& c, const GridShape& g) {
@@ -138,7 +130,7 @@ TEST_P(EveryGrid, MatchesOneProcess) {
     if (world_size % P != 0) continue;
     MPI_Comm sub;
     MPI_Comm_split(MPI_COMM_WORLD, world_rank / P, world_rank, &sub);
-    for (const GridShape& g : grids_of(P)) {
+    for (const GridShape& g : test::grids_of(P)) {
       if (!divides(cfg, g)) continue;
       ProcessGrid grid(g, &sub);
       ModelOptions overlapped;  // every overlap built

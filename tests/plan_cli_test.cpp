@@ -30,11 +30,7 @@ Result dendrite(const std::string& args) {
   return test::run_command(kEnv + DENDRITE_BINARY + " " + args);
 }
 
-Result mpirun(int ranks, const std::string& args) {
-  return test::run_command(kEnv + DENDRITE_MPIEXEC + " -np " + std::to_string(ranks) +
-                           " --oversubscribe --bind-to none --mca btl self,vader " +
-                           DENDRITE_BINARY + " " + args);
-}
+Result mpirun(int ranks, const std::string& args) { return test::mpirun_dendrite(ranks, args); }
 
 // The grid on the "grid auto: <grid>, predicted" line ("" when absent).
 std::string printed_grid(const std::string& out) {

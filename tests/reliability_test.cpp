@@ -46,11 +46,7 @@ Result dendrite(const std::string& args, const std::string& env = "") {
 
 // mpirun -np ranks, one thread per rank; env is passed to every rank.
 Result mpirun(int ranks, const std::string& args, const std::string& env = "") {
-  return test::run_command(
-      "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-      "OMPI_MCA_rmaps_base_oversubscribe=1 " +
-      env + " timeout 120 " + DENDRITE_MPIEXEC + " -np " + std::to_string(ranks) +
-      " --oversubscribe --bind-to none --mca btl self,vader " + DENDRITE_BINARY + " " + args);
+  return test::mpirun_dendrite(ranks, args, env);
 }
 
 std::string read_file(const fs::path& p) {

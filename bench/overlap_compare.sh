@@ -15,14 +15,15 @@ for ov in "${OVERLAPS[@]}"; do
     --grid "$GRID" --steps "${STEPS:-4}" --overlap "$ov" --json
 done | /usr/bin/python3 -c '
 import json, sys
-print("| overlap | tokens/s | step ms | compute ms | comm total ms | exposed | hidden | hidden % | per axis.kind total/exposed |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| overlap | tokens/s | step ms | cpu ms (user+sys) | compute ms | comm total ms | exposed | hidden | hidden % | per axis.kind total/exposed |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for line in sys.stdin:
     d = json.loads(line)
     items = [(a + "." + k, v) for a, kk in d["comm"].items() for k, v in kk.items()]
     tot = sum(v["total_ms"] for _, v in items); exp = sum(v["exposed_ms"] for _, v in items)
     per = ", ".join("%s %.0f/%.0f" % (n, v["total_ms"], v["exposed_ms"]) for n, v in items)
-    print("| %s | %.1f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f%% | %s |" % (
-        d["overlap"] if "overlap" in d else "?", d["tokens_per_s"], d["step_ms"], d["compute_ms"],
+    print("| %s | %.1f | %.0f | %.0f+%.0f | %.0f | %.0f | %.0f | %.0f | %.0f%% | %s |" % (
+        d["overlap"] if "overlap" in d else "?", d["tokens_per_s"], d["step_ms"],
+        d["cpu_user_ms"], d["cpu_sys_ms"], d["compute_ms"],
         tot, exp, tot - exp, 100 * (tot - exp) / tot if tot else 0, per))
 '

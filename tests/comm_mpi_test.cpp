@@ -115,6 +115,7 @@ constexpr int64_t kN = 5;  // elements per rank
 // algorithm switch points, so the large-message paths run too; values stay
 // exact in float (multiples of 0.25 below 2^20).
 constexpr int64_t kLarge = 20011;
+constexpr int64_t kPieces = 600007;  // > 2 MB of floats, > 4 MB of doubles: several pieces
 
 void add_expected(CommStats& expect, int size, Collective c, int64_t bytes) {
   if (size == 1) return;
@@ -279,7 +280,12 @@ TEST(ProcessGridMpi, CoordinatesAndAxisGroups) {
   EXPECT_EQ(grids, 35);
 }
 
+// Where a group shares a node its all-reduces and barriers go through shared
+// memory; DENDRITE_SHARED_MEMORY=0 gives the MPI paths, checked the same way.
 TEST(ProcessGridMpi, CollectiveValuesAndCounters) {
+  for (bool shared : {true, false}) {
+  setenv("DENDRITE_SHARED_MEMORY", shared ? "1" : "0", 1);
+  SCOPED_TRACE(shared ? "shared memory" : "messages");
   for_each_grid([](ProcessGrid& grid) {
     const std::vector<Axis> axes = axes_of(grid);
     for (const Axis& axis : axes) {
@@ -293,6 +299,11 @@ TEST(ProcessGridMpi, CollectiveValuesAndCounters) {
       if (axis.comm == &grid.world()) {  // the large paths once per group size and grid
         check_collectives<float>(axis, false, expect, kLarge);
         check_collectives<float>(axis, true, expect, kLarge);
+      }
+      if (axis.comm == &grid.Z()) {  // all-reduces of several shared-memory pieces (1 MB each)
+        check_collectives<float>(axis, false, expect, kPieces);
+        check_collectives<float>(axis, true, expect, kPieces);
+        check_collectives<double>(axis, false, expect, kPieces);
       }
       check_in_place(axis, expect);
       axis.comm->barrier();
@@ -311,6 +322,8 @@ TEST(ProcessGridMpi, CollectiveValuesAndCounters) {
       EXPECT_EQ(axis.comm->stats().wait_seconds, 0.0);
     }
   });
+  }
+  unsetenv("DENDRITE_SHARED_MEMORY");
 }
 
 // The collectives over SharedArrays, in shared memory (every group here is on

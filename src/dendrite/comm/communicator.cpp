@@ -90,25 +90,16 @@ void Request::wait() {
   }
 }
 
-// An engine task: spin, then yield, until it is done. Its total time is the
-// time it ran on the engine; what the caller waited for is exposed.
-// The watchdog applies as to MPI requests: a task stuck (its barrier waiting
-// for a dead or stuck peer) fails after the group's timeout.
+// An engine task: a short spin, then the waiter sleeps until the engine marks
+// it done. Its total time is the time it ran on the engine; what the caller
+// waited for is exposed. The watchdog applies as to MPI requests: a task stuck
+// (its barrier waiting for a dead or stuck peer) fails after the group's timeout.
 void Request::wait_task() {
   TaskState& t = *impl_->task;
   const double start = steady_seconds(), timeout = impl_->group->timeout();
-  Backoff backoff;
-  while (!t.done.load(std::memory_order_acquire)) {
-    backoff.pause();
-    if (backoff.rounds() % 256 != 255 || timeout <= 0) continue;
-    const double waited = steady_seconds() - start;
-    DENDRITE_CHECK(waited < timeout, collective_name(static_cast<Collective>(impl_->kind)),
-                   " on grid axis ", impl_->group->name(), " (", impl_->group->size(),
-                   " ranks, shared memory) did not complete after ", std::round(waited * 10) / 10,
-                   " s (--timeout ", timeout,
-                   "): a rank of this group is stuck or dead; see the other ranks' errors, or ",
-                   "raise --timeout if a step takes that long");
-  }
+  if (!wait_done(t, timeout))
+    fail_timeout(collective_name(static_cast<Collective>(impl_->kind)), *impl_->group,
+                 steady_seconds() - start, true);
   const double waited = std::min(steady_seconds() - start, t.finish - t.start);
   finish_task();
   impl_->stats->wait_seconds += waited;
@@ -118,6 +109,7 @@ void Request::wait_task() {
 void Request::finish_task() {
   std::shared_ptr<TaskState> t = std::move(impl_->task);
   impl_->stats->total_seconds[impl_->kind] += t->finish - t->start;
+  impl_->stats->queued_seconds[impl_->kind] += t->start - t->posted;
   if (t->error) std::rethrow_exception(t->error);
 }
 
@@ -137,5 +129,7 @@ bool Request::test() {
 }
 
 bool Request::pending() const { return impl_ && (impl_->req != MPI_REQUEST_NULL || impl_->task); }
+
+bool Request::needs_polling() const { return impl_ && impl_->req != MPI_REQUEST_NULL; }
 
 }  // namespace dendrite

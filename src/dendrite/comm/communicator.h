@@ -33,6 +33,9 @@ struct CommStats {
   // upper bound on what it hid: it may have finished before the wait).
   double total_seconds[static_cast<int>(Collective::kCount)] = {};
   double exposed_seconds[static_cast<int>(Collective::kCount)] = {};
+  // Progress-engine tasks only: from the post until the engine started it
+  // (tasks ahead of it in the queue, or the engine thread waiting for a core).
+  double queued_seconds[static_cast<int>(Collective::kCount)] = {};
 };
 
 // n floats per rank that every rank of a group can read and write in place
@@ -76,6 +79,8 @@ class Request {
   // returns true once it has completed.
   bool test();
   bool pending() const;
+  // Whether it moves only when polled (an MPI request), not on the engine's thread.
+  bool needs_polling() const;
 
   struct Impl;
   explicit Request(std::unique_ptr<Impl> impl);
@@ -157,11 +162,25 @@ class Communicator {
   std::string name_;
   CommStats stats_;
   double timeout_s_ = 600;
-  // One 64-byte slot per rank, shared, for the engine thread's barrier.
-  std::unique_ptr<SharedArray> sync_;
-  int64_t sync_generation_ = 0;  // touched by the engine thread only
 
- private:
+  // Where the group's ranks share a node: per thread that synchronises the
+  // group, one shared window per rank holding a 64-byte barrier slot and two
+  // slots of kShmSlotBytes for the all-reduces of private buffers (comm/
+  // shared_array.cpp): a sum is one copy in, one barrier and one pass over the
+  // peers' slots, where MPI's transport needs several round trips.
+  struct ShmChannel {
+    static constexpr int64_t kSlotBytes = int64_t(1) << 20;  // a longer sum goes in pieces
+    std::unique_ptr<SharedArray> window;  // null: no shared memory for this group
+    int64_t generation = 0;              // of the barrier slot
+    int slot = 0;                        // the data slot the next piece uses
+  };
+  // Sums buf[n] (f32 or f64) over the group through ch, in rank order (the
+  // same bits on every rank). False when `seconds` (> 0) passed in a barrier.
+  bool shm_all_reduce(ShmChannel& ch, void* buf, int64_t n, DType t, double seconds);
+  // The progress engine's channel: its tasks run in post order on every rank.
+  ShmChannel engine_;
+
+  // Queues fn on the progress engine as collective c of `bytes` (counted now).
   Request post(Collective c, int64_t bytes, std::function<void()> fn);
 };
 

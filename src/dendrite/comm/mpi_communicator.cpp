@@ -79,12 +79,16 @@ void wait_or_timeout(MPI_Request* req, const char* kind, const Communicator& gro
     if (done) return;
     if (polls % 256 != 0) continue;
     const double waited = MPI_Wtime() - start;
-    DENDRITE_CHECK(waited < timeout, kind, " on grid axis ", group.name(), " (", group.size(),
-                   " ranks) did not complete after ", std::round(waited * 10) / 10,
-                   " s (--timeout ", timeout,
-                   "): a rank of this group is stuck or dead; see the other ranks' errors, or ",
-                   "raise --timeout if a step takes that long");
+    if (waited >= timeout) fail_timeout(kind, group, waited, false);
   }
+}
+
+void fail_timeout(const char* kind, const Communicator& group, double waited, bool shared_memory) {
+  fail(kind, " on grid axis ", group.name(), " (", group.size(), " ranks",
+       shared_memory ? ", shared memory" : "", ") did not complete after ",
+       std::round(waited * 10) / 10, " s (--timeout ", group.timeout(),
+       "): a rank of this group is stuck or dead; see the other ranks' errors, or ",
+       "raise --timeout if a step takes that long");
 }
 
 std::unique_ptr<Communicator> wrap_mpi_comm(MPI_Comm comm, std::string name) {
@@ -101,6 +105,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name)
     : Communicator(std::move(name)), comm_(comm) {
   check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+  make_channels();
 }
 
 // A destructor cannot throw: a failure is printed (MPI_ERRORS_ARE_FATAL aborts first anyway).
@@ -170,6 +175,11 @@ void MpiCommunicator::all_reduce(void* buf, int64_t n, DType t) {
   const int k = checked_count("all_reduce", name_, n);
   record(Collective::kAllReduce, n * dtype_size(t));
   BlockTimer timer(stats_, Collective::kAllReduce);
+  if (own_.window && t != DType::kI64) {  // the ranks share a node
+    if (!shm_all_reduce(own_, buf, n, t, timeout_s_))
+      fail_timeout("all_reduce", *this, timeout_s_, false);
+    return;
+  }
   if (t == DType::kF32 && n * 4 >= (1 << 16) && n >= size_) {
     ring_all_reduce(static_cast<float*>(buf), n);
     return;
@@ -180,8 +190,12 @@ void MpiCommunicator::all_reduce(void* buf, int64_t n, DType t) {
   wait_or_timeout(&req, "all_reduce", *this);
 }
 
+// On a node: a task on the progress engine, which needs no polling.
 Request MpiCommunicator::iall_reduce(void* buf, int64_t n, DType t) {
   const int k = checked_count("iall_reduce", name_, n);
+  if (engine_.window && t != DType::kI64)
+    return post(Collective::kAllReduce, n * int64_t(dtype_size(t)),
+                [this, buf, n, t] { shm_all_reduce(engine_, buf, n, t, 0); });
   record(Collective::kAllReduce, n * dtype_size(t));
   auto impl = std::make_unique<Request::Impl>();
   check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf, k, mpi_type(t), MPI_SUM, comm_, &impl->req),
@@ -292,6 +306,11 @@ void MpiCommunicator::broadcast(void* buf, int64_t n, DType t, int root) {
 
 void MpiCommunicator::barrier() {
   BlockTimer timer(stats_, Collective::kCount);
+  if (own_.window) {
+    if (!shm_barrier(own_.window->peers(), size_, rank_, own_.generation, timeout_s_))
+      fail_timeout("barrier", *this, timeout_s_, false);
+    return;
+  }
   MPI_Request req;
   check_mpi(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier");
   wait_or_timeout(&req, "barrier", *this);

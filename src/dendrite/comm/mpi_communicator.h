@@ -41,6 +41,11 @@ void check_mpi(int rc, const char* call);
 // turns a stuck or dead peer into an error instead of a hang.
 void wait_or_timeout(MPI_Request* req, const char* kind, const Communicator& group);
 
+// The watchdog's error: `kind` on the group did not complete after `waited`
+// seconds (shared_memory: it ran over the shared-memory path).
+[[noreturn]] void fail_timeout(const char* kind, const Communicator& group, double waited,
+                               bool shared_memory);
+
 class MpiCommunicator final : public Communicator {
  public:
   // Takes ownership of `comm` (freed in the destructor).
@@ -64,6 +69,8 @@ class MpiCommunicator final : public Communicator {
 
  private:
   std::unique_ptr<SharedArray> make_window(int64_t n);
+  // The calling thread's and the engine's channels, when the group shares a node.
+  void make_channels();
   // Records the payload of one collective (only on groups larger than one).
   void record(Collective c, int64_t bytes);
   void ring_reduce_scatter(const float* in, float* out, int n);
@@ -79,6 +86,7 @@ class MpiCommunicator final : public Communicator {
   // recvcounts of the blocking reduce_scatter: MPI reads them until it completes,
   // which after a watchdog timeout is later than the call.
   std::vector<int> counts_;
+  ShmChannel own_;  // the calling thread's shared-memory channel
 };
 
 class SelfCommunicator final : public Communicator {

@@ -1,8 +1,14 @@
 // The progress engine thread and the shared-memory barrier (progress.h).
 #include "dendrite/comm/progress.h"
 
+#include <linux/futex.h>
 #include <sched.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
 
 #include <atomic>
 #include <chrono>
@@ -10,6 +16,7 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <algorithm>
 #include <utility>
 
 namespace dendrite {
@@ -28,6 +35,7 @@ class Engine {
   }
   std::shared_ptr<TaskState> post(std::function<void()> fn) {
     auto state = std::make_shared<TaskState>();
+    state->posted = steady_seconds();
     {
       std::lock_guard<std::mutex> lock(mutex_);
       queue_.emplace_back(std::move(fn), state);
@@ -55,7 +63,7 @@ class Engine {
         s.error = std::current_exception();
       }
       s.finish = steady_seconds();
-      s.done.store(true, std::memory_order_release);
+      mark_done(s);
     }
   }
   std::mutex mutex_;
@@ -96,15 +104,83 @@ void Backoff::pause() {
   }
 }
 
-void shm_barrier(float* const* slots, int ranks, int me, int64_t& generation) {
-  const int64_t next = ++generation;
-  std::atomic_ref<int64_t>(*reinterpret_cast<int64_t*>(slots[me])).store(next,
-                                                                         std::memory_order_release);
-  for (int r = 0; r < ranks; ++r) {
-    std::atomic_ref<int64_t> peer(*reinterpret_cast<int64_t*>(slots[r]));
-    Backoff backoff;
-    while (peer.load(std::memory_order_acquire) < next) backoff.pause();
+void futex_wait(uint32_t* word, uint32_t seen, double seconds, bool shared) {
+  timespec limit{};
+  if (seconds > 0) {
+    limit.tv_sec = time_t(seconds);
+    limit.tv_nsec = long((seconds - double(limit.tv_sec)) * 1e9);
   }
+  syscall(SYS_futex, word, shared ? FUTEX_WAIT : FUTEX_WAIT_PRIVATE, seen,
+          seconds > 0 ? &limit : nullptr, nullptr, 0);
+}
+
+void futex_wake(uint32_t* word, bool shared) {
+  syscall(SYS_futex, word, shared ? FUTEX_WAKE : FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+}
+
+namespace {
+
+// Waits until reached() holds: a short spin, then sleeps on `word` (announced
+// in `waiters`, so the writer knows to wake it). The writer stores the word and
+// then reads waiters, the waiter bumps waiters and then reads the word, both
+// sequentially consistent: one of them sees the other, so no wake-up is lost.
+template <class Reached>
+bool sleep_until(Reached reached, uint32_t* word, uint32_t* waiters, double seconds, bool shared) {
+  const unsigned spin = spin_rounds.load(std::memory_order_relaxed);
+  for (unsigned i = 0; i < spin; ++i) {
+    if (reached()) return true;
+    __builtin_ia32_pause();
+  }
+  const double start = seconds > 0 ? steady_seconds() : 0;
+  std::atomic_ref<uint32_t> w(*word), n(*waiters);
+  for (;;) {
+    n.fetch_add(1, std::memory_order_seq_cst);
+    const uint32_t seen = w.load(std::memory_order_seq_cst);
+    if (!reached()) futex_wait(word, seen, seconds > 0 ? std::min(seconds, 0.05) : 0, shared);
+    n.fetch_sub(1, std::memory_order_seq_cst);
+    if (reached()) return true;
+    if (seconds > 0 && steady_seconds() - start >= seconds) return false;
+  }
+}
+
+// A 64-byte barrier slot: the generation word, then its sleepers' count.
+uint32_t* slot_words(float* slot) { return reinterpret_cast<uint32_t*>(slot); }
+
+}  // namespace
+
+bool wait_done(TaskState& t, double seconds) {
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+  // The waiter count lives beside the word in the task; only one thread waits.
+  auto* word = reinterpret_cast<uint32_t*>(&t.done);
+  return sleep_until([&] { return t.done.load(std::memory_order_acquire) != 0; }, word,
+                     &t.waiters, seconds, false);
+}
+
+void mark_done(TaskState& t) {
+  t.done.store(1, std::memory_order_seq_cst);
+  if (std::atomic_ref<uint32_t>(t.waiters).load(std::memory_order_seq_cst) != 0)
+    futex_wake(reinterpret_cast<uint32_t*>(&t.done), false);
+}
+
+bool shm_barrier(float* const* slots, int ranks, int me, int64_t& generation, double seconds) {
+  const uint32_t next = uint32_t(++generation);
+  uint32_t* mine = slot_words(slots[me]);
+  std::atomic_ref<uint32_t>(mine[0]).store(next, std::memory_order_seq_cst);
+  if (std::atomic_ref<uint32_t>(mine[1]).load(std::memory_order_seq_cst) != 0)
+    futex_wake(&mine[0], true);
+  const double start = seconds > 0 ? steady_seconds() : 0;
+  for (int r = 0; r < ranks; ++r) {
+    if (r == me) continue;
+    uint32_t* peer = slot_words(slots[r]);
+    // Generations wrap after 2^32 barriers: compare by signed difference.
+    auto reached = [&] {
+      return int32_t(std::atomic_ref<uint32_t>(peer[0]).load(std::memory_order_acquire) - next) >= 0;
+    };
+    const double left = seconds > 0 ? seconds - (steady_seconds() - start) : 0;
+    if (seconds > 0 && left <= 0 && !reached()) return false;
+    if (!sleep_until(reached, &peer[0], &peer[1], left, true)) return false;
+  }
+  return true;
 }
 
 }  // namespace dendrite

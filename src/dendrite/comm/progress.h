@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -20,8 +21,9 @@
 namespace dendrite {
 
 struct TaskState {
-  std::atomic<bool> done{false};
-  double start = 0, finish = 0;  // seconds (steady clock) the task ran
+  std::atomic<uint32_t> done{0};  // 1 once finished; a futex word the waiter sleeps on
+  uint32_t waiters = 0;           // threads asleep on it (atomic_ref)
+  double posted = 0, start = 0, finish = 0;  // seconds (steady clock): queued, ran
   std::exception_ptr error;
 };
 
@@ -48,9 +50,25 @@ class Backoff {
 // briefly: a spinning waiter would take the core from the rank it waits for.
 void set_oversubscribed(bool yes);
 
-// Spins (then yields, then naps) until every rank of a shared group has arrived: each
-// rank bumps its own 64-byte slot to the next generation and waits for every
-// peer's slot to reach it. Called by the engine thread only.
-void shm_barrier(float* const* slots, int ranks, int me, int64_t& generation);
+// Blocks until `word` is no longer `seen` (or a spurious wake-up, or
+// `seconds` pass; <= 0: no limit). shared: the word lies in memory mapped by
+// several processes (a shared-memory window); else private to this process.
+void futex_wait(uint32_t* word, uint32_t seen, double seconds, bool shared);
+void futex_wake(uint32_t* word, bool shared);
+
+// Waits until a task is done: a short spin, then sleeps on its futex word, so
+// the waiter costs no CPU. Returns false if `seconds` (> 0) passed first.
+bool wait_done(TaskState& t, double seconds);
+// Marks a task done and wakes its waiter.
+void mark_done(TaskState& t);
+
+// Until every rank of a shared group has arrived: each rank bumps the
+// generation word of its own 64-byte slot and waits for every peer's to reach
+// it, spinning briefly and then sleeping on the peer's word (a futex in the
+// shared window, woken by the peer's arrival: no polling, no naps). Each
+// thread that synchronises a group has its own slots and generation (the
+// calling thread and the engine thread never share them). Returns false if
+// `seconds` (> 0) passed before every peer arrived; the caller reports it.
+bool shm_barrier(float* const* slots, int ranks, int me, int64_t& generation, double seconds);
 
 }  // namespace dendrite

@@ -94,9 +94,27 @@ std::unique_ptr<SharedArray> Communicator::allocate_shared(int64_t n) {
 // window cannot be made, say /dev/shm is too small) the array is private.
 std::unique_ptr<SharedArray> MpiCommunicator::allocate_shared(int64_t n) {
   DENDRITE_CHECK(n >= 0, "allocate_shared on ", name_, ": negative size ", n);
-  std::unique_ptr<SharedArray> a = make_window(n);
-  if (a->shared() && !sync_) sync_ = make_window(16);  // the engine's barrier slots
-  return a;
+  return make_window(n);
+}
+
+namespace {
+// A channel's window: the barrier slot (16 floats), then two data slots.
+constexpr int64_t kSyncFloats = 16;
+constexpr int64_t kSlotFloats = (int64_t(1) << 20) / 4;  // ShmChannel::kSlotBytes
+}  // namespace
+
+// Made with the communicator (collective, like it), so that no collective
+// later has to allocate: a lone rank in a collective must reach the watchdog.
+void MpiCommunicator::make_channels() {
+  if (size_ == 1) return;
+  for (ShmChannel* ch : {&own_, &engine_}) {
+    ch->window = make_window(kSyncFloats + 2 * kSlotFloats);
+    if (!ch->window->shared()) ch->window.reset();
+  }
+  if (!own_.window || !engine_.window) {
+    own_.window.reset();
+    engine_.window.reset();
+  }
 }
 
 std::unique_ptr<SharedArray> MpiCommunicator::make_window(int64_t n) {
@@ -155,22 +173,25 @@ void gather_shared(const SharedArray& a, int g, int64_t offset, float* out, int6
 }
 
 // Vectorised sums over the peers' arrays (restrict: the ranges never overlap),
-// in rank order, in blocks that stay in cache.
-void sum_shared(const SharedArray& a, int g, int64_t at, float* __restrict out, int64_t n,
-                bool accumulate) {
-  constexpr int64_t kBlock = 2048;
-  alignas(64) float acc[kBlock];
+// in rank order, in blocks that stay in cache. `at` counts floats from the
+// start of each peer's array; T is the element type found there.
+template <class T>
+void sum_in_rank_order(float* const* peers, int g, int64_t at, T* __restrict out, int64_t n,
+                       bool accumulate) {
+  constexpr int64_t kBlock = 8192 / sizeof(T);
+  alignas(64) T acc[kBlock];
+  auto from = [&](int r) { return reinterpret_cast<const T*>(peers[r] + at); };
   for (int64_t b = 0; b < n; b += kBlock) {
     const int64_t len = std::min(kBlock, n - b);
-    const float* __restrict p0 = a.peer(0) + at + b;
+    const T* __restrict p0 = from(0) + b;
 #pragma omp simd
     for (int64_t i = 0; i < len; ++i) acc[i] = p0[i];
     for (int r = 1; r < g; ++r) {
-      const float* __restrict p = a.peer(r) + at + b;
+      const T* __restrict p = from(r) + b;
 #pragma omp simd
       for (int64_t i = 0; i < len; ++i) acc[i] += p[i];
     }
-    float* __restrict o = out + b;
+    T* __restrict o = out + b;
     if (accumulate) {
 #pragma omp simd
       for (int64_t i = 0; i < len; ++i) o[i] += acc[i];
@@ -179,6 +200,11 @@ void sum_shared(const SharedArray& a, int g, int64_t at, float* __restrict out, 
       for (int64_t i = 0; i < len; ++i) o[i] = acc[i];
     }
   }
+}
+
+void sum_shared(const SharedArray& a, int g, int64_t at, float* __restrict out, int64_t n,
+                bool accumulate) {
+  sum_in_rank_order(a.peers(), g, at, out, n, accumulate);
 }
 
 // Block `me` of [offset, offset + n): summed over the ranks and written back to every rank.
@@ -246,6 +272,29 @@ void Communicator::all_reduce(SharedArray& a, int64_t offset, int64_t n) {
   charge(Collective::kAllReduce, start, wait_before);
 }
 
+bool Communicator::shm_all_reduce(ShmChannel& ch, void* buf, int64_t n, DType t,
+                                  double seconds) {
+  static_assert(ShmChannel::kSlotBytes == kSlotFloats * 4);
+  const int g = size(), me = rank();
+  const int64_t es = int64_t(dtype_size(t)), piece = ShmChannel::kSlotBytes / es;
+  float* const* peers = ch.window->peers();
+  char* out = static_cast<char*>(buf);
+  for (int64_t at = 0; at < n; at += piece) {
+    const int64_t len = std::min(piece, n - at), slot = kSyncFloats + ch.slot * kSlotFloats;
+    // The other slot was read by every peer before it arrived at this barrier,
+    // so one barrier per piece suffices. The slot turns even on a timeout, as
+    // on the peers that complete this piece later.
+    ch.slot ^= 1;
+    std::memcpy(ch.window->data() + slot, out + at * es, size_t(len * es));
+    if (!shm_barrier(peers, g, me, ch.generation, seconds)) return false;
+    if (t == DType::kF64)
+      sum_in_rank_order(peers, g, slot, reinterpret_cast<double*>(out) + at, len, false);
+    else
+      sum_in_rank_order(peers, g, slot, reinterpret_cast<float*>(out) + at, len, false);
+  }
+  return true;
+}
+
 Request Communicator::post(Collective c, int64_t bytes, std::function<void()> fn) {
   count(c, bytes);
   auto impl = std::make_unique<Request::Impl>();
@@ -273,11 +322,15 @@ Request Communicator::ireduce_scatter(const SharedArray& a, int64_t offset, floa
     reduce_scatter(a, offset, out, n, accumulate);
     return Request();
   }
-  float* const* slots = sync_->peers();
-  int64_t* gen = &sync_generation_;
+  if (!engine_.window) {
+    reduce_scatter(a, offset, out, n, accumulate);
+    return Request();
+  }
+  float* const* slots = engine_.window->peers();
+  int64_t* gen = &engine_.generation;
   return post(Collective::kReduceScatter, int64_t(g) * n * 4,
               [&a, g, me, offset, out, n, accumulate, slots, gen] {
-                shm_barrier(slots, g, me, *gen);
+                shm_barrier(slots, g, me, *gen, 0);
                 sum_shared(a, g, offset + int64_t(me) * n, out, n, accumulate);
               });
 }
@@ -288,12 +341,16 @@ Request Communicator::iall_reduce(SharedArray& a, int64_t offset, int64_t n) {
     all_reduce(a, offset, n);
     return Request();
   }
-  float* const* slots = sync_->peers();
-  int64_t* gen = &sync_generation_;
+  if (!engine_.window) {
+    all_reduce(a, offset, n);
+    return Request();
+  }
+  float* const* slots = engine_.window->peers();
+  int64_t* gen = &engine_.generation;
   return post(Collective::kAllReduce, n * 4, [&a, g, me, offset, n, slots, gen] {
-    shm_barrier(slots, g, me, *gen);
+    shm_barrier(slots, g, me, *gen, 0);
     sum_block_everywhere(a, g, me, offset, n);
-    shm_barrier(slots, g, me, *gen);
+    shm_barrier(slots, g, me, *gen, 0);
   });
 }
 

@@ -116,9 +116,11 @@ double Transformer::global_sum(double local) {
 }
 
 // On shared memory the D sums run on the progress engine after the layer's
-// ORS reduce-scatters (one FIFO); over MPI those must be complete first.
+// ORS reduce-scatters (one FIFO: the deferred one is posted first); over MPI
+// those must be complete first.
 void Transformer::reduce_bucket(const Range& chunked, const Range& replicated) {
   float* G = grads_->data();
+  ws_.post_deferred();
   grid_.Z().all_reduce(G + replicated.begin, replicated.end - replicated.begin);
   if (!grads_->shared() || !params_->shared()) ws_.finish_reductions();
   for (const Range& r : {chunked, replicated})

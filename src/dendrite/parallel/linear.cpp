@@ -1,6 +1,7 @@
 #include "dendrite/parallel/linear.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "dendrite/core/check.h"
 #include "dendrite/ops/activation.h"
@@ -11,7 +12,7 @@ namespace dendrite {
 void LinearWorkspace::reserve(Communicator& z, int64_t block_numel) {
   if (int64_t(weight.size()) < block_numel) {
     weight.resize(block_numel);
-    weight2.resize(block_numel);
+    for (Buffer<float>& b : more) b.resize(block_numel);
     block = (block_numel + 15) / 16 * 16;
     dweight = z.allocate_shared(kSlots * block);
     slot = 0;
@@ -24,7 +25,15 @@ float* LinearWorkspace::dweight_block() {
 }
 
 void LinearWorkspace::finish_reductions() {
+  post_deferred();
   for (Request& r : reductions) r.wait();
+}
+
+void LinearWorkspace::post_deferred() {
+  Deferred d = std::exchange(deferred, Deferred{});
+  if (!d.grid) return;
+  reductions[d.slot] = d.grid->Z().ireduce_scatter(*dweight, d.slot * block, d.grads + d.spec->offset,
+                                                   d.spec->numel, true);
 }
 
 void LinearWorkspace::begin_pass(int p) {
@@ -34,9 +43,13 @@ void LinearWorkspace::begin_pass(int p) {
   if (!traces[pass].valid) traces[pass].order.clear();
 }
 
+void LinearWorkspace::drop_prefetches() {
+  for (Prefetch& p : inflight) p.request.wait();
+  inflight.clear();
+}
+
 void LinearWorkspace::end_pass() {
-  prefetch.wait();
-  prefetched = nullptr;
+  drop_prefetches();
   if (pass < 0) return;
   Trace& t = traces[pass];
   t.valid = !broken && cursor == t.order.size();
@@ -44,18 +57,19 @@ void LinearWorkspace::end_pass() {
 }
 
 void add_block_gradient(ProcessGrid& grid, const ParamSpec& s, float* grads, LinearWorkspace& ws) {
-  const int64_t at = ws.slot * ws.block;
-  if (ws.ors)
-    ws.reductions[ws.slot] = grid.Z().ireduce_scatter(*ws.dweight, at, grads + s.offset, s.numel, true);
-  else
-    grid.Z().reduce_scatter(*ws.dweight, at, grads + s.offset, s.numel, true);
+  if (ws.ors) {
+    ws.post_deferred();
+    ws.deferred = {&grid, &s, grads, ws.slot};
+  } else {
+    grid.Z().reduce_scatter(*ws.dweight, ws.slot * ws.block, grads + s.offset, s.numel, true);
+  }
   ws.slot = (ws.slot + 1) % LinearWorkspace::kSlots;
 }
 
 namespace {
 
-// OAG: the gather of s within a recorded pass, from the prefetch when it
-// matches, and the prefetch of the gather that follows.
+// OAG: the gather of s within a recorded pass, from a prefetch when it
+// matches, and the prefetches that keep the next kPrefetch gathers moving.
 const float* prefetched_gather(ProcessGrid& grid, const ParamSpec& s, LinearWorkspace& ws) {
   LinearWorkspace::Trace& t = ws.traces[ws.pass];
   if (!t.valid) {  // recording
@@ -67,17 +81,35 @@ const float* prefetched_gather(ProcessGrid& grid, const ParamSpec& s, LinearWork
   }
   const bool expected = !ws.broken && ws.cursor < t.order.size() && t.order[ws.cursor] == &s;
   if (!expected) ws.broken = true;  // out of the recorded order: recorded again next time
-  ws.prefetch.wait();                // the prefetch of s, or one to drop
-  ws.current = 1 - ws.current;       // the slot it filled
-  if (!expected || ws.prefetched != &s)
+  constexpr int kGatherSlots = 1 + LinearWorkspace::kPrefetch;
+  if (expected && !ws.inflight.empty() && ws.inflight.front().spec == &s) {
+    ws.inflight.front().request.wait();
+    ws.current = ws.inflight.front().slot;
+    ws.inflight.erase(ws.inflight.begin());
+  } else {  // nothing posted for s (a pass's first gather, or out of order)
+    ws.drop_prefetches();
+    ws.current = (ws.current + 1) % kGatherSlots;
     grid.Z().all_gather(*ws.params, s.offset, ws.gather_slot(ws.current), s.numel);
-  ws.prefetched = nullptr;
-  if (expected && ws.cursor + 1 < t.order.size()) {
-    const ParamSpec& n = *t.order[ws.cursor + 1];
-    ws.prefetch = grid.Z().iall_gather(*ws.params, n.offset, ws.gather_slot(1 - ws.current), n.numel);
-    ws.prefetched = &n;
   }
   ++ws.cursor;
+  if (expected) {
+    // Top up: the next gathers of the trace, each into a slot that is neither
+    // the one handed out now nor one in flight.
+    while (int(ws.inflight.size()) < LinearWorkspace::kPrefetch &&
+           ws.cursor + ws.inflight.size() < t.order.size()) {
+      const ParamSpec& n = *t.order[ws.cursor + ws.inflight.size()];
+      int slot = ws.current;
+      auto busy = [&](int i) {
+        if (i == ws.current) return true;
+        for (const LinearWorkspace::Prefetch& p : ws.inflight)
+          if (p.slot == i) return true;
+        return false;
+      };
+      while (busy(slot)) slot = (slot + 1) % kGatherSlots;
+      ws.inflight.push_back({&n, slot,
+                             grid.Z().iall_gather(*ws.params, n.offset, ws.gather_slot(slot), n.numel)});
+    }
+  }
   return ws.gather_slot(ws.current);
 }
 
@@ -143,10 +175,11 @@ void ParallelLinear::backward(float* dx, bool accumulate, bool reduce_dx, const 
     dx_sum = bwd_->iall_reduce(dx, int64_t(m) * in_, DType::kF32);
   else if (reduce_dx)
     bwd_->all_reduce(dx, int64_t(m) * in_);
+  ws.post_deferred();  // the previous layer's dW reduction, behind the dx sum
   float* db = b_ ? grads + b_->offset : nullptr;
   const bool direct = grid_->shape().z == 1;
   float* dw = direct ? grads + w_->offset : ws.dweight_block();
-  if (dx_sum.pending()) {
+  if (dx_sum.needs_polling()) {
     // Polling progress: MPI moves the all-reduce only inside MPI calls, so the
     // dW product runs in row blocks with a test() between them (the same bits
     // as one product: each block is the same sum over m).

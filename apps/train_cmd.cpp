@@ -169,6 +169,9 @@ Runner add_train(CLI::App& app, int argc, char** argv) {
                "(one all-gather over Z a step instead of two; 1/(x*y) of the weights more memory)");
   app.add_flag("--recompute", opt->recompute,
                "Keep only each block's input and recompute the block in the backward (less memory)");
+  app.add_flag("--gemm-tune", opt->gemm_tune,
+               "Time every way of computing each GEMM shape at its first call and keep the fastest "
+               "that gives the same bits (reported after the first step)");
   app.add_option("--overlap", opt->overlap,
                  "Communication hidden behind computation, a list of: oar (backward all-reduce of "
                  "dx behind the dW product), ors (dW reduce-scatter over z behind earlier layers), "

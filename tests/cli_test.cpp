@@ -110,6 +110,23 @@ TEST_F(Cli, ResumedRunHasBitIdenticalLosses) {
   }
 }
 
+// --gemm-tune keeps only ways that give the same bits: the same losses, and
+// the choices reported after the first step.
+TEST_F(Cli, GemmTuningReportsItsChoicesAndKeepsTheLosses) {
+  const fs::path plain = dir_ / "plain.jsonl", tuned = dir_ / "tuned.jsonl";
+  const std::string common =
+      "train" + model("gpt2.json") + data() + " --steps 4 --batch 4 --seq 32 --eval-every 0";
+  Result a = dendrite(common + " --metrics " + plain.string());
+  ASSERT_EQ(a.rc, 0) << a.out;
+  Result b = dendrite(common + " --gemm-tune --metrics " + tuned.string());
+  ASSERT_EQ(b.rc, 0) << b.out;
+  EXPECT_NE(b.out.find("gemm tuning: "), std::string::npos) << b.out;
+  EXPECT_NE(b.out.find(" GEMM shapes timed in "), std::string::npos) << b.out;
+  EXPECT_EQ(a.out.find("gemm tuning: "), std::string::npos) << a.out;
+  EXPECT_EQ(losses(plain), losses(tuned));
+  ASSERT_EQ(losses(tuned).size(), 4u);
+}
+
 // Expects a failed run whose output names the problem.
 void expect_error(const Result& r, const std::string& needle) {
   EXPECT_NE(r.rc, 0) << r.out;

@@ -7,6 +7,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <vector>
 
 #include "dendrite/comm/communicator.h"
@@ -28,7 +29,21 @@ struct Request::Impl {
   std::vector<int> counts;
   // Or a task on the progress engine (comm/progress.h) instead of an MPI request.
   std::shared_ptr<TaskState> task;
+  // Or a collective this library moves itself (a ring of MPI messages): each
+  // call advances it as far as the messages that arrived allow and returns
+  // true once it is complete (and from then on). progress_poll() calls it too.
+  std::function<bool()> step;
+  bool polled = false;  // on progress_poll()'s list
+  Impl() = default;
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+  ~Impl();  // leaves progress_poll()'s list
 };
+
+// progress_poll()'s list of requests with a step: joined when made, left
+// when complete or destroyed.
+void register_polled(Request::Impl* impl);
+void unregister_polled(Request::Impl* impl);
 
 // Throws a dendrite::Error naming `call` when rc is not MPI_SUCCESS. (The
 // default handler MPI_ERRORS_ARE_FATAL aborts first; this guards any
@@ -66,6 +81,8 @@ class MpiCommunicator final : public Communicator {
   void broadcast(void* buf, int64_t n, DType t, int root) override;
   void barrier() override;
   std::unique_ptr<SharedArray> allocate_shared(int64_t n) override;
+  Request iall_gather_private(const float* in, float* out, int64_t n) override;
+  Request ireduce_scatter_private(const float* in, float* out, int64_t n, bool accumulate) override;
 
  private:
   std::unique_ptr<SharedArray> make_window(int64_t n);
@@ -73,16 +90,14 @@ class MpiCommunicator final : public Communicator {
   void make_channels();
   // Records the payload of one collective (only on groups larger than one).
   void record(Collective c, int64_t bytes);
-  void ring_reduce_scatter(const float* in, float* out, int n);
-  void ring_all_reduce(float* buf, int64_t n);
-  void ring_all_gather(const float* in, float* out, int n);
-  // One ring step: send to the next rank, receive from the previous one.
-  void ring_exchange(const float* send, int send_n, float* recv, int recv_n, int tag,
-                     const char* kind);
   Request make_request(std::unique_ptr<Request::Impl> impl, Collective kind);
+
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
-  std::vector<float> ring_acc_, ring_recv_;  // scratch of the ring reduce-scatter
+  std::vector<float> ring_acc_, ring_recv_;  // scratch of the calling thread's rings
+  // The engine's duplicate of comm_ (MPI_THREAD_MULTIPLE only) and its scratch.
+  MPI_Comm engine_comm_ = MPI_COMM_NULL;
+  std::vector<float> engine_acc_, engine_recv_;
   // recvcounts of the blocking reduce_scatter: MPI reads them until it completes,
   // which after a watchdog timeout is later than the call.
   std::vector<int> counts_;

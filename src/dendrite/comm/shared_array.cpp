@@ -107,6 +107,15 @@ constexpr int64_t kSlotFloats = (int64_t(1) << 20) / 4;  // ShmChannel::kSlotByt
 // later has to allocate: a lone rank in a collective must reach the watchdog.
 void MpiCommunicator::make_channels() {
   if (size_ == 1) return;
+  // Ranks of this job on the node, each with its OpenMP threads (and an engine
+  // thread): when they fill the cores, waiting threads spin only briefly.
+  static const int job_ranks = [] {
+    for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
+      if (const char* e = std::getenv(v); e && std::atoi(e) > 0) return std::atoi(e);
+    return ranks_on_my_node(MPI_COMM_WORLD);  // collective: every rank's first group
+  }();
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  set_oversubscribed(unsigned(job_ranks * omp_get_max_threads()) >= cores);
   for (ShmChannel* ch : {&own_, &engine_}) {
     ch->window = make_window(kSyncFloats + 2 * kSlotFloats);
     if (!ch->window->shared()) ch->window.reset();
@@ -119,13 +128,7 @@ void MpiCommunicator::make_channels() {
 
 std::unique_ptr<SharedArray> MpiCommunicator::make_window(int64_t n) {
   int local = 0;
-  if (shared_memory_enabled() && n > 0) {
-    local = ranks_on_my_node(comm_) == size_ ? 1 : 0;
-    // Ranks of this job on the node, each with its OpenMP threads and an engine thread.
-    const int job_ranks = ranks_on_my_node(MPI_COMM_WORLD);
-    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    set_oversubscribed(unsigned(job_ranks * omp_get_max_threads()) >= cores);
-  }
+  if (shared_memory_enabled() && n > 0) local = ranks_on_my_node(comm_) == size_ ? 1 : 0;
   int all_local = 0;  // every rank must take the same branch
   check_mpi(MPI_Allreduce(&local, &all_local, 1, MPI_INT, MPI_MIN, comm_), "MPI_Allreduce");
   if (!all_local) return std::make_unique<PrivateArray>(n);
@@ -305,12 +308,26 @@ Request Communicator::post(Collective c, int64_t bytes, std::function<void()> fn
   return Request(std::move(impl));
 }
 
+Request Communicator::iall_gather_private(const float* in, float* out, int64_t n) {
+  all_gather(in, out, n, DType::kF32);
+  return Request();
+}
+
+Request Communicator::ireduce_scatter_private(const float* in, float* out, int64_t n,
+                                              bool accumulate) {
+  Buffer<float> sum{size_t(accumulate ? n : 0)};
+  reduce_scatter(in, accumulate ? sum.data() : out, n, DType::kF32);
+  for (int64_t i = 0; accumulate && i < n; ++i) out[i] += sum[i];
+  return Request();
+}
+
 Request Communicator::iall_gather(const SharedArray& a, int64_t offset, float* out, int64_t n) {
   const int g = size();
-  if (g == 1 || !a.shared()) {
+  if (g == 1) {
     all_gather(a, offset, out, n);
     return Request();
   }
+  if (!a.shared()) return iall_gather_private(a.data() + offset, out, n);
   return post(Collective::kAllGather, int64_t(g) * n * 4,
               [&a, g, offset, out, n] { gather_shared(a, g, offset, out, n); });
 }
@@ -318,10 +335,11 @@ Request Communicator::iall_gather(const SharedArray& a, int64_t offset, float* o
 Request Communicator::ireduce_scatter(const SharedArray& a, int64_t offset, float* out, int64_t n,
                                       bool accumulate) {
   const int g = size(), me = rank();
-  if (g == 1 || !a.shared()) {
+  if (g == 1) {
     reduce_scatter(a, offset, out, n, accumulate);
     return Request();
   }
+  if (!a.shared()) return ireduce_scatter_private(a.data() + offset, out, n, accumulate);
   if (!engine_.window) {
     reduce_scatter(a, offset, out, n, accumulate);
     return Request();

@@ -39,10 +39,10 @@ struct ModelOptions {
   // 2 cores it hid half of the D all-reduce but made the step 10% slower (MPI's
   // non-blocking all-reduce, progressed by polling, takes CPU from the GEMMs).
   bool dp = false;
-  // ORS: the dW reduce-scatters over Z run on the progress engine behind the
-  // backward of earlier layers. OAG: each Z gather of weights is posted one
-  // layer ahead. Both need the Z ranks on one node (shared memory); elsewhere
-  // the collectives stay blocking.
+  // ORS: the dW reduce-scatters over Z run behind the backward of earlier
+  // layers. OAG: each Z gather of weights is posted one layer ahead. With the
+  // Z ranks on one node they run on the progress engine over shared memory;
+  // across nodes they are rings of MPI messages moved by polling.
   bool ors = true, oag = true;
   // Sets the overlaps from "none", "all" or a list such as "oar,ors"; an
   // unknown one is an error naming it.

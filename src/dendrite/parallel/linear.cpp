@@ -20,7 +20,10 @@ void LinearWorkspace::reserve(Communicator& z, int64_t block_numel) {
 }
 
 float* LinearWorkspace::dweight_block() {
-  reductions[(slot + 1) % kSlots].wait();  // the reduction two calls back
+  // Shared memory: the reduction kSlots - 1 calls back (see above). Messages:
+  // the slot's own last reduction, which sends from it until it completes.
+  reductions[(slot + 1) % kSlots].wait();
+  reductions[slot].wait();
   return dweight->data() + slot * block;
 }
 
@@ -118,8 +121,8 @@ const float* prefetched_gather(ProcessGrid& grid, const ParamSpec& s, LinearWork
 const float* gather_block(ProcessGrid& grid, const ParamSpec& s, const float* params,
                           float* scratch, LinearWorkspace& ws) {
   if (grid.shape().z == 1) return params + s.offset;
-  const bool shared = ws.params && params == ws.params->data() && ws.params->shared();
-  if (shared && ws.oag && ws.pass >= 0 && scratch == ws.weight.data())
+  const bool stored = ws.params && params == ws.params->data();
+  if (stored && ws.oag && ws.pass >= 0 && scratch == ws.weight.data())
     return prefetched_gather(grid, s, ws);
   if (ws.params && params == ws.params->data())
     grid.Z().all_gather(*ws.params, s.offset, scratch, s.numel);
@@ -157,6 +160,7 @@ void ParallelLinear::forward(float* y, const float* x, int m, const float* param
                              LinearWorkspace& ws) const {
   const float* w = gather_weight(params, ws);
   ops::linear_forward(y, x, w, nullptr, m, in_, out_);  // [m, out]: partial over the forward axis
+  progress_poll();  // rings in flight (groups across nodes) take their next step
   fwd_->all_reduce(y, int64_t(m) * out_);
   if (b_) {
     const float* b = params + b_->offset;
@@ -179,16 +183,17 @@ void ParallelLinear::backward(float* dx, bool accumulate, bool reduce_dx, const 
   float* db = b_ ? grads + b_->offset : nullptr;
   const bool direct = grid_->shape().z == 1;
   float* dw = direct ? grads + w_->offset : ws.dweight_block();
-  if (dx_sum.needs_polling()) {
-    // Polling progress: MPI moves the all-reduce only inside MPI calls, so the
-    // dW product runs in row blocks with a test() between them (the same bits
-    // as one product: each block is the same sum over m).
+  if (dx_sum.needs_polling() || polling_pending()) {
+    // Polling progress: MPI moves the all-reduce (and the rings of ORS and OAG
+    // across nodes) only inside MPI calls, so the dW product runs in row
+    // blocks with a poll between them (the same bits as one product: each
+    // block is the same sum over m).
     const int parts = 4;
     for (int p = 0; p < parts; ++p) {
       const int r0 = out_ * p / parts / 16 * 16, r1 = p + 1 == parts ? out_ : out_ * (p + 1) / parts / 16 * 16;
       ops::gemm(true, false, r1 - r0, in_, m, 1.0f, dy + r0, out_, x, in_, direct ? 1.0f : 0.0f,
                 dw + int64_t(r0) * in_, in_);
-      dx_sum.test();
+      progress_poll();
     }
     if (db) ops::add_column_sums(db, dy, m, out_);
   } else {

@@ -17,6 +17,7 @@
 #include "dendrite/core/check.h"
 #include "dendrite/core/log.h"
 #include "dendrite/model/transformer.h"
+#include "dendrite/ops/matmul.h"
 #include "dendrite/ops/optim.h"
 #include "dendrite/ops/peak.h"
 #include "dendrite/train/checkpoint.h"
@@ -29,11 +30,35 @@ namespace dendrite {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// After the first step (every shape met once): what --gemm-tune chose, and
+// the time it saves per step by the trials' figures.
+std::string gemm_tuning_summary() {
+  int changed = 0, shapes = 0;
+  double saved = 0;
+  for (const ops::GemmChoice& c : ops::gemm_choices()) {
+    ++shapes;
+    if (c.way == c.ways[0]) continue;
+    ++changed;
+    double kept = c.ms[0];
+    for (size_t i = 0; i < c.ways.size(); ++i)
+      if (c.ways[i] == c.way) kept = c.ms[i];
+    saved += (c.ms[0] - kept) * double(c.calls + 1);
+  }
+  return str("gemm tuning: ", shapes, " GEMM shapes timed in ",
+             std::round(ops::gemm_tuning_seconds() * 1e3), " ms; another way than the default ",
+             "kept for ", changed, " (same bits), saving about ", std::round(saved * 10) / 10,
+             " ms per step on rank 0");
+}
+
+}  // namespace
+
 #define DENDRITE_TRAIN_FIELDS(X)                                                              \
   X(model) X(data) X(steps) X(batch) X(seq) X(lr) X(min_lr) X(warmup) X(weight_decay) X(beta1) \
   X(beta2) X(adam_eps) X(grad_clip) X(seed) X(out) X(resume) X(save_every) X(stop_at) X(eval_every)       \
   X(eval_batches) X(log_every) X(metrics) X(threads) X(grid) X(keep_gathered) X(recompute) X(overlap) \
-  X(keep) X(on_nan) X(timeout) X(goldfish)
+  X(keep) X(on_nan) X(timeout) X(goldfish) X(gemm_tune)
 
 nlohmann::json TrainOptions::to_json() const {
   nlohmann::json j;
@@ -313,6 +338,7 @@ TrainResult run_train(TrainOptions opt, ProcessGrid& grid) {
   mo.keep_gathered = opt.keep_gathered;
   mo.recompute = opt.recompute;
   mo.set_overlap(opt.overlap);
+  ops::set_gemm_tuning(opt.gemm_tune);
   Transformer model(mc, grid, opt.batch, opt.seq, mo);
   model.init(opt.seed);
   ops::AdamWConfig ac{float(opt.beta1), float(opt.beta2), float(opt.adam_eps),
@@ -405,6 +431,7 @@ TrainResult run_train(TrainOptions opt, ProcessGrid& grid) {
       f.val_loss = result.last_val_loss = evaluate(model, *val_sampler, opt.batch, opt.seq, opt.eval_batches);
     if (metrics.is_open()) metrics << f.to_json().dump() << "\n" << std::flush;
     progress.update(f, opt.log_every > 0 && ((step + 1) % opt.log_every == 0 || last || f.val_loss >= 0));
+    if (opt.gemm_tune && step == start) progress.note(gemm_tuning_summary());
     if (update) result.last_loss = loss;
     result.steps_done = step + 1;
     if (!last && opt.save_every > 0 && (step + 1) % opt.save_every == 0) save(step + 1);

@@ -26,7 +26,7 @@ struct BenchOptions {
   int batch = 4, seq = 64, threads = 0, steps = 5, warmup = 2;
   std::string grid;
   bool json = false, keep_gathered = false, recompute = false, gemm_tune = false;
-  std::string overlap = "oar,ors,oag";
+  std::string overlap = "all";  // as train
 };
 
 // This process's resident pages that are shared memory (its own and its

@@ -35,10 +35,10 @@ struct ModelOptions {
   bool keep_gathered = false;  // keep Z-gathered weights from the forward to the backward
   bool recompute = false;      // keep only each block's input; recompute the block in the backward
   bool oar = true;             // overlap the backward all-reduce of dx with the dW product
-  // Reduce gradients over D per layer during the backward. Off by default: on
-  // 2 cores it hid half of the D all-reduce but made the step 10% slower (MPI's
-  // non-blocking all-reduce, progressed by polling, takes CPU from the GEMMs).
-  bool dp = false;
+  // Reduce gradients over D per layer during the backward, in buckets posted
+  // in a fixed order (on the progress engine: shared memory on a node, rings
+  // of messages across nodes).
+  bool dp = true;
   // ORS: the dW reduce-scatters over Z run behind the backward of earlier
   // layers. OAG: each Z gather of weights is posted one layer ahead. With the
   // Z ranks on one node they run on the progress engine over shared memory;

@@ -49,13 +49,9 @@ nlohmann::json gemm_report(int runs) {
   double saved = 0;
   for (const ops::GemmChoice& c : ops::gemm_choices()) {
     nlohmann::json ways = nlohmann::json::object();
-    double kept = 0;
-    for (size_t i = 0; i < c.ways.size(); ++i) {
-      ways[c.ways[i]] = c.ms[i];
-      if (c.ways[i] == c.way) kept = c.ms[i];
-    }
+    for (size_t i = 0; i < c.ways.size(); ++i) ways[c.ways[i]] = c.ms[i];
     const double per_step = double(c.calls + 1) / runs;
-    saved += (c.ms[0] - kept) * per_step;  // ways[0] is the default
+    saved += c.saved_ms() * per_step;
     shapes.push_back({{"op", std::string{c.ta, c.tb}}, {"M", c.M}, {"N", c.N}, {"K", c.K},
                       {"accumulate", c.accumulate}, {"way", c.way}, {"default", c.ways[0]},
                       {"trial_ms", ways}, {"calls_per_step", per_step}});
@@ -117,8 +113,7 @@ int run_bench_step(const BenchOptions& o) {
   };
   double cpu[3] = {ms(u0.ru_utime, u1.ru_utime) / o.steps, ms(u0.ru_stime, u1.ru_stime) / o.steps,
                    double(u1.ru_nvcsw - u0.ru_nvcsw + u1.ru_nivcsw - u0.ru_nivcsw) / o.steps};
-  grid.world().all_reduce(cpu, 3);
-  const double* cpu_sum = cpu;
+  grid.world().all_reduce(cpu, 3);  // then averaged over the ranks
   grid.world().barrier();
   const double peak = ops::measure_peak_gflops(threads, 0.3) * grid.shape().size();
   const double gflops = mc.train_flops_per_token(o.seq) * tokens / secs / 1e9;
@@ -173,9 +168,9 @@ int run_bench_step(const BenchOptions& o) {
                       {"overlap", o.overlap},
                       {"comm", comm},
                       {"compute_ms", secs * 1e3 - exposed_ms},
-                      {"cpu_user_ms", cpu_sum[0] / grid.shape().size()},
-                      {"cpu_sys_ms", cpu_sum[1] / grid.shape().size()},
-                      {"context_switches", cpu_sum[2] / grid.shape().size()},
+                      {"cpu_user_ms", cpu[0] / grid.shape().size()},
+                      {"cpu_sys_ms", cpu[1] / grid.shape().size()},
+                      {"context_switches", cpu[2] / grid.shape().size()},
                       {"param_bytes", 4.0 * model.num_floats()},
                       {"activation_bytes", double(model.activation_bytes())}};
   if (o.gemm_tune) j["gemm"] = gemm_report(o.steps + o.warmup);

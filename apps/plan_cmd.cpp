@@ -187,16 +187,23 @@ double mean_over(Communicator& world, double local) {
 // batches slow, which is not the cost of the call. Returns seconds per call,
 // averaged over the ranks. The repetition count comes from the slowest rank's
 // trial, so every rank makes the same number of calls (collectives must match).
+// One warm-up call, then one timed call: the slowest rank's seconds, the same
+// on every rank (every rank then makes the same number of calls).
 template <typename Fn>
-double time_call(Communicator& world, Fn&& fn, double min_seconds, int min_reps) {
+double slowest_trial(Communicator& world, Fn&& fn, bool barrier) {
   fn();
-  world.barrier();
+  if (barrier) world.barrier();
   auto t1 = Clock::now();
   fn();
   double trial = seconds_since(t1);
   std::vector<double> all(world.size());
   world.all_gather(&trial, all.data(), 1, DType::kF64);
-  trial = std::max(*std::max_element(all.begin(), all.end()), 1e-9);
+  return std::max(*std::max_element(all.begin(), all.end()), 1e-9);
+}
+
+template <typename Fn>
+double time_call(Communicator& world, Fn&& fn, double min_seconds, int min_reps) {
+  const double trial = slowest_trial(world, fn, true);
   const int batches = 5;
   const int reps = std::max((min_reps + batches - 1) / batches,
                             int(std::min(1e6, min_seconds / batches / trial)));
@@ -327,13 +334,7 @@ bool calibrate_shm_collective(Communicator& world, Communicator& comm, const std
 // the penalty below is the mean cost of a descheduled peer.
 template <typename Fn>
 double time_loop(Communicator& world, Fn&& fn, double seconds) {
-  fn();
-  auto t1 = Clock::now();
-  fn();
-  double trial = seconds_since(t1);
-  std::vector<double> all(world.size());
-  world.all_gather(&trial, all.data(), 1, DType::kF64);
-  trial = std::max(*std::max_element(all.begin(), all.end()), 1e-9);
+  const double trial = slowest_trial(world, fn, false);
   const int reps = std::clamp(int(seconds / trial), 5, 100000);
   world.barrier();
   auto t0 = Clock::now();

@@ -11,7 +11,6 @@
 #include <cmath>
 
 #include <exception>
-#include <vector>
 
 #include "dendrite/comm/mpi_communicator.h"
 #include "dendrite/core/check.h"
@@ -79,7 +78,6 @@ Request::~Request() { wait_noexcept(); }
 void Request::wait() {
   if (!pending()) return;
   if (impl_->task) return wait_task();
-  if (impl_->step) return wait_step();
   const double start = MPI_Wtime();
   wait_or_timeout(&impl_->req, collective_name(static_cast<Collective>(impl_->kind)),
                   *impl_->group);
@@ -122,11 +120,6 @@ bool Request::test() {
     finish_task();
     return true;
   }
-  if (impl_->step) {
-    if (!impl_->step()) return false;
-    finish_step();
-    return true;
-  }
   int done = 0;
   check_mpi(MPI_Test(&impl_->req, &done, MPI_STATUS_IGNORE), "MPI_Test");
   if (!done) return false;
@@ -135,67 +128,8 @@ bool Request::test() {
   return true;
 }
 
-bool Request::pending() const {
-  return impl_ && (impl_->req != MPI_REQUEST_NULL || impl_->task || impl_->step);
-}
+bool Request::pending() const { return impl_ && (impl_->req != MPI_REQUEST_NULL || impl_->task); }
 
-bool Request::needs_polling() const {
-  return impl_ && (impl_->req != MPI_REQUEST_NULL || impl_->step);
-}
-
-// A ring: advanced until complete, yielding the core between polls when the
-// node is oversubscribed (Backoff), under the group's watchdog.
-void Request::wait_step() {
-  const double start = MPI_Wtime(), timeout = impl_->group->timeout();
-  Backoff backoff;
-  while (!impl_->step()) {
-    backoff.pause();
-    if (timeout <= 0 || backoff.rounds() % 256 != 255) continue;
-    const double waited = MPI_Wtime() - start;
-    if (waited >= timeout)
-      fail_timeout(collective_name(static_cast<Collective>(impl_->kind)), *impl_->group, waited,
-                   false);
-  }
-  const double waited = MPI_Wtime() - start;
-  impl_->stats->wait_seconds += waited;
-  impl_->stats->exposed_seconds[impl_->kind] += waited;
-  finish_step();
-}
-
-void Request::finish_step() {
-  impl_->step = nullptr;
-  unregister_polled(impl_.get());
-  impl_->stats->total_seconds[impl_->kind] += MPI_Wtime() - impl_->posted;
-}
-
-// The requests progress_poll() moves: created, polled and finished by the
-// thread that owns MPI (the engine thread never makes one).
-namespace {
-std::vector<Request::Impl*>& polled() {
-  static std::vector<Request::Impl*> list;
-  return list;
-}
-}  // namespace
-
-void register_polled(Request::Impl* impl) {
-  polled().push_back(impl);
-  impl->polled = true;
-}
-
-void unregister_polled(Request::Impl* impl) {
-  if (!impl->polled) return;
-  auto& list = polled();
-  list.erase(std::remove(list.begin(), list.end(), impl), list.end());
-  impl->polled = false;
-}
-
-Request::Impl::~Impl() { unregister_polled(this); }
-
-bool polling_pending() { return !polled().empty(); }
-
-void progress_poll() {
-  for (Request::Impl* r : polled())
-    if (r->step) r->step();
-}
+bool Request::needs_polling() const { return impl_ && impl_->req != MPI_REQUEST_NULL; }
 
 }  // namespace dendrite

@@ -88,8 +88,6 @@ class Request {
  private:
   void wait_task();
   void finish_task();
-  void wait_step();
-  void finish_step();
   void wait_noexcept() noexcept;
   std::unique_ptr<Impl> impl_;
 };
@@ -132,9 +130,9 @@ class Communicator {
   // The same three, non-blocking: on a shared array they run on the progress
   // engine's thread (comm/progress.h) in the order posted, so they overlap the
   // caller's computation; the ranges must stay untouched until wait(). On a
-  // private array the gather and the reduce-scatter are rings of MPI messages
-  // moved by polling (progress_poll(), test(), wait()), and the all-reduce an
-  // MPI request; on a group of one they complete before returning.
+  // private array (a group across nodes) they are rings of MPI messages on
+  // the engine's thread where MPI provides MPI_THREAD_MULTIPLE, and complete
+  // before returning where it does not, or on a group of one.
   Request iall_gather(const SharedArray& a, int64_t offset, float* out, int64_t n);
   Request ireduce_scatter(const SharedArray& a, int64_t offset, float* out, int64_t n,
                           bool accumulate);
@@ -187,19 +185,13 @@ class Communicator {
   // Queues fn on the progress engine as collective c of `bytes` (counted now).
   Request post(Collective c, int64_t bytes, std::function<void()> fn);
   // The non-blocking collectives of a private (not shared) array, where the
-  // group spans nodes: rings of MPI messages that the caller's polling moves
-  // (progress_poll(), Request::test and wait). The default completes at once.
-  virtual Request iall_gather_private(const float* in, float* out, int64_t n);
-  virtual Request ireduce_scatter_private(const float* in, float* out, int64_t n,
-                                          bool accumulate);
+  // group spans nodes: rings of MPI messages on the engine's thread
+  // (MpiCommunicator). The default completes at once.
+  virtual Request iall_gather_private(const SharedArray& a, int64_t offset, float* out,
+                                      int64_t n);
+  virtual Request ireduce_scatter_private(const SharedArray& a, int64_t offset, float* out,
+                                          int64_t n, bool accumulate);
 };
-
-// Moves every collective in flight that needs polling (rings over MPI
-// messages; MPI itself moves its requests only inside MPI calls). Cheap when
-// nothing is in flight: the compute loops call it between their GEMMs.
-void progress_poll();
-// Whether anything is in flight that needs progress_poll().
-bool polling_pending();
 
 size_t dtype_size(DType t);
 

@@ -7,7 +7,6 @@
 
 #include <mpi.h>
 
-#include <functional>
 #include <vector>
 
 #include "dendrite/comm/communicator.h"
@@ -29,21 +28,7 @@ struct Request::Impl {
   std::vector<int> counts;
   // Or a task on the progress engine (comm/progress.h) instead of an MPI request.
   std::shared_ptr<TaskState> task;
-  // Or a collective this library moves itself (a ring of MPI messages): each
-  // call advances it as far as the messages that arrived allow and returns
-  // true once it is complete (and from then on). progress_poll() calls it too.
-  std::function<bool()> step;
-  bool polled = false;  // on progress_poll()'s list
-  Impl() = default;
-  Impl(const Impl&) = delete;
-  Impl& operator=(const Impl&) = delete;
-  ~Impl();  // leaves progress_poll()'s list
 };
-
-// progress_poll()'s list of requests with a step: joined when made, left
-// when complete or destroyed.
-void register_polled(Request::Impl* impl);
-void unregister_polled(Request::Impl* impl);
 
 // Throws a dendrite::Error naming `call` when rc is not MPI_SUCCESS. (The
 // default handler MPI_ERRORS_ARE_FATAL aborts first; this guards any
@@ -81,8 +66,10 @@ class MpiCommunicator final : public Communicator {
   void broadcast(void* buf, int64_t n, DType t, int root) override;
   void barrier() override;
   std::unique_ptr<SharedArray> allocate_shared(int64_t n) override;
-  Request iall_gather_private(const float* in, float* out, int64_t n) override;
-  Request ireduce_scatter_private(const float* in, float* out, int64_t n, bool accumulate) override;
+  Request iall_gather_private(const SharedArray& a, int64_t offset, float* out,
+                              int64_t n) override;
+  Request ireduce_scatter_private(const SharedArray& a, int64_t offset, float* out, int64_t n,
+                                  bool accumulate) override;
 
  private:
   std::unique_ptr<SharedArray> make_window(int64_t n);

@@ -7,7 +7,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <climits>
 
 #include <atomic>

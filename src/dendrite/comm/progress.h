@@ -1,15 +1,15 @@
 // Internal to comm/: the progress engine, one background thread per process
-// that runs the non-blocking collectives over shared memory (SharedArray) in
-// the order they were posted, while the posting thread computes.
+// that runs the non-blocking collectives in the order they were posted, while
+// the posting thread computes: over shared memory (loads, stores and a barrier
+// between the ranks' engine threads, no MPI call) on a node, rings of MPI
+// messages on a duplicate communicator across nodes (MPI_THREAD_MULTIPLE).
 //
 // Why a thread and not polling: MPI moves a non-blocking message collective
 // only inside MPI calls, so overlap by polling needs progress calls sprinkled
-// through the compute loops, and the GEMMs (oneDNN) cannot host them. A
-// collective over shared memory is plain loads and stores plus a barrier
-// between the ranks' engine threads, so a thread that owns it needs no MPI
-// call at all (MPI stays single-threaded) and moves it while the GEMMs run.
-// Its tasks run one at a time, FIFO, on every rank in the same order, so the
-// sums are the same whatever the timing. The thread sleeps when idle.
+// through the compute loops, and the GEMMs (oneDNN) cannot host them
+// (measured: docs/overlap.md). Its tasks run one at a time, FIFO, on every
+// rank in the same order, so the sums are the same whatever the timing. The
+// thread sleeps when idle.
 #pragma once
 
 #include <atomic>

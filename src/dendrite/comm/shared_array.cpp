@@ -308,16 +308,15 @@ Request Communicator::post(Collective c, int64_t bytes, std::function<void()> fn
   return Request(std::move(impl));
 }
 
-Request Communicator::iall_gather_private(const float* in, float* out, int64_t n) {
-  all_gather(in, out, n, DType::kF32);
+Request Communicator::iall_gather_private(const SharedArray& a, int64_t offset, float* out,
+                                          int64_t n) {
+  all_gather(a, offset, out, n);
   return Request();
 }
 
-Request Communicator::ireduce_scatter_private(const float* in, float* out, int64_t n,
-                                              bool accumulate) {
-  Buffer<float> sum{size_t(accumulate ? n : 0)};
-  reduce_scatter(in, accumulate ? sum.data() : out, n, DType::kF32);
-  for (int64_t i = 0; accumulate && i < n; ++i) out[i] += sum[i];
+Request Communicator::ireduce_scatter_private(const SharedArray& a, int64_t offset, float* out,
+                                              int64_t n, bool accumulate) {
+  reduce_scatter(a, offset, out, n, accumulate);
   return Request();
 }
 
@@ -327,7 +326,7 @@ Request Communicator::iall_gather(const SharedArray& a, int64_t offset, float* o
     all_gather(a, offset, out, n);
     return Request();
   }
-  if (!a.shared()) return iall_gather_private(a.data() + offset, out, n);
+  if (!a.shared()) return iall_gather_private(a, offset, out, n);
   return post(Collective::kAllGather, int64_t(g) * n * 4,
               [&a, g, offset, out, n] { gather_shared(a, g, offset, out, n); });
 }
@@ -339,7 +338,7 @@ Request Communicator::ireduce_scatter(const SharedArray& a, int64_t offset, floa
     reduce_scatter(a, offset, out, n, accumulate);
     return Request();
   }
-  if (!a.shared()) return ireduce_scatter_private(a.data() + offset, out, n, accumulate);
+  if (!a.shared()) return ireduce_scatter_private(a, offset, out, n, accumulate);
   if (!engine_.window) {
     reduce_scatter(a, offset, out, n, accumulate);
     return Request();

@@ -42,7 +42,7 @@ struct ModelOptions {
   // ORS: the dW reduce-scatters over Z run behind the backward of earlier
   // layers. OAG: each Z gather of weights is posted one layer ahead. With the
   // Z ranks on one node they run on the progress engine over shared memory;
-  // across nodes they are rings of MPI messages moved by polling.
+  // across nodes, rings of MPI messages on the engine (MPI_THREAD_MULTIPLE).
   bool ors = true, oag = true;
   // Sets the overlaps from "none", "all" or a list such as "oar,ors"; an
   // unknown one is an error naming it.

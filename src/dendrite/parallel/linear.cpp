@@ -12,7 +12,7 @@ namespace dendrite {
 void LinearWorkspace::reserve(Communicator& z, int64_t block_numel) {
   if (int64_t(weight.size()) < block_numel) {
     weight.resize(block_numel);
-    for (Buffer<float>& b : more) b.resize(block_numel);
+    weight2.resize(block_numel);
     block = (block_numel + 15) / 16 * 16;
     dweight = z.allocate_shared(kSlots * block);
     slot = 0;
@@ -46,13 +46,9 @@ void LinearWorkspace::begin_pass(int p) {
   if (!traces[pass].valid) traces[pass].order.clear();
 }
 
-void LinearWorkspace::drop_prefetches() {
-  for (Prefetch& p : inflight) p.request.wait();
-  inflight.clear();
-}
-
 void LinearWorkspace::end_pass() {
-  drop_prefetches();
+  prefetch.wait();
+  prefetched = nullptr;
   if (pass < 0) return;
   Trace& t = traces[pass];
   t.valid = !broken && cursor == t.order.size();
@@ -71,8 +67,8 @@ void add_block_gradient(ProcessGrid& grid, const ParamSpec& s, float* grads, Lin
 
 namespace {
 
-// OAG: the gather of s within a recorded pass, from a prefetch when it
-// matches, and the prefetches that keep the next kPrefetch gathers moving.
+// OAG: the gather of s within a recorded pass, from the prefetch when it
+// matches, and the prefetch of the gather that follows.
 const float* prefetched_gather(ProcessGrid& grid, const ParamSpec& s, LinearWorkspace& ws) {
   LinearWorkspace::Trace& t = ws.traces[ws.pass];
   if (!t.valid) {  // recording
@@ -84,35 +80,17 @@ const float* prefetched_gather(ProcessGrid& grid, const ParamSpec& s, LinearWork
   }
   const bool expected = !ws.broken && ws.cursor < t.order.size() && t.order[ws.cursor] == &s;
   if (!expected) ws.broken = true;  // out of the recorded order: recorded again next time
-  constexpr int kGatherSlots = 1 + LinearWorkspace::kPrefetch;
-  if (expected && !ws.inflight.empty() && ws.inflight.front().spec == &s) {
-    ws.inflight.front().request.wait();
-    ws.current = ws.inflight.front().slot;
-    ws.inflight.erase(ws.inflight.begin());
-  } else {  // nothing posted for s (a pass's first gather, or out of order)
-    ws.drop_prefetches();
-    ws.current = (ws.current + 1) % kGatherSlots;
+  ws.prefetch.wait();                // the prefetch of s, or one to drop
+  ws.current = 1 - ws.current;       // the slot it filled
+  if (!expected || ws.prefetched != &s)
     grid.Z().all_gather(*ws.params, s.offset, ws.gather_slot(ws.current), s.numel);
+  ws.prefetched = nullptr;
+  if (expected && ws.cursor + 1 < t.order.size()) {
+    const ParamSpec& n = *t.order[ws.cursor + 1];
+    ws.prefetch = grid.Z().iall_gather(*ws.params, n.offset, ws.gather_slot(1 - ws.current), n.numel);
+    ws.prefetched = &n;
   }
   ++ws.cursor;
-  if (expected) {
-    // Top up: the next gathers of the trace, each into a slot that is neither
-    // the one handed out now nor one in flight.
-    while (int(ws.inflight.size()) < LinearWorkspace::kPrefetch &&
-           ws.cursor + ws.inflight.size() < t.order.size()) {
-      const ParamSpec& n = *t.order[ws.cursor + ws.inflight.size()];
-      int slot = ws.current;
-      auto busy = [&](int i) {
-        if (i == ws.current) return true;
-        for (const LinearWorkspace::Prefetch& p : ws.inflight)
-          if (p.slot == i) return true;
-        return false;
-      };
-      while (busy(slot)) slot = (slot + 1) % kGatherSlots;
-      ws.inflight.push_back({&n, slot,
-                             grid.Z().iall_gather(*ws.params, n.offset, ws.gather_slot(slot), n.numel)});
-    }
-  }
   return ws.gather_slot(ws.current);
 }
 
@@ -121,10 +99,10 @@ const float* prefetched_gather(ProcessGrid& grid, const ParamSpec& s, LinearWork
 const float* gather_block(ProcessGrid& grid, const ParamSpec& s, const float* params,
                           float* scratch, LinearWorkspace& ws) {
   if (grid.shape().z == 1) return params + s.offset;
-  const bool stored = ws.params && params == ws.params->data();
+  const bool stored = ws.params && params == ws.params->data();  // shared or private
   if (stored && ws.oag && ws.pass >= 0 && scratch == ws.weight.data())
     return prefetched_gather(grid, s, ws);
-  if (ws.params && params == ws.params->data())
+  if (stored)
     grid.Z().all_gather(*ws.params, s.offset, scratch, s.numel);
   else
     grid.Z().all_gather(params + s.offset, scratch, s.numel, DType::kF32);
@@ -160,7 +138,6 @@ void ParallelLinear::forward(float* y, const float* x, int m, const float* param
                              LinearWorkspace& ws) const {
   const float* w = gather_weight(params, ws);
   ops::linear_forward(y, x, w, nullptr, m, in_, out_);  // [m, out]: partial over the forward axis
-  progress_poll();  // rings in flight (groups across nodes) take their next step
   fwd_->all_reduce(y, int64_t(m) * out_);
   if (b_) {
     const float* b = params + b_->offset;
@@ -183,17 +160,17 @@ void ParallelLinear::backward(float* dx, bool accumulate, bool reduce_dx, const 
   float* db = b_ ? grads + b_->offset : nullptr;
   const bool direct = grid_->shape().z == 1;
   float* dw = direct ? grads + w_->offset : ws.dweight_block();
-  if (dx_sum.needs_polling() || polling_pending()) {
-    // Polling progress: MPI moves the all-reduce (and the rings of ORS and OAG
-    // across nodes) only inside MPI calls, so the dW product runs in row
-    // blocks with a poll between them (the same bits as one product: each
-    // block is the same sum over m).
+  if (dx_sum.needs_polling()) {
+    // An MPI request (no engine for it: MPI without MPI_THREAD_MULTIPLE) moves
+    // only inside MPI calls, so the dW product runs in row blocks with a
+    // test() between them (the same bits as one product: each block is the
+    // same sum over m).
     const int parts = 4;
     for (int p = 0; p < parts; ++p) {
       const int r0 = out_ * p / parts / 16 * 16, r1 = p + 1 == parts ? out_ : out_ * (p + 1) / parts / 16 * 16;
       ops::gemm(true, false, r1 - r0, in_, m, 1.0f, dy + r0, out_, x, in_, direct ? 1.0f : 0.0f,
                 dw + int64_t(r0) * in_, in_);
-      progress_poll();
+      dx_sum.test();
     }
     if (db) ops::add_column_sums(db, dy, m, out_);
   } else {

@@ -26,13 +26,12 @@ namespace dendrite {
 // Z collectives with computation (DESIGN.md section 5), which needs the
 // parameters and dW blocks in SharedArrays over Z:
 //  - OAG: the gathers of a pass (a step's forward and backward, or a forward
-//    alone) are recorded the first time; from then on each gather keeps the
-//    next kPrefetch ones posted on the progress engine, each into its own
-//    slot, so they move while the current layers compute. (Two ahead hid a
+//    alone) are recorded the first time; from then on each gather posts the
+//    next one on the progress engine into the other of two slots, so it moves
+//    while the current layer computes. A gather out of the recorded order is
+//    simply done at once (and the order recorded again). (Two ahead hid a
 //    little more of the gathers on y=2,z=2 but delayed the reduce-scatters
-//    queued behind them on the engine by more.) A gather out of the recorded
-//    order is simply done at once (and the order recorded again). The block a
-//    gather returns stays valid until the next gather.
+//    queued behind them on the engine by more.)
 //  - ORS: a dW block is reduce-scattered on the engine while the backward of
 //    earlier layers computes, and waited for only in finish_reductions(),
 //    before the gradients are used. Blocks rotate through kSlots slots: a slot
@@ -43,9 +42,8 @@ namespace dendrite {
 //    sum is needed within one GEMM, the dW sum only at the optimizer.
 struct LinearWorkspace {
   static constexpr int kSlots = 4;
-  static constexpr int kPrefetch = 1;
   Buffer<float> weight;  // gather scratch (and slot 0 of OAG)
-  Buffer<float> more[kPrefetch];  // slots 1.. of OAG
+  Buffer<float> weight2;  // slot 1 of OAG
   std::unique_ptr<SharedArray> dweight;  // kSlots x block floats
   int64_t block = 0;
   int slot = 0;
@@ -58,7 +56,7 @@ struct LinearWorkspace {
   // The dW block of the next reduction (waits until its slot is free).
   float* dweight_block();
   int64_t bytes() const {
-    return int64_t(weight.size() * (1 + kPrefetch) + (dweight ? dweight->size() : 0)) * 4;
+    return int64_t(weight.size() + weight2.size() + (dweight ? dweight->size() : 0)) * 4;
   }
   // OAG: a pass of gathers begins (after the parameters' fence) or ends
   // (before it: the last prefetch is waited for and dropped).
@@ -78,14 +76,9 @@ struct LinearWorkspace {
   int pass = -1;
   size_t cursor = 0;
   bool broken = false;
-  int current = 0;  // the gather slot handed out last
-  struct Prefetch {
-    const ParamSpec* spec = nullptr;
-    int slot = 0;
-    Request request;
-  };
-  std::vector<Prefetch> inflight;  // in post order, at most kPrefetch
-  void drop_prefetches();
+  int current = 0;                       // the gather slot handed out last
+  const ParamSpec* prefetched = nullptr;  // in slot 1 - current
+  Request prefetch;
   Request reductions[kSlots];
   struct Deferred {
     ProcessGrid* grid = nullptr;  // null: nothing deferred
@@ -93,7 +86,7 @@ struct LinearWorkspace {
     float* grads = nullptr;
     int slot = 0;
   } deferred;
-  float* gather_slot(int i) { return i == 0 ? weight.data() : more[i - 1].data(); }
+  float* gather_slot(int i) { return i == 0 ? weight.data() : weight2.data(); }
 };
 
 // Reduce-scatters the full block gradient of s held in ws.dweight_block() over

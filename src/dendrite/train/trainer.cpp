@@ -41,10 +41,7 @@ std::string gemm_tuning_summary() {
     ++shapes;
     if (c.way == c.ways[0]) continue;
     ++changed;
-    double kept = c.ms[0];
-    for (size_t i = 0; i < c.ways.size(); ++i)
-      if (c.ways[i] == c.way) kept = c.ms[i];
-    saved += (c.ms[0] - kept) * double(c.calls + 1);
+    saved += c.saved_ms() * double(c.calls + 1);
   }
   return str("gemm tuning: ", shapes, " GEMM shapes timed in ",
              std::round(ops::gemm_tuning_seconds() * 1e3), " ms; another way than the default ",

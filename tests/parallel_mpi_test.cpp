@@ -196,5 +196,44 @@ TEST(MessagesOnly, OverlapsOverMpiMatchOneProcess) {
   unsetenv("DENDRITE_SHARED_MEMORY");
 }
 
+// A vocabulary block at least four times a layer's puts the embedding's and
+// the head's dW blocks in the workspace's big slots, beside the layers' small
+// ones (parallel/linear.h): ORS through both kinds still matches one process
+// and the run without overlap, Llama's untied head included.
+TEST(BigVocabulary, DwSlotsOfBothSizesMatchOneProcess) {
+  int world_rank = 0, world_size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  if (world_size % 4 != 0) GTEST_SKIP() << "needs a multiple of 4 ranks";
+  MPI_Comm sub;
+  MPI_Comm_split(MPI_COMM_WORLD, world_rank / 4, world_rank, &sub);
+  for (ModelConfig cfg : {gpt2_config(), llama_config()}) {
+    cfg.vocab_size = 1024;
+    auto single = ProcessGrid::single();
+    const Record want = train(cfg, *single);
+    for (const GridShape& g : {GridShape{1, 2, 2, 1}, GridShape{1, 1, 4, 1}}) {
+      ProcessGrid grid(g, &sub);
+      {
+        Transformer t(cfg, grid, kB, kT);
+        int64_t largest = 0, second = 0;
+        for (const ParamSpec& s : t.table().specs()) largest = std::max(largest, s.block_numel());
+        for (const ParamSpec& s : t.table().specs())
+          if (s.block_numel() < largest) second = std::max(second, s.block_numel());
+        ASSERT_GE(largest, 4 * second) << "the test no longer reaches the big slots";
+      }
+      ModelOptions overlapped;
+      overlapped.oar = overlapped.dp = overlapped.ors = overlapped.oag = true;
+      const Record base = train(cfg, grid, overlapped);
+      compare(arch_name(cfg.arch) + " with a big vocabulary", cfg, g, base, want, overlapped);
+      ModelOptions none;
+      none.oar = none.dp = none.ors = none.oag = false;
+      const Record alt = train(cfg, grid, none);
+      for (int s = 0; s < kSteps; ++s)
+        EXPECT_NEAR(alt.losses[s], base.losses[s], 1e-6 * base.losses[s]) << g.str();
+    }
+  }
+  MPI_Comm_free(&sub);
+}
+
 }  // namespace
 }  // namespace dendrite

@@ -135,9 +135,13 @@ void Transformer::build_table() {
   ws_.oag = opt_.oag && !opt_.keep_gathered;  // kept blocks are gathered once, into their own buffers
   // Gathered blocks and block gradients need scratch only when Z splits them.
   if (grid_.shape().z > 1) {
-    int64_t largest = 0;
+    // dW slots: a layer's blocks (each at most a quarter of the largest, the
+    // vocabulary's, on real models) in small slots, larger ones in big slots.
+    int64_t largest = 0, layer = 0;
     for (auto& s : table_.specs()) largest = std::max(largest, s.block_numel());
-    ws_.reserve(grid_.Z(), largest);
+    for (auto& s : table_.specs())
+      if (s.block_numel() * 4 <= largest) layer = std::max(layer, s.block_numel());
+    ws_.reserve(grid_.Z(), largest, layer > 0 ? layer : largest);
   }
 }
 

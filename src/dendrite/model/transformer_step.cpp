@@ -68,6 +68,12 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
 }
 
 // dres [m, C/Gx] holds dLoss/d(output of layer l); on return, dLoss/d(its input).
+//
+// OAR over groups of layers: the layers that share an input (q, k, v; up and
+// gate) add their dx and sum it over Y once, and that sum runs behind the dW
+// products of the group and, where the transposed layer before it (o, down)
+// has no dx sum of its own (Gx = 1), behind that layer's dW product too. The
+// products are the same bits in any order; only their place changes.
 void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
   Layer& L = layers_[l];
   LayerActs& a = acts(l);
@@ -75,25 +81,37 @@ void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
   float* G = grads_->data();
   const int m = B_loc * T;
   const long mC = long(m) * c_;
+  const bool oar = L.up.overlaps_input_sum();
 
-  // MLP: out = mid + down(act). Layers that share an input add their partial
-  // dx and reduce the sum once.
-  L.down.backward(dact_.data(), false, true, dres, a.act.data(), m, P, G, ws_);
+  // MLP: out = mid + down(act).
+  L.down.input_gradient(dact_.data(), false, dres, m, P, ws_);
+  Request down_sum = L.down.sum_input_gradient(dact_.data(), m, ws_);
+  const bool defer_down = oar && !L.down.sums_input();
+  if (!defer_down) L.down.weight_gradient(dres, a.act.data(), m, G, ws_, &down_sum);
+  down_sum.wait();
   if (cfg_.gpt2()) {
     ops::gelu_backward(dup_.data(), dact_.data(), a.up.data(), long(m) * f_);
-    L.up.backward(dnorm_.data(), false, true, dup_.data(), a.norm2.data(), m, P, G, ws_);
   } else {
     ops::swiglu_backward(dgate_.data(), dup_.data(), dact_.data(), a.gate.data(), a.up.data(),
                          long(m) * f_);
-    L.gate.backward(dnorm_.data(), false, false, dgate_.data(), a.norm2.data(), m, P, G, ws_);
-    L.up.backward(dnorm_.data(), true, true, dup_.data(), a.norm2.data(), m, P, G, ws_);
+    L.gate.input_gradient(dnorm_.data(), false, dgate_.data(), m, P, ws_);
   }
+  L.up.input_gradient(dnorm_.data(), !cfg_.gpt2(), dup_.data(), m, P, ws_);
+  Request mlp_sum = L.up.sum_input_gradient(dnorm_.data(), m, ws_);
+  if (!cfg_.gpt2()) L.gate.weight_gradient(dgate_.data(), a.norm2.data(), m, G, ws_, &mlp_sum);
+  L.up.weight_gradient(dup_.data(), a.norm2.data(), m, G, ws_, &mlp_sum);
+  if (defer_down) L.down.weight_gradient(dres, a.act.data(), m, G, ws_, &mlp_sum);
+  mlp_sum.wait();
   L.norm2.backward(tmp_c_.data(), dnorm_.data(), a.mid.data(), a.mean2.data(), a.rstd2.data(), m,
                    P, G, sums_);
   ops::add_inplace(dres, tmp_c_.data(), mC);  // now dLoss/d(mid)
 
   // attention: mid = x + o(att)
-  L.o.backward(datt_.data(), false, true, dres, a.att.data(), m, P, G, ws_);
+  L.o.input_gradient(datt_.data(), false, dres, m, P, ws_);
+  Request o_sum = L.o.sum_input_gradient(datt_.data(), m, ws_);
+  const bool defer_o = oar && !L.o.sums_input();
+  if (!defer_o) L.o.weight_gradient(dres, a.att.data(), m, G, ws_, &o_sum);
+  o_sum.wait();
   ops::AttentionShape s{B_loc, T, nh_, nkv_, hs_, qd_, kvd_, qd_};
   ops::attention_backward(dq_.data(), dk_.data(), dv_.data(), datt_.data(), a.att.data(),
                           a.lse.data(), a.q.data(), a.k.data(), a.v.data(), s);
@@ -101,9 +119,15 @@ void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
     ops::rope_backward(dq_.data(), B_loc, T, nh_, hs_, qd_, cfg_.rope_theta);
     ops::rope_backward(dk_.data(), B_loc, T, nkv_, hs_, kvd_, cfg_.rope_theta);
   }
-  L.q.backward(dnorm_.data(), false, false, dq_.data(), a.norm1.data(), m, P, G, ws_);
-  L.k.backward(dnorm_.data(), true, false, dk_.data(), a.norm1.data(), m, P, G, ws_);
-  L.v.backward(dnorm_.data(), true, true, dv_.data(), a.norm1.data(), m, P, G, ws_);
+  L.q.input_gradient(dnorm_.data(), false, dq_.data(), m, P, ws_);
+  L.k.input_gradient(dnorm_.data(), true, dk_.data(), m, P, ws_);
+  L.v.input_gradient(dnorm_.data(), true, dv_.data(), m, P, ws_);
+  Request qkv_sum = L.v.sum_input_gradient(dnorm_.data(), m, ws_);
+  L.q.weight_gradient(dq_.data(), a.norm1.data(), m, G, ws_, &qkv_sum);
+  L.k.weight_gradient(dk_.data(), a.norm1.data(), m, G, ws_, &qkv_sum);
+  L.v.weight_gradient(dv_.data(), a.norm1.data(), m, G, ws_, &qkv_sum);
+  if (defer_o) L.o.weight_gradient(dres, a.att.data(), m, G, ws_, &qkv_sum);
+  qkv_sum.wait();
   L.norm1.backward(tmp_c_.data(), dnorm_.data(), residual_[l].data(), a.mean1.data(),
                    a.rstd1.data(), m, P, G, sums_);
   ops::add_inplace(dres, tmp_c_.data(), mC);

@@ -74,13 +74,13 @@ void VocabEmbedding::backward(const float* dout, const int32_t* tokens, int m, i
                               LinearWorkspace& ws) const {
   const int C = int(table_->block_cols);
   const bool direct = grid_->shape().z == 1;
-  float* dw = direct ? grads + table_->offset : ws.dweight_block();
+  float* dw = direct ? grads + table_->offset : ws.dweight_block(table_->block_numel());
   if (!direct) std::fill(dw, dw + table_->block_numel(), 0.0f);
   ops::embedding_range_backward(dw, dout, tokens, int(table_->row_offset), int(table_->block_rows),
                                 m, C);
   if (!direct) add_block_gradient(*grid_, *table_, grads, ws);
   if (pos_) {
-    float* dp = direct ? grads + pos_->offset : ws.dweight_block();
+    float* dp = direct ? grads + pos_->offset : ws.dweight_block(pos_->block_numel());
     if (!direct) std::fill(dp, dp + pos_->block_numel(), 0.0f);
     ops::position_backward(dp, dout, m, T, C);
     if (!direct) add_block_gradient(*grid_, *pos_, grads, ws);
@@ -107,7 +107,7 @@ double VocabCrossEntropy::forward_backward(float* dx, const float* x, const int3
   const float* w = gathered ? gathered : gather_block(*grid_, *head_, params, ws.weight.data(), ws);
   const bool direct = grid_->shape().z == 1;
   float* dw = nullptr;
-  if (dx) dw = direct ? grads + head_->offset : ws.dweight_block();
+  if (dx) dw = direct ? grads + head_->offset : ws.dweight_block(head_->block_numel());
   double loss = 0;
   for (int r0 = 0; r0 < m; r0 += chunk_) {
     const int rows = std::min(chunk_, m - r0);

@@ -9,22 +9,35 @@
 
 namespace dendrite {
 
-void LinearWorkspace::reserve(Communicator& z, int64_t block_numel) {
-  if (int64_t(weight.size()) < block_numel) {
-    weight.resize(block_numel);
-    weight2.resize(block_numel);
-    block = (block_numel + 15) / 16 * 16;
-    dweight = z.allocate_shared(kSlots * block);
-    slot = 0;
+void LinearWorkspace::reserve(Communicator& z, int64_t largest, int64_t layer) {
+  if (int64_t(weight.size()) < largest) {
+    weight.resize(largest);
+    weight2.resize(largest);
+    block = (std::min(layer, largest) + 15) / 16 * 16;
+    big = largest > block ? (largest + 15) / 16 * 16 : 0;
+    dweight = z.allocate_shared(kSlots * block + kBigSlots * big);
   }
 }
 
-float* LinearWorkspace::dweight_block() {
-  // Shared memory: the reduction kSlots - 1 calls back (see above). Messages:
-  // the slot's own last reduction, which sends from it until it completes.
-  reductions[(slot + 1) % kSlots].wait();
-  reductions[slot].wait();
-  return dweight->data() + slot * block;
+void LinearWorkspace::wait_reduction(int64_t seq) {
+  // An entry overwritten by a later reduction was waited for then.
+  if (seq >= 0 && seq < posted && posted - seq <= kRing) reductions[seq % kRing].wait();
+}
+
+float* LinearWorkspace::dweight_block(int64_t numel) {
+  const int large = numel > block;
+  DENDRITE_CHECK(numel <= (large ? big : block), "dW block of ", numel,
+                 " floats exceeds the workspace (", block, ", ", big, ")");
+  const int i = large ? kSlots + next[1] : next[0];
+  next[large] = (next[large] + 1) % (large ? kBigSlots : kSlots);
+  if (deferred.grid && deferred.slot == i) post_deferred();
+  if (const int64_t s = slot_seq[i] - 1; s >= 0) {
+    if (s + 1 >= posted) post_deferred();  // the one after it, if deferred
+    wait_reduction(s);
+    wait_reduction(s + 1);
+  }
+  slot = i;
+  return dweight->data() + slot_offset(i);
 }
 
 void LinearWorkspace::finish_reductions() {
@@ -35,8 +48,10 @@ void LinearWorkspace::finish_reductions() {
 void LinearWorkspace::post_deferred() {
   Deferred d = std::exchange(deferred, Deferred{});
   if (!d.grid) return;
-  reductions[d.slot] = d.grid->Z().ireduce_scatter(*dweight, d.slot * block, d.grads + d.spec->offset,
-                                                   d.spec->numel, true);
+  slot_seq[d.slot] = posted + 1;
+  reductions[posted % kRing] = d.grid->Z().ireduce_scatter(
+      *dweight, slot_offset(d.slot), d.grads + d.spec->offset, d.spec->numel, true);
+  ++posted;
 }
 
 void LinearWorkspace::begin_pass(int p) {
@@ -60,9 +75,8 @@ void add_block_gradient(ProcessGrid& grid, const ParamSpec& s, float* grads, Lin
     ws.post_deferred();
     ws.deferred = {&grid, &s, grads, ws.slot};
   } else {
-    grid.Z().reduce_scatter(*ws.dweight, ws.slot * ws.block, grads + s.offset, s.numel, true);
+    grid.Z().reduce_scatter(*ws.dweight, ws.slot_offset(ws.slot), grads + s.offset, s.numel, true);
   }
-  ws.slot = (ws.slot + 1) % LinearWorkspace::kSlots;
 }
 
 namespace {
@@ -146,21 +160,27 @@ void ParallelLinear::forward(float* y, const float* x, int m, const float* param
   }
 }
 
-void ParallelLinear::backward(float* dx, bool accumulate, bool reduce_dx, const float* dy,
-                              const float* x, int m, const float* params, float* grads,
-                              LinearWorkspace& ws) const {
-  const float* w = backward_weight(params, ws);
-  ops::linear_backward_input(dx, dy, w, m, in_, out_, accumulate);
-  Request dx_sum;  // OAR: summing dx over the backward axis runs behind the dW product
-  if (reduce_dx && oar_)
-    dx_sum = bwd_->iall_reduce(dx, int64_t(m) * in_, DType::kF32);
-  else if (reduce_dx)
+void ParallelLinear::input_gradient(float* dx, bool accumulate, const float* dy, int m,
+                                    const float* params, LinearWorkspace& ws) const {
+  ops::linear_backward_input(dx, dy, backward_weight(params, ws), m, in_, out_, accumulate);
+}
+
+Request ParallelLinear::sum_input_gradient(float* dx, int m, LinearWorkspace& ws) const {
+  Request sum;
+  if (oar_)
+    sum = bwd_->iall_reduce(dx, int64_t(m) * in_, DType::kF32);
+  else
     bwd_->all_reduce(dx, int64_t(m) * in_);
   ws.post_deferred();  // the previous layer's dW reduction, behind the dx sum
+  return sum;
+}
+
+void ParallelLinear::weight_gradient(const float* dy, const float* x, int m, float* grads,
+                                     LinearWorkspace& ws, Request* pending) const {
   float* db = b_ ? grads + b_->offset : nullptr;
   const bool direct = grid_->shape().z == 1;
-  float* dw = direct ? grads + w_->offset : ws.dweight_block();
-  if (dx_sum.needs_polling()) {
+  float* dw = direct ? grads + w_->offset : ws.dweight_block(w_->block_numel());
+  if (pending && pending->needs_polling()) {
     // An MPI request (no engine for it: MPI without MPI_THREAD_MULTIPLE) moves
     // only inside MPI calls, so the dW product runs in row blocks with a
     // test() between them (the same bits as one product: each block is the
@@ -170,14 +190,13 @@ void ParallelLinear::backward(float* dx, bool accumulate, bool reduce_dx, const 
       const int r0 = out_ * p / parts / 16 * 16, r1 = p + 1 == parts ? out_ : out_ * (p + 1) / parts / 16 * 16;
       ops::gemm(true, false, r1 - r0, in_, m, 1.0f, dy + r0, out_, x, in_, direct ? 1.0f : 0.0f,
                 dw + int64_t(r0) * in_, in_);
-      dx_sum.test();
+      pending->test();
     }
     if (db) ops::add_column_sums(db, dy, m, out_);
   } else {
     ops::linear_backward_weight(dw, db, dy, x, m, in_, out_, direct);
   }
   if (!direct) add_block_gradient(*grid_, *w_, grads, ws);
-  dx_sum.wait();
 }
 
 }  // namespace dendrite

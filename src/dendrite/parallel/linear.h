@@ -34,27 +34,36 @@ namespace dendrite {
 //    queued behind them on the engine by more.)
 //  - ORS: a dW block is reduce-scattered on the engine while the backward of
 //    earlier layers computes, and waited for only in finish_reductions(),
-//    before the gradients are used. Blocks rotate through kSlots slots: a slot
-//    is reused only after the reduction kSlots - 1 calls later completed here,
-//    which (its barrier) means every peer finished reading the slot. A
+//    before the gradients are used. Blocks rotate through slots, kSlots for
+//    blocks up to `block` floats (a layer's) and kBigSlots for larger ones
+//    (the vocabulary's), so several layers' products can be in flight without
+//    slots of the largest size. A slot is reused only after the reduction
+//    posted after its own completed here, which (its barrier) means every
+//    peer finished reading the slot (the engine runs tasks in post order on
+//    every rank); over messages, after its own, which sends from it. A
 //    reduction is posted only at the next layer's post_deferred(), after that
 //    layer's OAR all-reduce: the engine runs tasks in post order, and the dx
 //    sum is needed within one GEMM, the dW sum only at the optimizer.
 struct LinearWorkspace {
-  static constexpr int kSlots = 4;
+  static constexpr int kSlots = 8, kBigSlots = 2, kRing = 16;
   Buffer<float> weight;  // gather scratch (and slot 0 of OAG)
   Buffer<float> weight2;  // slot 1 of OAG
-  std::unique_ptr<SharedArray> dweight;  // kSlots x block floats
-  int64_t block = 0;
-  int slot = 0;
+  std::unique_ptr<SharedArray> dweight;  // kSlots x block, then kBigSlots x big floats
+  int64_t block = 0, big = 0;
+  int slot = 0;  // the dW slot handed out last
   bool oag = false, ors = false;
   // The model's parameters when they are a SharedArray over Z (set by the
   // owner): Z gathers of its tensors then read the peers' chunks directly.
   const SharedArray* params = nullptr;
 
-  void reserve(Communicator& z, int64_t block_numel);
-  // The dW block of the next reduction (waits until its slot is free).
-  float* dweight_block();
+  // Scratch for blocks of up to largest floats; dW slots of `layer` floats for
+  // the blocks that fit (the rest use the big slots).
+  void reserve(Communicator& z, int64_t largest, int64_t layer);
+  // A dW block of numel floats for the next reduction (waits until its slot is free).
+  float* dweight_block(int64_t numel);
+  int64_t slot_offset(int i) const {
+    return i < kSlots ? i * block : kSlots * block + (i - kSlots) * big;
+  }
   int64_t bytes() const {
     return int64_t(weight.size() + weight2.size() + (dweight ? dweight->size() : 0)) * 4;
   }
@@ -79,7 +88,11 @@ struct LinearWorkspace {
   int current = 0;                       // the gather slot handed out last
   const ParamSpec* prefetched = nullptr;  // in slot 1 - current
   Request prefetch;
-  Request reductions[kSlots];
+  Request reductions[kRing];  // by sequence number (posted) modulo kRing
+  int64_t posted = 0;         // reductions posted so far
+  int64_t slot_seq[kSlots + kBigSlots] = {};  // the reduction that last read each slot, + 1
+  int next[2] = {0, 0};       // the next slot of each size, in turn
+  void wait_reduction(int64_t seq);
   struct Deferred {
     ProcessGrid* grid = nullptr;  // null: nothing deferred
     const ParamSpec* spec = nullptr;
@@ -105,8 +118,8 @@ class ParallelLinear {
   // keep_gathered: hold the block gathered in the forward until the backward
   // (one all-gather over Z a step instead of two, for 1/(Gx Gy) of the weights
   // in memory), as DESIGN.md section 3 allows where memory does.
-  // oar: the backward's all-reduce of dx is posted non-blocking and waited for
-  // after the dW product (AxoNN's OAR).
+  // oar: the backward's all-reduce of dx is posted non-blocking, to be waited
+  // for after dW products (AxoNN's OAR).
   ParallelLinear(ProcessGrid& grid, const ParamSpec& w, const ParamSpec* b,
                  bool keep_gathered = false, bool oar = false);
 
@@ -120,14 +133,23 @@ class ParallelLinear {
 
   // y [m, out_local] = x [m, in_local] W^T, summed over the forward axis, + b.
   void forward(float* y, const float* x, int m, const float* params, LinearWorkspace& ws) const;
-  // dx [m, in_local] = dy W (overwritten, or added to when accumulate), and
-  // summed over the backward axis when reduce_dx (callers that add several
-  // layers' dx reduce once themselves); dW reduce-scattered over Z into
-  // grads; db += the row sums of dy.
-  void backward(float* dx, bool accumulate, bool reduce_dx, const float* dy, const float* x, int m,
-                const float* params, float* grads, LinearWorkspace& ws) const;
-  // The axis whose ranks sum dx (Y for a normal layer).
-  Communicator& backward_axis() const { return *bwd_; }
+  // The backward, in three parts so that a block can put the dW products of
+  // several layers behind one dx sum (OAR over a group of layers; layers that
+  // share an input add their dx and sum it once):
+  // dx [m, in_local] = dy W (overwritten, or added to when accumulate);
+  void input_gradient(float* dx, bool accumulate, const float* dy, int m, const float* params,
+                      LinearWorkspace& ws) const;
+  // dx summed over the backward axis: posted non-blocking with OAR (wait for
+  // the request before reading dx), else summed before returning;
+  Request sum_input_gradient(float* dx, int m, LinearWorkspace& ws) const;
+  // dW = dy^T x reduce-scattered over Z into grads, db += the row sums of dy.
+  // `pending`, when it moves only when polled (an MPI request), is polled
+  // between row blocks of the product.
+  void weight_gradient(const float* dy, const float* x, int m, float* grads, LinearWorkspace& ws,
+                       Request* pending = nullptr) const;
+  // Whether the backward axis has peers (else sum_input_gradient has nothing to sum).
+  bool sums_input() const { return bwd_->size() > 1; }
+  bool overlaps_input_sum() const { return oar_; }
 
  private:
   ProcessGrid* grid_ = nullptr;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "dendrite/core/check.h"
 
@@ -210,15 +211,28 @@ OverlapInputs overlap_inputs(const ModelConfig& c, const Machine& mach, const Gr
   OverlapInputs in;
   in.layers = c.n_layer;
   double gemm_fwd = 0, gemm_bwd = 0, gather = 0, scatter = 0;
+  std::map<std::string, double> dweight;
   for (const LayerLinear& l : layer_linears(c, s)) {
     gemm_fwd += gemm_s(s.m, l.out, l.in);
-    const double dweight = gemm_s(l.out, l.in, s.m);
-    gemm_bwd += gemm_s(s.m, l.in, l.out) + dweight;
-    const std::string axis = l.reduce;
-    if (!axis.empty() && axis_group(g, axis).second > 1)
-      in.oar.push_back({axis, cost(mach, g, axis, "all_reduce", 4.0 * s.m * l.in, 1, o), dweight});
+    dweight[l.name] = gemm_s(l.out, l.in, s.m);
+    gemm_bwd += gemm_s(s.m, l.in, l.out) + dweight[l.name];
     gather += cost(mach, g, "z", "all_gather", 4.0 * l.out * l.in, 1, o);
     scatter += cost(mach, g, "z", "reduce_scatter", 4.0 * l.out * l.in, 1, o);
+  }
+  // OAR over groups (model/transformer_step.cpp): the dx sum of the layers that
+  // share an input hides behind their dW products and, where the transposed
+  // layer before them has no sum of its own (Gx = 1), behind its product too.
+  const bool x_sums = axis_group(g, "x").second > 1;
+  for (const LayerLinear& l : layer_linears(c, s)) {
+    const std::string axis = l.reduce, name = l.name;
+    if (axis.empty() || axis_group(g, axis).second == 1) continue;
+    double behind = dweight[name];
+    if (name == "layer.v")
+      behind += dweight["layer.q"] + dweight["layer.k"] + (x_sums ? 0 : dweight["layer.o"]);
+    if (name == "layer.up")
+      behind += (c.gpt2() ? 0 : dweight["layer.gate"]) + (x_sums ? 0 : dweight["layer.down"]);
+    in.oar.push_back(
+        {axis, cost(mach, g, axis, "all_reduce", 4.0 * s.m * l.in, 1, o), behind});
   }
   PlanOptions once = o;  // one forward of attention per layer
   once.recompute = false;

@@ -309,6 +309,41 @@ TEST(EmbeddingSplit, VocabularyPartsSumToWholeLookup) {
   }
 }
 
+// The lookup from Z chunks: a block of rows [v0, v0 + rows) cut into flat
+// chunks whose edges fall inside rows; the chunks' parts sum to the range
+// lookup (one nonzero part per float: the same bits), and their backward,
+// each into its own chunk, to the range backward (threads split columns).
+TEST(EmbeddingSplit, ZChunkPartsSumToRangeLookup) {
+  const int m = 29, C = 21, v0 = 5, rows = 17;
+  Vf block = randn(static_cast<long>(rows) * C, 31);
+  std::vector<int32_t> tokens = random_tokens(m, 30, 32);  // some outside the block
+  tokens[0] = v0, tokens[1] = v0 + rows - 1, tokens[2] = v0 + 8, tokens[3] = v0 + 8;  // a repeat
+  Vf want(static_cast<size_t>(m) * C), dout = randn(want.size(), 33);
+  ops::embedding_range_forward(want.data(), tokens.data(), block.data(), v0, rows, m, C);
+  const Vf dblock0 = randn(block.size(), 34);
+  Vf dwant = dblock0;
+  ops::embedding_range_backward(dwant.data(), dout.data(), tokens.data(), v0, rows, m, C);
+  const long n = static_cast<long>(block.size());
+  for (int gz : {1, 2, 3, 4}) {
+    for (int threads : {1, 3}) {
+      SCOPED_TRACE("gz=" + std::to_string(gz) + " threads=" + std::to_string(threads));
+      ThreadCount scope(threads);
+      Vf sum(want.size(), 0.0f), dblock = dblock0;
+      for (int z = 0; z < gz; ++z) {
+        const long c0 = n * z / gz, c1 = n * (z + 1) / gz;
+        Vf part(want.size(), 99.0f);  // overwritten everywhere
+        ops::embedding_chunk_forward(part.data(), tokens.data(), block.data() + c0, c0, c1 - c0,
+                                     v0, rows, m, C);
+        for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
+        ops::embedding_chunk_backward(dblock.data() + c0, dout.data(), tokens.data(), c0, c1 - c0,
+                                      v0, rows, m, C);
+      }
+      EXPECT_TRUE(same_bits(sum, want)) << "forward";
+      EXPECT_TRUE(same_bits(dblock, dwant)) << "backward";
+    }
+  }
+}
+
 TEST(EmbeddingSplit, PositionsMatchNaiveLoop) {
   const int B = 4, T = 7, m = B * T, C = 37;
   Vf wpe = randn(static_cast<long>(T) * C, 9), base = randn(static_cast<long>(m) * C, 10);

@@ -116,6 +116,21 @@ void compare(const std::string& what, const ModelConfig& cfg, const GridShape& g
   EXPECT_EQ(got.calls, v.calls) << where;
 }
 
+// cfg on grid g with every overlap must match one process (want), and the
+// run without any overlap must match it.
+void check_overlaps(const std::string& what, const ModelConfig& cfg, ProcessGrid& grid,
+                    const GridShape& g, const Record& want) {
+  ModelOptions overlapped;
+  overlapped.oar = overlapped.dp = overlapped.ors = overlapped.oag = true;
+  const Record base = train(cfg, grid, overlapped);
+  compare(what, cfg, g, base, want, overlapped);
+  ModelOptions none;
+  none.oar = none.dp = none.ors = none.oag = false;
+  const Record alt = train(cfg, grid, none);
+  for (int s = 0; s < kSteps; ++s)
+    EXPECT_NEAR(alt.losses[s], base.losses[s], 1e-6 * base.losses[s]) << what << ", " << g.str();
+}
+
 class EveryGrid : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(EveryGrid, MatchesOneProcess) {
@@ -181,25 +196,19 @@ TEST(MessagesOnly, OverlapsOverMpiMatchOneProcess) {
                : std::vector<GridShape>{{2, 1, 2, 2}, {1, 2, 4, 1}, {1, 1, 2, 4}};
     for (const GridShape& g : grids) {
       ProcessGrid grid(g, &sub);
-      ModelOptions overlapped;
-      overlapped.oar = overlapped.dp = overlapped.ors = overlapped.oag = true;
-      const Record base = train(cfg, grid, overlapped);
-      compare("gpt2 over messages", cfg, g, base, want, overlapped);
-      ModelOptions none;
-      none.oar = none.dp = none.ors = none.oag = false;
-      const Record alt = train(cfg, grid, none);
-      for (int s = 0; s < kSteps; ++s)
-        EXPECT_NEAR(alt.losses[s], base.losses[s], 1e-6 * base.losses[s]) << g.str();
+      check_overlaps("gpt2 over messages", cfg, grid, g, want);
     }
     MPI_Comm_free(&sub);
   }
   unsetenv("DENDRITE_SHARED_MEMORY");
 }
 
-// A vocabulary block at least four times a layer's puts the embedding's and
-// the head's dW blocks in the workspace's big slots, beside the layers' small
-// ones (parallel/linear.h): ORS through both kinds still matches one process
-// and the run without overlap, Llama's untied head included.
+// A vocabulary block at least four times a layer's puts the head's dW block
+// in the workspace's big slots, beside the layers' small ones (parallel/
+// linear.h), and has more rows than the Z group's batch, so the embedding
+// looks its rows up in the Z chunks instead of gathering the block (parallel/
+// layers.h): both still match one process and the run without overlap,
+// Llama's untied head included; the bytes moved match the closed form.
 TEST(BigVocabulary, DwSlotsOfBothSizesMatchOneProcess) {
   int world_rank = 0, world_size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
@@ -220,16 +229,10 @@ TEST(BigVocabulary, DwSlotsOfBothSizesMatchOneProcess) {
         for (const ParamSpec& s : t.table().specs())
           if (s.block_numel() < largest) second = std::max(second, s.block_numel());
         ASSERT_GE(largest, 4 * second) << "the test no longer reaches the big slots";
+        // and the embedding looks its rows up in the Z chunks (parallel/layers.h)
+        ASSERT_LT(int64_t(g.z) * (kB / g.z) * kT, t.table().find("tok_emb").block_rows);
       }
-      ModelOptions overlapped;
-      overlapped.oar = overlapped.dp = overlapped.ors = overlapped.oag = true;
-      const Record base = train(cfg, grid, overlapped);
-      compare(arch_name(cfg.arch) + " with a big vocabulary", cfg, g, base, want, overlapped);
-      ModelOptions none;
-      none.oar = none.dp = none.ors = none.oag = false;
-      const Record alt = train(cfg, grid, none);
-      for (int s = 0; s < kSteps; ++s)
-        EXPECT_NEAR(alt.losses[s], base.losses[s], 1e-6 * base.losses[s]) << g.str();
+      check_overlaps(arch_name(cfg.arch) + " with a big vocabulary", cfg, grid, g, want);
     }
   }
   MPI_Comm_free(&sub);

@@ -60,9 +60,25 @@ VocabEmbedding::VocabEmbedding(ProcessGrid& grid, const ParamSpec& table, const 
 void VocabEmbedding::forward(float* out, const int32_t* tokens, int m, int T, const float* params,
                              LinearWorkspace& ws) const {
   const int C = int(table_->block_cols);
-  const float* w = gather_block(*grid_, *table_, params, keep_ ? kept_.data() : ws.weight.data(), ws);
-  ops::embedding_range_forward(out, tokens, w, int(table_->row_offset), int(table_->block_rows), m,
-                               C);
+  const int v0 = int(table_->row_offset), rows = int(table_->block_rows);
+  if (lookup_in_chunks(m)) {
+    Communicator& z = grid_->Z();
+    const int64_t n = int64_t(z.size()) * m;
+    mine_.resize(m);
+    gathered_.resize(n);
+    tokens_.resize(n);
+    rows_.resize(n * C);
+    std::copy(tokens, tokens + m, mine_.data());
+    z.all_gather(mine_.data(), gathered_.data(), m, DType::kI64);
+    std::copy(gathered_.data(), gathered_.data() + n, tokens_.data());
+    ops::embedding_chunk_forward(rows_.data(), tokens_.data(), params + table_->offset,
+                                 table_->chunk_offset, table_->numel, v0, rows, int(n), C);
+    z.reduce_scatter(rows_.data(), out, int64_t(m) * C, DType::kF32);
+  } else {
+    const float* w =
+        gather_block(*grid_, *table_, params, keep_ ? kept_.data() : ws.weight.data(), ws);
+    ops::embedding_range_forward(out, tokens, w, v0, rows, m, C);
+  }
   grid_->Y().all_reduce(out, int64_t(m) * C);
   if (pos_) {
     const float* p = gather_block(*grid_, *pos_, params, ws.weight.data(), ws);
@@ -73,12 +89,24 @@ void VocabEmbedding::forward(float* out, const int32_t* tokens, int m, int T, co
 void VocabEmbedding::backward(const float* dout, const int32_t* tokens, int m, int T, float* grads,
                               LinearWorkspace& ws) const {
   const int C = int(table_->block_cols);
+  const int v0 = int(table_->row_offset), rows = int(table_->block_rows);
   const bool direct = grid_->shape().z == 1;
-  float* dw = direct ? grads + table_->offset : ws.dweight_block(table_->block_numel());
-  if (!direct) std::fill(dw, dw + table_->block_numel(), 0.0f);
-  ops::embedding_range_backward(dw, dout, tokens, int(table_->row_offset), int(table_->block_rows),
-                                m, C);
-  if (!direct) add_block_gradient(*grid_, *table_, grads, ws);
+  if (lookup_in_chunks(m)) {
+    Communicator& z = grid_->Z();
+    const int64_t n = int64_t(z.size()) * m;
+    DENDRITE_CHECK(int64_t(tokens_.size()) == n,
+                   "embedding backward: the forward saw another batch; run the forward first");
+    z.all_gather(dout, rows_.data(), int64_t(m) * C, DType::kF32);
+    // A reduction still on the engine may be adding into this chunk (the tied head's).
+    ws.finish_reductions();
+    ops::embedding_chunk_backward(grads + table_->offset, rows_.data(), tokens_.data(),
+                                  table_->chunk_offset, table_->numel, v0, rows, int(n), C);
+  } else {
+    float* dw = direct ? grads + table_->offset : ws.dweight_block(table_->block_numel());
+    if (!direct) std::fill(dw, dw + table_->block_numel(), 0.0f);
+    ops::embedding_range_backward(dw, dout, tokens, v0, rows, m, C);
+    if (!direct) add_block_gradient(*grid_, *table_, grads, ws);
+  }
   if (pos_) {
     float* dp = direct ? grads + pos_->offset : ws.dweight_block(pos_->block_numel());
     if (!direct) std::fill(dp, dp + pos_->block_numel(), 0.0f);

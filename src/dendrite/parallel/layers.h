@@ -61,11 +61,26 @@ class VocabEmbedding {
                 LinearWorkspace& ws) const;
 
  private:
+  // With Gz > 1, no kept table, and fewer rows in the Z group's batch than
+  // in the block (Gz m < block rows), the block is not gathered: the Z ranks
+  // all-gather their tokens, each fills the parts of all those rows that lie
+  // in its chunk, and a reduce-scatter over Z returns each rank its rows
+  // (every float comes from exactly one chunk: the same values as a lookup
+  // in the gathered block). The backward all-gathers dout over Z and each
+  // rank adds into its own chunk. Gz m rows move each way instead of the
+  // block (plan/volume.cpp counts the same rule).
+  bool lookup_in_chunks(int m) const {
+    const int64_t gz = grid_->shape().z;
+    return gz > 1 && !keep_ && gz * m < table_->block_rows;
+  }
   ProcessGrid* grid_ = nullptr;
   const ParamSpec* table_ = nullptr;
   const ParamSpec* pos_ = nullptr;
   bool keep_ = false;
   mutable Buffer<float> kept_;  // filled by the (const) forward
+  mutable Buffer<int64_t> mine_, gathered_;  // this rank's tokens; the Z group's
+  mutable Buffer<int32_t> tokens_;           // the Z group's tokens, kept for the backward
+  mutable Buffer<float> rows_;               // [Gz m, C]: the group's rows (parts of them)
 };
 
 class VocabCrossEntropy {

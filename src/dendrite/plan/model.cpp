@@ -186,11 +186,21 @@ MemoryEstimate step_memory(const ModelConfig& c, const GridDims& g, const PlanOp
   if (o.recompute) floats += m * C;  // the recomputed layer's output
   floats += m * C + 2 * m + 3 * m * C + 2 * m * q + 2 * m * kv + (llama ? 3 : 2) * m * F;
   e.activations = 4 * floats + 16 * m;  // + the [m, 2] double row sums
-  // The gathered block, its gradient and its chunk (only when Z splits the weights).
+  // Only when Z splits the weights: two gather slots of the largest block,
+  // eight dW slots of a layer's block and two of the largest
+  // (parallel/linear.h), and the embedding's rows of the Z group (layers.h).
   const double vocab_block = double(s.Vl) * s.C;
   const double pos_block = c.gpt2() ? double(c.block_size) * s.C : 0;
   const double largest = std::max({vocab_block, pos_block, q * C, F * C});
-  double ws = g.z > 1 ? 3 * largest : 0;
+  double layer_block = 0;
+  for (double b : {vocab_block, pos_block, q * C, kv * C, F * C})
+    if (4 * b <= largest) layer_block = std::max(layer_block, b);
+  if (layer_block == 0) layer_block = largest;
+  double ws = 0;
+  if (g.z > 1) {
+    ws = 2 * largest + 8 * layer_block + (largest > layer_block ? 2 * largest : 0);
+    if (!(o.keep_gathered && c.tied_embeddings()) && g.z * m < s.Vl) ws += double(g.z) * m * C;
+  }
   if (o.keep_gathered && g.z > 1) {
     ws += c.n_layer * (q * C + 2 * kv * C + C * q + (llama ? 3 : 2) * F * C);
     if (c.tied_embeddings()) ws += vocab_block;

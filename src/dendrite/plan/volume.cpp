@@ -51,8 +51,17 @@ Volume step_volume(const ModelConfig& c, const GridDims& g, int B, int T, int ce
   const int64_t chunks = (m + ce_chunk - 1) / ce_chunk;
   const bool gpt2 = c.gpt2();
 
-  // Forward: embedding, layers, final norm, head.
-  k.all_gather_z(Vl * C);
+  // Forward: embedding, layers, final norm, head. The embedding gathers its
+  // block when it keeps it for a tied head or the Z group's batch has as many
+  // rows as the block; else it all-gathers the group's tokens (int64) and
+  // reduce-scatters their rows (parallel/layers.h).
+  const bool embedding_gathers = (keep_gathered && c.tied_embeddings()) || g.z * m >= Vl;
+  if (embedding_gathers) {
+    k.all_gather_z(Vl * C);
+  } else {
+    k.v.add("z", g.z, "all_gather", 8 * m * g.z);
+    k.reduce_scatter_z(m * g.z * C);
+  }
   k.v.add("y", g.y, "all_reduce", 4 * m * C);
   if (gpt2) k.all_gather_z(int64_t(c.block_size) * C);
   auto layer_forward = [&] {
@@ -88,7 +97,10 @@ Volume step_volume(const ModelConfig& c, const GridDims& g, int B, int T, int ce
     k.linear_backward(kv, C, true, true);
     k.norm();
   }
-  k.reduce_scatter_z(Vl * C);
+  if (embedding_gathers)
+    k.reduce_scatter_z(Vl * C);
+  else
+    k.all_gather_z(m * g.z * C);  // the group's dout rows
   if (gpt2) k.reduce_scatter_z(int64_t(c.block_size) * C);
 
   // Gradient reductions: replicated tensors over Z, everything over D (each

@@ -12,6 +12,8 @@
 // a rank holds table rows [v0, v0 + rows) and contributes only their tokens.
 #include "dendrite/ops/embedding.h"
 
+#include <algorithm>
+
 #include <omp.h>
 
 #include "dendrite/core/check.h"
@@ -130,6 +132,40 @@ void embedding_range_backward(float* dw, const float* dout, const int32_t* token
       float* __restrict e = dw + t * C;
 #pragma omp simd
       for (int j = c0; j < c1; ++j) e[j] += d[j];
+    }
+  }
+}
+
+void embedding_chunk_forward(float* out, const int32_t* tokens, const float* chunk, int64_t c0,
+                             int64_t n, int v0, int rows, int m, int C) {
+  check_sizes("embedding_chunk_forward", m, C);
+  check_tokens("embedding_chunk_forward", tokens, m);
+#pragma omp parallel for schedule(static)
+  for (long r = 0; r < m; ++r) {
+    float* __restrict o = out + r * C;
+    std::fill(o, o + C, 0.0f);
+    const long t = static_cast<long>(tokens[r]) - v0;
+    if (t < 0 || t >= rows) continue;
+    const int64_t b0 = std::max<int64_t>(t * C, c0), b1 = std::min<int64_t>((t + 1) * C, c0 + n);
+    if (b0 < b1) std::copy(chunk + (b0 - c0), chunk + (b1 - c0), o + (b0 - t * C));
+  }
+}
+
+void embedding_chunk_backward(float* dchunk, const float* dout, const int32_t* tokens, int64_t c0,
+                              int64_t n, int v0, int rows, int m, int C) {
+  check_sizes("embedding_chunk_backward", m, C);
+  check_tokens("embedding_chunk_backward", tokens, m);
+#pragma omp parallel
+  {
+    int j0, j1;  // this thread's columns: rows sharing a token add in row order
+    thread_columns(C, &j0, &j1);
+    for (long r = 0; r < m && j0 < j1; ++r) {
+      const long t = static_cast<long>(tokens[r]) - v0;
+      if (t < 0 || t >= rows) continue;
+      const int64_t b0 = std::max<int64_t>(t * C + j0, c0);
+      const int64_t b1 = std::min<int64_t>(t * C + j1, c0 + n);
+      const float* __restrict d = dout + r * C;
+      for (int64_t b = b0; b < b1; ++b) dchunk[b - c0] += d[b - t * C];
     }
   }
 }

@@ -16,6 +16,7 @@ void LinearWorkspace::reserve(Communicator& z, int64_t largest, int64_t layer) {
     block = (std::min(layer, largest) + 15) / 16 * 16;
     big = largest > block ? (largest + 15) / 16 * 16 : 0;
     dweight = z.allocate_shared(kSlots * block + kBigSlots * big);
+    weight_big.resize(big > 0 ? largest : 0);
   }
 }
 
@@ -64,6 +65,8 @@ void LinearWorkspace::begin_pass(int p) {
 void LinearWorkspace::end_pass() {
   prefetch.wait();
   prefetched = nullptr;
+  prefetch_big.wait();
+  prefetched_big = nullptr;
   if (pass < 0) return;
   Trace& t = traces[pass];
   t.valid = !broken && cursor == t.order.size();
@@ -95,17 +98,37 @@ const float* prefetched_gather(ProcessGrid& grid, const ParamSpec& s, LinearWork
   const bool expected = !ws.broken && ws.cursor < t.order.size() && t.order[ws.cursor] == &s;
   if (!expected) ws.broken = true;  // out of the recorded order: recorded again next time
   ws.prefetch.wait();                // the prefetch of s, or one to drop
-  ws.current = 1 - ws.current;       // the slot it filled
-  if (!expected || ws.prefetched != &s)
-    grid.Z().all_gather(*ws.params, s.offset, ws.gather_slot(ws.current), s.numel);
+  const float* out;
+  if (expected && ws.prefetched_big == &s) {  // fetched two ahead into the big slot
+    ws.prefetch_big.wait();
+    ws.prefetched_big = nullptr;
+    out = ws.weight_big.data();
+  } else {
+    ws.current = 1 - ws.current;  // the slot the prefetch filled
+    if (!expected || ws.prefetched != &s)
+      grid.Z().all_gather(*ws.params, s.offset, ws.gather_slot(ws.current), s.numel);
+    out = ws.gather_slot(ws.current);
+  }
   ws.prefetched = nullptr;
   if (expected && ws.cursor + 1 < t.order.size()) {
     const ParamSpec& n = *t.order[ws.cursor + 1];
-    ws.prefetch = grid.Z().iall_gather(*ws.params, n.offset, ws.gather_slot(1 - ws.current), n.numel);
-    ws.prefetched = &n;
+    if (ws.prefetched_big != &n) {
+      ws.prefetch =
+          grid.Z().iall_gather(*ws.params, n.offset, ws.gather_slot(1 - ws.current), n.numel);
+      ws.prefetched = &n;
+    }
+    // The big slot is free unless it holds a prefetch or the block just handed out.
+    if (ws.cursor + 2 < t.order.size() && ws.weight_big.size() > 0 && !ws.prefetched_big &&
+        out != ws.weight_big.data()) {
+      const ParamSpec& nn = *t.order[ws.cursor + 2];
+      if (nn.block_numel() > ws.block) {
+        ws.prefetch_big = grid.Z().iall_gather(*ws.params, nn.offset, ws.weight_big.data(), nn.numel);
+        ws.prefetched_big = &nn;
+      }
+    }
   }
   ++ws.cursor;
-  return ws.gather_slot(ws.current);
+  return out;
 }
 
 }  // namespace

@@ -31,7 +31,10 @@ namespace dendrite {
 //    while the current layer computes. A gather out of the recorded order is
 //    simply done at once (and the order recorded again). (Two ahead hid a
 //    little more of the gathers on y=2,z=2 but delayed the reduce-scatters
-//    queued behind them on the engine by more.)
+//    queued behind them on the engine by more.) A block larger than a
+//    layer's (the tied LM head's vocabulary block, 77 MB per rank on GPT-2
+//    124M y=2,z=2) takes longer to copy than one layer computes: it is
+//    prefetched two gathers ahead, into a slot of its own.
 //  - ORS: a dW block is reduce-scattered on the engine while the backward of
 //    earlier layers computes, and waited for only in finish_reductions(),
 //    before the gradients are used. Blocks rotate through slots, kSlots for
@@ -48,6 +51,7 @@ struct LinearWorkspace {
   static constexpr int kSlots = 8, kBigSlots = 2, kRing = 16;
   Buffer<float> weight;  // gather scratch (and slot 0 of OAG)
   Buffer<float> weight2;  // slot 1 of OAG
+  Buffer<float> weight_big;  // OAG's slot for a block larger than a layer's (when there are such)
   std::unique_ptr<SharedArray> dweight;  // kSlots x block, then kBigSlots x big floats
   int64_t block = 0, big = 0;
   int slot = 0;  // the dW slot handed out last
@@ -65,7 +69,9 @@ struct LinearWorkspace {
     return i < kSlots ? i * block : kSlots * block + (i - kSlots) * big;
   }
   int64_t bytes() const {
-    return int64_t(weight.size() + weight2.size() + (dweight ? dweight->size() : 0)) * 4;
+    return int64_t(weight.size() + weight2.size() + weight_big.size() +
+                   (dweight ? dweight->size() : 0)) *
+           4;
   }
   // OAG: a pass of gathers begins (after the parameters' fence) or ends
   // (before it: the last prefetch is waited for and dropped).
@@ -88,6 +94,8 @@ struct LinearWorkspace {
   int current = 0;                       // the gather slot handed out last
   const ParamSpec* prefetched = nullptr;  // in slot 1 - current
   Request prefetch;
+  const ParamSpec* prefetched_big = nullptr;  // in weight_big
+  Request prefetch_big;
   Request reductions[kRing];  // by sequence number (posted) modulo kRing
   int64_t posted = 0;         // reductions posted so far
   int64_t slot_seq[kSlots + kBigSlots] = {};  // the reduction that last read each slot, + 1

@@ -186,9 +186,10 @@ MemoryEstimate step_memory(const ModelConfig& c, const GridDims& g, const PlanOp
   if (o.recompute) floats += m * C;  // the recomputed layer's output
   floats += m * C + 2 * m + 3 * m * C + 2 * m * q + 2 * m * kv + (llama ? 3 : 2) * m * F;
   e.activations = 4 * floats + 16 * m;  // + the [m, 2] double row sums
-  // Only when Z splits the weights: two gather slots of the largest block,
-  // eight dW slots of a layer's block and two of the largest
-  // (parallel/linear.h), and the embedding's rows of the Z group (layers.h).
+  // Only when Z splits the weights: two gather slots of the largest block
+  // (three when it is larger than a layer's), eight dW slots of a layer's
+  // block and two of the largest (parallel/linear.h), and the embedding's
+  // rows of the Z group (layers.h).
   const double vocab_block = double(s.Vl) * s.C;
   const double pos_block = c.gpt2() ? double(c.block_size) * s.C : 0;
   const double largest = std::max({vocab_block, pos_block, q * C, F * C});
@@ -198,7 +199,7 @@ MemoryEstimate step_memory(const ModelConfig& c, const GridDims& g, const PlanOp
   if (layer_block == 0) layer_block = largest;
   double ws = 0;
   if (g.z > 1) {
-    ws = 2 * largest + 8 * layer_block + (largest > layer_block ? 2 * largest : 0);
+    ws = 2 * largest + 8 * layer_block + (largest > layer_block ? 3 * largest : 0);
     if (!(o.keep_gathered && c.tied_embeddings()) && g.z * m < s.Vl) ws += double(g.z) * m * C;
   }
   if (o.keep_gathered && g.z > 1) {

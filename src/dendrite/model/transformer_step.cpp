@@ -81,7 +81,7 @@ void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
   float* G = grads_->data();
   const int m = B_loc * T;
   const long mC = long(m) * c_;
-  const bool oar = L.up.overlaps_input_sum();
+  const bool oar = opt_.oar;
 
   // MLP: out = mid + down(act).
   L.down.input_gradient(dact_.data(), false, dres, m, P, ws_);

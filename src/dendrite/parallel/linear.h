@@ -22,7 +22,7 @@
 namespace dendrite {
 
 // Scratch shared by the layers of a model: the gathered weight blocks and the
-// full dW blocks (each sized for the largest layer), and the overlap of their
+// full dW blocks (slots sized below), and the overlap of their
 // Z collectives with computation (DESIGN.md section 5), which needs the
 // parameters and dW blocks in SharedArrays over Z:
 //  - OAG: the gathers of a pass (a step's forward and backward, or a forward
@@ -157,7 +157,6 @@ class ParallelLinear {
                        Request* pending = nullptr) const;
   // Whether the backward axis has peers (else sum_input_gradient has nothing to sum).
   bool sums_input() const { return bwd_->size() > 1; }
-  bool overlaps_input_sum() const { return oar_; }
 
  private:
   ProcessGrid* grid_ = nullptr;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "dendrite/core/check.h"
 #include "dendrite/model/hf_names.h"
 #include "dendrite/model/transformer.h"
 #include "dendrite/ops/optim.h"
@@ -140,6 +141,31 @@ TEST_P(ModelVsPyTorch, TenAdamWSteps) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, ModelVsPyTorch, ::testing::Values("gpt2_tiny", "llama_tiny"));
+
+// Sizes whose derived quantities (4 x n_embd, the parameter count) would
+// overflow are refused with an error that names the key (a fuzzer finding:
+// n_embd 1111111110 overflowed the default ffn_hidden).
+TEST(ModelConfigLimits, HugeSizesAreRefusedByName) {
+  auto error_of = [](const nlohmann::json& j) -> std::string {
+    try {
+      model_config_from_json(j);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(error_of({{"n_layer", 2}, {"n_embd", 1111111110}}).find("n_embd"), std::string::npos);
+  EXPECT_NE(error_of({{"arch", "llama"}, {"vocab_size", 2147483647}}).find("vocab_size"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"arch", "llama"}, {"n_layer", 65536}, {"n_embd", 1 << 20}, {"n_head", 8},
+                      {"n_kv_head", 8}, {"ffn_hidden", 1 << 24}})
+                .find("parameters is beyond"),
+            std::string::npos);
+  // The largest accepted sizes still give an exact parameter count.
+  ModelConfig c = model_config_from_json(
+      {{"arch", "gpt2"}, {"n_layer", 4}, {"n_embd", 1 << 14}, {"n_head", 128}, {"vocab_size", 1 << 20}});
+  EXPECT_EQ(c.num_parameters(), (int64_t(1) << 34) + 1024LL * (1 << 14) + 4 * (12LL * (1 << 28) + 13LL * (1 << 14)) + 2 * (1 << 14));
+}
 
 }  // namespace
 }  // namespace dendrite

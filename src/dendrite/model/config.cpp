@@ -31,6 +31,20 @@ void ModelConfig::validate() const {
   positive(n_kv_head, "n_kv_head");
   positive(ffn_hidden, "ffn_hidden");
   positive(block_size, "block_size");
+  // Bounds far above any real model that keep every derived size (padded
+  // vocabulary, 4 x n_embd, tensor element counts, the parameter count) inside
+  // the integer types that hold them.
+  auto at_most = [](int v, int limit, const char* key) {
+    DENDRITE_CHECK(v <= limit, "model config: ", key, " is ", v, ", above the limit of ", limit,
+                   "; use a smaller value");
+  };
+  constexpr int kMaxWidth = 1 << 24, kMaxCount = 1 << 16;
+  at_most(vocab_size, kMaxWidth, "vocab_size");
+  at_most(n_embd, kMaxWidth, "n_embd");
+  at_most(ffn_hidden, kMaxWidth, "ffn_hidden");
+  at_most(block_size, kMaxWidth, "block_size");
+  at_most(n_layer, kMaxCount, "n_layer");
+  at_most(n_head, kMaxCount, "n_head");
   DENDRITE_CHECK(n_embd % n_head == 0, "model config: n_embd ", n_embd,
                  " is not divisible by n_head ", n_head,
                  "; choose a width that is a multiple of the head count");
@@ -43,6 +57,13 @@ void ModelConfig::validate() const {
                  "head size, got ", head_size());
   DENDRITE_CHECK(norm_eps > 0 && rope_theta > 0 && init_std > 0,
                  "model config: norm_eps, rope_theta and init_std must be positive");
+  // The parameter count in floating point: each term of num_parameters() is
+  // positive and at most the total, so below 2^50 its int64 sums cannot overflow.
+  const double C = n_embd, F = ffn_hidden;
+  const double per_layer = 8 * C + 4 * C * C + 3 * F * C + F + C;
+  const double total = 2.0 * vocab_size * C + double(block_size) * C + n_layer * per_layer + 2 * C;
+  DENDRITE_CHECK(total < 0x1p50, "model config: ", total, " parameters is beyond what Dendrite ",
+                 "can hold (2^50); reduce n_layer, n_embd, ffn_hidden or vocab_size");
 }
 
 int64_t ModelConfig::num_parameters() const {
@@ -173,7 +194,11 @@ ModelConfig model_config_from_json(const nlohmann::json& j) {
     }
   }
   if (!kv_given && c.gpt2()) c.n_kv_head = c.n_head;
-  if (!ffn_given && c.gpt2()) c.ffn_hidden = 4 * c.n_embd;
+  if (!ffn_given && c.gpt2()) {
+    DENDRITE_CHECK(c.n_embd <= (1 << 24), "model config: n_embd is ", c.n_embd,
+                   ", above the limit of ", 1 << 24, "; use a smaller value");
+    c.ffn_hidden = 4 * c.n_embd;
+  }
   c.validate();
   return c;
 }

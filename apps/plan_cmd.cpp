@@ -223,9 +223,14 @@ std::vector<GemmRate> calibrate_gemm(Communicator& world, bool quick) {
                                           std::vector<int64_t>{64, 128, 256, 512, 2048};
   const std::vector<int64_t> nks = quick ? std::vector<int64_t>{192, 768} :
                                            std::vector<int64_t>{192, 768, 3072};
+  // k as small as the smallest m as well: a weight gradient's inner dimension
+  // is the rank's rows (64 on a grid with D or Z = 4 at B=4, T=64), and the
+  // rate below the smallest measured k is only extrapolated (Machine::gemm_gflops).
+  std::vector<int64_t> ks = nks;
+  ks.insert(ks.begin(), ms.front());
   for (int64_t m : ms)
     for (int64_t n : nks)
-      for (int64_t k : nks) shapes.push_back({m, n, k});
+      for (int64_t k : ks) shapes.push_back({m, n, k});
   if (!quick)  // the LM head of GPT-2 (V = 50304) whole and split in two, and its weight gradient
     for (std::array<int64_t, 3> s : {std::array<int64_t, 3>{256, 50304, 768}, {256, 25152, 768},
                                      {256, 50304, 384}, {256, 768, 50304}, {50304, 768, 256}})

@@ -161,10 +161,12 @@ TEST(ModelConfigLimits, HugeSizesAreRefusedByName) {
                       {"n_kv_head", 8}, {"ffn_hidden", 1 << 24}})
                 .find("parameters is beyond"),
             std::string::npos);
-  // The largest accepted sizes still give an exact parameter count.
-  ModelConfig c = model_config_from_json(
-      {{"arch", "gpt2"}, {"n_layer", 4}, {"n_embd", 1 << 14}, {"n_head", 128}, {"vocab_size", 1 << 20}});
-  EXPECT_EQ(c.num_parameters(), (int64_t(1) << 34) + 1024LL * (1 << 14) + 4 * (12LL * (1 << 28) + 13LL * (1 << 14)) + 2 * (1 << 14));
+  // Large sizes within the limits are accepted and counted exactly: V C + T C
+  // + L (12 C^2 + 13 C) + 2 C for GPT-2 (ffn_hidden 4 C, T = 1024).
+  ModelConfig c = model_config_from_json({{"arch", "gpt2"}, {"n_layer", 4}, {"n_embd", 1 << 14},
+                                          {"n_head", 128}, {"vocab_size", 1 << 20}});
+  const int64_t C = 1 << 14;
+  EXPECT_EQ(c.num_parameters(), (int64_t(1) << 20) * C + 1024 * C + 4 * (12 * C * C + 13 * C) + 2 * C);
 }
 
 }  // namespace

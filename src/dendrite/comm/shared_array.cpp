@@ -171,7 +171,6 @@ std::unique_ptr<SharedArray> MpiCommunicator::make_window(int64_t n) {
 
 namespace {
 
-// The work of the three collectives on a shared array, for one rank.
 // Copies n floats with streaming (non-temporal) stores: a gathered block is
 // larger than a core's L2 and is read by GEMMs that stream it once, so
 // ordinary stores only add the read-for-ownership of every destination line
@@ -197,6 +196,7 @@ void copy_streaming(float* __restrict out, const float* __restrict in, int64_t n
 #endif
 }
 
+// The work of the three collectives on a shared array, for one rank.
 void gather_shared(const SharedArray& a, int g, int64_t offset, float* out, int64_t n) {
   for (int r = 0; r < g; ++r) copy_streaming(out + int64_t(r) * n, a.peer(r) + offset, n);
 }

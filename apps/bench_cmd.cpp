@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -16,17 +17,24 @@
 #include "dendrite/ops/matmul.h"
 #include "dendrite/ops/peak.h"
 #include "dendrite/train/optimizer.h"
+#include "dendrite/train/trainer.h"
 
 namespace dendrite::app {
 
 namespace {
 
+// The model and run options are train's (make_model reads them), with the
+// benchmark's defaults: GPT-2 124M, batch 4, sequence 64.
 struct BenchOptions {
-  std::string model = "gpt2-124m";
-  int batch = 4, seq = 64, threads = 0, steps = 5, warmup = 2;
-  std::string grid;
-  bool json = false, keep_gathered = false, recompute = false, gemm_tune = false;
-  std::string overlap = "all";  // as train
+  TrainOptions run = [] {
+    TrainOptions o;
+    o.model = "gpt2-124m";
+    o.batch = 4;
+    o.seq = 64;
+    return o;
+  }();
+  int steps = 5, warmup = 2;
+  bool json = false;
 };
 
 // This process's resident pages that are shared memory (its own and its
@@ -67,43 +75,36 @@ double peak_rss_mb() {
   return u.ru_maxrss / 1024.0;
 }
 
-int run_bench_step(const BenchOptions& o) {
-  if (o.threads > 0) omp_set_num_threads(o.threads);
-  const int threads = omp_get_max_threads();
-  ModelConfig mc = load_model_config(o.model);
-  ProcessGrid grid = make_grid(o.grid);
-  ModelOptions mo;
-  mo.keep_gathered = o.keep_gathered;
-  mo.recompute = o.recompute;
-  mo.set_overlap(o.overlap);
-  ops::set_gemm_tuning(o.gemm_tune);
-  Transformer model(mc, grid, o.batch, o.seq, mo);
-  model.init(1);
-  AdamW adam(model.table(), ops::AdamWConfig{});
-  // Random tokens; this rank's sequences of the global batch.
-  const size_t first = size_t(model.first_sequence(o.batch)) * o.seq;
-  const size_t count = size_t(model.local_batch(o.batch)) * o.seq;
+struct StepTimes {
+  double secs = 0;    // per step
+  double cpu[3] = {};  // user ms, system ms, context switches per step, summed over the ranks
+  double loss = 0;
+};
+
+// Warms up, then times o.steps training steps on random tokens.
+StepTimes time_steps(const BenchOptions& o, const ModelConfig& mc, Transformer& model, AdamW& adam) {
+  const TrainOptions& r = o.run;
+  const size_t count = size_t(r.batch) * r.seq;  // the whole global batch, as every rank holds it
   std::vector<int32_t> in(count), tg(count);
   for (size_t i = 0; i < count; ++i) {
-    in[i] = int32_t(random_bits(7, 1, first + i) % mc.vocab_size);
-    tg[i] = int32_t(random_bits(7, 2, first + i) % mc.vocab_size);
+    in[i] = int32_t(random_bits(7, 1, i) % mc.vocab_size);
+    tg[i] = int32_t(random_bits(7, 2, i) % mc.vocab_size);
   }
-  const double tokens = double(o.batch) * o.seq;
   auto step = [&] {
-    model.zero_grads();
-    double loss = model.forward_backward(in.data(), tg.data(), nullptr, tokens, o.batch, o.seq);
+    double loss = step_gradients(model, in.data(), tg.data(), nullptr, double(count), r.batch,
+                                 r.seq, r.grad_accum);
     double norm = model.grad_norm();
     adam.step(model.params(), model.grads(), 1e-4f, AdamW::clip_factor(norm, 1.0));
     return loss;
   };
   for (int i = 0; i < o.warmup; ++i) step();
-  grid.reset_stats();
+  model.grid().reset_stats();
   rusage u0{}, u1{};
   getrusage(RUSAGE_SELF, &u0);
   auto t0 = std::chrono::steady_clock::now();
-  double loss = 0;
-  for (int i = 0; i < o.steps; ++i) loss = step();
-  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / o.steps;
+  StepTimes t;
+  for (int i = 0; i < o.steps; ++i) t.loss = step();
+  t.secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / o.steps;
   getrusage(RUSAGE_SELF, &u1);
   // CPU time of this process (every thread: compute, progress engine, MPI)
   // per step: on a node with fewer cores than threads it is what the step
@@ -111,26 +112,26 @@ int run_bench_step(const BenchOptions& o) {
   auto ms = [](const timeval& a, const timeval& b) {
     return (b.tv_sec - a.tv_sec) * 1e3 + (b.tv_usec - a.tv_usec) * 1e-3;
   };
-  double cpu[3] = {ms(u0.ru_utime, u1.ru_utime) / o.steps, ms(u0.ru_stime, u1.ru_stime) / o.steps,
-                   double(u1.ru_nvcsw - u0.ru_nvcsw + u1.ru_nivcsw - u0.ru_nivcsw) / o.steps};
-  grid.world().all_reduce(cpu, 3);  // then averaged over the ranks
-  grid.world().barrier();
-  const double peak = ops::measure_peak_gflops(threads, 0.3) * grid.shape().size();
-  const double gflops = mc.train_flops_per_token(o.seq) * tokens / secs / 1e9;
-  // The largest rank's peak memory.
-  std::vector<double> rss(grid.shape().size());
-  const double mine = peak_rss_mb();
-  grid.world().all_gather(&mine, rss.data(), 1, DType::kF64);
-  const double max_rss = *std::max_element(rss.begin(), rss.end());
-  const double shm = rss_shmem_mb();
-  std::vector<double> shms(grid.shape().size());
-  grid.world().all_gather(&shm, shms.data(), 1, DType::kF64);
-  const double max_shm = *std::max_element(shms.begin(), shms.end());
-  // Per axis and kind of collective, per step (rank 0): bytes; total_ms from
-  // the call or post until seen complete; exposed_ms blocked; hidden_ms the
-  // rest, in flight while the rank computed (an upper bound).
+  t.cpu[0] = ms(u0.ru_utime, u1.ru_utime) / o.steps;
+  t.cpu[1] = ms(u0.ru_stime, u1.ru_stime) / o.steps;
+  t.cpu[2] = double(u1.ru_nvcsw - u0.ru_nvcsw + u1.ru_nivcsw - u0.ru_nivcsw) / o.steps;
+  model.grid().world().all_reduce(t.cpu, 3);
+  return t;
+}
+
+// The largest value of x over the ranks.
+double max_over_ranks(ProcessGrid& grid, double x) {
+  std::vector<double> all(grid.shape().size());
+  grid.world().all_gather(&x, all.data(), 1, DType::kF64);
+  return *std::max_element(all.begin(), all.end());
+}
+
+// Per axis and kind of collective, per step (rank 0): bytes; total_ms from
+// the call or post until seen complete; exposed_ms blocked; hidden_ms the
+// rest, in flight while the rank computed (an upper bound). Adds the exposed
+// time to exposed_ms.
+nlohmann::json comm_report(ProcessGrid& grid, int steps, double& exposed_ms) {
   nlohmann::json comm = nlohmann::json::object();
-  double exposed_ms = 0;
   std::pair<const char*, Communicator*> axes[] = {
       {"x", &grid.X()}, {"y", &grid.Y()}, {"z", &grid.Z()}, {"d", &grid.D()}};
   for (auto& [name, c] : axes) {
@@ -138,48 +139,61 @@ int run_bench_step(const BenchOptions& o) {
     const CommStats& s = c->stats();
     for (int k = 0; k < int(Collective::kCount); ++k) {
       if (s.calls[k] == 0) continue;
-      const double total = s.total_seconds[k] * 1e3 / o.steps;
-      const double exposed = s.exposed_seconds[k] * 1e3 / o.steps;
+      const double total = s.total_seconds[k] * 1e3 / steps;
+      const double exposed = s.exposed_seconds[k] * 1e3 / steps;
       exposed_ms += exposed;
-      comm[name][collective_name(Collective(k))] = {{"bytes", s.bytes[k] / o.steps},
-                                                    {"calls", s.calls[k] / o.steps},
+      comm[name][collective_name(Collective(k))] = {{"bytes", s.bytes[k] / steps},
+                                                    {"calls", s.calls[k] / steps},
                                                     {"total_ms", total},
                                                     {"exposed_ms", exposed},
                                                     {"hidden_ms", total - exposed},
-                                                    {"queued_ms", s.queued_seconds[k] * 1e3 / o.steps}};
+                                                    {"queued_ms", s.queued_seconds[k] * 1e3 / steps}};
     }
   }
+  return comm;
+}
+
+int run_bench_step(const BenchOptions& o) {
+  const TrainOptions& r = o.run;
+  if (r.threads > 0) omp_set_num_threads(r.threads);
+  const int threads = omp_get_max_threads();
+  ModelConfig mc = load_model_config(r.model);
+  ProcessGrid grid = make_grid(r.grid);
+  std::unique_ptr<Transformer> model = make_model(mc, grid, r);
+  model->init(1);
+  AdamW adam(model->table(), ops::AdamWConfig{});
+  const StepTimes t = time_steps(o, mc, *model, adam);
+  grid.world().barrier();
+  const int ranks = grid.shape().size();
+  const double peak = ops::measure_peak_gflops(threads, 0.3) * ranks;
+  const double tokens = double(r.batch) * r.seq;
+  const double gflops = mc.train_flops_per_token(r.seq) * tokens / t.secs / 1e9;
+  const double max_rss = max_over_ranks(grid, peak_rss_mb());
+  const double max_shm = max_over_ranks(grid, rss_shmem_mb());
+  double exposed_ms = 0;
+  nlohmann::json comm = comm_report(grid, o.steps, exposed_ms);
   if (grid.rank() != 0) return 0;
-  nlohmann::json j = {{"model", o.model},
-                      {"params", mc.num_parameters()},
-                      {"batch", o.batch},
-                      {"seq", o.seq},
-                      {"threads", threads},
-                      {"steps", o.steps},
-                      {"loss", loss},
-                      {"tokens_per_s", tokens / secs},
-                      {"step_ms", secs * 1e3},
-                      {"gflops_per_s", gflops},
-                      {"peak_gflops", peak},
-                      {"mfu", gflops / peak},
-                      {"peak_rss_mb", max_rss},
-                      {"rss_shmem_mb", max_shm},
-                      {"grid", grid.shape().str()},
-                      {"overlap", o.overlap},
-                      {"comm", comm},
-                      {"compute_ms", secs * 1e3 - exposed_ms},
-                      {"cpu_user_ms", cpu[0] / grid.shape().size()},
-                      {"cpu_sys_ms", cpu[1] / grid.shape().size()},
-                      {"context_switches", cpu[2] / grid.shape().size()},
-                      {"param_bytes", 4.0 * model.num_floats()},
-                      {"activation_bytes", double(model.activation_bytes())}};
-  if (o.gemm_tune) j["gemm"] = gemm_report(o.steps + o.warmup);
+  nlohmann::json j = {{"model", r.model}, {"params", mc.num_parameters()},
+                      {"batch", r.batch}, {"grad_accum", r.grad_accum},
+                      {"seq", r.seq}, {"threads", threads},
+                      {"steps", o.steps}, {"loss", t.loss},
+                      {"tokens_per_s", tokens / t.secs}, {"step_ms", t.secs * 1e3},
+                      {"gflops_per_s", gflops}, {"peak_gflops", peak},
+                      {"mfu", gflops / peak}, {"peak_rss_mb", max_rss},
+                      {"rss_shmem_mb", max_shm}, {"grid", grid.shape().str()},
+                      {"overlap", r.overlap}, {"comm", comm},
+                      {"compute_ms", t.secs * 1e3 - exposed_ms},
+                      {"cpu_user_ms", t.cpu[0] / ranks}, {"cpu_sys_ms", t.cpu[1] / ranks},
+                      {"context_switches", t.cpu[2] / ranks},
+                      {"param_bytes", 4.0 * model->num_floats()},
+                      {"activation_bytes", double(model->activation_bytes())}};
+  if (r.gemm_tune) j["gemm"] = gemm_report(o.steps + o.warmup);
   if (o.json) {
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("%s B=%d T=%d threads=%d: %.1f tokens/s, %.1f ms/step, %.1f GFLOP/s of %.1f peak "
                 "(MFU %.1f%%), peak RSS %.0f MB\n",
-                o.model.c_str(), o.batch, o.seq, threads, tokens / secs, secs * 1e3, gflops,
+                r.model.c_str(), r.batch, r.seq, threads, tokens / t.secs, t.secs * 1e3, gflops,
                 peak, 100 * gflops / peak, max_rss);
   }
   return 0;
@@ -191,22 +205,25 @@ Runner add_bench(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   app.require_subcommand(1);
   CLI::App* step = app.add_subcommand("step", "Time training steps (forward, backward, AdamW)");
-  step->add_option("--model", o->model, "Preset or model JSON file")->capture_default_str();
-  step->add_option("--batch", o->batch, "Sequences per step")->capture_default_str();
-  step->add_option("--seq", o->seq, "Tokens per sequence")->capture_default_str();
-  step->add_option("--threads", o->threads, "Threads (default: OMP_NUM_THREADS or all cores)");
+  TrainOptions& r = o->run;
+  step->add_option("--model", r.model, "Preset or model JSON file")->capture_default_str();
+  step->add_option("--batch", r.batch, "Sequences per step")->capture_default_str();
+  step->add_option("--grad-accum", r.grad_accum, "Micro-batches per step (as train)")
+      ->capture_default_str();
+  step->add_option("--seq", r.seq, "Tokens per sequence")->capture_default_str();
+  step->add_option("--threads", r.threads, "Threads (default: OMP_NUM_THREADS or all cores)");
   step->add_option("--steps", o->steps, "Timed steps")->capture_default_str();
   step->add_option("--warmup", o->warmup, "Untimed steps first")->capture_default_str();
   step->add_flag("--json", o->json, "Print one JSON object");
-  step->add_flag("--recompute", o->recompute, "Activation recomputation");
-  step->add_option("--overlap", o->overlap, "Communication to hide: a list of oar, ors, oag, dp; or all, none")
+  step->add_flag("--recompute", r.recompute, "Activation recomputation");
+  step->add_option("--overlap", r.overlap, "Communication to hide: a list of oar, ors, oag, dp; or all, none")
       ->capture_default_str();
-  step->add_flag("--gemm-tune", o->gemm_tune,
+  step->add_flag("--gemm-tune", r.gemm_tune,
                  "Time every way of computing each GEMM shape at its first call, keep the fastest "
                  "with the same bits, and report the choices");
-  step->add_flag("--keep-gathered", o->keep_gathered,
+  step->add_flag("--keep-gathered", r.keep_gathered,
                  "Keep Z-gathered weights from the forward for the backward");
-  step->add_option("--grid", o->grid, "Process grid under mpirun, e.g. x=2,y=2 (default: data-parallel)");
+  step->add_option("--grid", r.grid, "Process grid under mpirun, e.g. x=2,y=2 (default: data-parallel)");
   return [o] { return run_bench_step(*o); };
 }
 

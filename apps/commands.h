@@ -7,13 +7,19 @@
 #include <string>
 
 #include "dendrite/comm/grid.h"
+#include "dendrite/train/hooks.h"
 
 namespace dendrite::app {
 
 using Runner = std::function<int()>;
 
+// The whole program: MPI set up, the subcommand parsed and run, any error on
+// any rank ending the job. hooks reach `train` (tests inject failures; null
+// in `dendrite` itself).
+int dendrite_main(int argc, char** argv, const TrainHooks* hooks);
+
 Runner add_tokenize(CLI::App& app);
-Runner add_train(CLI::App& app, int argc, char** argv);
+Runner add_train(CLI::App& app, int argc, char** argv, const TrainHooks* hooks);
 Runner add_generate(CLI::App& app);
 Runner add_memorization(CLI::App& app);  // apps/memorization_cmd.cpp
 Runner add_bench(CLI::App& app);

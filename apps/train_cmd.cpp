@@ -4,6 +4,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -81,7 +82,9 @@ static std::string auto_grid(const TrainOptions& opt, const std::string& machine
   std::string source;
   const Machine mach = auto_grid_machine(machine_file, threads, source);
   PlanOptions po;
-  po.B = opt.batch, po.T = opt.seq, po.keep_gathered = opt.keep_gathered;
+  // With gradient accumulation the grid runs micro-batches: plan for one.
+  po.B = opt.batch / std::max(1, opt.grad_accum), po.T = opt.seq;
+  po.keep_gathered = opt.keep_gathered;
   po.recompute = opt.recompute, po.overlap = Overlap::parse(opt.overlap);
   const Plan plan = plan_grids(load_model_config(opt.model), mach, world, po);
   DENDRITE_CHECK(!plan.ranked.empty(), "train --grid auto: no grid of ", world, " ranks runs ",
@@ -110,101 +113,125 @@ static std::string auto_grid(const TrainOptions& opt, const std::string& machine
   return text;
 }
 
-Runner add_train(CLI::App& app, int argc, char** argv) {
-  auto opt = std::make_shared<TrainOptions>();
-  auto config_path = std::make_shared<std::string>();
+// The model and its data: what is trained on what.
+static void add_model_options(CLI::App& app, TrainOptions& opt) {
   std::string presets;
   for (auto& n : preset_names()) presets += " " + n;
-  app.add_option("--config", *config_path,
-                 "JSON file of options (keys are these long option names without dashes, "
-                 "e.g. {\"steps\": 500}); options on the command line win");
-  app.add_option("--model", opt->model, "Preset (" + presets.substr(1) + ") or model JSON file")
+  app.add_option("--model", opt.model, "Preset (" + presets.substr(1) + ") or model JSON file")
       ->capture_default_str();
-  app.add_option("--data", opt->data, "Folder written by `dendrite tokenize`")->capture_default_str();
-  app.add_option("--steps", opt->steps, "Optimizer steps")->capture_default_str();
-  app.add_option("--batch", opt->batch, "Sequences per step")->capture_default_str();
-  app.add_option("--seq", opt->seq, "Tokens per sequence")->capture_default_str();
-  app.add_option("--lr", opt->lr, "Peak learning rate")->capture_default_str();
-  app.add_option("--min-lr", opt->min_lr, "Final learning rate of the cosine decay (default lr/10)");
-  app.add_option("--warmup", opt->warmup, "Linear warmup steps (default min(100, steps/10))");
-  app.add_option("--weight-decay", opt->weight_decay, "AdamW decay (not on norms and biases)")
+  app.add_option("--data", opt.data, "Folder written by `dendrite tokenize`")->capture_default_str();
+  app.add_option("--steps", opt.steps, "Optimizer steps")->capture_default_str();
+  app.add_option("--batch", opt.batch, "Sequences per optimizer step")->capture_default_str();
+  app.add_option("--grad-accum", opt.grad_accum,
+                 "Gradient accumulation: run each step's batch as N micro-batches of batch/N "
+                 "sequences (activations for one micro-batch; the gradient sums over d only "
+                 "after the last); the same update as one batch")
       ->capture_default_str();
-  app.add_option("--beta1", opt->beta1, "AdamW beta1")->capture_default_str();
-  app.add_option("--beta2", opt->beta2, "AdamW beta2")->capture_default_str();
-  app.add_option("--adam-eps", opt->adam_eps, "AdamW epsilon")->capture_default_str();
-  app.add_option("--grad-clip", opt->grad_clip, "Clip the global gradient norm (0: off)")
+  app.add_option("--seq", opt.seq, "Tokens per sequence")->capture_default_str();
+  app.add_option("--seed", opt.seed, "Seed of initialisation and batch order")->capture_default_str();
+  app.add_option("--goldfish", opt.goldfish,
+                 "Goldfish loss: leave a pseudo-random 1/k of the target tokens out of the loss, "
+                 "e.g. k=4,h=13,mode=hash (hash of the h targets ending at each one; the same "
+                 "passage drops the same tokens wherever it appears), k=4,mode=static (every "
+                 "k-th position), seed=N; off by default")
       ->capture_default_str();
-  app.add_option("--seed", opt->seed, "Seed of initialisation and batch order")->capture_default_str();
-  app.add_option("--out", opt->out, "Run folder for checkpoints (ckpt-<step>/ and latest)");
-  app.add_option("--resume", opt->resume, "Continue from a run folder or checkpoint folder");
-  app.add_option("--save-every", opt->save_every, "Checkpoint every N steps (0: at the end only)")
+}
+
+// AdamW, the schedule and clipping.
+static void add_optimizer_options(CLI::App& app, TrainOptions& opt) {
+  app.add_option("--lr", opt.lr, "Peak learning rate")->capture_default_str();
+  app.add_option("--min-lr", opt.min_lr, "Final learning rate of the cosine decay (default lr/10)");
+  app.add_option("--warmup", opt.warmup, "Linear warmup steps (default min(100, steps/10))");
+  app.add_option("--weight-decay", opt.weight_decay, "AdamW decay (not on norms and biases)")
       ->capture_default_str();
-  app.add_option("--keep", opt->keep,
+  app.add_option("--beta1", opt.beta1, "AdamW beta1")->capture_default_str();
+  app.add_option("--beta2", opt.beta2, "AdamW beta2")->capture_default_str();
+  app.add_option("--adam-eps", opt.adam_eps, "AdamW epsilon")->capture_default_str();
+  app.add_option("--grad-clip", opt.grad_clip, "Clip the global gradient norm (0: off)")
+      ->capture_default_str();
+}
+
+// Checkpoints, failures, validation and output.
+static void add_run_options(CLI::App& app, TrainOptions& opt) {
+  app.add_option("--out", opt.out, "Run folder for checkpoints (ckpt-<step>/ and latest)");
+  app.add_option("--resume", opt.resume, "Continue from a run folder or checkpoint folder");
+  app.add_option("--save-every", opt.save_every, "Checkpoint every N steps (0: at the end only)")
+      ->capture_default_str();
+  app.add_option("--keep", opt.keep,
                  "Keep only the newest N checkpoints in --out: after each save, older ckpt-* "
                  "folders are removed, never the one `latest` names (0: keep all)")
       ->capture_default_str();
-  app.add_option("--on-nan", opt->on_nan,
+  app.add_option("--on-nan", opt.on_nan,
                  "When a step's loss or gradient norm is not finite: stop (fail before the update; "
                  "the last checkpoint stays good) or skip-step (skip that update, log a warning, "
                  "count it; fail after " +
                      std::to_string(kMaxSkippedStepsInARow) + " in a row)")
       ->capture_default_str()
       ->check(CLI::IsMember({"stop", "skip-step"}));
-  app.add_option("--timeout", opt->timeout,
+  app.add_option("--timeout", opt.timeout,
                  "Seconds a collective may wait for the other ranks before the job fails with an "
                  "error naming the collective and the grid axis (a rank stuck or dead); the wait "
                  "for a checkpoint write is not timed (0: wait forever)")
       ->capture_default_str();
-  app.add_option("--stop-at", opt->stop_at,
+  app.add_option("--stop-at", opt.stop_at,
                  "Stop (and save) after this step, as an interrupted run would; resume later")
       ->capture_default_str();
-  app.add_option("--eval-every", opt->eval_every, "Validation loss every N steps (0: never)")
+  app.add_option("--eval-every", opt.eval_every, "Validation loss every N steps (0: never)")
       ->capture_default_str();
-  app.add_option("--eval-batches", opt->eval_batches, "Batches per validation")->capture_default_str();
-  app.add_option("--log-every", opt->log_every, "Print a line every N steps")->capture_default_str();
-  app.add_option("--metrics", opt->metrics, "Write one JSON object per step to this file");
-  app.add_option("--threads", opt->threads, "Threads per rank (default: OMP_NUM_THREADS or all cores)");
-  app.add_flag("--keep-gathered", opt->keep_gathered,
+  app.add_option("--eval-batches", opt.eval_batches, "Batches per validation")->capture_default_str();
+  app.add_option("--log-every", opt.log_every, "Print a line every N steps")->capture_default_str();
+  app.add_option("--metrics", opt.metrics, "Write one JSON object per step to this file");
+}
+
+// How the run uses the machine: grid, threads, overlap, memory trade-offs.
+static void add_parallel_options(CLI::App& app, TrainOptions& opt, std::string& machine) {
+  app.add_option("--threads", opt.threads, "Threads per rank (default: OMP_NUM_THREADS or all cores)");
+  app.add_flag("--keep-gathered", opt.keep_gathered,
                "Keep each layer's Z-gathered weights from the forward for the backward "
                "(one all-gather over Z a step instead of two; 1/(x*y) of the weights more memory)");
-  app.add_flag("--recompute", opt->recompute,
+  app.add_flag("--recompute", opt.recompute,
                "Keep only each block's input and recompute the block in the backward (less memory)");
-  app.add_flag("--gemm-tune", opt->gemm_tune,
+  app.add_flag("--gemm-tune", opt.gemm_tune,
                "Time every way of computing each GEMM shape at its first call and keep the fastest "
                "that gives the same bits (reported after the first step)");
-  app.add_option("--overlap", opt->overlap,
+  app.add_option("--overlap", opt.overlap,
                  "Communication hidden behind computation, a list of: oar (backward all-reduce of "
                  "dx behind the dW product), ors (dW reduce-scatter over z behind earlier layers), "
                  "oag (z all-gather of the next layer's weights posted ahead), dp (gradient sum "
                  "over d per layer during the backward); or all, none")
       ->capture_default_str();
-  app.add_option("--goldfish", opt->goldfish,
-                 "Goldfish loss: leave a pseudo-random 1/k of the target tokens out of the loss, "
-                 "e.g. k=4,h=13,mode=hash (hash of the h targets ending at each one; the same "
-                 "passage drops the same tokens wherever it appears), k=4,mode=static (every "
-                 "k-th position), seed=N; off by default")
-      ->capture_default_str();
-  app.add_option("--grid", opt->grid,
+  app.add_option("--grid", opt.grid,
                  "Process grid, e.g. x=2,y=2,z=1,d=2 (axes left out are 1; d fills the job "
                  "when left out), or auto: the performance model's fastest grid for this job "
                  "(see --machine); default: all ranks data-parallel");
-  auto machine = std::make_shared<std::string>();
-  app.add_option("--machine", *machine,
+  app.add_option("--machine", machine,
                  "Machine file for --grid auto (dendrite calibrate, machines/*.json); default: "
                  "a generic description of this node");
+}
+
+Runner add_train(CLI::App& app, int argc, char** argv, const TrainHooks* hooks) {
+  auto opt = std::make_shared<TrainOptions>();
+  auto config_path = std::make_shared<std::string>();
+  auto machine = std::make_shared<std::string>();
+  app.add_option("--config", *config_path,
+                 "JSON file of options (keys are these long option names without dashes, "
+                 "e.g. {\"steps\": 500}); options on the command line win");
+  add_model_options(app, *opt);
+  add_optimizer_options(app, *opt);
+  add_run_options(app, *opt);
+  add_parallel_options(app, *opt, *machine);
   // The config file is read before the command line is parsed, so that the
   // parsed options (bound to the same fields) override it.
-  const std::string path = find_config_arg(argc, argv);
-  auto pre = std::make_shared<std::string>(path);
+  auto pre = std::make_shared<std::string>(find_config_arg(argc, argv));
   app.preparse_callback([opt, pre](size_t) {
     if (!pre->empty()) apply_config_file(*pre, *opt);
   });
   // The runner holds config_path too: CLI11 stores the --config value through
   // a reference to it after this function returns.
-  return [opt, machine, config_path] {
+  return [opt, machine, config_path, hooks] {
     if (opt->grid == "auto") opt->grid = auto_grid(*opt, *machine);
     ProcessGrid grid = make_grid(opt->grid);
-    run_train(*opt, grid);
+    run_train(*opt, grid, hooks);
     return 0;
   };
 }

@@ -106,6 +106,44 @@ TEST_F(CliParallel, BadGridsEndTheJobWithAClearError) {
                    "not divisible by d*z=4");
 }
 
+// --grad-accum 4 runs each batch of 16 as 4 micro-batches of 4 on a grid
+// with D and Z > 1: the losses (and validation losses) of the run that took
+// each batch at once, to 1e-5 relative.
+TEST_F(CliParallel, GradAccumMatchesTheWholeBatch) {
+  const fs::path whole = dir_ / "whole.jsonl", micro = dir_ / "micro.jsonl";
+  const std::string args = train() + " --steps 4 --batch 16 --grid z=2,d=2 --eval-every 2 " +
+                           "--eval-batches 2 --metrics ";
+  Result a = mpirun(4, args + whole.string());
+  ASSERT_EQ(a.rc, 0) << a.out;
+  Result b = mpirun(4, args + micro.string() + " --grad-accum 4");
+  ASSERT_EQ(b.rc, 0) << b.out;
+  EXPECT_NE(b.out.find("batch 16 in 4 micro-batches of 4 sequences"), std::string::npos) << b.out;
+  for (const char* key : {"loss", "val_loss"}) {
+    std::vector<double> want, got;
+    for (auto [file, out] : {std::pair{whole, &want}, std::pair{micro, &got}}) {
+      std::ifstream in(file);
+      for (std::string line; std::getline(in, line);) {
+        const nlohmann::json j = nlohmann::json::parse(line);
+        if (j.contains(key)) out->push_back(j.at(key));
+      }
+    }
+    ASSERT_EQ(want.size(), std::string(key) == "loss" ? 4u : 2u) << key;
+    ASSERT_EQ(got.size(), want.size()) << key;
+    for (size_t s = 0; s < want.size(); ++s)
+      EXPECT_NEAR(got[s], want[s], 1e-5 * want[s]) << key << " " << s;
+  }
+}
+
+TEST_F(CliParallel, BatchesThatDoNotSplitAreRefused) {
+  expect_job_error(mpirun(2, train() + " --steps 2 --grid d=2 --grad-accum 0"),
+                   "--grad-accum must be 1 or more");
+  expect_job_error(mpirun(2, train() + " --steps 2 --grid d=2 --grad-accum 3"),
+                   "--batch 8 does not split into --grad-accum 3 micro-batches");
+  expect_job_error(mpirun(4, train() + " --steps 2 --grid z=2,d=2 --grad-accum 4"),
+                   "a micro-batch of 2 sequences (--batch 8 / --grad-accum 4) is not divisible by "
+                   "d*z=4");
+}
+
 TEST_F(CliParallel, CheckpointOfAnotherModelIsRefusedOnEveryGrid) {
   const std::string run = (dir_ / "other").string();
   Result a = mpirun(2, train() + " --steps 2 --grid x=2 --out " + run);

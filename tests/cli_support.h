@@ -32,14 +32,15 @@ inline CommandResult run_command(const std::string& cmd) {
 
 // `mpirun -np ranks dendrite args` with one thread per rank, as root where
 // needed, more ranks than cores allowed, a 120 s limit; env (such as "A=1 B=2")
-// reaches every rank.
+// reaches every rank. binary: `dendrite`, or the fault-injection build of it.
 inline CommandResult mpirun_dendrite(int ranks, const std::string& args,
-                                     const std::string& env = "") {
+                                     const std::string& env = "",
+                                     const std::string& binary = DENDRITE_BINARY) {
   return run_command(
       "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
       "OMPI_MCA_rmaps_base_oversubscribe=1 " + env + " timeout 120 " +
       std::string(DENDRITE_MPIEXEC) + " -np " + std::to_string(ranks) +
-      " --oversubscribe --bind-to none --mca btl self,vader " + DENDRITE_BINARY + " " + args);
+      " --oversubscribe --bind-to none --mca btl self,vader " + binary + " " + args);
 }
 
 }  // namespace dendrite::test

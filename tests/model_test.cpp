@@ -17,6 +17,7 @@
 #include "dendrite/train/checkpoint.h"
 #include "dendrite/train/optimizer.h"
 #include "dendrite/train/safetensors.h"
+#include "dendrite/train/schedule.h"
 
 namespace dendrite {
 namespace {
@@ -133,7 +134,7 @@ TEST_P(ModelVsPyTorch, TenAdamWSteps) {
     double norm = model.grad_norm();
     EXPECT_NEAR(loss, losses[s], 1e-4 * losses[s]) << "step " << s;
     EXPECT_NEAR(norm, norms[s], 1e-4 * norms[s]) << "step " << s;
-    float lr = ops::lr_at(s, r.cfg["lr"], r.cfg["min_lr"], r.cfg["warmup"], steps);
+    float lr = lr_at(s, r.cfg["lr"], r.cfg["min_lr"], r.cfg["warmup"], steps);
     adam.step(model.params(), model.grads(), lr,
               AdamW::clip_factor(norm, r.cfg["grad_clip"].get<double>()));
   }

@@ -6,8 +6,9 @@
 // vocabulary or tokenizer, token files of either width, and exact restarts
 // (same losses bit for bit; a killed and resumed run ends with the same
 // weights, byte for byte, as one that ran straight through).
-// The test hooks are environment variables read by the trainer and the
-// checkpoint writer (DENDRITE_TEST_*), never set in normal use.
+// The failures are injected by dendrite_faults, the `dendrite` program with
+// test hooks (train/hooks.h) read from DENDRITE_TEST_* variables
+// (tests/fault_injection_main.cpp); `dendrite` itself reads none.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -40,13 +41,13 @@ using Clock = std::chrono::steady_clock;
 
 // One process: `env dendrite args` with one thread, stdout+stderr captured.
 Result dendrite(const std::string& args, const std::string& env = "") {
-  return test::run_command("OMP_NUM_THREADS=1 " + env + " timeout 120 " + DENDRITE_BINARY + " " +
-                           args);
+  return test::run_command("OMP_NUM_THREADS=1 " + env + " timeout 120 " +
+                           DENDRITE_FAULTS_BINARY + " " + args);
 }
 
 // mpirun -np ranks, one thread per rank; env is passed to every rank.
 Result mpirun(int ranks, const std::string& args, const std::string& env = "") {
-  return test::mpirun_dendrite(ranks, args, env);
+  return test::mpirun_dendrite(ranks, args, env, DENDRITE_FAULTS_BINARY);
 }
 
 std::string read_file(const fs::path& p) {
@@ -116,7 +117,7 @@ class Background {
       for (const std::string& kv : env) putenv(strdup(kv.c_str()));
       FILE* out = std::freopen(log.c_str(), "w", stdout);
       if (out == nullptr || dup2(fileno(stdout), 2) < 0) _exit(127);
-      std::vector<std::string> argv = {DENDRITE_BINARY};
+      std::vector<std::string> argv = {DENDRITE_FAULTS_BINARY};
       argv.insert(argv.end(), args.begin(), args.end());
       std::vector<char*> cargv;
       for (std::string& a : argv) cargv.push_back(a.data());
@@ -256,6 +257,19 @@ TEST_F(Reliability, SkipStepSkipsANonFiniteUpdateOnEveryRank) {
   ASSERT_EQ(resumed.rc, 0) << resumed.out;
 }
 
+// The failure switches live only in the test binary: `dendrite` itself,
+// given the same variables, trains through without NaNs or a hang.
+TEST_F(Reliability, DendriteItselfReadsNoTestSwitches) {
+  Result r = test::run_command("OMP_NUM_THREADS=1 DENDRITE_TEST_NAN_STEPS=1-3 "
+                               "DENDRITE_TEST_HANG_STEP=2 DENDRITE_TEST_PAUSE_CHECKPOINT=3 "
+                               "timeout 60 " + std::string(DENDRITE_BINARY) + " " + train() +
+                               " --steps 3 --out " + (dir_ / "plain").string());
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.out.find("not finite"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("test hook"), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(dir_ / "plain" / "ckpt-00000003"));
+}
+
 TEST_F(Reliability, SkipStepGivesUpAfterTenInARow) {
   const fs::path run = dir_ / "skip10";
   Result r =
@@ -340,7 +354,7 @@ TEST_F(Reliability, DiskFullKeepsThePreviousCheckpointAndLatest) {
   // keeps OpenMPI's PMIx data store out of a file, which the limit would cap.)
   Result b =
       test::run_command("/bin/sh -c 'ulimit -f 64; OMP_NUM_THREADS=1 PMIX_MCA_gds=hash exec " +
-                        std::string(DENDRITE_BINARY) + " " + train() + " --steps 4 --resume " +
+                        std::string(DENDRITE_FAULTS_BINARY) + " " + train() + " --steps 4 --resume " +
                         run.string() + " --out " + run.string() + "'");
   expect_error(b, "could not write checkpoint ckpt-00000004");
   expect_error(b, "File too large");

@@ -74,10 +74,14 @@ class Transformer {
 
   // Forward and backward on this rank's inputs, targets [B_loc*T] of a global
   // batch of B. Returns the global loss sum_r weight[r] * CE_r / denominator
-  // (weights null: all ones), summed over the whole batch; leaves in grads()
-  // the gradient summed over every axis along which data differs.
+  // (weights null: all ones), summed over the whole batch; adds to grads()
+  // the gradient of that loss. With sync (the default, and the last
+  // micro-batch of a step under gradient accumulation) grads() is then summed
+  // over every axis along which data differs; without it, only this rank's
+  // share is added (the Z reduce-scatters of the chunked weights included),
+  // and the Z and D sums wait for the micro-batch that syncs.
   double forward_backward(const int32_t* inputs, const int32_t* targets, const float* weights,
-                          double denominator, int B, int T);
+                          double denominator, int B, int T, bool sync = true);
   // The same global loss, no gradients.
   double forward_loss(const int32_t* inputs, const int32_t* targets, const float* weights,
                       double denominator, int B, int T);
@@ -125,7 +129,7 @@ class Transformer {
   void reduce_bucket(const Range& chunked, const Range& replicated);
   // The LM head's block kept from the embedding's forward (tied, keep_gathered), or null.
   const float* tied_head() const { return embedding_.kept_table(); }
-  void sync_gradients();
+  void sync_gradients();  // the Z and D sums of a step's accumulated gradients
   // Z peers read this rank's parameters directly: everyone passes a barrier
   // after the last write (optimizer, load) and after the last read of a pass.
   void params_fence();

@@ -177,7 +177,8 @@ void Transformer::sync_gradients() {
 }
 
 double Transformer::forward_backward(const int32_t* inputs, const int32_t* targets,
-                                     const float* weights, double denominator, int B, int T) {
+                                     const float* weights, double denominator, int B, int T,
+                                     bool sync) {
   const int B_loc = local_batch(B), m = B_loc * T;
   forward(inputs, B_loc, T, kPassStep);
   float* G = grads_->data();
@@ -191,12 +192,15 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
     // (its output goes to scratch: the stream above is no longer needed).
     if (opt_.recompute) layer_forward(l, residual_[l].data(), recompute_out_.data(), B_loc, T);
     layer_backward(l, dres, B_loc, T);
-    if (dp_buckets()) reduce_bucket(layer_chunked_[l], layer_replicated_[l]);
+    if (sync && dp_buckets()) reduce_bucket(layer_chunked_[l], layer_replicated_[l]);
     for (Request& r : dp_pending_) r.test();  // progress: MPI moves them only inside MPI calls
   }
   embedding_.backward(dres, inputs, m, T, G, ws_);
   end_pass();
-  sync_gradients();
+  if (sync)
+    sync_gradients();
+  else
+    ws_.finish_reductions();  // this micro-batch's dW chunks added before the next one's
   return global_sum(loss);
 }
 

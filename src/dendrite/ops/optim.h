@@ -1,4 +1,4 @@
-// AdamW, global-norm clipping and the learning-rate schedule, on flat buffers
+// AdamW and global-norm clipping, on flat buffers
 // (a rank's whole shard of parameters is one contiguous buffer).
 #pragma once
 
@@ -19,11 +19,4 @@ void adamw_update(float* param, const float* grad, float* m, float* v, long n, f
 double sum_squares(const float* g, long n);
 // g *= s
 void scale(float* g, float s, long n);
-
-// Learning rate at `step` (counting from 0):
-//   step < warmup:  lr * (step + 1) / warmup
-//   otherwise:      min_lr + 0.5 (lr - min_lr) (1 + cos(pi p)),
-//                   p = clamp((step - warmup) / max(1, total - warmup), 0, 1)
-float lr_at(int step, float lr, float min_lr, int warmup, int total);
-
 }  // namespace dendrite::ops

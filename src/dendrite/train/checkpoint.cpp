@@ -4,12 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <thread>
 #include <vector>
 
 #include "dendrite/core/check.h"
@@ -102,24 +100,6 @@ void remove_stale_temporaries(const fs::path& run_dir) {
   }
 }
 
-// Test-only: DENDRITE_TEST_PAUSE_CHECKPOINT=<step>[:<seconds>] pauses the save
-// of that step once the tensors are in the temporary folder (before any
-// rename), after a marker line on stderr: forever, so that a test can kill the
-// process there, or for the seconds given (a slow disk).
-void maybe_pause_in_save(int64_t step, const fs::path& tmp_dir) {
-  const char* v = std::getenv("DENDRITE_TEST_PAUSE_CHECKPOINT");
-  char* rest = nullptr;
-  if (v == nullptr || std::strtoll(v, &rest, 10) != step) return;
-  std::fprintf(stderr, "checkpoint: test hook: paused saving step %lld in %s\n",
-               static_cast<long long>(step), tmp_dir.c_str());
-  std::fflush(stderr);
-  if (*rest == ':') {
-    std::this_thread::sleep_for(std::chrono::duration<double>(std::strtod(rest + 1, nullptr)));
-    return;
-  }
-  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
-}
-
 // The other ranks wait for rank 0's write without the collective watchdog: a
 // large checkpoint on a slow disk may take longer than --timeout, and an abort
 // then would lose it.
@@ -154,7 +134,8 @@ std::vector<std::string> prune_checkpoints(const std::string& run_dir, int keep)
 }
 
 std::string save_checkpoint(const std::string& run_dir, int64_t step, Transformer& model,
-                            const AdamW* optimizer, const CheckpointContents& contents) {
+                            const AdamW* optimizer, const CheckpointContents& contents,
+                            const TrainHooks* hooks) {
   char name[32];
   std::snprintf(name, sizeof name, "ckpt-%08lld", static_cast<long long>(step));
   const fs::path final_dir = fs::path(run_dir) / name;
@@ -182,7 +163,7 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, Transforme
     weights.set_metadata("dendrite.arch", arch_name(model.config().arch));
     weights.write((tmp_dir / "model.safetensors").string());
     if (optimizer) state.write((tmp_dir / "optimizer.safetensors").string());
-    maybe_pause_in_save(step, tmp_dir);
+    if (hooks) hooks->checkpoint_tensors_written(step, tmp_dir.string());
     write_text((tmp_dir / "trainer_state.json").string(), contents.trainer_state.dump(2) + "\n");
     write_text((tmp_dir / "config.json").string(), contents.config.dump(2) + "\n");
     if (!contents.tokenizer_path.empty() && fs::exists(contents.tokenizer_path))

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "dendrite/model/transformer.h"
+#include "dendrite/train/hooks.h"
 #include "dendrite/train/optimizer.h"
 
 namespace dendrite {
@@ -28,7 +29,8 @@ struct CheckpointContents {
 // Returns the checkpoint folder.
 // Every rank of the model's grid calls it (the tensors are gathered); rank 0 writes.
 std::string save_checkpoint(const std::string& run_dir, int64_t step, Transformer& model,
-                            const AdamW* optimizer, const CheckpointContents& contents);
+                            const AdamW* optimizer, const CheckpointContents& contents,
+                            const TrainHooks* hooks = nullptr);
 
 // With keep > 0, removes the oldest ckpt-<step> folders of run_dir until the
 // newest `keep` remain, never the one `latest` names; call it only after a

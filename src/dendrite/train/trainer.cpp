@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -24,6 +23,7 @@
 #include "dendrite/train/goldfish.h"
 #include "dendrite/train/optimizer.h"
 #include "dendrite/train/progress.h"
+#include "dendrite/train/schedule.h"
 #include "dendrite/train/token_file.h"
 
 namespace dendrite {
@@ -55,7 +55,7 @@ std::string gemm_tuning_summary() {
   X(model) X(data) X(steps) X(batch) X(seq) X(lr) X(min_lr) X(warmup) X(weight_decay) X(beta1) \
   X(beta2) X(adam_eps) X(grad_clip) X(seed) X(out) X(resume) X(save_every) X(stop_at) X(eval_every)       \
   X(eval_batches) X(log_every) X(metrics) X(threads) X(grid) X(keep_gathered) X(recompute) X(overlap) \
-  X(keep) X(on_nan) X(timeout) X(goldfish) X(gemm_tune)
+  X(keep) X(on_nan) X(timeout) X(goldfish) X(gemm_tune) X(grad_accum)
 
 nlohmann::json TrainOptions::to_json() const {
   nlohmann::json j;
@@ -172,22 +172,13 @@ ModelConfig resolve_model(const TrainOptions& opt, const Data& data, const std::
   return mc;
 }
 
-// A global batch of B sequences, and this rank's slice of it.
-// Every rank builds the whole global batch, so the Goldfish mask and its
-// supervised count (the loss denominator) come out the same on every grid.
+// A global batch of B sequences, as every rank builds it: so the Goldfish
+// mask and its supervised count (the loss denominator) come out the same on
+// every grid.
 struct Batch {
   std::vector<int32_t> inputs, targets;  // [B*T]
   std::vector<float> weights;            // [B*T] Goldfish loss weights (empty: all kept)
-  const int32_t* local_inputs = nullptr;
-  const int32_t* local_targets = nullptr;
-  const float* local_weights = nullptr;
   Batch(int B, int T) : inputs(size_t(B) * T), targets(size_t(B) * T) {}
-  void slice(const Transformer& model, int B, int T) {
-    const size_t first = size_t(model.first_sequence(B)) * T;
-    local_inputs = inputs.data() + first;
-    local_targets = targets.data() + first;
-    local_weights = weights.empty() ? nullptr : weights.data() + first;
-  }
   // Fills the weights of the whole batch; returns the supervised-token count.
   int64_t mask(const GoldfishOptions& g, int B, int T) {
     if (!g.enabled()) return int64_t(B) * T;
@@ -196,56 +187,23 @@ struct Batch {
   }
 };
 
-double evaluate(Transformer& model, const BatchSampler& sampler, int B, int T, int batches) {
+// The validation loss: the mean over `batches` batches of B sequences, each
+// run in micro-batches of the model's size.
+double evaluate(Transformer& model, const BatchSampler& sampler, int B, int T, int micro_batches,
+                int batches) {
   Batch b(B, T);
+  const int micro = B / micro_batches;
   double total = 0;
   for (int j = 0; j < batches; ++j) {
     sampler.eval_batch(j, batches, b.inputs.data(), b.targets.data());
-    b.slice(model, B, T);
-    total += model.forward_loss(b.local_inputs, b.local_targets, nullptr, double(B) * T, B, T);
+    for (int k = 0; k < micro_batches; ++k) {
+      const size_t first = (size_t(k) * micro + model.first_sequence(micro)) * T;
+      total += model.forward_loss(b.inputs.data() + first, b.targets.data() + first, nullptr,
+                                  double(B) * T, micro, T);
+    }
   }
   return total / batches;
 }
-
-// Test-only hooks, read from the environment (never set in normal use):
-//   DENDRITE_TEST_NAN_STEPS=a or a-b [DENDRITE_TEST_NAN_RANK=r]: at steps a..b
-//     (counted from 1) rank r (default: every rank) fills its gradients with
-//     NaN after the backward, as an overflow would.
-//   DENDRITE_TEST_HANG_STEP=s [DENDRITE_TEST_HANG_RANK=r]: rank r (default 0)
-//     sleeps forever at the start of step s, as a stuck rank would.
-struct TestHooks {
-  int64_t nan_first = 0, nan_last = 0, hang_step = 0;
-  int nan_rank = -1, hang_rank = 0;
-
-  static TestHooks from_env() {
-    auto number = [](const char* name, long long fallback) {
-      const char* v = std::getenv(name);
-      return v && *v ? std::strtoll(v, nullptr, 10) : fallback;
-    };
-    TestHooks h;
-    if (const char* v = std::getenv("DENDRITE_TEST_NAN_STEPS"); v && *v) {
-      char* rest = nullptr;
-      h.nan_first = h.nan_last = std::strtoll(v, &rest, 10);
-      if (*rest == '-') h.nan_last = std::strtoll(rest + 1, nullptr, 10);
-    }
-    h.nan_rank = int(number("DENDRITE_TEST_NAN_RANK", -1));
-    h.hang_step = number("DENDRITE_TEST_HANG_STEP", 0);
-    h.hang_rank = int(number("DENDRITE_TEST_HANG_RANK", 0));
-    return h;
-  }
-  void poison_gradients(int64_t step, Transformer& model) const {
-    const int rank = model.grid().rank();
-    if (nan_first <= 0 || step < nan_first || step > nan_last ||
-        (nan_rank >= 0 && nan_rank != rank))
-      return;
-    std::fill_n(model.grads(), model.table().total(), std::numeric_limits<float>::quiet_NaN());
-  }
-  void maybe_hang(int64_t step, int rank) const {
-    if (step != hang_step || rank != hang_rank) return;
-    log_error(str("test hook: hanging at the start of step ", step, " (DENDRITE_TEST_HANG_STEP)"));
-    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
-  }
-};
 
 // A step whose loss or gradient norm is not finite: under --on-nan stop the
 // run fails before the update (so the weights stay good); under skip-step the
@@ -306,136 +264,238 @@ bool state_is_finite(Transformer& model, const AdamW& adam) {
 
 }  // namespace
 
-TrainResult run_train(TrainOptions opt, ProcessGrid& grid) {
-  if (opt.threads > 0) omp_set_num_threads(opt.threads);
-  if (opt.min_lr < 0) opt.min_lr = opt.lr / 10;
-  if (opt.warmup < 0) opt.warmup = std::min<int64_t>(100, opt.steps / 10);
-  DENDRITE_CHECK(opt.steps > 0 && opt.batch > 0 && opt.seq > 0, "train: --steps, --batch and ",
-                 "--seq must be positive");
-  DENDRITE_CHECK(opt.lr > 0 && std::isfinite(opt.lr), "train: --lr must be positive, got ", opt.lr);
-  DENDRITE_CHECK(opt.keep >= 0, "train: --keep must be 0 (keep all) or positive, got ", opt.keep);
-  DENDRITE_CHECK(opt.timeout >= 0 && std::isfinite(opt.timeout), "train: --timeout must be 0 ",
-                 "(off) or a positive number of seconds, got ", opt.timeout);
-  NonFiniteSteps non_finite(opt.on_nan);
-  const TestHooks hooks = TestHooks::from_env();
-  grid.set_timeout(opt.timeout);
-  // Writes past a file-size limit (ulimit -f) then fail with EFBIG, reported
-  // like a full disk, instead of killing the process mid-checkpoint.
-  std::signal(SIGXFSZ, SIG_IGN);
-  const GoldfishOptions goldfish = GoldfishOptions::parse(opt.goldfish);
-  opt.goldfish = goldfish.str();
-
-  Data data = open_data(opt.data);
-  const std::string ckpt = opt.resume.empty() ? "" : resolve_checkpoint(opt.resume);
-  ModelConfig mc = resolve_model(opt, data, ckpt);
-  data.train->check_vocab(mc.vocab_size);
-  if (data.val) data.val->check_vocab(mc.vocab_size);
-
+std::unique_ptr<Transformer> make_model(const ModelConfig& mc, ProcessGrid& grid,
+                                        const TrainOptions& opt) {
+  check_batch_split(opt, grid.shape());
   ModelOptions mo;
   mo.keep_gathered = opt.keep_gathered;
   mo.recompute = opt.recompute;
   mo.set_overlap(opt.overlap);
   ops::set_gemm_tuning(opt.gemm_tune);
-  Transformer model(mc, grid, opt.batch, opt.seq, mo);
-  model.init(opt.seed);
-  ops::AdamWConfig ac{float(opt.beta1), float(opt.beta2), float(opt.adam_eps),
-                       float(opt.weight_decay)};
-  AdamW adam(model.table(), ac);
-  int64_t start = 0;
-  if (!ckpt.empty()) {
-    load_weights(ckpt, model);
-    load_optimizer(ckpt, model, adam);
-    nlohmann::json st = read_trainer_state(ckpt);
-    start = st.at("step").get<int64_t>();
-    adam.set_steps_taken(st.at("optimizer_steps").get<int64_t>());
-    DENDRITE_CHECK(st.at("seed").get<uint64_t>() == opt.seed, "resume: the checkpoint was trained ",
-                   "with --seed ", st.at("seed").get<uint64_t>(), "; pass the same seed");
+  return std::make_unique<Transformer>(mc, grid, opt.batch / opt.grad_accum, opt.seq, mo);
+}
+
+void check_batch_split(const TrainOptions& opt, const GridShape& grid) {
+  DENDRITE_CHECK(opt.grad_accum >= 1, "train: --grad-accum must be 1 or more micro-batches per ",
+                 "step, got ", opt.grad_accum);
+  DENDRITE_CHECK(opt.batch % opt.grad_accum == 0, "train: --batch ", opt.batch,
+                 " does not split into --grad-accum ", opt.grad_accum,
+                 " micro-batches of whole sequences; pass a --batch that is a multiple of ",
+                 opt.grad_accum);
+  const int micro = opt.batch / opt.grad_accum, split = grid.d * grid.z;
+  const std::string what = opt.grad_accum == 1
+                               ? str("--batch ", opt.batch)
+                               : str("a micro-batch of ", micro, " sequences (--batch ", opt.batch,
+                                     " / --grad-accum ", opt.grad_accum, ")");
+  DENDRITE_CHECK(micro % split == 0, "train: ", what, " is not divisible by d*z=", split,
+                 " on grid ", grid.str(), ": whole sequences stay on one rank; pass a --batch ",
+                 "that is a multiple of ", opt.grad_accum * split);
+}
+
+double step_gradients(Transformer& model, const int32_t* inputs, const int32_t* targets,
+                      const float* weights, double denominator, int B, int T, int micro_batches) {
+  model.zero_grads();
+  const int micro = B / micro_batches;
+  double loss = 0;
+  for (int k = 0; k < micro_batches; ++k) {
+    // This rank's sequences of micro-batch k: [k * micro + first, ...).
+    const size_t first = (size_t(k) * micro + model.first_sequence(micro)) * T;
+    loss += model.forward_backward(inputs + first, targets + first, weights ? weights + first : nullptr,
+                                   denominator, micro, T, k + 1 == micro_batches);
   }
+  return loss;
+}
 
-  nlohmann::json resolved = {{"train", opt.to_json()}, {"model", to_json(mc)}};
-  log_info("config " + resolved.dump());
-  log_info(str("model ", arch_name(mc.arch), ": ", mc.num_parameters() / 1e6, "M parameters, ",
-               model.activation_bytes() / 1e6, " MB activations per rank; ", data.train->size(),
-               " training tokens; grid ", grid.shape().str(), ", ", omp_get_max_threads(),
-               " threads per rank",
-               ckpt.empty() ? "" : "; resuming from " + ckpt + " at step " + std::to_string(start)));
+namespace {
 
-  if (goldfish.enabled())
-    log_info("goldfish loss " + goldfish.str() + ": about 1/" + std::to_string(goldfish.k) +
+// One run of `dendrite train` on one rank: set-up (data, model, optimizer,
+// resume), the step loop, validation, metrics and checkpoints.
+class Trainer {
+ public:
+  Trainer(TrainOptions opt, ProcessGrid& grid, const TrainHooks* hooks);
+  TrainResult run();
+
+ private:
+  void check_options();
+  void resume();
+  void open_metrics();
+  void log_start() const;
+  // Gradients and loss of `step`; returns the loss, sets supervised.
+  double gradients(int64_t step, int64_t& supervised);
+  void record(int64_t step, StepFigures& f, bool last);
+  void save(int64_t step);
+
+  TrainOptions opt_;
+  ProcessGrid& grid_;
+  const TrainHooks* hooks_;
+  GoldfishOptions goldfish_;
+  Data data_;
+  std::string ckpt_;  // the checkpoint resumed from (empty: a new run)
+  ModelConfig mc_;
+  std::unique_ptr<Transformer> model_;
+  std::unique_ptr<AdamW> adam_;
+  int64_t start_ = 0;
+  nlohmann::json resolved_;
+  std::unique_ptr<BatchSampler> sampler_, val_sampler_;
+  std::ofstream metrics_;
+  Batch batch_;
+  TrainResult result_;
+};
+
+Trainer::Trainer(TrainOptions opt, ProcessGrid& grid, const TrainHooks* hooks)
+    : opt_(std::move(opt)), grid_(grid), hooks_(hooks), batch_(std::max(opt_.batch, 1), std::max(opt_.seq, 1)) {
+  check_options();
+  goldfish_ = GoldfishOptions::parse(opt_.goldfish);
+  opt_.goldfish = goldfish_.str();
+  data_ = open_data(opt_.data);
+  ckpt_ = opt_.resume.empty() ? "" : resolve_checkpoint(opt_.resume);
+  mc_ = resolve_model(opt_, data_, ckpt_);
+  data_.train->check_vocab(mc_.vocab_size);
+  if (data_.val) data_.val->check_vocab(mc_.vocab_size);
+  model_ = make_model(mc_, grid_, opt_);
+  model_->init(opt_.seed);
+  adam_ = std::make_unique<AdamW>(model_->table(), ops::AdamWConfig{float(opt_.beta1), float(opt_.beta2),
+                                                                    float(opt_.adam_eps),
+                                                                    float(opt_.weight_decay)});
+  if (!ckpt_.empty()) resume();
+  resolved_ = {{"train", opt_.to_json()}, {"model", to_json(mc_)}};
+  log_start();
+  sampler_ = std::make_unique<BatchSampler>(*data_.train, opt_.batch, opt_.seq, opt_.seed);
+  if (data_.val && data_.val->size() > uint64_t(opt_.seq) + 1)
+    val_sampler_ = std::make_unique<BatchSampler>(*data_.val, opt_.batch, opt_.seq, opt_.seed);
+  open_metrics();
+}
+
+void Trainer::check_options() {
+  if (opt_.threads > 0) omp_set_num_threads(opt_.threads);
+  if (opt_.min_lr < 0) opt_.min_lr = opt_.lr / 10;
+  if (opt_.warmup < 0) opt_.warmup = std::min<int64_t>(100, opt_.steps / 10);
+  DENDRITE_CHECK(opt_.steps > 0 && opt_.batch > 0 && opt_.seq > 0, "train: --steps, --batch and ",
+                 "--seq must be positive");
+  DENDRITE_CHECK(opt_.lr > 0 && std::isfinite(opt_.lr), "train: --lr must be positive, got ", opt_.lr);
+  DENDRITE_CHECK(opt_.keep >= 0, "train: --keep must be 0 (keep all) or positive, got ", opt_.keep);
+  DENDRITE_CHECK(opt_.timeout >= 0 && std::isfinite(opt_.timeout), "train: --timeout must be 0 ",
+                 "(off) or a positive number of seconds, got ", opt_.timeout);
+  check_batch_split(opt_, grid_.shape());
+  grid_.set_timeout(opt_.timeout);
+}
+
+void Trainer::resume() {
+  load_weights(ckpt_, *model_);
+  load_optimizer(ckpt_, *model_, *adam_);
+  nlohmann::json st = read_trainer_state(ckpt_);
+  start_ = st.at("step").get<int64_t>();
+  adam_->set_steps_taken(st.at("optimizer_steps").get<int64_t>());
+  DENDRITE_CHECK(st.at("seed").get<uint64_t>() == opt_.seed, "resume: the checkpoint was trained ",
+                 "with --seed ", st.at("seed").get<uint64_t>(), "; pass the same seed");
+}
+
+void Trainer::log_start() const {
+  log_info("config " + resolved_.dump());
+  const std::string accum =
+      opt_.grad_accum > 1 ? str(" in ", opt_.grad_accum, " micro-batches of ",
+                                opt_.batch / opt_.grad_accum, " sequences")
+                          : "";
+  log_info(str("model ", arch_name(mc_.arch), ": ", mc_.num_parameters() / 1e6, "M parameters, ",
+               model_->activation_bytes() / 1e6, " MB activations per rank; ", data_.train->size(),
+               " training tokens; batch ", opt_.batch, accum, "; grid ", grid_.shape().str(), ", ",
+               omp_get_max_threads(), " threads per rank",
+               ckpt_.empty() ? "" : "; resuming from " + ckpt_ + " at step " + std::to_string(start_)));
+  if (goldfish_.enabled())
+    log_info("goldfish loss " + goldfish_.str() + ": about 1/" + std::to_string(goldfish_.k) +
              " of the target tokens leave the loss (validation keeps them all)");
-  BatchSampler sampler(*data.train, opt.batch, opt.seq, opt.seed);
-  std::unique_ptr<BatchSampler> val_sampler;
-  if (data.val && data.val->size() > uint64_t(opt.seq) + 1)
-    val_sampler = std::make_unique<BatchSampler>(*data.val, opt.batch, opt.seq, opt.seed);
+}
 
-  std::ofstream metrics;
-  if (!opt.metrics.empty() && grid.rank() == 0) {
-    const fs::path folder = fs::path(opt.metrics).parent_path();
-    std::error_code ec;
-    if (!folder.empty()) fs::create_directories(folder, ec);
-    metrics.open(opt.metrics, start > 0 ? std::ios::app : std::ios::trunc);
-    DENDRITE_CHECK(metrics.good(), "train: cannot open --metrics file ", opt.metrics);
-  }
-  const double peak = ops::measure_peak_gflops() * grid.shape().size();  // the whole job
-  const double flops_per_step = mc.train_flops_per_token(opt.seq) * opt.batch * opt.seq;
-  Progress progress(opt.steps - start);
+void Trainer::open_metrics() {
+  if (opt_.metrics.empty() || grid_.rank() != 0) return;
+  const fs::path folder = fs::path(opt_.metrics).parent_path();
+  std::error_code ec;
+  if (!folder.empty()) fs::create_directories(folder, ec);
+  metrics_.open(opt_.metrics, start_ > 0 ? std::ios::app : std::ios::trunc);
+  DENDRITE_CHECK(metrics_.good(), "train: cannot open --metrics file ", opt_.metrics);
+}
 
-  Batch batch(opt.batch, opt.seq);
-  TrainResult result;
-  auto save = [&](int64_t step) {
-    if (opt.out.empty()) return;
-    DENDRITE_CHECK(state_is_finite(model, adam), "train: step ", step, ": the weights or the ",
-                   "optimizer state are not finite, so no checkpoint is saved; the last good ",
-                   "checkpoint", result.last_checkpoint.empty() ? "" : " " + result.last_checkpoint,
-                   " is intact; lower --lr or raise --warmup");
-    CheckpointContents c{resolved,
-                         {{"step", step}, {"seed", opt.seed}, {"optimizer_steps", adam.steps_taken()}},
-                         data.tokenizer};
-    result.last_checkpoint = save_checkpoint(opt.out, step, model, &adam, c);
-    progress.note("saved " + result.last_checkpoint);
+double Trainer::gradients(int64_t step, int64_t& supervised) {
+  sampler_->batch(step, batch_.inputs.data(), batch_.targets.data());
+  supervised = batch_.mask(goldfish_, opt_.batch, opt_.seq);
+  const double loss = step_gradients(
+      *model_, batch_.inputs.data(), batch_.targets.data(),
+      batch_.weights.empty() ? nullptr : batch_.weights.data(),
+      double(std::max<int64_t>(supervised, 1)), opt_.batch, opt_.seq, opt_.grad_accum);
+  if (hooks_)
+    hooks_->gradients_ready(step + 1, grid_.rank(), model_->grads(), model_->table().total());
+  return loss;
+}
+
+void Trainer::save(int64_t step) {
+  if (opt_.out.empty()) return;
+  DENDRITE_CHECK(state_is_finite(*model_, *adam_), "train: step ", step, ": the weights or the ",
+                 "optimizer state are not finite, so no checkpoint is saved; the last good ",
+                 "checkpoint", result_.last_checkpoint.empty() ? "" : " " + result_.last_checkpoint,
+                 " is intact; lower --lr or raise --warmup");
+  CheckpointContents c{
+      resolved_,
+      {{"step", step}, {"seed", opt_.seed}, {"optimizer_steps", adam_->steps_taken()}},
+      data_.tokenizer};
+  result_.last_checkpoint = save_checkpoint(opt_.out, step, *model_, adam_.get(), c, hooks_);
+}
+
+TrainResult Trainer::run() {
+  NonFiniteSteps non_finite(opt_.on_nan);
+  Progress progress(opt_.steps - start_);
+  const double peak = ops::measure_peak_gflops() * grid_.shape().size();  // the whole job
+  const double flops_per_step = mc_.train_flops_per_token(opt_.seq) * opt_.batch * opt_.seq;
+  const double tokens = double(opt_.batch) * opt_.seq;
+  const int64_t end = opt_.stop_at > 0 ? std::min(opt_.stop_at, opt_.steps) : opt_.steps;
+  auto save_and_note = [&](int64_t step) {
+    if (opt_.out.empty()) return;
+    save(step);
+    progress.note("saved " + result_.last_checkpoint);
     // Only once the new checkpoint is complete and `latest` names it.
-    if (grid.rank() == 0)
-      for (const std::string& line : prune_checkpoints(opt.out, opt.keep)) progress.note(line);
+    if (grid_.rank() == 0)
+      for (const std::string& line : prune_checkpoints(opt_.out, opt_.keep)) progress.note(line);
   };
-
-  const int64_t end = opt.stop_at > 0 ? std::min(opt.stop_at, opt.steps) : opt.steps;
-  for (int64_t step = start; step < end; ++step) {
-    hooks.maybe_hang(step + 1, grid.rank());
+  for (int64_t step = start_; step < end; ++step) {
+    if (hooks_) hooks_->step_start(step + 1, grid_.rank());
     auto t0 = std::chrono::steady_clock::now();
-    sampler.batch(step, batch.inputs.data(), batch.targets.data());
-    const int64_t supervised = batch.mask(goldfish, opt.batch, opt.seq);
-    batch.slice(model, opt.batch, opt.seq);
-    model.zero_grads();
-    double loss = model.forward_backward(batch.local_inputs, batch.local_targets,
-                                         batch.local_weights, double(std::max<int64_t>(supervised, 1)),
-                                         opt.batch, opt.seq);
-    hooks.poison_gradients(step + 1, model);
-    double norm = model.grad_norm();
-    float lr = ops::lr_at(int(step), float(opt.lr), float(opt.min_lr), int(opt.warmup), int(opt.steps));
-    const bool update = non_finite.accept(step + 1, loss, norm, result.last_checkpoint, progress);
+    int64_t supervised = 0;
+    const double loss = gradients(step, supervised);
+    const double norm = model_->grad_norm();
+    const float lr = lr_at(int(step), float(opt_.lr), float(opt_.min_lr), int(opt_.warmup), int(opt_.steps));
+    const bool update = non_finite.accept(step + 1, loss, norm, result_.last_checkpoint, progress);
     if (update)
-      adam.step(model.params(), model.grads(), lr, AdamW::clip_factor(norm, opt.grad_clip));
-    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-
-    StepFigures f{step + 1, opt.steps, loss, lr, norm, opt.batch * opt.seq / secs, secs * 1e3,
+      adam_->step(model_->params(), model_->grads(), lr, AdamW::clip_factor(norm, opt_.grad_clip));
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    StepFigures f{step + 1, opt_.steps, loss, lr, norm, tokens / secs, secs * 1e3,
                   flops_per_step / secs / 1e9 / peak, -1};
     f.skipped = !update;
-    f.skipped_steps = result.skipped_steps = non_finite.skipped();
-    f.supervised = double(supervised) / (double(opt.batch) * opt.seq);
-    f.show_supervised = goldfish.enabled();
-    bool last = step + 1 == end;
-    if (val_sampler && opt.eval_every > 0 && ((step + 1) % opt.eval_every == 0 || last))
-      f.val_loss = result.last_val_loss = evaluate(model, *val_sampler, opt.batch, opt.seq, opt.eval_batches);
-    if (metrics.is_open()) metrics << f.to_json().dump() << "\n" << std::flush;
-    progress.update(f, opt.log_every > 0 && ((step + 1) % opt.log_every == 0 || last || f.val_loss >= 0));
-    if (opt.gemm_tune && step == start) progress.note(gemm_tuning_summary());
-    if (update) result.last_loss = loss;
-    result.steps_done = step + 1;
-    if (!last && opt.save_every > 0 && (step + 1) % opt.save_every == 0) save(step + 1);
+    f.skipped_steps = result_.skipped_steps = non_finite.skipped();
+    f.supervised = double(supervised) / tokens;
+    f.show_supervised = goldfish_.enabled();
+    const bool last = step + 1 == end;
+    if (val_sampler_ && opt_.eval_every > 0 && ((step + 1) % opt_.eval_every == 0 || last))
+      f.val_loss = result_.last_val_loss = evaluate(*model_, *val_sampler_, opt_.batch, opt_.seq,
+                                                    opt_.grad_accum, opt_.eval_batches);
+    if (metrics_.is_open()) metrics_ << f.to_json().dump() << "\n" << std::flush;
+    progress.update(f, opt_.log_every > 0 && ((step + 1) % opt_.log_every == 0 || last || f.val_loss >= 0));
+    if (opt_.gemm_tune && step == start_) progress.note(gemm_tuning_summary());
+    if (update) result_.last_loss = loss;
+    result_.steps_done = step + 1;
+    if (!last && opt_.save_every > 0 && (step + 1) % opt_.save_every == 0) save_and_note(step + 1);
   }
   progress.finish();
-  if (result.steps_done > start) save(result.steps_done);
-  return result;
+  if (result_.steps_done > start_) save_and_note(result_.steps_done);
+  return result_;
+}
+
+}  // namespace
+
+TrainResult run_train(TrainOptions opt, ProcessGrid& grid, const TrainHooks* hooks) {
+  // Writes past a file-size limit (ulimit -f) then fail with EFBIG, reported
+  // like a full disk, instead of killing the process mid-checkpoint.
+  std::signal(SIGXFSZ, SIG_IGN);
+  Trainer trainer(std::move(opt), grid, hooks);
+  return trainer.run();
 }
 
 }  // namespace dendrite

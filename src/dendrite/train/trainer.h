@@ -3,10 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "dendrite/comm/grid.h"
+#include "dendrite/model/transformer.h"
+#include "dendrite/train/hooks.h"
 
 namespace dendrite {
 
@@ -14,7 +17,8 @@ struct TrainOptions {
   std::string model = "gpt2-mini";  // preset or model config file
   std::string data = "data/kjv";    // folder written by `dendrite tokenize`
   int64_t steps = 1000;
-  int batch = 8;
+  int batch = 8;       // sequences per optimizer step
+  int grad_accum = 1;  // micro-batches per step (batch / grad_accum sequences each)
   int seq = 256;
   double lr = 1e-3;
   double min_lr = -1.0;  // default lr / 10
@@ -58,6 +62,26 @@ struct TrainResult {
 };
 
 // Runs on every rank of grid (built once by the caller from opt.grid).
-TrainResult run_train(TrainOptions opt, ProcessGrid& grid);
+// hooks: failure injection for tests (train/hooks.h); null in normal use.
+TrainResult run_train(TrainOptions opt, ProcessGrid& grid, const TrainHooks* hooks = nullptr);
+
+// Whether opt.batch splits into opt.grad_accum micro-batches that the grid's
+// d*z ranks share out in whole sequences; an error naming the fix if not.
+void check_batch_split(const TrainOptions& opt, const GridShape& grid);
+
+// The model of a run (`train`, `bench step`) on grid: sized for the run's
+// micro-batch and sequence, with its overlap, kept gathers, recomputation
+// and GEMM tuning.
+std::unique_ptr<Transformer> make_model(const ModelConfig& mc, ProcessGrid& grid,
+                                        const TrainOptions& opt);
+
+// One step's gradients over a global batch of B sequences of T tokens
+// (inputs, targets, weights [B*T] as every rank holds them; weights may be
+// null) in micro_batches micro-batches of B / micro_batches sequences, each
+// rank running its share of each. Zeroes the gradients first; leaves in
+// model.grads() the gradient of the whole batch's loss (summed over every
+// axis) and returns that loss. The loss denominator is the whole batch's.
+double step_gradients(Transformer& model, const int32_t* inputs, const int32_t* targets,
+                      const float* weights, double denominator, int B, int T, int micro_batches);
 
 }  // namespace dendrite

@@ -1,0 +1,56 @@
+// The `dendrite` command: one MPI program with subcommands (tokenize, train,
+// generate, bench, ...). Any error on any rank aborts the whole job with the
+// rank and message.
+#include <omp.h>
+
+#include <CLI/CLI.hpp>
+#include <map>
+
+#include "apps/commands.h"
+#include "dendrite/comm/mpi_env.h"
+
+namespace dendrite::app {
+
+int dendrite_main(int argc, char** argv, const TrainHooks* hooks) {
+  dendrite::MpiEnv env(&argc, &argv);
+  return env.run_or_abort([&]() -> int {
+    CLI::App app{
+        "Dendrite: train GPT-2 and Llama language models with 4D hybrid parallelism.\n"
+        "Typical use:\n"
+        "  dendrite tokenize --input corpus.txt --vocab-size 8192 --out data/corpus\n"
+        "  dendrite train --model gpt2-mini --data data/corpus --steps 500 --out runs/mini\n"
+        "  dendrite generate --checkpoint runs/mini --prompt \"In the beginning\"\n",
+        "dendrite"};
+    app.require_subcommand(1);
+    app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    std::map<CLI::App*, dendrite::app::Runner> runners;
+    auto add = [&](const char* name, const char* help, auto&& fn) {
+      CLI::App* sub = app.add_subcommand(name, help);
+      runners[sub] = fn(*sub);
+    };
+    add("tokenize", "Train a SentencePiece BPE tokenizer and write token files",
+        [](CLI::App& s) { return dendrite::app::add_tokenize(s); });
+    add("train", "Train a model", [&](CLI::App& s) { return dendrite::app::add_train(s, argc, argv, hooks); });
+    add("generate", "Generate text from a checkpoint",
+        [](CLI::App& s) { return dendrite::app::add_generate(s); });
+    add("memorization", "Measure verbatim memorization: greedy continuations of training, canary and held-out text",
+        [](CLI::App& s) { return dendrite::app::add_memorization(s); });
+    add("bench", "Benchmarks (`bench step`: time training steps)",
+        [](CLI::App& s) { return dendrite::app::add_bench(s); });
+    add("plan", "Predict step time and memory of every process grid, and rank them",
+        [](CLI::App& s) { return dendrite::app::add_plan(s); });
+    add("calibrate", "Measure this machine (GEMM rates, collectives, memory) into a machine file",
+        [](CLI::App& s) { return dendrite::app::add_calibrate(s); });
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      int code = app.exit(e);
+      return code;
+    }
+    for (auto& [sub, run] : runners)
+      if (sub->parsed()) return run();
+    return 1;
+  });
+}
+
+}  // namespace dendrite::app

@@ -7,12 +7,24 @@
 #include <string>
 #include <vector>
 
+#include "dendrite/core/bf16.h"
+
 namespace dendrite::ops {
 
 // C[M,N] = alpha * op(A) * op(B) + beta * C, row-major; op(X) = X or X^T.
 // A is [M,K] (or [K,M] when trans_a), B is [K,N] (or [N,K] when trans_b).
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
           const float* B, int ldb, float beta, float* C, int ldc);
+
+// The same product with bf16 operands and fp32 accumulation and output (bf16
+// precision, DESIGN.md section 10): oneDNN's bf16 matmul where the CPU has
+// AVX512_BF16 or AMX; elsewhere the operands are widened to fp32 and the fp32
+// product runs (the same values, no speed-up; bf16_gemm_native() tells).
+void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A,
+               int lda, const bf16* B, int ldb, float beta, float* C, int ldc);
+// Whether gemm_bf16 runs natively here; when not, the instruction set missing.
+bool bf16_gemm_native();
+const char* bf16_gemm_missing();
 
 // GEMM layout tuning (AxoNN picked the fastest transpose layout per GEMM
 // shape at the first call). When on, the first product of each shape (and

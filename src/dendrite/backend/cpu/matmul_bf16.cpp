@@ -1,0 +1,114 @@
+// bf16 x bf16 -> fp32 matrix products on the CPU through oneDNN's matmul
+// primitive (its C API has no bf16 GEMM call). A primitive is made once per
+// shape, transposes, leading dimensions, alpha and beta, and cached for the
+// process: making one costs far more than running a small product. Operands
+// stay in their row-major layout (strides describe the transposes), so
+// nothing is reordered per call. With AVX512_BF16 or AMX the bf16 kernels
+// run at about twice the fp32 rate; elsewhere oneDNN would emulate them
+// slowly (or not at all), so the operands are widened and sgemm runs.
+#include <omp.h>
+
+#include <map>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <tuple>
+#include <vector>
+
+#include "dendrite/core/check.h"
+#include "dendrite/ops/convert.h"
+#include "dendrite/ops/matmul.h"
+
+namespace dendrite::ops {
+
+namespace {
+
+using dnnl::memory;
+
+struct Key {
+  bool ta, tb;
+  int M, N, K, lda, ldb, ldc;
+  float alpha, beta;
+  bool operator<(const Key& o) const {
+    return std::tie(ta, tb, M, N, K, lda, ldb, ldc, alpha, beta) <
+           std::tie(o.ta, o.tb, o.M, o.N, o.K, o.lda, o.ldb, o.ldc, o.alpha, o.beta);
+  }
+};
+
+// oneDNN's CPU engine and stream, and the primitives made so far (a cache
+// for the process, like oneDNN's own primitive cache).
+struct Matmuls {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  std::mutex mutex;
+  std::map<Key, dnnl::matmul> made;
+};
+Matmuls& matmuls() {
+  static Matmuls m;
+  return m;
+}
+
+memory::desc operand(int rows, int cols, int ld, bool transposed, memory::data_type t) {
+  // A row-major [rows, cols] matrix, or the transpose of a row-major [cols, rows] one.
+  return memory::desc({rows, cols}, t, transposed ? memory::dims{1, ld} : memory::dims{ld, 1});
+}
+
+dnnl::matmul make(const Key& k, const dnnl::engine& engine) {
+  using dt = memory::data_type;
+  const memory::desc a = operand(k.M, k.K, k.lda, k.ta, dt::bf16);
+  const memory::desc b = operand(k.K, k.N, k.ldb, k.tb, dt::bf16);
+  const memory::desc c = operand(k.M, k.N, k.ldc, false, dt::f32);
+  dnnl::primitive_attr attr;
+  if (k.alpha != 1.0f) attr.set_output_scales(0, {k.alpha});
+  if (k.beta != 0.0f) {
+    dnnl::post_ops po;
+    po.append_sum(k.beta);
+    attr.set_post_ops(po);
+  }
+  try {
+    return dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, engine));
+  } catch (const dnnl::error& e) {
+    fail("gemm_bf16: oneDNN has no bf16 matmul for ", k.ta ? 'T' : 'N', k.tb ? 'T' : 'N', " M=",
+         k.M, " N=", k.N, " K=", k.K, " here (", e.what(), ")");
+  }
+}
+
+// Without native bf16: widen, then the fp32 product.
+void widened(bool ta, bool tb, int M, int N, int K, float alpha, const bf16* A, int lda,
+             const bf16* B, int ldb, float beta, float* C, int ldc) {
+  std::vector<float> a(size_t(ta ? K : M) * lda), b(size_t(tb ? N : K) * ldb);
+  to_float(a.data(), A, int64_t(a.size()));
+  to_float(b.data(), B, int64_t(b.size()));
+  gemm(ta, tb, M, N, K, alpha, a.data(), lda, b.data(), ldb, beta, C, ldc);
+}
+
+}  // namespace
+
+bool bf16_gemm_native() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512bf16") || __builtin_cpu_supports("amx-bf16");
+}
+
+const char* bf16_gemm_missing() { return bf16_gemm_native() ? "" : "AVX512_BF16 (or AMX-BF16)"; }
+
+void gemm_bf16(bool ta, bool tb, int M, int N, int K, float alpha, const bf16* A, int lda,
+               const bf16* B, int ldb, float beta, float* C, int ldc) {
+  if (M == 0 || N == 0) return;
+  if (!bf16_gemm_native()) return widened(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  Matmuls& mm = matmuls();
+  const Key key{ta, tb, M, N, K, lda, ldb, ldc, alpha, beta};
+  dnnl::matmul* prim;
+  {
+    std::lock_guard<std::mutex> lock(mm.mutex);
+    auto it = mm.made.find(key);
+    if (it == mm.made.end()) it = mm.made.emplace(key, make(key, mm.engine)).first;
+    prim = &it->second;
+  }
+  using dt = memory::data_type;
+  memory a(operand(M, K, lda, ta, dt::bf16), mm.engine, const_cast<bf16*>(A));
+  memory b(operand(K, N, ldb, tb, dt::bf16), mm.engine, const_cast<bf16*>(B));
+  memory c(operand(M, N, ldc, false, dt::f32), mm.engine, C);
+  prim->execute(mm.stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+  mm.stream.wait();
+}
+
+}  // namespace dendrite::ops

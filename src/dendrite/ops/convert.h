@@ -1,0 +1,17 @@
+// Conversions between fp32 and bf16 arrays (bf16 precision, DESIGN.md
+// section 10): weights before the Z gathers and GEMMs, activations and
+// gradients before GEMMs. n counts elements.
+#pragma once
+
+#include <cstdint>
+
+#include "dendrite/core/bf16.h"
+
+namespace dendrite::ops {
+
+// out[n] = in[n] rounded to nearest-even bf16 (as dendrite::to_bf16).
+void to_bf16(bf16* out, const float* in, int64_t n);
+// out[n] = in[n] (exact).
+void to_float(float* out, const bf16* in, int64_t n);
+
+}  // namespace dendrite::ops

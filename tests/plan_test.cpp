@@ -157,6 +157,26 @@ TEST(Planner, CommunicationBytesEqualStepVolume) {
     }
 }
 
+// bf16 gathers every weight block over Z in half the bytes; nothing else
+// changes (activations, gradients and statistics move in fp32). With a
+// vocabulary block larger than the Z group's rows the embedding gathers its
+// block (no fp32 row traffic), so the Z all-gather bytes halve exactly.
+TEST(Volume, Bf16HalvesTheWeightGathersOnly) {
+  const ModelConfig c = load_model_config("gpt2-tiny");
+  for (const GridDims& g : {GridDims{1, 1, 2, 1}, GridDims{2, 2, 2, 1}, GridDims{1, 2, 4, 2}}) {
+    for (bool keep : {false, true}) {
+      const Volume f32 = step_volume(c, g, 8, 16, 256, keep, false, true, Precision::kF32);
+      const Volume b16 = step_volume(c, g, 8, 16, 256, keep, false, true, Precision::kBF16);
+      ASSERT_GT(f32.bytes.at("z.all_gather"), 0);
+      for (auto& [key, bytes] : f32.bytes) {
+        const int64_t want = key == "z.all_gather" ? bytes / 2 : bytes;
+        EXPECT_EQ(b16.bytes.at(key), want) << key << " on " << grid_str(g);
+        EXPECT_EQ(b16.calls.at(key), f32.calls.at(key)) << key;
+      }
+    }
+  }
+}
+
 TEST(Planner, RingCostByHand) {
   const Machine m = test_machine();  // 2 ranks per node
   // All-reduce, 3 calls, 1 MB in all, over 2 neighbours (one node): 3 us + 2 * 1/2 * 1 ms.

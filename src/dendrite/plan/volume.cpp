@@ -21,8 +21,10 @@ struct Counter {
   Volume v;
   int64_t m;  // local rows
   bool keep;  // no second all-gather in the backward
+  int weight_bytes;  // of a gathered weight element: 4 (fp32) or 2 (bf16)
 
-  void all_gather_z(int64_t block_floats) { v.add("z", g.z, "all_gather", 4 * block_floats); }
+  // A weight block of `elements` gathered over Z.
+  void all_gather_z(int64_t elements) { v.add("z", g.z, "all_gather", weight_bytes * elements); }
   void reduce_scatter_z(int64_t block_floats) { v.add("z", g.z, "reduce_scatter", 4 * block_floats); }
   void norm() {  // row sums over X: LayerNorm two doubles a row, RMSNorm one
     v.add("x", g.x, "all_reduce", (c.gpt2() ? 16 : 8) * m);
@@ -43,8 +45,8 @@ struct Counter {
 }  // namespace
 
 Volume step_volume(const ModelConfig& c, const GridDims& g, int B, int T, int ce_chunk,
-                   bool keep_gathered, bool recompute, bool dp_buckets) {
-  Counter k{c, g, {}, int64_t(B / (g.d * g.z)) * T, keep_gathered};
+                   bool keep_gathered, bool recompute, bool dp_buckets, Precision precision) {
+  Counter k{c, g, {}, int64_t(B / (g.d * g.z)) * T, keep_gathered, operand_bytes(precision)};
   const int64_t m = k.m, C = c.n_embd / g.x, hs = c.head_size();
   const int64_t q = int64_t(c.n_head / g.y) * hs, kv = int64_t(c.n_kv_head / g.y) * hs;
   const int64_t F = c.ffn_hidden / g.y, Vl = c.padded_vocab(g.y) / g.y;
@@ -100,7 +102,7 @@ Volume step_volume(const ModelConfig& c, const GridDims& g, int B, int T, int ce
   if (embedding_gathers)
     k.reduce_scatter_z(Vl * C);
   else
-    k.all_gather_z(m * g.z * C);  // the group's dout rows
+    k.v.add("z", g.z, "all_gather", 4 * m * g.z * C);  // the group's dout rows (fp32)
   if (gpt2) k.reduce_scatter_z(int64_t(c.block_size) * C);
 
   // Gradient reductions: replicated tensors over Z, everything over D (each

@@ -11,6 +11,7 @@
 #include <map>
 #include <string>
 
+#include "dendrite/core/precision.h"
 #include "dendrite/model/config.h"
 
 namespace dendrite {
@@ -29,9 +30,11 @@ struct Volume {
 // ce_chunk rows (Dendrite uses 256).
 // keep_gathered: the layers keep their forward all-gather for the backward;
 // recompute: each layer's forward runs again before its backward;
-// dp_buckets: gradients are reduced over D per layer during the backward (d > 1).
+// dp_buckets: gradients are reduced over D per layer during the backward (d > 1);
+// precision: bf16 gathers the weights over Z in bf16 (2 bytes an element);
+// activations and gradients move in fp32 either way.
 Volume step_volume(const ModelConfig& model, const GridDims& grid, int B, int T,
                    int ce_chunk = 256, bool keep_gathered = false, bool recompute = false,
-                   bool dp_buckets = false);
+                   bool dp_buckets = false, Precision precision = Precision::kF32);
 
 }  // namespace dendrite

@@ -11,6 +11,7 @@
 
 #include "dendrite/ops/convert.h"
 #include "dendrite/ops/matmul.h"
+#include "dendrite/ops/optim.h"
 #include "dendrite/ops/reference/basic.h"
 #include "op_test_support.h"
 
@@ -88,6 +89,26 @@ TEST(Bf16, GemmMatchesTheReferenceOnBf16Values) {
         ops::gemm_bf16(ta, tb, M, N, K, 0.75f, A.data(), lda, B.data(), ldb, beta, again.data(), ldc);
         ASSERT_EQ(std::memcmp(again.data(), C.data(), C.size() * 4), 0);
       }
+}
+
+// AdamW writing the bf16 copy in the same pass: the fp32 update is unchanged
+// (same bits as without the copy), and the copy is the rounding of it.
+TEST(Bf16, AdamWWritesTheRoundedCopy) {
+  for (long n : {37L, 100003L}) {
+    const Vf p0 = test::randn(n, 1), g = test::randn(n, 2, 0.1), m0 = test::randn(n, 3, 0.01);
+    Vf v0 = test::randn(n, 4, 0.001);
+    for (float& x : v0) x = std::fabs(x);
+    Vf p1 = p0, m1 = m0, v1 = v0, p2 = p0, m2 = m0, v2 = v0;
+    std::vector<bf16> low(n);
+    const ops::AdamWConfig c{0.9f, 0.95f, 1e-8f, 0.1f};
+    ops::adamw_update(p1.data(), g.data(), m1.data(), v1.data(), n, 1e-3f, 3, true, c, 0.5f);
+    ops::adamw_update(p2.data(), g.data(), m2.data(), v2.data(), n, 1e-3f, 3, true, c, 0.5f,
+                      low.data());
+    ASSERT_EQ(std::memcmp(p1.data(), p2.data(), n * 4), 0) << n;
+    ASSERT_EQ(std::memcmp(m1.data(), m2.data(), n * 4), 0) << n;
+    ASSERT_EQ(std::memcmp(v1.data(), v2.data(), n * 4), 0) << n;
+    for (long i = 0; i < n; ++i) ASSERT_EQ(low[i].bits, to_bf16(p2[i]).bits) << n << " " << i;
+  }
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// CPU AdamW, gradient norm and learning-rate schedule on flat buffers of n
+// CPU AdamW and gradient norm on flat buffers of n
 // values (a rank's whole parameter shard, ~124M for GPT-2 small). AdamW is one
 // fused pass reading param, grad, m, v and writing param, m, v. sum_squares
 // cuts the buffer into fixed blocks of kBlock values, sums each in double and
@@ -51,8 +51,11 @@ struct AdamWScalars {
 };
 
 // AdamW on values [i0, i1): whole vectors first, then the scalar tail.
+// With low non-null, also low[i] = the new param[i] rounded to bf16 (the
+// copy GEMMs and gathers read in bf16 precision), in the same pass.
 inline void adamw_range(float* __restrict param, const float* __restrict grad, float* __restrict m,
-                        float* __restrict v, long i0, long i1, const AdamWScalars& k) {
+                        float* __restrict v, bf16* __restrict low, long i0, long i1,
+                        const AdamWScalars& k) {
   long i = i0;
 #ifdef DENDRITE_VECTOR_SQRT
   constexpr long kWidth = sizeof(VecF) / sizeof(float);
@@ -69,6 +72,15 @@ inline void adamw_range(float* __restrict param, const float* __restrict grad, f
     std::memcpy(m + i, &mi, sizeof mi);
     std::memcpy(v + i, &vi, sizeof vi);
     std::memcpy(param + i, &p, sizeof p);
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+    if (low) {
+      const __m256bh h = _mm512_cvtneps_pbh(reinterpret_cast<const __m512&>(p));
+      std::memcpy(static_cast<void*>(low + i), &h, sizeof h);
+    }
+#else
+    if (low)
+      for (long j = 0; j < kWidth; ++j) low[i + j] = to_bf16(param[i + j]);
+#endif
   }
 #endif
   for (; i < i1; ++i) {
@@ -78,13 +90,14 @@ inline void adamw_range(float* __restrict param, const float* __restrict grad, f
     m[i] = mi;
     v[i] = vi;
     param[i] = param[i] * k.keep - k.step_size * mi / (std::sqrt(vi) * k.inv_sqrt_bc2 + k.eps);
+    if (low) low[i] = to_bf16(param[i]);
   }
 }
 
 }  // namespace
 
 void adamw_update(float* param, const float* grad, float* m, float* v, long n, float lr, int step,
-                  bool decay, const AdamWConfig& c, float grad_scale) {
+                  bool decay, const AdamWConfig& c, float grad_scale, bf16* param_bf16) {
   DENDRITE_CHECK(step >= 1, "adamw_update: step counts from 1, got step=", step);
   // As torch.optim.AdamW: p *= 1 - lr wd;  p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps)
   const double bc1 = 1.0 - std::pow(static_cast<double>(c.beta1), step);
@@ -99,7 +112,7 @@ void adamw_update(float* param, const float* grad, float* m, float* v, long n, f
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (long b = 0; b < blocks; ++b) {
     long i1 = (b + 1) * kAdamBlock < n ? (b + 1) * kAdamBlock : n;
-    adamw_range(param, grad, m, v, b * kAdamBlock, i1, k);
+    adamw_range(param, grad, m, v, param_bf16, b * kAdamBlock, i1, k);
   }
 }
 

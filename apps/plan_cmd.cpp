@@ -181,14 +181,9 @@ double mean_over(Communicator& world, double local) {
   return local / world.size();
 }
 
-// Runs fn once to warm up, times one more call, then runs 5 batches of
-// repetitions of about min_seconds/5 each (at least min_reps calls in all) and
-// keeps the fastest batch: on a shared machine a descheduled rank makes single
-// batches slow, which is not the cost of the call. Returns seconds per call,
-// averaged over the ranks. The repetition count comes from the slowest rank's
-// trial, so every rank makes the same number of calls (collectives must match).
-// One warm-up call, then one timed call: the slowest rank's seconds, the same
-// on every rank (every rank then makes the same number of calls).
+// One warm-up call, then one timed call (after a barrier when `barrier`): the
+// slowest rank's seconds, the same on every rank, so that repetition counts
+// derived from it are the same on every rank (collectives must match).
 template <typename Fn>
 double slowest_trial(Communicator& world, Fn&& fn, bool barrier) {
   fn();
@@ -201,6 +196,11 @@ double slowest_trial(Communicator& world, Fn&& fn, bool barrier) {
   return std::max(*std::max_element(all.begin(), all.end()), 1e-9);
 }
 
+// Seconds per call of fn: the slowest_trial above, then 5 batches of
+// repetitions of about min_seconds/5 each (at least min_reps calls in all, at
+// most 10^6 per batch), each batch started at a barrier, keeping the fastest
+// batch: on a shared machine a descheduled rank makes single batches slow,
+// which is not the cost of the call. Averaged over the ranks.
 template <typename Fn>
 double time_call(Communicator& world, Fn&& fn, double min_seconds, int min_reps) {
   const double trial = slowest_trial(world, fn, true);

@@ -9,7 +9,7 @@
 # The per-call penalty of oversubscription is measured by a second, 4-rank
 # calibration (calibrate --penalty-from) on top of the 2-rank one.
 # Usage: bench/validate_plan.sh [build-dir] (env: MODEL, BATCH, SEQ, STEPS, OUT, WORLDS="2 4",
-#        OVERLAP=oar,ors,oag (train's default until dp joined it): the --overlap of both the runs and the plan)
+#        OVERLAP=oar,ors,oag (not train's default, all): the --overlap of both the runs and the plan)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-$ROOT/build}

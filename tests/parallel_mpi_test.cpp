@@ -175,10 +175,13 @@ TEST_P(EveryGrid, MatchesOneProcess) {
 
 INSTANTIATE_TEST_SUITE_P(Models, EveryGrid, ::testing::Values("gpt2", "llama"));
 
-// Groups across nodes have no shared memory: ORS and OAG are then rings of
-// MPI messages moved by polling, OAR and DP MPI requests. Forced here with
-// DENDRITE_SHARED_MEMORY=0: the overlapped runs still match one process and
-// the run without overlap.
+// Groups across nodes have no shared memory: ORS, OAG, OAR and DP then run as
+// MPI messages on the progress engine's thread (rings; MPI_Iallreduce for
+// small sums), over a duplicate of the group's communicator (mpi_main.cpp
+// asks for MPI_THREAD_MULTIPLE; where MPI lacks it, ORS and OAG complete at
+// once and OAR and DP are MPI requests).
+// Forced here with DENDRITE_SHARED_MEMORY=0: the overlapped runs still match
+// one process and the run without overlap.
 TEST(MessagesOnly, OverlapsOverMpiMatchOneProcess) {
   const ModelConfig cfg = gpt2_config();
   auto single = ProcessGrid::single();

@@ -131,7 +131,7 @@ def main():
     m0 = runs[("l", "standard")]["mem"]
     text = f"""# Memorization: standard loss vs Goldfish loss
 
-Made by `{a.command}` in {a.minutes:.1f} minutes on this machine (2 cores, shared);
+Made by `{a.command}` in {a.minutes:.1f} minutes on a 2-core machine shared with other jobs;
 `experiments/memorization/report.py` wrote this page and `docs/memorization.png` from the runs.
 
 ## Set-up

@@ -1,7 +1,10 @@
-// Names of the collectives and element types, and the Request handle: one
-// pending MPI request (or none, for a collective that completed at once),
-// waited exactly once, with the blocked time charged to the communicator that
-// posted it. The implementations live in mpi_communicator.cpp.
+// Names of the collectives and element types, and the Request handle: a
+// pending MPI request, or a task on the progress engine (comm/progress.h), or
+// nothing (a collective that completed at once). Waiting is idempotent and
+// charges the time to the counters (CommStats) of the communicator that
+// posted it. The collectives themselves live in
+// mpi_communicator.cpp (MPI groups and the group of one) and shared_array.cpp
+// (shared-memory windows and the engine's tasks).
 #include "dendrite/comm/communicator.h"
 
 #include <mpi.h>

@@ -75,8 +75,8 @@ class Request {
   // aborts the job; while an exception unwinds they do not wait (the job is
   // failing, and the peer may be dead).
   void wait();
-  // Lets MPI progress the collective (it moves only inside MPI calls) and
-  // returns true once it has completed.
+  // Returns true once the collective has completed; for an MPI request it
+  // also lets MPI progress it (it moves only inside MPI calls).
   bool test();
   bool pending() const;
   // Whether it moves only when polled (an MPI request), not on the engine's thread.

@@ -2,7 +2,11 @@
 // that runs the non-blocking collectives in the order they were posted, while
 // the posting thread computes: over shared memory (loads, stores and a barrier
 // between the ranks' engine threads, no MPI call) on a node, rings of MPI
-// messages on a duplicate communicator across nodes (MPI_THREAD_MULTIPLE).
+// messages on a duplicate communicator across nodes. MpiEnv (and the tests'
+// main) initialise MPI asking for MPI_THREAD_MULTIPLE; only where MPI provides
+// it does a communicator give the engine message work (mpi_communicator.cpp).
+// Elsewhere the collectives of a private array complete before returning and
+// a non-blocking all-reduce of a buffer is a plain MPI request.
 //
 // Why a thread and not polling: MPI moves a non-blocking message collective
 // only inside MPI calls, so overlap by polling needs progress calls sprinkled
@@ -27,16 +31,18 @@ struct TaskState {
   std::exception_ptr error;
 };
 
-// Seconds on a steady clock (the engine does not call MPI_Wtime: MPI is not
-// initialised for threads).
+// Seconds on a steady clock: the engine's timestamps and the waits for its
+// tasks do not call MPI_Wtime, as its shared-memory tasks make no MPI call and
+// must not need MPI_THREAD_MULTIPLE.
 double steady_seconds();
 
 // Queues fn on the process's engine thread (started on first use).
 std::shared_ptr<TaskState> post_task(std::function<void()> fn);
 
-// Waiting without stealing the core for long: spin a few microseconds (a peer
-// that is about to arrive), then yield, then sleep in 20 us naps, so a waiting
-// thread leaves its core to the computing threads of its own and other ranks.
+// Waiting without stealing the core for long (the engine's rings of messages
+// between MPI_Testall calls): spin a few microseconds (a peer that is about to
+// arrive), then yield, then sleep in 20 us naps, so a waiting thread leaves its
+// core to the computing threads of its own and other ranks.
 class Backoff {
  public:
   void pause();

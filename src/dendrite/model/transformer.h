@@ -27,6 +27,7 @@
 #include "dendrite/parallel/layers.h"
 #include "dendrite/parallel/linear.h"
 #include "dendrite/parallel/params.h"
+#include "dendrite/parallel/weight_stream.h"
 
 namespace dendrite {
 
@@ -105,7 +106,7 @@ class Transformer {
   void build_layers();
   void allocate(int m_max, int B_loc_max);
   void check_batch(const int32_t* inputs, int B_loc, int T) const;
-  // The passes whose gathers OAG records (one order each).
+  // The kinds of pass whose gathers the weight stream records (one order each).
   enum Pass { kPassStep, kPassLoss, kPassLogits, kPassLastLogits, kPassLastPosition };
   void forward(const int32_t* inputs, int B_loc, int T, int pass);
   // The end of a pass: the last prefetch dropped, then the parameters' fence.
@@ -144,7 +145,8 @@ class Transformer {
   // node (comm/communicator.h: SharedArray), so Z gathers and the D sum of
   // gradients read the peers' memory directly.
   std::unique_ptr<SharedArray> params_, grads_;
-  LinearWorkspace ws_;
+  // The Z gathers of weight blocks and reduce-scatters of their gradients.
+  WeightStream stream_;
 
   // Activations saved for the backward, and scratch.
   std::vector<Buffer<float>> residual_;  // L+1 of [m, C/Gx]: each layer's input, then the output

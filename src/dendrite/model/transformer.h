@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -115,6 +116,16 @@ class Transformer {
   // The saved activations of layer l (one shared set when recomputing).
   LayerActs& acts(int l) { return acts_[opt_.recompute ? 0 : l]; }
   void layer_backward(int l, float* dres, int B_loc, int T);
+  // One linear layer's part of a backward.
+  struct LinearGrad {
+    const ParallelLinear* layer = nullptr;  // null: none (gate of GPT-2)
+    const float* dy = nullptr;              // [m, out_local]
+    const float* x = nullptr;               // [m, in_local], its forward input
+  };
+  // The backward of layers that read one input, with OAR over the group
+  // (transformer_step.cpp).
+  void linear_backward(float* dx, int m, std::initializer_list<LinearGrad> group,
+                       const LinearGrad& behind, LinearGrad* hand_on);
   double global_sum(double local);  // over Z and D
   struct Range {
     int64_t begin, end;  // in the flat buffer

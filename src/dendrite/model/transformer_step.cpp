@@ -68,13 +68,8 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
   ops::add(out, a.mid.data(), tmp_c_.data(), mC);
 }
 
-// dres [m, C/Gx] holds dLoss/d(output of layer l); on return, dLoss/d(its input).
-//
-// OAR over groups of layers: the layers that share an input (q, k, v; up and
-// gate) add their dx and sum it over Y once, and that sum runs behind the dW
-// products of the group and, where the transposed layer before it (o, down)
-// has no dx sum of its own (Gx = 1), behind that layer's dW product too. The
-// products are the same bits in any order; only their place changes.
+// dres [m, C/Gx] holds dLoss/d(output of layer l); on return, dLoss/d(its
+// input). layer_forward in reverse: the MLP, then attention.
 void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
   Layer& L = layers_[l];
   LayerActs& a = acts(l);
@@ -82,40 +77,26 @@ void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
   float* G = grads_->data();
   const int m = B_loc * T;
   const long mC = long(m) * c_;
-  const bool oar = opt_.oar;
 
-  // MLP: out = mid + down(act).
-  L.down.input_gradient(dact_.data(), false, dres, m, stream_);
-  Request down_sum = L.down.sum_input_gradient(dact_.data(), m);
-  stream_.post_pending();  // the dW reduce-scatter queued last, behind the dx sum
-  const bool defer_down = oar && !L.down.sums_input();
-  if (!defer_down) L.down.weight_gradient(dres, a.act.data(), m, G, stream_, &down_sum);
-  down_sum.wait();
+  // MLP: out = mid + down(act): [m, C/Gx] -> [m, F/Gy] -> [m, C/Gx]
+  LinearGrad down_dw;  // down's dW, when it runs behind the MLP's dx sum
+  linear_backward(dact_.data(), m, {{&L.down, dres, a.act.data()}}, {}, &down_dw);
   if (cfg_.gpt2()) {
     ops::gelu_backward(dup_.data(), dact_.data(), a.up.data(), long(m) * f_);
   } else {
     ops::swiglu_backward(dgate_.data(), dup_.data(), dact_.data(), a.gate.data(), a.up.data(),
                          long(m) * f_);
-    L.gate.input_gradient(dnorm_.data(), false, dgate_.data(), m, stream_);
   }
-  L.up.input_gradient(dnorm_.data(), !cfg_.gpt2(), dup_.data(), m, stream_);
-  Request mlp_sum = L.up.sum_input_gradient(dnorm_.data(), m);
-  stream_.post_pending();  // the dW reduce-scatter queued last, behind the dx sum
-  if (!cfg_.gpt2()) L.gate.weight_gradient(dgate_.data(), a.norm2.data(), m, G, stream_, &mlp_sum);
-  L.up.weight_gradient(dup_.data(), a.norm2.data(), m, G, stream_, &mlp_sum);
-  if (defer_down) L.down.weight_gradient(dres, a.act.data(), m, G, stream_, &mlp_sum);
-  mlp_sum.wait();
+  const LinearGrad gate =
+      cfg_.gpt2() ? LinearGrad{} : LinearGrad{&L.gate, dgate_.data(), a.norm2.data()};
+  linear_backward(dnorm_.data(), m, {gate, {&L.up, dup_.data(), a.norm2.data()}}, down_dw, nullptr);
   L.norm2.backward(tmp_c_.data(), dnorm_.data(), a.mid.data(), a.mean2.data(), a.rstd2.data(), m,
                    P, G, sums_);
   ops::add_inplace(dres, tmp_c_.data(), mC);  // now dLoss/d(mid)
 
-  // attention: mid = x + o(att)
-  L.o.input_gradient(datt_.data(), false, dres, m, stream_);
-  Request o_sum = L.o.sum_input_gradient(datt_.data(), m);
-  stream_.post_pending();  // the dW reduce-scatter queued last, behind the dx sum
-  const bool defer_o = oar && !L.o.sums_input();
-  if (!defer_o) L.o.weight_gradient(dres, a.att.data(), m, G, stream_, &o_sum);
-  o_sum.wait();
+  // attention: mid = x + o(att): [m, C/Gx] -> q [m, qd/Gy], k, v [m, kvd/Gy] -> [m, C/Gx]
+  LinearGrad o_dw;  // o's dW, when it runs behind the dx sum of q, k, v
+  linear_backward(datt_.data(), m, {{&L.o, dres, a.att.data()}}, {}, &o_dw);
   ops::AttentionShape s{B_loc, T, nh_, nkv_, hs_, qd_, kvd_, qd_};
   ops::attention_backward(dq_.data(), dk_.data(), dv_.data(), datt_.data(), a.att.data(),
                           a.lse.data(), a.q.data(), a.k.data(), a.v.data(), s);
@@ -123,19 +104,44 @@ void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
     ops::rope_backward(dq_.data(), B_loc, T, nh_, hs_, qd_, cfg_.rope_theta);
     ops::rope_backward(dk_.data(), B_loc, T, nkv_, hs_, kvd_, cfg_.rope_theta);
   }
-  L.q.input_gradient(dnorm_.data(), false, dq_.data(), m, stream_);
-  L.k.input_gradient(dnorm_.data(), true, dk_.data(), m, stream_);
-  L.v.input_gradient(dnorm_.data(), true, dv_.data(), m, stream_);
-  Request qkv_sum = L.v.sum_input_gradient(dnorm_.data(), m);
-  stream_.post_pending();  // the dW reduce-scatter queued last, behind the dx sum
-  L.q.weight_gradient(dq_.data(), a.norm1.data(), m, G, stream_, &qkv_sum);
-  L.k.weight_gradient(dk_.data(), a.norm1.data(), m, G, stream_, &qkv_sum);
-  L.v.weight_gradient(dv_.data(), a.norm1.data(), m, G, stream_, &qkv_sum);
-  if (defer_o) L.o.weight_gradient(dres, a.att.data(), m, G, stream_, &qkv_sum);
-  qkv_sum.wait();
+  linear_backward(dnorm_.data(), m,
+                  {{&L.q, dq_.data(), a.norm1.data()},
+                   {&L.k, dk_.data(), a.norm1.data()},
+                   {&L.v, dv_.data(), a.norm1.data()}},
+                  o_dw, nullptr);
   L.norm1.backward(tmp_c_.data(), dnorm_.data(), residual_[l].data(), a.mean1.data(),
                    a.rstd1.data(), m, P, G, sums_);
   ops::add_inplace(dres, tmp_c_.data(), mC);
+}
+
+// OAR over a group of layers that read one input (q, k, v; gate and up; o or
+// down alone): dx [m, in] = the sum over the group of dy W, summed over the
+// backward axis once. With OAR that sum is posted, and the group's dW
+// products, then `behind`'s, run while it moves; it is waited for last.
+// Where the backward axis has no peers (o and down when Gx = 1) there is no
+// sum to hide a dW product behind: given hand_on, the (one) layer's product
+// is left there, and the next group of the block runs it as its `behind`.
+// The products are the same bits in any order; only their place changes.
+void Transformer::linear_backward(float* dx, int m, std::initializer_list<LinearGrad> group,
+                                  const LinearGrad& behind, LinearGrad* hand_on) {
+  float* G = grads_->data();
+  const ParallelLinear* summing = nullptr;  // the group's first layer: all share the axis
+  for (const LinearGrad& g : group) {
+    if (!g.layer) continue;
+    g.layer->input_gradient(dx, summing != nullptr, g.dy, m, stream_);
+    if (!summing) summing = g.layer;
+  }
+  Request sum = summing->sum_input_gradient(dx, m);
+  stream_.post_pending();  // the dW reduce-scatter queued last, behind the dx sum
+  if (hand_on && opt_.oar && !summing->sums_input()) {
+    DENDRITE_CHECK(group.size() == 1, "linear backward: only a single layer hands its dW on");
+    *hand_on = *group.begin();
+  } else {
+    for (const LinearGrad& g : group)
+      if (g.layer) g.layer->weight_gradient(g.dy, g.x, m, G, stream_, &sum);
+  }
+  if (behind.layer) behind.layer->weight_gradient(behind.dy, behind.x, m, G, stream_, &sum);
+  sum.wait();
 }
 
 double Transformer::global_sum(double local) {

@@ -207,8 +207,8 @@ TEST(MessagesOnly, OverlapsOverMpiMatchOneProcess) {
 }
 
 // A vocabulary block at least four times a layer's puts the head's dW block
-// in the workspace's big slots, beside the layers' small ones (parallel/
-// linear.h), and has more rows than the Z group's batch, so the embedding
+// in the weight stream's big slots, beside the layers' small ones (parallel/
+// weight_stream.h), and has more rows than the Z group's batch, so the embedding
 // looks its rows up in the Z chunks instead of gathering the block (parallel/
 // layers.h): both still match one process and the run without overlap,
 // Llama's untied head included; the bytes moved match the closed form.

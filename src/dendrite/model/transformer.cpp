@@ -1,3 +1,6 @@
+// The Transformer's construction (transformer.h): the parameter table and its
+// sharding, the layers over it, the weight stream and the activations.
+// Letters as in transformer.h.
 #include "dendrite/model/transformer.h"
 
 #include <algorithm>
@@ -130,19 +133,8 @@ void Transformer::build_table() {
   table_.finalize();
   params_ = grid_.Z().allocate_shared(table_.total());
   grads_ = grid_.D().allocate_shared(table_.total());
-  ws_.params = params_.get();
-  ws_.ors = opt_.ors;
-  ws_.oag = opt_.oag && !opt_.keep_gathered;  // kept blocks are gathered once, into their own buffers
-  // Gathered blocks and block gradients need scratch only when Z splits them.
-  if (grid_.shape().z > 1) {
-    // dW slots: a layer's blocks (each at most a quarter of the largest, the
-    // vocabulary's, on real models) in small slots, larger ones in big slots.
-    int64_t largest = 0, layer = 0;
-    for (auto& s : table_.specs()) largest = std::max(largest, s.block_numel());
-    for (auto& s : table_.specs())
-      if (s.block_numel() * 4 <= largest) layer = std::max(layer, s.block_numel());
-    ws_.reserve(grid_.Z(), largest, layer > 0 ? layer : largest);
-  }
+  // Kept blocks are gathered once, into their own buffers: no OAG with them.
+  stream_ = WeightStream(grid_.Z(), table_, *params_, opt_.oag && !opt_.keep_gathered, opt_.ors);
 }
 
 void Transformer::build_layers() {
@@ -243,7 +235,7 @@ size_t Transformer::activation_bytes() const {
   for (const Buffer<float>* b : {&normf_, &meanf_, &rstdf_, &tmp_c_, &dnorm_, &dres_, &dq_, &dk_,
                                  &dv_, &datt_, &dup_, &dgate_, &dact_, &recompute_out_})
     n += b->size();
-  return n * sizeof(float) + ws_.bytes() + sums_.size() * sizeof(double);
+  return n * sizeof(float) + stream_.bytes() + sums_.size() * sizeof(double);
 }
 
 void Transformer::check_batch(const int32_t* inputs, int B_loc, int T) const {

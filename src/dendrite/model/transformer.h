@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,6 +28,7 @@
 #include "dendrite/parallel/layers.h"
 #include "dendrite/parallel/linear.h"
 #include "dendrite/parallel/params.h"
+#include "dendrite/parallel/weight_stream.h"
 
 namespace dendrite {
 
@@ -109,7 +111,7 @@ class Transformer {
   void build_layers();
   void allocate(int m_max, int B_loc_max);
   void check_batch(const int32_t* inputs, int B_loc, int T) const;
-  // The passes whose gathers OAG records (one order each).
+  // The kinds of pass whose gathers the weight stream records (one order each).
   enum Pass { kPassStep, kPassLoss, kPassLogits, kPassLastLogits, kPassLastPosition };
   void forward(const int32_t* inputs, int B_loc, int T, int pass);
   // The end of a pass: the last prefetch dropped, then the parameters' fence.
@@ -118,6 +120,16 @@ class Transformer {
   // The saved activations of layer l (one shared set when recomputing).
   LayerActs& acts(int l) { return acts_[opt_.recompute ? 0 : l]; }
   void layer_backward(int l, float* dres, int B_loc, int T);
+  // One linear layer's part of a backward.
+  struct LinearGrad {
+    const ParallelLinear* layer = nullptr;  // null: none (gate of GPT-2)
+    const float* dy = nullptr;              // [m, out_local]
+    const float* x = nullptr;               // [m, in_local], its forward input
+  };
+  // The backward of layers that read one input, with OAR over the group
+  // (transformer_step.cpp).
+  void linear_backward(float* dx, int m, std::initializer_list<LinearGrad> group,
+                       const LinearGrad& behind, LinearGrad* hand_on);
   double global_sum(double local);  // over Z and D
   struct Range {
     int64_t begin, end;  // in the flat buffer
@@ -148,7 +160,8 @@ class Transformer {
   // node (comm/communicator.h: SharedArray), so Z gathers and the D sum of
   // gradients read the peers' memory directly.
   std::unique_ptr<SharedArray> params_, grads_;
-  LinearWorkspace ws_;
+  // The Z gathers of weight blocks and reduce-scatters of their gradients.
+  WeightStream stream_;
 
   // Activations saved for the backward, and scratch.
   std::vector<Buffer<float>> residual_;  // L+1 of [m, C/Gx]: each layer's input, then the output

@@ -1,5 +1,6 @@
 // The forward and backward passes of the Transformer (declared in
-// transformer.h), with the gradient reductions of DESIGN.md section 4.
+// transformer.h), with the gradient reductions of DESIGN.md section 4 and
+// the overlaps of section 5. Letters as in transformer.h.
 #include <algorithm>
 #include <cmath>
 
@@ -16,16 +17,16 @@ void Transformer::params_fence() {
 }
 
 void Transformer::end_pass() {
-  ws_.end_pass();
+  stream_.end_pass();
   params_fence();
 }
 
 void Transformer::forward(const int32_t* inputs, int B_loc, int T, int pass) {
   check_batch(inputs, B_loc, T);
   params_fence();
-  ws_.begin_pass(pass);
+  stream_.begin_pass(pass);
   const int m = B_loc * T;
-  embedding_.forward(residual_[0].data(), inputs, m, T, params_->data(), ws_);
+  embedding_.forward(residual_[0].data(), inputs, m, T, params_->data(), stream_);
   for (int l = 0; l < cfg_.n_layer; ++l)
     layer_forward(l, residual_[l].data(), residual_[l + 1].data(), B_loc, T);
   norm_f_.forward(normf_.data(), meanf_.data(), rstdf_.data(), residual_[cfg_.n_layer].data(), m,
@@ -42,38 +43,33 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
 
   // attention: [m, C/Gx] -> q [m, qd/Gy], k, v [m, kvd/Gy] -> att [m, qd/Gy] -> [m, C/Gx]
   L.norm1.forward(a.norm1.data(), a.mean1.data(), a.rstd1.data(), x, m, P, sums_);
-  L.q.forward(a.q.data(), a.norm1.data(), m, P, ws_);
-  L.k.forward(a.k.data(), a.norm1.data(), m, P, ws_);
-  L.v.forward(a.v.data(), a.norm1.data(), m, P, ws_);
+  L.q.forward(a.q.data(), a.norm1.data(), m, P, stream_);
+  L.k.forward(a.k.data(), a.norm1.data(), m, P, stream_);
+  L.v.forward(a.v.data(), a.norm1.data(), m, P, stream_);
   if (!cfg_.gpt2()) {
     ops::rope_forward(a.q.data(), B_loc, T, nh_, hs_, qd_, cfg_.rope_theta);
     ops::rope_forward(a.k.data(), B_loc, T, nkv_, hs_, kvd_, cfg_.rope_theta);
   }
   ops::AttentionShape s{B_loc, T, nh_, nkv_, hs_, qd_, kvd_, qd_};
   ops::attention_forward(a.att.data(), a.lse.data(), a.q.data(), a.k.data(), a.v.data(), s);
-  L.o.forward(tmp_c_.data(), a.att.data(), m, P, ws_);
+  L.o.forward(tmp_c_.data(), a.att.data(), m, P, stream_);
   ops::add(a.mid.data(), x, tmp_c_.data(), mC);
 
   // MLP: [m, C/Gx] -> [m, F/Gy] -> [m, C/Gx]
   L.norm2.forward(a.norm2.data(), a.mean2.data(), a.rstd2.data(), a.mid.data(), m, P, sums_);
-  L.up.forward(a.up.data(), a.norm2.data(), m, P, ws_);
+  L.up.forward(a.up.data(), a.norm2.data(), m, P, stream_);
   if (cfg_.gpt2()) {
     ops::gelu_forward(a.act.data(), a.up.data(), long(m) * f_);
   } else {
-    L.gate.forward(a.gate.data(), a.norm2.data(), m, P, ws_);
+    L.gate.forward(a.gate.data(), a.norm2.data(), m, P, stream_);
     ops::swiglu_forward(a.act.data(), a.gate.data(), a.up.data(), long(m) * f_);
   }
-  L.down.forward(tmp_c_.data(), a.act.data(), m, P, ws_);
+  L.down.forward(tmp_c_.data(), a.act.data(), m, P, stream_);
   ops::add(out, a.mid.data(), tmp_c_.data(), mC);
 }
 
-// dres [m, C/Gx] holds dLoss/d(output of layer l); on return, dLoss/d(its input).
-//
-// OAR over groups of layers: the layers that share an input (q, k, v; up and
-// gate) add their dx and sum it over Y once, and that sum runs behind the dW
-// products of the group and, where the transposed layer before it (o, down)
-// has no dx sum of its own (Gx = 1), behind that layer's dW product too. The
-// products are the same bits in any order; only their place changes.
+// dres [m, C/Gx] holds dLoss/d(output of layer l); on return, dLoss/d(its
+// input). layer_forward in reverse: the MLP, then attention.
 void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
   Layer& L = layers_[l];
   LayerActs& a = acts(l);
@@ -81,37 +77,26 @@ void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
   float* G = grads_->data();
   const int m = B_loc * T;
   const long mC = long(m) * c_;
-  const bool oar = opt_.oar;
 
-  // MLP: out = mid + down(act).
-  L.down.input_gradient(dact_.data(), false, dres, m, P, ws_);
-  Request down_sum = L.down.sum_input_gradient(dact_.data(), m, ws_);
-  const bool defer_down = oar && !L.down.sums_input();
-  if (!defer_down) L.down.weight_gradient(dres, a.act.data(), m, G, ws_, &down_sum);
-  down_sum.wait();
+  // MLP: out = mid + down(act): [m, C/Gx] -> [m, F/Gy] -> [m, C/Gx]
+  LinearGrad down_dw;  // down's dW, when it runs behind the MLP's dx sum
+  linear_backward(dact_.data(), m, {{&L.down, dres, a.act.data()}}, {}, &down_dw);
   if (cfg_.gpt2()) {
     ops::gelu_backward(dup_.data(), dact_.data(), a.up.data(), long(m) * f_);
   } else {
     ops::swiglu_backward(dgate_.data(), dup_.data(), dact_.data(), a.gate.data(), a.up.data(),
                          long(m) * f_);
-    L.gate.input_gradient(dnorm_.data(), false, dgate_.data(), m, P, ws_);
   }
-  L.up.input_gradient(dnorm_.data(), !cfg_.gpt2(), dup_.data(), m, P, ws_);
-  Request mlp_sum = L.up.sum_input_gradient(dnorm_.data(), m, ws_);
-  if (!cfg_.gpt2()) L.gate.weight_gradient(dgate_.data(), a.norm2.data(), m, G, ws_, &mlp_sum);
-  L.up.weight_gradient(dup_.data(), a.norm2.data(), m, G, ws_, &mlp_sum);
-  if (defer_down) L.down.weight_gradient(dres, a.act.data(), m, G, ws_, &mlp_sum);
-  mlp_sum.wait();
+  const LinearGrad gate =
+      cfg_.gpt2() ? LinearGrad{} : LinearGrad{&L.gate, dgate_.data(), a.norm2.data()};
+  linear_backward(dnorm_.data(), m, {gate, {&L.up, dup_.data(), a.norm2.data()}}, down_dw, nullptr);
   L.norm2.backward(tmp_c_.data(), dnorm_.data(), a.mid.data(), a.mean2.data(), a.rstd2.data(), m,
                    P, G, sums_);
   ops::add_inplace(dres, tmp_c_.data(), mC);  // now dLoss/d(mid)
 
-  // attention: mid = x + o(att)
-  L.o.input_gradient(datt_.data(), false, dres, m, P, ws_);
-  Request o_sum = L.o.sum_input_gradient(datt_.data(), m, ws_);
-  const bool defer_o = oar && !L.o.sums_input();
-  if (!defer_o) L.o.weight_gradient(dres, a.att.data(), m, G, ws_, &o_sum);
-  o_sum.wait();
+  // attention: mid = x + o(att): [m, C/Gx] -> q [m, qd/Gy], k, v [m, kvd/Gy] -> [m, C/Gx]
+  LinearGrad o_dw;  // o's dW, when it runs behind the dx sum of q, k, v
+  linear_backward(datt_.data(), m, {{&L.o, dres, a.att.data()}}, {}, &o_dw);
   ops::AttentionShape s{B_loc, T, nh_, nkv_, hs_, qd_, kvd_, qd_};
   ops::attention_backward(dq_.data(), dk_.data(), dv_.data(), datt_.data(), a.att.data(),
                           a.lse.data(), a.q.data(), a.k.data(), a.v.data(), s);
@@ -119,18 +104,44 @@ void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
     ops::rope_backward(dq_.data(), B_loc, T, nh_, hs_, qd_, cfg_.rope_theta);
     ops::rope_backward(dk_.data(), B_loc, T, nkv_, hs_, kvd_, cfg_.rope_theta);
   }
-  L.q.input_gradient(dnorm_.data(), false, dq_.data(), m, P, ws_);
-  L.k.input_gradient(dnorm_.data(), true, dk_.data(), m, P, ws_);
-  L.v.input_gradient(dnorm_.data(), true, dv_.data(), m, P, ws_);
-  Request qkv_sum = L.v.sum_input_gradient(dnorm_.data(), m, ws_);
-  L.q.weight_gradient(dq_.data(), a.norm1.data(), m, G, ws_, &qkv_sum);
-  L.k.weight_gradient(dk_.data(), a.norm1.data(), m, G, ws_, &qkv_sum);
-  L.v.weight_gradient(dv_.data(), a.norm1.data(), m, G, ws_, &qkv_sum);
-  if (defer_o) L.o.weight_gradient(dres, a.att.data(), m, G, ws_, &qkv_sum);
-  qkv_sum.wait();
+  linear_backward(dnorm_.data(), m,
+                  {{&L.q, dq_.data(), a.norm1.data()},
+                   {&L.k, dk_.data(), a.norm1.data()},
+                   {&L.v, dv_.data(), a.norm1.data()}},
+                  o_dw, nullptr);
   L.norm1.backward(tmp_c_.data(), dnorm_.data(), residual_[l].data(), a.mean1.data(),
                    a.rstd1.data(), m, P, G, sums_);
   ops::add_inplace(dres, tmp_c_.data(), mC);
+}
+
+// OAR over a group of layers that read one input (q, k, v; gate and up; o or
+// down alone): dx [m, in] = the sum over the group of dy W, summed over the
+// backward axis once. With OAR that sum is posted, and the group's dW
+// products, then `behind`'s, run while it moves; it is waited for last.
+// Where the backward axis has no peers (o and down when Gx = 1) there is no
+// sum to hide a dW product behind: given hand_on, the (one) layer's product
+// is left there, and the next group of the block runs it as its `behind`.
+// The products are the same bits in any order; only their place changes.
+void Transformer::linear_backward(float* dx, int m, std::initializer_list<LinearGrad> group,
+                                  const LinearGrad& behind, LinearGrad* hand_on) {
+  float* G = grads_->data();
+  const ParallelLinear* summing = nullptr;  // the group's first layer: all share the axis
+  for (const LinearGrad& g : group) {
+    if (!g.layer) continue;
+    g.layer->input_gradient(dx, summing != nullptr, g.dy, m, stream_);
+    if (!summing) summing = g.layer;
+  }
+  Request sum = summing->sum_input_gradient(dx, m);
+  stream_.post_pending();  // the dW reduce-scatter queued last, behind the dx sum
+  if (hand_on && opt_.oar && !summing->sums_input()) {
+    DENDRITE_CHECK(group.size() == 1, "linear backward: only a single layer hands its dW on");
+    *hand_on = *group.begin();
+  } else {
+    for (const LinearGrad& g : group)
+      if (g.layer) g.layer->weight_gradient(g.dy, g.x, m, G, stream_, &sum);
+  }
+  if (behind.layer) behind.layer->weight_gradient(behind.dy, behind.x, m, G, stream_, &sum);
+  sum.wait();
 }
 
 double Transformer::global_sum(double local) {
@@ -140,13 +151,13 @@ double Transformer::global_sum(double local) {
 }
 
 // On shared memory the D sums run on the progress engine after the layer's
-// ORS reduce-scatters (one FIFO: the deferred one is posted first); over MPI
+// ORS reduce-scatters (one FIFO: the queued one is posted first); over MPI
 // those must be complete first.
 void Transformer::reduce_bucket(const Range& chunked, const Range& replicated) {
   float* G = grads_->data();
-  ws_.post_deferred();
+  stream_.post_pending();
   grid_.Z().all_reduce(G + replicated.begin, replicated.end - replicated.begin);
-  if (!grads_->shared() || !params_->shared()) ws_.finish_reductions();
+  if (!grads_->shared() || !params_->shared()) stream_.finish_reductions();
   for (const Range& r : {chunked, replicated})
     dp_pending_.push_back(post_dp_sum(r));
 }
@@ -162,7 +173,7 @@ Request Transformer::post_dp_sum(const Range& r) {
 // (embedding, head, final norm) is posted here and everything waited for.
 void Transformer::sync_gradients() {
   float* G = grads_->data();
-  ws_.finish_reductions();
+  stream_.finish_reductions();
   if (!dp_buckets()) {
     const int64_t r0 = table_.replicated_begin();
     grid_.Z().all_reduce(G + r0, table_.total() - r0);
@@ -183,7 +194,7 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
   forward(inputs, B_loc, T, kPassStep);
   float* G = grads_->data();
   double loss = head_.forward_backward(dnorm_.data(), normf_.data(), targets, weights, denominator,
-                                       m, params_->data(), G, ws_, tied_head());
+                                       m, G, stream_, tied_head());
   float* dres = dres_.data();
   norm_f_.backward(dres, dnorm_.data(), residual_[cfg_.n_layer].data(), meanf_.data(),
                    rstdf_.data(), m, params_->data(), G, sums_);
@@ -195,7 +206,7 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
     if (sync && dp_buckets()) reduce_bucket(layer_chunked_[l], layer_replicated_[l]);
     for (Request& r : dp_pending_) r.test();  // progress: MPI moves them only inside MPI calls
   }
-  embedding_.backward(dres, inputs, m, T, G, ws_);
+  embedding_.backward(dres, inputs, m, T, G, stream_);
   end_pass();
   if (sync)
     sync_gradients();
@@ -209,7 +220,7 @@ double Transformer::forward_loss(const int32_t* inputs, const int32_t* targets,
   const int B_loc = local_batch(B);
   forward(inputs, B_loc, T, kPassLoss);
   double loss = head_.forward_backward(nullptr, normf_.data(), targets, weights, denominator,
-                                       B_loc * T, params_->data(), grads_->data(), ws_, tied_head());
+                                       B_loc * T, grads_->data(), stream_, tied_head());
   end_pass();
   return global_sum(loss);
 }
@@ -227,7 +238,7 @@ double Transformer::grad_norm() const {
 void Transformer::logits(const int32_t* inputs, int B, int T, float* out) {
   const int B_loc = local_batch(B);
   forward(inputs, B_loc, T, kPassLogits);
-  head_.logits(out, normf_.data(), B_loc * T, params_->data(), ws_, tied_head());
+  head_.logits(out, normf_.data(), B_loc * T, stream_, tied_head());
   end_pass();
 }
 
@@ -237,7 +248,7 @@ void Transformer::last_position_logits(const int32_t* inputs, int B, int T, floa
   Buffer<float> last(int64_t(B_loc) * c_);  // [B_loc, C/Gx]
   for (int b = 0; b < B_loc; ++b)
     std::copy_n(normf_.data() + (int64_t(b) * T + T - 1) * c_, c_, last.data() + int64_t(b) * c_);
-  head_.logits(out, last.data(), B_loc, params_->data(), ws_, tied_head());
+  head_.logits(out, last.data(), B_loc, stream_, tied_head());
   end_pass();
 }
 
@@ -245,7 +256,7 @@ void Transformer::last_logits(const int32_t* inputs, int T, float* out) {
   DENDRITE_CHECK(grid_.shape().d == 1 && grid_.shape().z == 1,
                  "generate: runs on grids with d = z = 1 (one sequence), got ", grid_.shape().str());
   forward(inputs, 1, T, kPassLastLogits);
-  head_.logits(out, normf_.data() + long(T - 1) * c_, 1, params_->data(), ws_, tied_head());
+  head_.logits(out, normf_.data() + long(T - 1) * c_, 1, stream_, tied_head());
   end_pass();
 }
 

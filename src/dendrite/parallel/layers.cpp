@@ -1,3 +1,5 @@
+// The norms, the vocabulary-parallel embedding and the LM head with its loss
+// (layers.h). Letters: m local rows, C/Gx width here, Vp/Gy vocabulary here.
 #include "dendrite/parallel/layers.h"
 
 #include <algorithm>
@@ -58,7 +60,7 @@ VocabEmbedding::VocabEmbedding(ProcessGrid& grid, const ParamSpec& table, const 
 }
 
 void VocabEmbedding::forward(float* out, const int32_t* tokens, int m, int T, const float* params,
-                             LinearWorkspace& ws) const {
+                             WeightStream& stream) {
   const int C = int(table_->block_cols);
   const int v0 = int(table_->row_offset), rows = int(table_->block_rows);
   if (lookup_in_chunks(m)) {
@@ -75,22 +77,21 @@ void VocabEmbedding::forward(float* out, const int32_t* tokens, int m, int T, co
                                  table_->chunk_offset, table_->numel, v0, rows, int(n), C);
     z.reduce_scatter(rows_.data(), out, int64_t(m) * C, DType::kF32);
   } else {
-    const float* w =
-        gather_block(*grid_, *table_, params, keep_ ? kept_.data() : ws.weight.data(), ws);
+    const float* w = keep_ ? stream.gather_to_keep(*table_, kept_.data()) : stream.gather(*table_);
     ops::embedding_range_forward(out, tokens, w, v0, rows, m, C);
   }
   grid_->Y().all_reduce(out, int64_t(m) * C);
   if (pos_) {
-    const float* p = gather_block(*grid_, *pos_, params, ws.weight.data(), ws);
+    const float* p = stream.gather(*pos_);  // [T_max, C/Gx]
     ops::position_add(out, p, m, T, C);
   }
 }
 
 void VocabEmbedding::backward(const float* dout, const int32_t* tokens, int m, int T, float* grads,
-                              LinearWorkspace& ws) const {
+                              WeightStream& stream) {
   const int C = int(table_->block_cols);
   const int v0 = int(table_->row_offset), rows = int(table_->block_rows);
-  const bool direct = grid_->shape().z == 1;
+  const bool direct = !stream.chunked();  // else the dW blocks are reduce-scattered over Z
   if (lookup_in_chunks(m)) {
     Communicator& z = grid_->Z();
     const int64_t n = int64_t(z.size()) * m;
@@ -98,20 +99,20 @@ void VocabEmbedding::backward(const float* dout, const int32_t* tokens, int m, i
                    "embedding backward: the forward saw another batch; run the forward first");
     z.all_gather(dout, rows_.data(), int64_t(m) * C, DType::kF32);
     // A reduction still on the engine may be adding into this chunk (the tied head's).
-    ws.finish_reductions();
+    stream.finish_reductions();
     ops::embedding_chunk_backward(grads + table_->offset, rows_.data(), tokens_.data(),
                                   table_->chunk_offset, table_->numel, v0, rows, int(n), C);
   } else {
-    float* dw = direct ? grads + table_->offset : ws.dweight_block(table_->block_numel());
+    float* dw = direct ? grads + table_->offset : stream.gradient_block(*table_);
     if (!direct) std::fill(dw, dw + table_->block_numel(), 0.0f);
     ops::embedding_range_backward(dw, dout, tokens, v0, rows, m, C);
-    if (!direct) add_block_gradient(*grid_, *table_, grads, ws);
+    if (!direct) stream.reduce_scatter(*table_, grads);
   }
   if (pos_) {
-    float* dp = direct ? grads + pos_->offset : ws.dweight_block(pos_->block_numel());
+    float* dp = direct ? grads + pos_->offset : stream.gradient_block(*pos_);
     if (!direct) std::fill(dp, dp + pos_->block_numel(), 0.0f);
     ops::position_backward(dp, dout, m, T, C);
-    if (!direct) add_block_gradient(*grid_, *pos_, grads, ws);
+    if (!direct) stream.reduce_scatter(*pos_, grads);
   }
 }
 
@@ -128,14 +129,14 @@ VocabCrossEntropy::VocabCrossEntropy(ProcessGrid& grid, const ParamSpec& head, i
 
 double VocabCrossEntropy::forward_backward(float* dx, const float* x, const int32_t* targets,
                                            const float* weight, double denominator, int m,
-                                           const float* params, float* grads, LinearWorkspace& ws,
+                                           float* grads, WeightStream& stream,
                                            const float* gathered) {
   const int C = int(head_->block_cols), Vloc = int(head_->block_rows), v0 = int(head_->row_offset);
   const int gy = grid_->shape().y;
-  const float* w = gathered ? gathered : gather_block(*grid_, *head_, params, ws.weight.data(), ws);
-  const bool direct = grid_->shape().z == 1;
-  float* dw = nullptr;
-  if (dx) dw = direct ? grads + head_->offset : ws.dweight_block(head_->block_numel());
+  const float* w = gathered ? gathered : stream.gather(*head_);  // [Vp/Gy, C/Gx]
+  const bool direct = !stream.chunked();  // else dW is a block reduce-scattered over Z
+  float* dw = nullptr;                    // [Vp/Gy, C/Gx]
+  if (dx) dw = direct ? grads + head_->offset : stream.gradient_block(*head_);
   double loss = 0;
   for (int r0 = 0; r0 < m; r0 += chunk_) {
     const int rows = std::min(chunk_, m - r0);
@@ -155,15 +156,15 @@ double VocabCrossEntropy::forward_backward(float* dx, const float* x, const int3
   }
   if (dx) {
     grid_->Y().all_reduce(dx, int64_t(m) * C);
-    if (!direct) add_block_gradient(*grid_, *head_, grads, ws);
+    if (!direct) stream.reduce_scatter(*head_, grads);
   }
   return loss / denominator;
 }
 
-void VocabCrossEntropy::logits(float* out, const float* x, int m, const float* params,
-                               LinearWorkspace& ws, const float* gathered) {
+void VocabCrossEntropy::logits(float* out, const float* x, int m, WeightStream& stream,
+                               const float* gathered) {
   const int C = int(head_->block_cols), Vloc = int(head_->block_rows), gy = grid_->shape().y;
-  const float* w = gathered ? gathered : gather_block(*grid_, *head_, params, ws.weight.data(), ws);
+  const float* w = gathered ? gathered : stream.gather(*head_);  // [Vp/Gy, C/Gx]
   Buffer<float> local(int64_t(m) * Vloc), all(int64_t(m) * Vloc * gy);
   ops::linear_forward(local.data(), x, w, nullptr, m, C, Vloc);
   grid_->X().all_reduce(local.data(), int64_t(m) * Vloc);

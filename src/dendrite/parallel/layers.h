@@ -16,8 +16,8 @@
 
 #include "dendrite/comm/grid.h"
 #include "dendrite/core/buffer.h"
-#include "dendrite/parallel/linear.h"
 #include "dendrite/parallel/params.h"
+#include "dendrite/parallel/weight_stream.h"
 
 namespace dendrite {
 
@@ -54,11 +54,14 @@ class VocabEmbedding {
                  bool keep_gathered = false);
   // The table block gathered by the last forward, or null when not kept.
   const float* kept_table() const { return keep_ ? kept_.data() : nullptr; }
-  // out [m, C/Gx] for tokens [m] (m = B_local * T).
+  // out [m, C/Gx] for tokens [m] (m = B_local * T); the table's block (and
+  // the positions') from the stream.
   void forward(float* out, const int32_t* tokens, int m, int T, const float* params,
-               LinearWorkspace& ws) const;
+               WeightStream& stream);
+  // Adds the gradients of the table and positions for dout [m, C/Gx] into
+  // grads (their dW blocks reduce-scattered over Z through the stream).
   void backward(const float* dout, const int32_t* tokens, int m, int T, float* grads,
-                LinearWorkspace& ws) const;
+                WeightStream& stream);
 
  private:
   // With Gz > 1, no kept table, and fewer rows in the Z group's batch than
@@ -77,10 +80,10 @@ class VocabEmbedding {
   const ParamSpec* table_ = nullptr;
   const ParamSpec* pos_ = nullptr;
   bool keep_ = false;
-  mutable Buffer<float> kept_;  // filled by the (const) forward
-  mutable Buffer<int64_t> mine_, gathered_;  // this rank's tokens; the Z group's
-  mutable Buffer<int32_t> tokens_;           // the Z group's tokens, kept for the backward
-  mutable Buffer<float> rows_;               // [Gz m, C]: the group's rows (parts of them)
+  Buffer<float> kept_;                // [Vp/Gy, C/Gx]: the block gathered by the forward
+  Buffer<int64_t> mine_, gathered_;   // this rank's tokens; the Z group's
+  Buffer<int32_t> tokens_;            // the Z group's tokens, kept for the backward
+  Buffer<float> rows_;                // [Gz m, C/Gx]: the group's rows (parts of them)
 };
 
 class VocabCrossEntropy {
@@ -92,12 +95,13 @@ class VocabCrossEntropy {
   // Returns sum_r weight[r] * CE_r / denominator over this rank's rows (the
   // same on every X and Y rank; the caller sums over Z and D). With dx non-null
   // also dx [m, C/Gx] (summed over Y) and the head's gradient.
-  // gathered: the head's block when the caller already holds it, else null.
+  // gathered: the head's block when the caller already holds it, else null
+  // (gathered from the stream).
   double forward_backward(float* dx, const float* x, const int32_t* targets, const float* weight,
-                          double denominator, int m, const float* params, float* grads,
-                          LinearWorkspace& ws, const float* gathered = nullptr);
+                          double denominator, int m, float* grads, WeightStream& stream,
+                          const float* gathered = nullptr);
   // logits [m, V] of every row, gathered on every rank (generation, tests).
-  void logits(float* out, const float* x, int m, const float* params, LinearWorkspace& ws,
+  void logits(float* out, const float* x, int m, WeightStream& stream,
               const float* gathered = nullptr);
 
  private:

@@ -188,7 +188,7 @@ MemoryEstimate step_memory(const ModelConfig& c, const GridDims& g, const PlanOp
   e.activations = 4 * floats + 16 * m;  // + the [m, 2] double row sums
   // Only when Z splits the weights: two gather slots of the largest block
   // (three when it is larger than a layer's), eight dW slots of a layer's
-  // block and two of the largest (parallel/linear.h), and the embedding's
+  // block and two of the largest (parallel/weight_stream.h), and the embedding's
   // rows of the Z group (layers.h).
   const double vocab_block = double(s.Vl) * s.C;
   const double pos_block = c.gpt2() ? double(c.block_size) * s.C : 0;

@@ -211,7 +211,7 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
   if (sync)
     sync_gradients();
   else
-    ws_.finish_reductions();  // this micro-batch's dW chunks added before the next one's
+    stream_.finish_reductions();  // this micro-batch's dW chunks added before the next one's
   return global_sum(loss);
 }
 

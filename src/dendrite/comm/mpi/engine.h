@@ -1,5 +1,6 @@
-// Internal to comm/: the progress engine, one background thread per process
-// that runs the non-blocking collectives in the order they were posted, while
+// Internal to comm/mpi/: the progress engine, one background thread, made
+// once per process with the world communicator and shared by every
+// communicator split from it (MpiCommunicator holds it), that runs the non-blocking collectives in the order they were posted, while
 // the posting thread computes: over shared memory (loads, stores and a barrier
 // between the ranks' engine threads, no MPI call) on a node, rings of MPI
 // messages on a duplicate communicator across nodes (MPI_THREAD_MULTIPLE).
@@ -13,10 +14,16 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
 
 namespace dendrite {
 
@@ -31,24 +38,44 @@ struct TaskState {
 // initialised for threads).
 double steady_seconds();
 
-// Queues fn on the process's engine thread (started on first use).
-std::shared_ptr<TaskState> post_task(std::function<void()> fn);
+// The engine thread and its FIFO of tasks; the destructor finishes the queue
+// and joins the thread.
+class ProgressEngine {
+ public:
+  ProgressEngine();
+  ~ProgressEngine();
+  ProgressEngine(const ProgressEngine&) = delete;
+  ProgressEngine& operator=(const ProgressEngine&) = delete;
+  // Queues fn; the returned state is marked done once it has run.
+  std::shared_ptr<TaskState> post(std::function<void()> fn);
 
-// Waiting without stealing the core for long: spin a few microseconds (a peer
-// that is about to arrive), then yield, then sleep in 20 us naps, so a waiting
+ private:
+  void run();
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::pair<std::function<void()>, std::shared_ptr<TaskState>>> queue_;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts after the members it uses exist
+};
+
+// The pause instructions a waiter spins before it yields and sleeps
+// (SpinPolicy, comm/options.h; kAuto resolved by the world that made the
+// communicators).
+constexpr unsigned kLongSpin = 2000, kShortSpin = 16;
+
+// Waiting without stealing the core for long: spin `spin` rounds (a peer that
+// is about to arrive), then yield, then sleep in 20 us naps, so a waiting
 // thread leaves its core to the computing threads of its own and other ranks.
 class Backoff {
  public:
+  explicit Backoff(unsigned spin) : spin_(spin) {}
   void pause();
   unsigned rounds() const { return rounds_; }
 
  private:
+  unsigned spin_;
   unsigned rounds_ = 0;
 };
-
-// When the node runs more threads than it has cores, waiting threads spin only
-// briefly: a spinning waiter would take the core from the rank it waits for.
-void set_oversubscribed(bool yes);
 
 // Blocks until `word` is no longer `seen` (or a spurious wake-up, or
 // `seconds` pass; <= 0: no limit). shared: the word lies in memory mapped by
@@ -58,7 +85,7 @@ void futex_wake(uint32_t* word, bool shared);
 
 // Waits until a task is done: a short spin, then sleeps on its futex word, so
 // the waiter costs no CPU. Returns false if `seconds` (> 0) passed first.
-bool wait_done(TaskState& t, double seconds);
+bool wait_done(TaskState& t, double seconds, unsigned spin);
 // Marks a task done and wakes its waiter.
 void mark_done(TaskState& t);
 
@@ -69,6 +96,7 @@ void mark_done(TaskState& t);
 // thread that synchronises a group has its own slots and generation (the
 // calling thread and the engine thread never share them). Returns false if
 // `seconds` (> 0) passed before every peer arrived; the caller reports it.
-bool shm_barrier(float* const* slots, int ranks, int me, int64_t& generation, double seconds);
+bool shm_barrier(std::byte* const* slots, int ranks, int me, int64_t& generation, double seconds,
+                 unsigned spin);
 
 }  // namespace dendrite

@@ -140,12 +140,15 @@ unsigned resolve_spin(SpinPolicy p, int node_ranks) {
 
 std::unique_ptr<Communicator> make_mpi_world(MPI_Comm base, const CommOptions& options,
                                              std::string name) {
+  int size = 0;
+  check_mpi(MPI_Comm_size(base, &size), "MPI_Comm_size");
+  if (size == 1) return std::make_unique<SelfCommunicator>(std::move(name));  // no engine needed
   MPI_Comm comm;
   check_mpi(MPI_Comm_dup(base, &comm), "MPI_Comm_dup");
   auto world = std::make_shared<MpiWorldState>();
   world->options = options;
   world->spin = resolve_spin(options.spin, ranks_on_node(comm));
-  return wrap(comm, std::move(name), std::move(world));
+  return std::make_unique<MpiCommunicator>(comm, std::move(name), std::move(world));
 }
 
 // ---- MpiCommunicator ----

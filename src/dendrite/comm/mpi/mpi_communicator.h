@@ -3,8 +3,8 @@
 // of the process grid, or the whole world) and owns what they need: the MPI
 // communicator and a duplicate for the engine's thread, the shared-memory
 // windows of its channels, and a share of the world's progress engine. Code
-// outside comm/ sees only communicator.h, grid.h and the world's maker
-// (world.h).
+// outside comm/ sees only communicator.h, grid.h and what makes the world
+// (world.h, env.h).
 #pragma once
 
 #include <mpi.h>

@@ -104,9 +104,8 @@ void check_same_shape(const GridShape& shape, Communicator& base) {
       lo = std::min(lo, all[size_t(4) * r + i]);
       hi = std::max(hi, all[size_t(4) * r + i]);
     }
-    DENDRITE_CHECK(lo == hi, "ProcessGrid: ranks were given different grids (", "axis ",
-                   "xyzd"[i], " ranges from ", lo, " to ", hi,
-                   "); pass the same --grid to every rank");
+    DENDRITE_CHECK(lo == hi, "ProcessGrid: ranks were given different grids (", "axis ", "xyzd"[i],
+                   " ranges from ", lo, " to ", hi, "); pass the same --grid to every rank");
   }
 }
 

@@ -12,9 +12,8 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
-#include <vector>
-
 #include <thread>
+#include <vector>
 
 #include "dendrite/comm/mpi/world.h"
 #include "dendrite/comm/self_communicator.h"
@@ -359,7 +358,8 @@ Request MpiCommunicator::iall_reduce(void* buf, int64_t n, DType t) {
                 [this, buf, n, t] { shm_all_reduce(engine_, buf, n, t, 0); });
   if (engine_comm_ != MPI_COMM_NULL) {  // across nodes: on the engine, over messages
     return post(Collective::kAllReduce, n * int64_t(dtype_size(t)), [this, buf, n, t] {
-      Ring{engine_comm_, size_, rank_, engine_acc_, engine_recv_, *this, true, world_->spin}.sum(buf, n, t);
+      Ring{engine_comm_, size_, rank_, engine_acc_, engine_recv_, *this, true, world_->spin}.sum(
+          buf, n, t);
     });
   }
   record(Collective::kAllReduce, n * dtype_size(t));
@@ -449,8 +449,7 @@ void MpiCommunicator::broadcast(void* buf, int64_t n, DType t, int root) {
 void MpiCommunicator::barrier() {
   BlockTimer timer(stats_, Collective::kCount);
   if (own_.window) {
-    if (!shm_barrier(own_.window->peers(), size_, rank_, own_.generation, timeout_s_,
-                     world_->spin))
+    if (!shm_barrier(own_.window->peers(), size_, rank_, own_.generation, timeout_s_, world_->spin))
       fail_timeout("barrier", *this, timeout_s_, false);
     return;
   }

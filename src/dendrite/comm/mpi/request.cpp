@@ -35,11 +35,17 @@ bool MpiRequest::test() {
   return true;
 }
 
-void MpiRequest::abort_job() noexcept { MPI_Abort(MPI_COMM_WORLD, 1); std::abort(); }
+void MpiRequest::abort_job() noexcept {
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();  // MPI_Abort does not return; the compiler cannot know
+}
 
 TaskRequest::TaskRequest(CommStats& stats, const Communicator& group, Collective kind,
                          std::shared_ptr<TaskState> task, unsigned spin)
-    : stats_(stats), group_(group), kind_(static_cast<int>(kind)), task_(std::move(task)),
+    : stats_(stats),
+      group_(group),
+      kind_(static_cast<int>(kind)),
+      task_(std::move(task)),
       spin_(spin) {}
 
 // A short spin, then the waiter sleeps until the engine marks the task done.
@@ -51,8 +57,8 @@ void TaskRequest::wait() {
   TaskState& t = *task_;
   const double start = steady_seconds(), timeout = group_.timeout();
   if (!wait_done(t, timeout, spin_))
-    fail_timeout(collective_name(static_cast<Collective>(kind_)), group_,
-                 steady_seconds() - start, true);
+    fail_timeout(collective_name(static_cast<Collective>(kind_)), group_, steady_seconds() - start,
+                 true);
   const double waited = std::min(steady_seconds() - start, t.finish - t.start);
   finish();
   stats_.wait_seconds += waited;
@@ -73,6 +79,9 @@ bool TaskRequest::test() {
   return true;
 }
 
-void TaskRequest::abort_job() noexcept { MPI_Abort(MPI_COMM_WORLD, 1); std::abort(); }
+void TaskRequest::abort_job() noexcept {
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();  // MPI_Abort does not return; the compiler cannot know
+}
 
 }  // namespace dendrite

@@ -99,8 +99,7 @@ std::unique_ptr<SharedArray> MpiCommunicator::make_window(int64_t n, DType t) {
   // OpenMPI starts a segment 8 bytes past a page boundary: ask for 64 more and
   // align up (the offset within a page is the same in every process's mapping).
   const size_t bytes = (size_t(n) * dtype_size(t) + 63) / 64 * 64;
-  int ok = MPI_Win_allocate_shared(MPI_Aint(bytes + 64), 1, info, comm_, &base, &win) ==
-                   MPI_SUCCESS
+  int ok = MPI_Win_allocate_shared(MPI_Aint(bytes + 64), 1, info, comm_, &base, &win) == MPI_SUCCESS
                ? 1
                : 0;
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_ARE_FATAL);
@@ -263,7 +262,8 @@ bool MpiCommunicator::shm_all_reduce(ShmChannel& ch, void* buf, int64_t n, DType
   std::byte* const* peers = ch.window->peers();
   char* out = static_cast<char*>(buf);
   for (int64_t at = 0; at < n; at += piece) {
-    const int64_t len = std::min(piece, n - at), slot = kSyncBytes + ch.slot * ShmChannel::kSlotBytes;
+    const int64_t len = std::min(piece, n - at),
+                  slot = kSyncBytes + ch.slot * ShmChannel::kSlotBytes;
     // The other slot was read by every peer before it arrived at this barrier,
     // so one barrier per piece suffices. The slot turns even on a timeout, as
     // on the peers that complete this piece later.

@@ -153,12 +153,12 @@ nlohmann::json comm_report(ProcessGrid& grid, int steps, double& exposed_ms) {
   return comm;
 }
 
-int run_bench_step(const BenchOptions& o) {
+int run_bench_step(const BenchOptions& o, MpiEnv& env) {
   const TrainOptions& r = o.run;
   if (r.threads > 0) omp_set_num_threads(r.threads);
   const int threads = omp_get_max_threads();
   ModelConfig mc = load_model_config(r.model);
-  ProcessGrid grid = make_grid(r.grid);
+  ProcessGrid grid = make_grid(env.world(), r.grid);
   std::unique_ptr<Transformer> model = make_model(mc, grid, r);
   model->init(1);
   AdamW adam(model->table(), ops::AdamWConfig{});
@@ -201,7 +201,7 @@ int run_bench_step(const BenchOptions& o) {
 
 }  // namespace
 
-Runner add_bench(CLI::App& app) {
+Runner add_bench(CLI::App& app, MpiEnv& env) {
   auto o = std::make_shared<BenchOptions>();
   app.require_subcommand(1);
   CLI::App* step = app.add_subcommand("step", "Time training steps (forward, backward, AdamW)");
@@ -224,7 +224,7 @@ Runner add_bench(CLI::App& app) {
   step->add_flag("--keep-gathered", r.keep_gathered,
                  "Keep Z-gathered weights from the forward for the backward");
   step->add_option("--grid", r.grid, "Process grid under mpirun, e.g. x=2,y=2 (default: data-parallel)");
-  return [o] { return run_bench_step(*o); };
+  return [o, &env] { return run_bench_step(*o, env); };
 }
 
 }  // namespace dendrite::app

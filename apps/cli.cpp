@@ -7,12 +7,13 @@
 #include <map>
 
 #include "apps/commands.h"
-#include "dendrite/comm/mpi_env.h"
+#include "dendrite/comm/mpi/env.h"
 
 namespace dendrite::app {
 
 int dendrite_main(int argc, char** argv, const TrainHooks* hooks) {
-  dendrite::MpiEnv env(&argc, &argv);
+  // The one place the communication settings are read from the environment.
+  dendrite::MpiEnv env(&argc, &argv, comm_options_from_environment());
   return env.run_or_abort([&]() -> int {
     CLI::App app{
         "Dendrite: train GPT-2 and Llama language models with 4D hybrid parallelism.\n"
@@ -30,17 +31,17 @@ int dendrite_main(int argc, char** argv, const TrainHooks* hooks) {
     };
     add("tokenize", "Train a SentencePiece BPE tokenizer and write token files",
         [](CLI::App& s) { return dendrite::app::add_tokenize(s); });
-    add("train", "Train a model", [&](CLI::App& s) { return dendrite::app::add_train(s, argc, argv, hooks); });
+    add("train", "Train a model", [&](CLI::App& s) { return dendrite::app::add_train(s, argc, argv, hooks, env); });
     add("generate", "Generate text from a checkpoint",
-        [](CLI::App& s) { return dendrite::app::add_generate(s); });
+        [&](CLI::App& s) { return dendrite::app::add_generate(s, env); });
     add("memorization", "Measure verbatim memorization: greedy continuations of training, canary and held-out text",
-        [](CLI::App& s) { return dendrite::app::add_memorization(s); });
+        [&](CLI::App& s) { return dendrite::app::add_memorization(s, env); });
     add("bench", "Benchmarks (`bench step`: time training steps)",
-        [](CLI::App& s) { return dendrite::app::add_bench(s); });
+        [&](CLI::App& s) { return dendrite::app::add_bench(s, env); });
     add("plan", "Predict step time and memory of every process grid, and rank them",
-        [](CLI::App& s) { return dendrite::app::add_plan(s); });
+        [&](CLI::App& s) { return dendrite::app::add_plan(s, env); });
     add("calibrate", "Measure this machine (GEMM rates, collectives, memory) into a machine file",
-        [](CLI::App& s) { return dendrite::app::add_calibrate(s); });
+        [&](CLI::App& s) { return dendrite::app::add_calibrate(s, env); });
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

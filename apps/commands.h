@@ -1,5 +1,7 @@
 // Subcommands of the `dendrite` program. Each registers its options on the
-// CLI11 app and returns the function to run after parsing.
+// CLI11 app and returns the function to run after parsing. Those that
+// communicate get the process's MpiEnv: its rank and size, its options and
+// the world communicator their grids split from.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -7,6 +9,7 @@
 #include <string>
 
 #include "dendrite/comm/grid.h"
+#include "dendrite/comm/mpi/env.h"
 #include "dendrite/train/hooks.h"
 
 namespace dendrite::app {
@@ -19,15 +22,15 @@ using Runner = std::function<int()>;
 int dendrite_main(int argc, char** argv, const TrainHooks* hooks);
 
 Runner add_tokenize(CLI::App& app);
-Runner add_train(CLI::App& app, int argc, char** argv, const TrainHooks* hooks);
-Runner add_generate(CLI::App& app);
-Runner add_memorization(CLI::App& app);  // apps/memorization_cmd.cpp
-Runner add_bench(CLI::App& app);
-Runner add_plan(CLI::App& app);       // apps/plan_cmd.cpp
-Runner add_calibrate(CLI::App& app);  // apps/plan_cmd.cpp
+Runner add_train(CLI::App& app, int argc, char** argv, const TrainHooks* hooks, MpiEnv& env);
+Runner add_generate(CLI::App& app, MpiEnv& env);
+Runner add_memorization(CLI::App& app, MpiEnv& env);  // apps/memorization_cmd.cpp
+Runner add_bench(CLI::App& app, MpiEnv& env);
+Runner add_plan(CLI::App& app, MpiEnv& env);       // apps/plan_cmd.cpp
+Runner add_calibrate(CLI::App& app, MpiEnv& env);  // apps/plan_cmd.cpp
 
-// The process grid over MPI_COMM_WORLD from a --grid text ("x=2,y=2,d=2").
-ProcessGrid make_grid(const std::string& text);
+// The process grid over every rank of `world` from a --grid text ("x=2,y=2,d=2").
+ProcessGrid make_grid(Communicator& world, const std::string& text);
 
 // Loads a JSON config file given by --config before the other options are
 // parsed, so that options on the command line override it.

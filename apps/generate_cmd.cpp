@@ -1,6 +1,4 @@
 // `dendrite generate`: load a checkpoint and its tokenizer, stream text.
-#include <mpi.h>
-
 #include <cstdio>
 #include <filesystem>
 
@@ -21,9 +19,7 @@ struct GenerateOptions {
   SampleOptions sample;
 };
 
-int run_generate(const GenerateOptions& o) {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+int run_generate(const GenerateOptions& o, int rank) {
   if (rank != 0) return 0;  // generation runs on one process
   const std::string dir = resolve_checkpoint(o.checkpoint);
   ModelConfig mc = model_config_from_json(read_checkpoint_config(dir).at("model"));
@@ -53,7 +49,7 @@ int run_generate(const GenerateOptions& o) {
 
 }  // namespace
 
-Runner add_generate(CLI::App& app) {
+Runner add_generate(CLI::App& app, MpiEnv& env) {
   auto o = std::make_shared<GenerateOptions>();
   app.add_option("--checkpoint", o->checkpoint, "Run folder or checkpoint folder")->required();
   app.add_option("--prompt", o->prompt, "Text to continue");
@@ -65,7 +61,7 @@ Runner add_generate(CLI::App& app) {
   app.add_flag_callback("--greedy", [o] { o->sample.temperature = 0; }, "Greedy decoding");
   app.add_option("--seed", o->sample.seed, "Sampling seed")->capture_default_str();
   app.add_option("--tokenizer", o->tokenizer, "Tokenizer .model (default: the checkpoint's)");
-  return [o] { return run_generate(*o); };
+  return [o, &env] { return run_generate(*o, env.rank()); };
 }
 
 }  // namespace dendrite::app

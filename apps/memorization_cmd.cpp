@@ -142,9 +142,9 @@ void print_table(const MemorizationOptions& o, const std::string& ckpt, const Sa
   if (!s.control_source.empty()) std::printf("control: %s\n", s.control_source.c_str());
 }
 
-int run_memorization(const MemorizationOptions& o) {
+int run_memorization(const MemorizationOptions& o, MpiEnv& env) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
-  ProcessGrid grid = make_grid(o.grid);
+  ProcessGrid grid = make_grid(env.world(), o.grid);
   const std::string dir = resolve_checkpoint(o.checkpoint);
   ModelConfig mc = model_config_from_json(read_checkpoint_config(dir).at("model"));
   DENDRITE_CHECK(o.prefix >= 1 && o.suffix >= 1 && o.samples >= 0, "memorization: --prefix and ",
@@ -181,7 +181,7 @@ int run_memorization(const MemorizationOptions& o) {
 
 }  // namespace
 
-Runner add_memorization(CLI::App& app) {
+Runner add_memorization(CLI::App& app, MpiEnv& env) {
   auto o = std::make_shared<MemorizationOptions>();
   app.add_option("--checkpoint", o->checkpoint, "Run folder or checkpoint folder")->required();
   app.add_option("--data", o->data,
@@ -202,7 +202,7 @@ Runner add_memorization(CLI::App& app) {
   app.add_option("--grid", o->grid, "Process grid, e.g. x=2,y=2 (default: all ranks data-parallel)");
   app.add_option("--threads", o->threads, "Threads per rank (default: OMP_NUM_THREADS or all cores)");
   app.add_flag("--json", o->json, "Print one JSON object instead of the table");
-  return [o] { return run_memorization(*o); };
+  return [o, &env] { return run_memorization(*o, env); };
 }
 
 }  // namespace dendrite::app

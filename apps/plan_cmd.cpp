@@ -3,7 +3,6 @@
 // `dendrite calibrate`: measure this machine under mpirun (GEMM rates by shape
 // (m, n, k), memory bandwidth, FMA peak, collective latency and bandwidth)
 // and write a machine file (src/dendrite/plan/machine.h).
-#include <mpi.h>
 #include <omp.h>
 #include <unistd.h>
 
@@ -102,12 +101,10 @@ void print_plan_table(const PlanCmd& o, const Machine& mach, const Plan& plan) {
 
 // Weak scaling (sweep.h): the best grid per GPU count, its step time, flop/s
 // and efficiency relative to the first count. B and T default to 2048.
-int run_sweep(const PlanCmd& o, const Machine& mach, PlanOptions po) {
+int run_sweep(const PlanCmd& o, const Machine& mach, PlanOptions po, int rank) {
   if (!o.batch_given) po.B = 2048;
   if (!o.seq_given) po.T = 2048;
   const std::vector<SweepPoint> pts = weak_scaling_sweep(mach, po, weak_scaling_counts());
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (rank != 0) return 0;
   nlohmann::json rows = nlohmann::json::array();
   for (const SweepPoint& p : pts)
@@ -143,20 +140,18 @@ int run_sweep(const PlanCmd& o, const Machine& mach, PlanOptions po) {
   return 0;
 }
 
-int run_plan(const PlanCmd& o) {
+// Every rank plans (the same inputs give the same plan); rank 0 prints it.
+int run_plan(const PlanCmd& o, const MpiEnv& env) {
   Machine mach = load_machine(o.machine);
   if (o.ranks_per_node > 0) mach.ranks_per_node = o.ranks_per_node;
   const ModelConfig mc = load_model_config(o.model);
   PlanOptions po;
   po.B = o.batch, po.T = o.seq, po.keep_gathered = o.keep_gathered, po.recompute = o.recompute;
   po.overlap = Overlap::parse(o.overlap);
-  const char* env = std::getenv("DENDRITE_SHARED_MEMORY");
-  po.shared_memory = !o.no_shared_memory && !(env && std::string(env) == "0");
-  if (o.sweep) return run_sweep(o, mach, po);
+  po.shared_memory = !o.no_shared_memory && env.options().shared_memory;
+  if (o.sweep) return run_sweep(o, mach, po, env.rank());
   const Plan plan = plan_grids(mc, mach, o.world, po);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank != 0) return 0;
+  if (env.rank() != 0) return 0;
   if (!o.json) {
     print_plan_table(o, mach, plan);
     return 0;
@@ -374,20 +369,11 @@ struct CalibrateCmd {
   bool quick = false;
 };
 
-int ranks_on_this_node() {
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  int n = 1;
-  MPI_Comm_size(node, &n);
-  MPI_Comm_free(&node);
-  return n;
-}
-
-void calibrate_links(ProcessGrid& world_grid, Machine& mach, int P) {
+void calibrate_links(Communicator& world, ProcessGrid& world_grid, Machine& mach, int P) {
   const char* kinds[] = {"all_reduce", "all_gather", "reduce_scatter"};
   for (int g = 2; g <= P; ++g) {  // the largest group within the node is kept
     if (P % g != 0 || g > mach.ranks_per_node) continue;
-    ProcessGrid sub = make_grid(str("x=", g, ",d=", P / g));
+    ProcessGrid sub = make_grid(world, str("x=", g, ",d=", P / g));
     for (const char* kind : kinds) {
       LinkCost c = calibrate_collective(world_grid.world(), sub.X(), kind);
       mach.node.by_kind[kind] = c;
@@ -416,7 +402,7 @@ void calibrate_links(ProcessGrid& world_grid, Machine& mach, int P) {
 // penalty and write FILE with it to --out.
 int run_calibrate_penalty(const CalibrateCmd& o, ProcessGrid& grid) {
   Machine mach = load_machine(o.penalty_from);
-  const int ranks = ranks_on_this_node(), cores = int(sysconf(_SC_NPROCESSORS_ONLN));
+  const int ranks = grid.world().ranks_on_node(), cores = int(sysconf(_SC_NPROCESSORS_ONLN));
   const int threads = omp_get_max_threads();
   DENDRITE_CHECK(ranks * threads > cores, "calibrate --penalty-from: ", ranks, " ranks of ",
                  threads, " threads fit the node's ", cores,
@@ -434,16 +420,16 @@ int run_calibrate_penalty(const CalibrateCmd& o, ProcessGrid& grid) {
   return 0;
 }
 
-int run_calibrate(const CalibrateCmd& o) {
+int run_calibrate(const CalibrateCmd& o, MpiEnv& env) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
   auto t0 = Clock::now();
-  ProcessGrid grid = make_grid("");
+  ProcessGrid grid = make_grid(env.world(), "");
   if (!o.penalty_from.empty()) return run_calibrate_penalty(o, grid);
   const int P = grid.shape().size();
   Machine mach;
   mach.name = o.name;
   mach.threads_per_rank = omp_get_max_threads();
-  mach.ranks_per_node = ranks_on_this_node();
+  mach.ranks_per_node = grid.world().ranks_on_node();
   mach.cores_per_node = int(sysconf(_SC_NPROCESSORS_ONLN));
   mach.memory_per_rank_bytes =
       double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)) / mach.ranks_per_node;
@@ -451,7 +437,7 @@ int run_calibrate(const CalibrateCmd& o) {
   mach.memory_bandwidth = calibrate_bandwidth(grid.world());
   mach.optimizer_seconds_per_param = calibrate_optimizer(grid.world());
   mach.gemm = calibrate_gemm(grid.world(), o.quick);
-  calibrate_links(grid, mach, P);
+  calibrate_links(env.world(), grid, mach, P);
   if (mach.oversubscription() > 1)
     mach.oversubscribed_call_penalty_s =
         calibrate_penalty(grid.world(), mach.node.get("all_reduce").latency);
@@ -468,7 +454,7 @@ int run_calibrate(const CalibrateCmd& o) {
 
 }  // namespace
 
-Runner add_plan(CLI::App& app) {
+Runner add_plan(CLI::App& app, MpiEnv& env) {
   auto o = std::make_shared<PlanCmd>();
   app.add_option("--model", o->model, "Preset or model JSON file")->capture_default_str();
   auto* batch = app.add_option("--batch", o->batch, "Global batch (sequences; --sweep: 2048)")
@@ -494,14 +480,14 @@ Runner add_plan(CLI::App& app) {
                "Model runs with DENDRITE_SHARED_MEMORY=0: node-local Z and D collectives as MPI "
                "messages (also when that variable is 0 here)");
   app.add_flag("--json", o->json, "Print one JSON object");
-  return [o, batch, seq] {
+  return [o, batch, seq, &env] {
     o->batch_given = batch->count() > 0;
     o->seq_given = seq->count() > 0;
-    return run_plan(*o);
+    return run_plan(*o, env);
   };
 }
 
-Runner add_calibrate(CLI::App& app) {
+Runner add_calibrate(CLI::App& app, MpiEnv& env) {
   auto o = std::make_shared<CalibrateCmd>();
   app.add_option("--out", o->out, "Machine file to write")->required();
   app.add_option("--name", o->name, "Machine name")->capture_default_str();
@@ -510,7 +496,7 @@ Runner add_calibrate(CLI::App& app) {
   app.add_option("--penalty-from", o->penalty_from,
                  "Only measure the per-call penalty of an oversubscribed node (launch more ranks "
                  "than cores) and write this machine file with it to --out");
-  return [o] { return run_calibrate(*o); };
+  return [o, &env] { return run_calibrate(*o, env); };
 }
 
 }  // namespace dendrite::app

@@ -1,6 +1,5 @@
 // `dendrite train`: options, an optional JSON config file (--config), run.
 // --grid auto asks the performance model (src/dendrite/plan) for the grid.
-#include <mpi.h>
 #include <omp.h>
 #include <unistd.h>
 
@@ -26,11 +25,8 @@ std::string find_config_arg(int argc, char** argv) {
   return "";
 }
 
-ProcessGrid make_grid(const std::string& text) {
-  int world = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  MPI_Comm comm = MPI_COMM_WORLD;
-  return ProcessGrid(GridShape::parse(text, world), &comm);
+ProcessGrid make_grid(Communicator& world, const std::string& text) {
+  return ProcessGrid(GridShape::parse(text, world.size()), world);
 }
 
 static void apply_config_file(const std::string& path, TrainOptions& opt) {
@@ -48,12 +44,8 @@ static void apply_config_file(const std::string& path, TrainOptions& opt) {
 // The machine --grid auto plans for: the --machine file, or a generic
 // description of this node; either way with this job's ranks on the node and
 // threads per rank (what decides oversubscription).
-static Machine auto_grid_machine(const std::string& file, int threads, std::string& source) {
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  int ranks = 1;
-  MPI_Comm_size(node, &ranks);
-  MPI_Comm_free(&node);
+static Machine auto_grid_machine(const std::string& file, int ranks, int threads,
+                                 std::string& source) {
   const int cores = int(sysconf(_SC_NPROCESSORS_ONLN));
   Machine mach;
   if (!file.empty()) {
@@ -74,13 +66,12 @@ static Machine auto_grid_machine(const std::string& file, int threads, std::stri
 // batch, sequence and options. Every rank plans (the same inputs give the same
 // ranking); rank 0's choice is broadcast so that all ranks build one grid even
 // if nodes differ, and rank 0 says why.
-static std::string auto_grid(const TrainOptions& opt, const std::string& machine_file) {
-  int world = 1, rank = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+static std::string auto_grid(const TrainOptions& opt, const std::string& machine_file,
+                             Communicator& comm) {
+  const int world = comm.size(), rank = comm.rank();
   const int threads = opt.threads > 0 ? opt.threads : omp_get_max_threads();
   std::string source;
-  const Machine mach = auto_grid_machine(machine_file, threads, source);
+  const Machine mach = auto_grid_machine(machine_file, comm.ranks_on_node(), threads, source);
   PlanOptions po;
   // With gradient accumulation the grid runs micro-batches: plan for one.
   po.B = opt.batch / std::max(1, opt.grad_accum), po.T = opt.seq;
@@ -91,9 +82,11 @@ static std::string auto_grid(const TrainOptions& opt, const std::string& machine
                  opt.model, " with batch ", opt.batch, " (",
                  plan.excluded.empty() ? "" : plan.excluded[0].second,
                  "); see `dendrite plan --world ", world, "`");
-  char text[64] = {};
-  std::snprintf(text, sizeof text, "%s", grid_str(plan.ranked[0].grid).c_str());
-  MPI_Bcast(text, sizeof text, MPI_CHAR, 0, MPI_COMM_WORLD);
+  // The text travels as 8-byte words: the collectives move numbers.
+  int64_t words[8] = {};
+  char* text = reinterpret_cast<char*>(words);
+  std::snprintf(text, sizeof words, "%s", grid_str(plan.ranked[0].grid).c_str());
+  comm.broadcast(words, 8, DType::kI64, 0);
   if (rank == 0) {
     const StepPrediction& best = plan.ranked[0];
     std::printf("grid auto: %s, predicted %.4g ms/step (compute %.4g, exposed communication %.4g, "
@@ -209,7 +202,7 @@ static void add_parallel_options(CLI::App& app, TrainOptions& opt, std::string& 
                  "a generic description of this node");
 }
 
-Runner add_train(CLI::App& app, int argc, char** argv, const TrainHooks* hooks) {
+Runner add_train(CLI::App& app, int argc, char** argv, const TrainHooks* hooks, MpiEnv& env) {
   auto opt = std::make_shared<TrainOptions>();
   auto config_path = std::make_shared<std::string>();
   auto machine = std::make_shared<std::string>();
@@ -228,9 +221,9 @@ Runner add_train(CLI::App& app, int argc, char** argv, const TrainHooks* hooks) 
   });
   // The runner holds config_path too: CLI11 stores the --config value through
   // a reference to it after this function returns.
-  return [opt, machine, config_path, hooks] {
-    if (opt->grid == "auto") opt->grid = auto_grid(*opt, *machine);
-    ProcessGrid grid = make_grid(opt->grid);
+  return [opt, machine, config_path, hooks, &env] {
+    if (opt->grid == "auto") opt->grid = auto_grid(*opt, *machine, env.world());
+    ProcessGrid grid = make_grid(env.world(), opt->grid);
     run_train(*opt, grid, hooks);
     return 0;
   };

@@ -10,14 +10,17 @@
 
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <vector>
 
 #include "dendrite/comm/communicator.h"
 #include "dendrite/comm/grid.h"
-#include "grid_support.h"
+#include "dendrite/comm/mpi/world.h"
+#include "dendrite/comm/options.h"
 #include "dendrite/core/check.h"
+#include "grid_support.h"
 
 namespace dendrite {
 namespace {
@@ -68,20 +71,25 @@ std::vector<Axis> axes_of(ProcessGrid& grid) {
   return axes;
 }
 
-// Calls body(grid) for every grid of P = 1, 2, 4 and 8 ranks, on every rank.
-void for_each_grid(const std::function<void(ProcessGrid&)>& body) {
-  const int rank = world_rank();
+// Calls body(grid) for every grid of P = 1, 2, 4 and 8 ranks, on every rank,
+// communicating as `options` say.
+void for_each_grid(const std::function<void(ProcessGrid&)>& body,
+                   const CommOptions& options = CommOptions{}) {
   for (int p : {1, 2, 4, 8}) {
     if (world_size() % p != 0) continue;
-    MPI_Comm group;
-    ASSERT_EQ(MPI_Comm_split(MPI_COMM_WORLD, rank / p, rank, &group), MPI_SUCCESS);
+    const std::unique_ptr<Communicator> group = test::group_of(p, options);
     for (const GridShape& shape : test::grids_of(p)) {
       SCOPED_TRACE("grid " + shape.str());
-      ProcessGrid grid(shape, &group);
+      ProcessGrid grid(shape, *group);
       body(grid);
     }
-    MPI_Comm_free(&group);
   }
+}
+
+CommOptions with_shared_memory(bool on) {
+  CommOptions o;
+  o.shared_memory = on;
+  return o;
 }
 
 template <typename T>
@@ -281,10 +289,10 @@ TEST(ProcessGridMpi, CoordinatesAndAxisGroups) {
 }
 
 // Where a group shares a node its all-reduces and barriers go through shared
-// memory; DENDRITE_SHARED_MEMORY=0 gives the MPI paths, checked the same way.
+// memory; without it (CommOptions::shared_memory) the MPI paths, checked the
+// same way.
 TEST(ProcessGridMpi, CollectiveValuesAndCounters) {
   for (bool shared : {true, false}) {
-  setenv("DENDRITE_SHARED_MEMORY", shared ? "1" : "0", 1);
   SCOPED_TRACE(shared ? "shared memory" : "messages");
   for_each_grid([](ProcessGrid& grid) {
     const std::vector<Axis> axes = axes_of(grid);
@@ -321,13 +329,12 @@ TEST(ProcessGridMpi, CollectiveValuesAndCounters) {
       expect_stats(*axis.comm, CommStats{});
       EXPECT_EQ(axis.comm->stats().wait_seconds, 0.0);
     }
-  });
+  }, with_shared_memory(shared));
   }
-  unsetenv("DENDRITE_SHARED_MEMORY");
 }
 
 // The collectives over SharedArrays, in shared memory (every group here is on
-// one node) and with DENDRITE_SHARED_MEMORY=0 (private arrays, messages): the
+// one node) and without it (private arrays, messages): the
 // same values as by the rule, the same counters as the message collectives.
 void check_shared_collectives(const Axis& axis, bool expect_shared) {
   Communicator& c = *axis.comm;
@@ -400,12 +407,89 @@ void check_shared_collectives(const Axis& axis, bool expect_shared) {
 
 TEST(ProcessGridMpi, SharedArrayCollectives) {
   for (bool shared : {true, false}) {
-    setenv("DENDRITE_SHARED_MEMORY", shared ? "1" : "0", 1);
     for_each_grid([&](ProcessGrid& grid) {
       for (const Axis& axis : axes_of(grid)) check_shared_collectives(axis, shared);
-    });
+    }, with_shared_memory(shared));
   }
+}
+
+// DENDRITE_SHARED_MEMORY=0 reaches the communicators through the options the
+// environment gives, as in the program.
+TEST(ProcessGridMpi, SharedMemoryOffFromTheEnvironment) {
+  setenv("DENDRITE_SHARED_MEMORY", "0", 1);
+  const CommOptions off = comm_options_from_environment();
   unsetenv("DENDRITE_SHARED_MEMORY");
+  EXPECT_FALSE(off.shared_memory);
+  EXPECT_TRUE(comm_options_from_environment().shared_memory);
+  const std::unique_ptr<Communicator> group = test::group_of(8, off);
+  EXPECT_FALSE(group->allocate_shared(16)->shared());
+}
+
+// bf16 elements as bit patterns (gathers move them, nothing computes with
+// them): finite and positive, distinct for nearby ranks and elements.
+uint16_t bf16_value(int w, int64_t i) { return uint16_t(0x3f80 + (w * 2053 + i) % 0x3f00); }
+
+// The bf16 all-gathers (buffers and a SharedArray, blocking and not) move the
+// exact bits, from element offsets in bf16 (odd: not 4-byte aligned), and
+// count 2 bytes an element; its sums are refused, naming the type.
+void check_bf16_gathers(const Axis& axis, bool expect_shared, int64_t n) {
+  Communicator& c = *axis.comm;
+  const int g = c.size(), me = world_rank();
+  const int64_t off = 5;
+  SCOPED_TRACE(c.name() + " bf16, n = " + std::to_string(n));
+  std::vector<uint16_t> in(static_cast<size_t>(n)), out(static_cast<size_t>(g * n)), want;
+  for (int64_t i = 0; i < n; ++i) in[i] = bf16_value(me, off + i);
+  for (int m : axis.members)
+    for (int64_t i = 0; i < n; ++i) want.push_back(bf16_value(m, off + i));
+  std::unique_ptr<SharedArray> a = c.allocate_shared(off + n + 3, DType::kBF16);
+  EXPECT_EQ(a->dtype(), DType::kBF16);
+  EXPECT_EQ(a->size(), off + n + 3);
+  EXPECT_EQ(a->shared(), expect_shared && g > 1);
+  for (int64_t i = 0; i < a->size(); ++i) a->data_as<uint16_t>()[i] = bf16_value(me, i);
+  c.barrier();
+  c.reset_stats();
+  const std::vector<std::pair<const char*, std::function<void()>>> gathers = {
+      {"all_gather", [&] { c.all_gather(in.data(), out.data(), n, DType::kBF16); }},
+      {"iall_gather", [&] { c.iall_gather(in.data(), out.data(), n, DType::kBF16).wait(); }},
+      {"all_gather of a SharedArray", [&] { c.all_gather(*a, off, out.data(), n); }},
+      {"iall_gather of a SharedArray", [&] { c.iall_gather(*a, off, out.data(), n).wait(); }},
+  };
+  for (const auto& [what, gather] : gathers) {
+    std::fill(out.begin(), out.end(), uint16_t(0));
+    gather();
+    expect_values(out, want, what);
+  }
+  const int64_t calls = g > 1 ? 4 : 0;
+  EXPECT_EQ(c.stats().bytes[int(Collective::kAllGather)], calls * g * n * 2);
+  EXPECT_EQ(c.stats().calls[int(Collective::kAllGather)], calls);
+  float sums[1] = {0};
+  for (const std::function<void()>& sum : std::vector<std::function<void()>>{
+           [&] { c.all_reduce(in.data(), n, DType::kBF16); },
+           [&] { c.reduce_scatter(out.data(), in.data(), n, DType::kBF16); },
+           [&] { c.reduce_scatter(*a, 0, sums, 1, false); },
+           [&] { c.all_reduce(*a, 0, 1); }}) {
+    try {
+      sum();
+      ADD_FAILURE() << "a sum of bf16 did not throw";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr("bf16 elements cannot be summed"));
+    }
+  }
+  c.barrier();
+}
+
+TEST(ProcessGridMpi, Bf16GathersMoveExactBits) {
+  for (bool shared : {true, false}) {
+    SCOPED_TRACE(shared ? "shared memory" : "messages");
+    for_each_grid([&](ProcessGrid& grid) {
+      for (const Axis& axis : axes_of(grid)) {
+        check_bf16_gathers(axis, shared, kN);
+        // Past the eager limit, and the engine's rings where there is no shared memory.
+        if (axis.comm == &grid.Z() || axis.comm == &grid.world())
+          check_bf16_gathers(axis, shared, kLarge);
+      }
+    }, with_shared_memory(shared));
+  }
 }
 
 TEST(ProcessGridMpi, RequestsCompleteOnWaitMoveAndDestruction) {
@@ -482,9 +566,10 @@ TEST(ProcessGridMpi, BadCountsAndRootsThrowWithoutCounting) {
 }
 
 TEST(ProcessGridMpi, WrongSizeOrDisagreeingShapesThrowOnEveryRank) {
-  MPI_Comm world = MPI_COMM_WORLD;
+  const std::unique_ptr<Communicator> all = make_mpi_world(MPI_COMM_WORLD, CommOptions{});
+  Communicator& world = *all;
   try {
-    ProcessGrid grid(GridShape{2, 2, 1, 1}, &world);
+    ProcessGrid grid(GridShape{2, 2, 1, 1}, world);
     ADD_FAILURE() << "a 4-rank grid on 8 ranks did not throw";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("x=2,y=2,z=1,d=1 has 4 ranks but the communicator has 8"));
@@ -493,12 +578,12 @@ TEST(ProcessGridMpi, WrongSizeOrDisagreeingShapesThrowOnEveryRank) {
   // Same size, different shapes on even and odd ranks: every rank must throw.
   const GridShape mine = world_rank() % 2 ? GridShape{2, 1, 1, 4} : GridShape{4, 1, 1, 2};
   try {
-    ProcessGrid grid(mine, &world);
+    ProcessGrid grid(mine, world);
     ADD_FAILURE() << "disagreeing grids did not throw";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("different grids"));
   }
-  EXPECT_THROW(ProcessGrid(GridShape{0, 1, 1, 8}, &world), Error);
+  EXPECT_THROW(ProcessGrid(GridShape{0, 1, 1, 8}, world), Error);
 }
 
 TEST(ProcessGridSingle, SelfCommunicatorsCopyAndCountNothing) {
@@ -537,6 +622,8 @@ TEST(Collective, NamesAndSizes) {
   EXPECT_EQ(dtype_size(DType::kF32), 4u);
   EXPECT_EQ(dtype_size(DType::kF64), 8u);
   EXPECT_EQ(dtype_size(DType::kI64), 8u);
+  EXPECT_EQ(dtype_size(DType::kBF16), 2u);
+  EXPECT_STREQ(dtype_name(DType::kBF16), "bf16");
 }
 
 // ---- GridShape::parse: no MPI involved ----

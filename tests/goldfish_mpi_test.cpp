@@ -69,11 +69,10 @@ TEST(GoldfishGrid, MasksAndLossesMatchOneProcess) {
     int tested = 0;
     for (int P : {1, 2, 4, 8}) {
       if (world_size % P != 0) continue;
-      MPI_Comm sub;
-      MPI_Comm_split(MPI_COMM_WORLD, world_rank / P, world_rank, &sub);
+      const auto sub = test::group_of(P);
       for (const GridShape& shape : test::grids_of(P)) {
         if (cfg.n_embd % shape.x || cfg.n_head % shape.y || kB % (shape.d * shape.z)) continue;
-        ProcessGrid grid(shape, &sub);
+        ProcessGrid grid(shape, *sub);
         const Step got = one_step(cfg, grid, g);
         const std::string where = std::string(text) + " on grid " + shape.str();
         const size_t first = size_t((grid.d() * shape.z + grid.z()) * (kB / (shape.d * shape.z))) * kT;
@@ -95,7 +94,6 @@ TEST(GoldfishGrid, MasksAndLossesMatchOneProcess) {
         }
         ++tested;
       }
-      MPI_Comm_free(&sub);
     }
     EXPECT_EQ(tested, 35) << text;  // every grid of 1, 2, 4 and 8 ranks
   }

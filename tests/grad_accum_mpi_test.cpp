@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "dendrite/comm/grid.h"
+#include "grid_support.h"
 #include "dendrite/core/check.h"
 #include "dendrite/core/rng.h"
 #include "dendrite/model/transformer.h"
@@ -99,13 +100,12 @@ TEST(GradAccum, MicroBatchesGiveTheUpdateOfTheWholeBatch) {
     const Trained want = train(cfg, *single, 1, all);
     expect_same_update(train(cfg, *single, kAccum, all), want, std::string(arch) + " on 1 process");
     for (int P : {4, 8}) {
-      MPI_Comm sub;
-      MPI_Comm_split(MPI_COMM_WORLD, world_rank / P, world_rank, &sub);
+      const auto sub = test::group_of(P);
       const std::vector<GridShape> grids =
           P == 4 ? std::vector<GridShape>{{1, 1, 2, 2}}
                  : std::vector<GridShape>{{2, 1, 2, 2}, {1, 2, 2, 2}};
       for (const GridShape& g : grids) {
-        ProcessGrid grid(g, &sub);
+        ProcessGrid grid(g, *sub);
         for (const ModelOptions& mo : {all, none}) {
           const std::string where =
               str(arch, " on grid ", g.str(), mo.ors ? ", every overlap" : ", no overlap");
@@ -114,7 +114,6 @@ TEST(GradAccum, MicroBatchesGiveTheUpdateOfTheWholeBatch) {
           expect_same_update(train(cfg, grid, kAccum, mo), whole, where + ", micro-batches");
         }
       }
-      MPI_Comm_free(&sub);
     }
   }
 }

@@ -143,11 +143,10 @@ TEST_P(EveryGrid, MatchesOneProcess) {
   int tested = 0;
   for (int P : {1, 2, 4, 8}) {
     if (world_size % P != 0) continue;
-    MPI_Comm sub;
-    MPI_Comm_split(MPI_COMM_WORLD, world_rank / P, world_rank, &sub);
+    const auto sub = test::group_of(P);
     for (const GridShape& g : test::grids_of(P)) {
       if (!divides(cfg, g)) continue;
-      ProcessGrid grid(g, &sub);
+      ProcessGrid grid(g, *sub);
       ModelOptions overlapped;  // every overlap built
       overlapped.oar = overlapped.dp = overlapped.ors = overlapped.oag = true;
       const Record base = train(cfg, grid, overlapped);
@@ -167,7 +166,6 @@ TEST_P(EveryGrid, MatchesOneProcess) {
       }
       ++tested;
     }
-    MPI_Comm_free(&sub);
   }
   // 1 + 4 + 10 + 20 grids; Llama's 4 key/value heads rule out x=1,y=8,z=1,d=1.
   EXPECT_EQ(tested, std::string(GetParam()) == "gpt2" ? 35 : 34);
@@ -192,16 +190,14 @@ TEST(MessagesOnly, OverlapsOverMpiMatchOneProcess) {
   setenv("DENDRITE_SHARED_MEMORY", "0", 1);
   for (int P : {4, 8}) {
     if (world_size % P != 0) continue;
-    MPI_Comm sub;
-    MPI_Comm_split(MPI_COMM_WORLD, world_rank / P, world_rank, &sub);
+    const auto sub = test::group_of(P);
     const std::vector<GridShape> grids =
         P == 4 ? std::vector<GridShape>{{1, 2, 2, 1}, {1, 1, 4, 1}}
                : std::vector<GridShape>{{2, 1, 2, 2}, {1, 2, 4, 1}, {1, 1, 2, 4}};
     for (const GridShape& g : grids) {
-      ProcessGrid grid(g, &sub);
+      ProcessGrid grid(g, *sub);
       check_overlaps("gpt2 over messages", cfg, grid, g, want);
     }
-    MPI_Comm_free(&sub);
   }
   unsetenv("DENDRITE_SHARED_MEMORY");
 }
@@ -217,14 +213,13 @@ TEST(BigVocabulary, DwSlotsOfBothSizesMatchOneProcess) {
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   if (world_size % 4 != 0) GTEST_SKIP() << "needs a multiple of 4 ranks";
-  MPI_Comm sub;
-  MPI_Comm_split(MPI_COMM_WORLD, world_rank / 4, world_rank, &sub);
+  const auto sub = test::group_of(4);
   for (ModelConfig cfg : {gpt2_config(), llama_config()}) {
     cfg.vocab_size = 1024;
     auto single = ProcessGrid::single();
     const Record want = train(cfg, *single);
     for (const GridShape& g : {GridShape{1, 2, 2, 1}, GridShape{1, 1, 4, 1}}) {
-      ProcessGrid grid(g, &sub);
+      ProcessGrid grid(g, *sub);
       {
         Transformer t(cfg, grid, kB, kT);
         int64_t largest = 0, second = 0;
@@ -238,7 +233,6 @@ TEST(BigVocabulary, DwSlotsOfBothSizesMatchOneProcess) {
       check_overlaps(arch_name(cfg.arch) + " with a big vocabulary", cfg, grid, g, want);
     }
   }
-  MPI_Comm_free(&sub);
 }
 
 }  // namespace

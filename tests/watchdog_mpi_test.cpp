@@ -17,6 +17,7 @@
 
 #include "dendrite/comm/communicator.h"
 #include "dendrite/comm/grid.h"
+#include "dendrite/comm/mpi/world.h"
 #include "dendrite/core/check.h"
 
 namespace dendrite {
@@ -31,8 +32,8 @@ struct Case {
 
 // Rank z=0 runs c alone with a 0.1 s timeout and expects the error.
 void expect_timeout(const Case& c) {
-  MPI_Comm world = MPI_COMM_WORLD;
-  ProcessGrid grid(GridShape{1, 1, 2, 4}, &world);
+  const std::unique_ptr<Communicator> world = make_mpi_world(MPI_COMM_WORLD, CommOptions{});
+  ProcessGrid grid(GridShape{1, 1, 2, 4}, *world);
   Communicator& z = grid.Z();
   const int partner = grid.rank() ^ 1;  // z is bit 0 of the rank here
   if (grid.z() == 0) {

@@ -1,7 +1,9 @@
 // Communicators: one group of ranks (an axis of the process grid) with the
-// collectives Dendrite needs, blocking and non-blocking. A group of size 1 is
-// a real object whose collectives copy (or do nothing) and count no bytes, so
-// one code path serves 1 and P ranks.
+// collectives Dendrite needs, blocking and non-blocking. This is the interface
+// a backend implements (MPI: comm/mpi/; a group of one: comm/self_communicator.h);
+// the parallel layers see only it. A group of size 1 is a real object whose
+// collectives copy (or do nothing) and count no bytes, so one code path serves
+// 1 and P ranks.
 //
 // Every communicator counts the payload bytes of each collective it runs on a
 // group larger than one, per kind: the byte count of the buffer a rank hands
@@ -10,8 +12,8 @@
 // same quantity in closed form (DESIGN.md section 6).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,7 +23,12 @@ namespace dendrite {
 enum class Collective { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kCount };
 const char* collective_name(Collective c);
 
-enum class DType { kF32, kF64, kI64 };
+// kBF16: bfloat16 (2 bytes, the upper half of an fp32), moved by gathers and
+// broadcasts only; the sums reject it (its partial sums are fp32, DESIGN.md
+// section 10).
+enum class DType { kF32, kF64, kI64, kBF16 };
+size_t dtype_size(DType t);
+const char* dtype_name(DType t);
 
 struct CommStats {
   int64_t bytes[static_cast<int>(Collective::kCount)] = {};
@@ -38,34 +45,57 @@ struct CommStats {
   double queued_seconds[static_cast<int>(Collective::kCount)] = {};
 };
 
-// n floats per rank that every rank of a group can read and write in place
-// when the group's ranks share a node: one MPI-3 shared-memory window, so the
-// collectives over it below are loads and stores (one pass over memory)
-// instead of messages copied through MPI's buffers. Where the ranks do not
-// share memory (or the window cannot be made) it is private memory and the
-// same calls send messages. Either way they compute the same sums.
+// n elements of one DType per rank that every rank of a group can read in
+// place when the group's ranks share a node (the MPI backend: one MPI-3
+// shared-memory window), so the collectives over it are loads and stores
+// instead of messages; elsewhere it is private memory and the same calls send
+// messages. Either way they compute the same values. The memory is bytes;
+// data() views it as floats (the parameters and gradients), data_as<T>() as
+// any element type.
 class SharedArray {
  public:
   virtual ~SharedArray() = default;
-  float* data() { return local_; }
-  const float* data() const { return local_; }
-  int64_t size() const { return n_; }
-  // Whether peer() reaches the other ranks' arrays.
-  bool shared() const { return !peers_.empty(); }
-  float* peer(int rank) const { return peers_[rank]; }
-  float* const* peers() const { return peers_.data(); }
+  float* data() { return data_as<float>(); }
+  const float* data() const { return data_as<float>(); }
+  template <class T>
+  T* data_as() {
+    return reinterpret_cast<T*>(bytes_);
+  }
+  template <class T>
+  const T* data_as() const {
+    return reinterpret_cast<const T*>(bytes_);
+  }
+  std::byte* bytes() { return bytes_; }
+  const std::byte* bytes() const { return bytes_; }
+  int64_t size() const { return n_; }  // elements of dtype()
+  DType dtype() const { return dtype_; }
+  // Whether the group's ranks reach each other's arrays in place.
+  virtual bool shared() const = 0;
 
  protected:
-  float* local_ = nullptr;
+  std::byte* bytes_ = nullptr;
   int64_t n_ = 0;
-  std::vector<float*> peers_;  // every rank's array, when shared
+  DType dtype_ = DType::kF32;
 };
 
 // A pending non-blocking collective. wait() is idempotent; destroying an
 // unfinished request waits for it.
 class Request {
  public:
+  // What a backend's pending collective does; Request only forwards.
+  class Impl {
+   public:
+    virtual ~Impl() = default;
+    virtual void wait() = 0;
+    virtual bool test() = 0;
+    virtual bool pending() const = 0;
+    virtual bool needs_polling() const = 0;
+    // The wait of a destructor failed (a watchdog timeout): end the whole job.
+    [[noreturn]] virtual void abort_job() noexcept = 0;
+  };
+
   Request();  // a completed request
+  explicit Request(std::unique_ptr<Impl> impl);
   Request(Request&&) noexcept;
   Request& operator=(Request&&) noexcept;
   ~Request();
@@ -75,19 +105,14 @@ class Request {
   // aborts the job; while an exception unwinds they do not wait (the job is
   // failing, and the peer may be dead).
   void wait();
-  // Returns true once the collective has completed; for an MPI request it
-  // also lets MPI progress it (it moves only inside MPI calls).
+  // Lets the backend progress the collective (MPI moves it only inside MPI
+  // calls) and returns true once it has completed.
   bool test();
   bool pending() const;
-  // Whether it moves only when polled (an MPI request), not on the engine's thread.
+  // Whether it moves only when polled (an MPI request), not on a thread of its own.
   bool needs_polling() const;
 
-  struct Impl;
-  explicit Request(std::unique_ptr<Impl> impl);
-
  private:
-  void wait_task();
-  void finish_task();
   void wait_noexcept() noexcept;
   std::unique_ptr<Impl> impl_;
 };
@@ -98,45 +123,49 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   const std::string& name() const { return name_; }  // "x", "y", "z", "d", "world", ...
+  // How many ranks of this group share this rank's node (1 for a group of one).
+  virtual int ranks_on_node() const = 0;
 
-  // In place, sum over the group: buf[n].
+  // The ranks passing the same color form one new group, ordered by key (ties
+  // by rank here), with this group's backend and settings. Collective.
+  virtual std::unique_ptr<Communicator> split(int color, int key, std::string name) = 0;
+
+  // In place, sum over the group: buf[n] (not kBF16).
   virtual void all_reduce(void* buf, int64_t n, DType t) = 0;
   virtual Request iall_reduce(void* buf, int64_t n, DType t) = 0;
   // out[size * n] = concatenation of every rank's in[n], in rank order.
   virtual void all_gather(const void* in, void* out, int64_t n, DType t) = 0;
   virtual Request iall_gather(const void* in, void* out, int64_t n, DType t) = 0;
-  // out[n] = sum over ranks of in[rank * n .. (rank+1) * n); in holds size * n.
+  // out[n] = sum over ranks of in[rank * n .. (rank+1) * n); in holds size * n (not kBF16).
   virtual void reduce_scatter(const void* in, void* out, int64_t n, DType t) = 0;
   virtual Request ireduce_scatter(const void* in, void* out, int64_t n, DType t) = 0;
   virtual void broadcast(void* buf, int64_t n, DType t, int root) = 0;
   virtual void barrier() = 0;
 
-  // n floats per rank, shared over the group where its ranks share a node
-  // (zero-filled). Collective: every rank calls it with the same n.
-  virtual std::unique_ptr<SharedArray> allocate_shared(int64_t n);
+  // n elements of t per rank, shared over the group where its ranks share a
+  // node (zero-filled). Collective: every rank calls it with the same n and t.
+  virtual std::unique_ptr<SharedArray> allocate_shared(int64_t n, DType t = DType::kF32) = 0;
   // The collectives above on a SharedArray's range [offset, offset + n) (n per
-  // rank), counted as the same collectives. Synchronisation: all_gather reads
-  // the peers' values without waiting, so the caller fences writes with
-  // barrier(); reduce_scatter waits for every rank to arrive (their values are
-  // then final) and the caller must not overwrite its range before the group's
-  // next barrier (alternate two ranges); all_reduce synchronises fully.
+  // rank, in elements of a.dtype()), counted as the same collectives.
+  // Synchronisation: all_gather reads the peers' values without waiting, so
+  // the caller fences writes with barrier(); reduce_scatter waits for every
+  // rank to arrive (their values are then final) and the caller must not
+  // overwrite its range before the group's next barrier (alternate two
+  // ranges); all_reduce synchronises fully. The sums need a kF32 array.
   // out[size * n] = every rank's a[offset, offset + n), in rank order.
-  void all_gather(const SharedArray& a, int64_t offset, float* out, int64_t n);
+  virtual void all_gather(const SharedArray& a, int64_t offset, void* out, int64_t n) = 0;
   // out[n] (+)= sum over ranks r of a_r[offset + rank() * n, + n), summed in rank order.
-  void reduce_scatter(const SharedArray& a, int64_t offset, float* out, int64_t n,
-                      bool accumulate);
+  virtual void reduce_scatter(const SharedArray& a, int64_t offset, float* out, int64_t n,
+                              bool accumulate) = 0;
   // a[offset, offset + n) summed over the group, the same bits on every rank.
-  void all_reduce(SharedArray& a, int64_t offset, int64_t n);
-  // The same three, non-blocking: on a shared array they run on the progress
-  // engine's thread (comm/progress.h) in the order posted, so they overlap the
-  // caller's computation; the ranges must stay untouched until wait(). On a
-  // private array (a group across nodes) they are rings of MPI messages on
-  // the engine's thread where MPI provides MPI_THREAD_MULTIPLE, and complete
-  // before returning where it does not, or on a group of one.
-  Request iall_gather(const SharedArray& a, int64_t offset, float* out, int64_t n);
-  Request ireduce_scatter(const SharedArray& a, int64_t offset, float* out, int64_t n,
-                          bool accumulate);
-  Request iall_reduce(SharedArray& a, int64_t offset, int64_t n);
+  virtual void all_reduce(SharedArray& a, int64_t offset, int64_t n) = 0;
+  // The same three, non-blocking: the ranges must stay untouched until wait().
+  // The MPI backend runs them on its progress engine's thread in the order
+  // posted (comm/mpi/engine.h), so they overlap the caller's computation.
+  virtual Request iall_gather(const SharedArray& a, int64_t offset, void* out, int64_t n) = 0;
+  virtual Request ireduce_scatter(const SharedArray& a, int64_t offset, float* out, int64_t n,
+                                  bool accumulate) = 0;
+  virtual Request iall_reduce(SharedArray& a, int64_t offset, int64_t n) = 0;
 
   // Convenience for floats.
   void all_reduce(float* buf, int64_t n) { all_reduce(buf, n, DType::kF32); }
@@ -158,41 +187,12 @@ class Communicator {
     stats_.bytes[static_cast<int>(c)] += bytes;
     stats_.calls[static_cast<int>(c)] += 1;
   }
-  // Charges the blocking collective that began at `start` (MPI_Wtime) with the
-  // counters' wait_seconds then at `wait_before` (barriers inside it count once).
-  void charge(Collective c, double start, double wait_before);
   std::string name_;
   CommStats stats_;
   double timeout_s_ = 600;
-
-  // Where the group's ranks share a node: per thread that synchronises the
-  // group, one shared window per rank holding a 64-byte barrier slot and two
-  // slots of kShmSlotBytes for the all-reduces of private buffers (comm/
-  // shared_array.cpp): a sum is one copy in, one barrier and one pass over the
-  // peers' slots, where MPI's transport needs several round trips.
-  struct ShmChannel {
-    static constexpr int64_t kSlotBytes = int64_t(1) << 20;  // a longer sum goes in pieces
-    std::unique_ptr<SharedArray> window;  // null: no shared memory for this group
-    int64_t generation = 0;              // of the barrier slot
-    int slot = 0;                        // the data slot the next piece uses
-  };
-  // Sums buf[n] (f32 or f64) over the group through ch, in rank order (the
-  // same bits on every rank). False when `seconds` (> 0) passed in a barrier.
-  bool shm_all_reduce(ShmChannel& ch, void* buf, int64_t n, DType t, double seconds);
-  // The progress engine's channel: its tasks run in post order on every rank.
-  ShmChannel engine_;
-
-  // Queues fn on the progress engine as collective c of `bytes` (counted now).
-  Request post(Collective c, int64_t bytes, std::function<void()> fn);
-  // The non-blocking collectives of a private (not shared) array, where the
-  // group spans nodes: rings of MPI messages on the engine's thread
-  // (MpiCommunicator). The default completes at once.
-  virtual Request iall_gather_private(const SharedArray& a, int64_t offset, float* out,
-                                      int64_t n);
-  virtual Request ireduce_scatter_private(const SharedArray& a, int64_t offset, float* out,
-                                          int64_t n, bool accumulate);
 };
 
-size_t dtype_size(DType t);
+// Throws, naming op, the group and the fix, unless t can be summed (not kBF16).
+void check_summable(const char* op, const Communicator& c, DType t);
 
 }  // namespace dendrite

@@ -1,15 +1,15 @@
 // The 4D process grid (DESIGN.md section 1): parsing "--grid x=2,y=2,z=1,d=2",
 // a rank's coordinates (x fastest, then y, z, d), and one communicator per axis
 // split from the base communicator, plus a duplicate of the base as "world".
-// Axes of extent 1 get a SelfCommunicator and cost no MPI call.
+// Axes of extent 1 get a SelfCommunicator and cost no collective.
 #include "dendrite/comm/grid.h"
 
-#include <mpi.h>
-
+#include <algorithm>
 #include <charconv>
 #include <climits>
+#include <vector>
 
-#include "dendrite/comm/mpi_communicator.h"
+#include "dendrite/comm/self_communicator.h"
 #include "dendrite/core/check.h"
 
 namespace dendrite {
@@ -94,25 +94,26 @@ namespace {
 
 // All ranks must pass the same shape; checked with one collective before any
 // rank can throw on its own, so a mismatch fails everywhere instead of hanging.
-void check_same_shape(const GridShape& shape, MPI_Comm base) {
-  int mine[8] = {shape.x, shape.y, shape.z, shape.d, -shape.x, -shape.y, -shape.z, -shape.d};
-  int agreed[8];
-  check_mpi(MPI_Allreduce(mine, agreed, 8, MPI_INT, MPI_MAX, base), "MPI_Allreduce");
+void check_same_shape(const GridShape& shape, Communicator& base) {
+  const int64_t mine[4] = {shape.x, shape.y, shape.z, shape.d};
+  std::vector<int64_t> all(size_t(4) * base.size());
+  base.all_gather(mine, all.data(), 4, DType::kI64);
   for (int i = 0; i < 4; ++i) {
-    DENDRITE_CHECK(agreed[i] == -agreed[i + 4], "ProcessGrid: ranks were given different grids (",
-                   "axis ", "xyzd"[i], " ranges from ", -agreed[i + 4], " to ", agreed[i],
-                   "); pass the same --grid to every rank");
+    int64_t lo = all[i], hi = all[i];
+    for (int r = 1; r < base.size(); ++r) {
+      lo = std::min(lo, all[size_t(4) * r + i]);
+      hi = std::max(hi, all[size_t(4) * r + i]);
+    }
+    DENDRITE_CHECK(lo == hi, "ProcessGrid: ranks were given different grids (", "axis ", "xyzd"[i],
+                   " ranges from ", lo, " to ", hi, "); pass the same --grid to every rank");
   }
 }
 
 }  // namespace
 
-ProcessGrid::ProcessGrid(const GridShape& shape, const void* base_mpi_comm) : shape_(shape) {
-  DENDRITE_CHECK(base_mpi_comm, "ProcessGrid: base communicator is null; pass &comm");
-  const MPI_Comm base = *static_cast<const MPI_Comm*>(base_mpi_comm);
-  int base_size = 0;
-  check_mpi(MPI_Comm_rank(base, &rank_), "MPI_Comm_rank");
-  check_mpi(MPI_Comm_size(base, &base_size), "MPI_Comm_size");
+ProcessGrid::ProcessGrid(const GridShape& shape, Communicator& base) : shape_(shape) {
+  rank_ = base.rank();
+  const int base_size = base.size();
   check_same_shape(shape, base);
   DENDRITE_CHECK(shape.x > 0 && shape.y > 0 && shape.z > 0 && shape.d > 0, "ProcessGrid: grid ",
                  shape.str(), " has an extent below 1; every extent must be positive");
@@ -126,13 +127,12 @@ ProcessGrid::ProcessGrid(const GridShape& shape, const void* base_mpi_comm) : sh
   d_ = rank_ / (gx * gy * gz);
 
   // Axis communicator: color = the other three coordinates, key = this one, so
-  // the axis rank equals the coordinate.
+  // the axis rank equals the coordinate. An axis of extent 1 is so on every
+  // rank, so skipping its split keeps the ranks' collectives matched.
   const auto split = [&](int extent, int coord, int color,
                          const char* name) -> std::unique_ptr<Communicator> {
     if (extent == 1) return std::make_unique<SelfCommunicator>(name);
-    MPI_Comm comm;
-    check_mpi(MPI_Comm_split(base, color, coord, &comm), "MPI_Comm_split");
-    auto c = std::make_unique<MpiCommunicator>(comm, name);
+    auto c = base.split(color, coord, name);
     DENDRITE_CHECK(c->size() == extent && c->rank() == coord, "ProcessGrid: axis ", name,
                    " has rank ", c->rank(), " of ", c->size(), ", expected ", coord, " of ",
                    extent);
@@ -142,9 +142,7 @@ ProcessGrid::ProcessGrid(const GridShape& shape, const void* base_mpi_comm) : sh
   ay_ = split(gy, y_, (d_ * gz + z_) * gx + x_, "y");
   az_ = split(gz, z_, (d_ * gy + y_) * gx + x_, "z");
   ad_ = split(shape.d, d_, (z_ * gy + y_) * gx + x_, "d");
-  MPI_Comm world;
-  check_mpi(MPI_Comm_dup(base, &world), "MPI_Comm_dup");
-  world_ = wrap_mpi_comm(world, "world");
+  world_ = base.split(0, rank_, "world");
 }
 
 std::unique_ptr<ProcessGrid> ProcessGrid::single() {

@@ -1,5 +1,5 @@
 // The 4D process grid of DESIGN.md section 1: P = Gd * Gz * Gy * Gx ranks of a
-// base communicator, X varying fastest:
+// base communicator (any backend's), X varying fastest:
 //   x = r % Gx,  y = (r / Gx) % Gy,  z = (r / (Gx Gy)) % Gz,  d = r / (Gx Gy Gz)
 // with one communicator per axis (the ranks that differ only in that
 // coordinate), split once at construction. Built once in main (or a test) and
@@ -24,10 +24,11 @@ struct GridShape {
 
 class ProcessGrid {
  public:
-  // Splits `base` (an MPI communicator handle, as void* so this header needs no
-  // mpi.h; pass &comm for an MPI_Comm) into the four axes. Throws when the
-  // grid's size differs from the base communicator's.
-  ProcessGrid(const GridShape& shape, const void* base_mpi_comm);
+  // Splits `base` into the four axes and a duplicate of it ("world"), which
+  // share its backend and settings; base stays the caller's and may go first.
+  // Collective over base. Throws on every rank when the grid's size differs
+  // from the base's or the ranks pass different shapes.
+  ProcessGrid(const GridShape& shape, Communicator& base);
   // A grid of one process that needs no MPI (tests of serial code).
   static std::unique_ptr<ProcessGrid> single();
   ~ProcessGrid();

@@ -1,6 +1,6 @@
 // Errors: every failure becomes a dendrite::Error whose message names the
 // operation, the values involved and the fix. The command's main() catches it,
-// prints it with the rank, and aborts the whole MPI job (see comm/mpi_env.h).
+// prints it with the rank, and aborts the whole MPI job (see comm/mpi/env.h).
 #pragma once
 
 #include <sstream>

@@ -1,5 +1,5 @@
-// The progress engine thread and the shared-memory barrier (progress.h).
-#include "dendrite/comm/progress.h"
+// The progress engine thread and the shared-memory barrier (engine.h).
+#include "dendrite/comm/mpi/engine.h"
 
 #include <linux/futex.h>
 #include <sched.h>
@@ -9,90 +9,64 @@
 
 #include <climits>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <deque>
-#include <mutex>
-#include <thread>
-#include <algorithm>
-#include <utility>
 
 namespace dendrite {
-namespace {
 
-class Engine {
- public:
-  Engine() : thread_([this] { run(); }) {}
-  ~Engine() {
+ProgressEngine::ProgressEngine() : thread_([this] { run(); }) {}
+
+ProgressEngine::~ProgressEngine() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_one();
+  thread_.join();
+}
+
+std::shared_ptr<TaskState> ProgressEngine::post(std::function<void()> fn) {
+  auto state = std::make_shared<TaskState>();
+  state->posted = steady_seconds();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.emplace_back(std::move(fn), state);
+  }
+  wake_.notify_one();
+  return state;
+}
+
+void ProgressEngine::run() {
+  for (;;) {
+    std::pair<std::function<void()>, std::shared_ptr<TaskState>> task;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
     }
-    wake_.notify_one();
-    thread_.join();
-  }
-  std::shared_ptr<TaskState> post(std::function<void()> fn) {
-    auto state = std::make_shared<TaskState>();
-    state->posted = steady_seconds();
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      queue_.emplace_back(std::move(fn), state);
+    TaskState& s = *task.second;
+    s.start = steady_seconds();
+    try {
+      task.first();
+    } catch (...) {
+      s.error = std::current_exception();
     }
-    wake_.notify_one();
-    return state;
+    s.finish = steady_seconds();
+    mark_done(s);
   }
-
- private:
-  void run() {
-    for (;;) {
-      std::pair<std::function<void()>, std::shared_ptr<TaskState>> task;
-      {
-        std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-        if (queue_.empty()) return;
-        task = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      TaskState& s = *task.second;
-      s.start = steady_seconds();
-      try {
-        task.first();
-      } catch (...) {
-        s.error = std::current_exception();
-      }
-      s.finish = steady_seconds();
-      mark_done(s);
-    }
-  }
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::deque<std::pair<std::function<void()>, std::shared_ptr<TaskState>>> queue_;
-  bool stop_ = false;
-  std::thread thread_;  // last: starts after the members it uses exist
-};
-
-}  // namespace
+}
 
 double steady_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
-std::shared_ptr<TaskState> post_task(std::function<void()> fn) {
-  static Engine engine;  // a process resource, like the MPI library itself
-  return engine.post(std::move(fn));
-}
-
-namespace {
-std::atomic<unsigned> spin_rounds{2000};
-}  // namespace
-
-void set_oversubscribed(bool yes) { spin_rounds.store(yes ? 16 : 2000, std::memory_order_relaxed); }
-
 void Backoff::pause() {
   ++rounds_;
-  const unsigned spin = spin_rounds.load(std::memory_order_relaxed);
+  const unsigned spin = spin_;
   if (rounds_ < spin) {
     __builtin_ia32_pause();
   } else if (rounds_ < spin + 100) {
@@ -124,8 +98,8 @@ namespace {
 // then reads waiters, the waiter bumps waiters and then reads the word, both
 // sequentially consistent: one of them sees the other, so no wake-up is lost.
 template <class Reached>
-bool sleep_until(Reached reached, uint32_t* word, uint32_t* waiters, double seconds, bool shared) {
-  const unsigned spin = spin_rounds.load(std::memory_order_relaxed);
+bool sleep_until(Reached reached, uint32_t* word, uint32_t* waiters, double seconds, bool shared,
+                 unsigned spin) {
   for (unsigned i = 0; i < spin; ++i) {
     if (reached()) return true;
     __builtin_ia32_pause();
@@ -143,16 +117,16 @@ bool sleep_until(Reached reached, uint32_t* word, uint32_t* waiters, double seco
 }
 
 // A 64-byte barrier slot: the generation word, then its sleepers' count.
-uint32_t* slot_words(float* slot) { return reinterpret_cast<uint32_t*>(slot); }
+uint32_t* slot_words(std::byte* slot) { return reinterpret_cast<uint32_t*>(slot); }
 
 }  // namespace
 
-bool wait_done(TaskState& t, double seconds) {
+bool wait_done(TaskState& t, double seconds, unsigned spin) {
   static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
   // The waiter count lives beside the word in the task; only one thread waits.
   auto* word = reinterpret_cast<uint32_t*>(&t.done);
   return sleep_until([&] { return t.done.load(std::memory_order_acquire) != 0; }, word,
-                     &t.waiters, seconds, false);
+                     &t.waiters, seconds, false, spin);
 }
 
 void mark_done(TaskState& t) {
@@ -161,7 +135,8 @@ void mark_done(TaskState& t) {
     futex_wake(reinterpret_cast<uint32_t*>(&t.done), false);
 }
 
-bool shm_barrier(float* const* slots, int ranks, int me, int64_t& generation, double seconds) {
+bool shm_barrier(std::byte* const* slots, int ranks, int me, int64_t& generation, double seconds,
+                 unsigned spin) {
   const uint32_t next = uint32_t(++generation);
   uint32_t* mine = slot_words(slots[me]);
   std::atomic_ref<uint32_t>(mine[0]).store(next, std::memory_order_seq_cst);
@@ -177,7 +152,7 @@ bool shm_barrier(float* const* slots, int ranks, int me, int64_t& generation, do
     };
     const double left = seconds > 0 ? seconds - (steady_seconds() - start) : 0;
     if (seconds > 0 && left <= 0 && !reached()) return false;
-    if (!sleep_until(reached, &peer[0], &peer[1], left, true)) return false;
+    if (!sleep_until(reached, &peer[0], &peer[1], left, true, spin)) return false;
   }
   return true;
 }

@@ -1,21 +1,27 @@
-// The collectives of one MPI group (MpiCommunicator) and of a group of one
-// process (SelfCommunicator). Buffers hold n elements per rank; a group of
-// `size` ranks gathers into / scatters from size * n elements. MPI counts are
-// int, so n is checked against INT_MAX instead of being truncated.
-#include "dendrite/comm/mpi_communicator.h"
+// The collectives of one MPI group on buffers (MpiCommunicator; those on
+// SharedArrays are in shared_array.cpp), the world's maker and split. Buffers
+// hold n elements per rank; a group of `size` ranks gathers into / scatters
+// from size * n elements. MPI counts are int, so n is checked against INT_MAX
+// instead of being truncated.
+#include "dendrite/comm/mpi/mpi_communicator.h"
+
+#include <omp.h>
 
 #include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
+#include "dendrite/comm/mpi/world.h"
+#include "dendrite/comm/self_communicator.h"
 #include "dendrite/core/check.h"
 
 namespace dendrite {
-namespace {
 
+// bf16 is only moved, never summed: any 2-byte type carries it.
 MPI_Datatype mpi_type(DType t) {
   switch (t) {
     case DType::kF32:
@@ -24,9 +30,13 @@ MPI_Datatype mpi_type(DType t) {
       return MPI_DOUBLE;
     case DType::kI64:
       return MPI_INT64_T;
+    case DType::kBF16:
+      return MPI_UINT16_T;
   }
   fail("MpiCommunicator: unknown DType ", static_cast<int>(t));
 }
+
+namespace {
 
 int checked_count(const char* op, const std::string& comm, int64_t n) {
   DENDRITE_CHECK(n >= 0, op, " on ", comm, ": element count ", n, " is negative");
@@ -93,20 +103,61 @@ void fail_timeout(const char* kind, const Communicator& group, double waited, bo
        "raise --timeout if a step takes that long");
 }
 
-std::unique_ptr<Communicator> wrap_mpi_comm(MPI_Comm comm, std::string name) {
+int ranks_on_node(MPI_Comm comm) {
+  MPI_Comm node;
+  check_mpi(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
+            "MPI_Comm_split_type");
+  int n = 0;
+  MPI_Comm_size(node, &n);
+  MPI_Comm_free(&node);
+  return n;
+}
+
+namespace {
+
+// Wraps `comm` (taking ownership): a SelfCommunicator when the group has one
+// rank (the handle is freed at once), else an MpiCommunicator.
+std::unique_ptr<Communicator> wrap(MPI_Comm comm, std::string name,
+                                   std::shared_ptr<MpiWorldState> world) {
   int size = 0;
   check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
-  if (size > 1) return std::make_unique<MpiCommunicator>(comm, std::move(name));
+  if (size > 1) return std::make_unique<MpiCommunicator>(comm, std::move(name), std::move(world));
   check_mpi(MPI_Comm_free(&comm), "MPI_Comm_free");
   return std::make_unique<SelfCommunicator>(std::move(name));
 }
 
+// The job's ranks on this node, each with its OpenMP threads (and an engine
+// thread): when they fill the cores, waiting threads spin only briefly.
+unsigned resolve_spin(SpinPolicy p, int node_ranks) {
+  if (p == SpinPolicy::kLong) return kLongSpin;
+  if (p == SpinPolicy::kShort) return kShortSpin;
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  return unsigned(node_ranks * omp_get_max_threads()) >= cores ? kShortSpin : kLongSpin;
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_world(MPI_Comm base, const CommOptions& options,
+                                             std::string name) {
+  int size = 0;
+  check_mpi(MPI_Comm_size(base, &size), "MPI_Comm_size");
+  if (size == 1) return std::make_unique<SelfCommunicator>(std::move(name));  // no engine needed
+  MPI_Comm comm;
+  check_mpi(MPI_Comm_dup(base, &comm), "MPI_Comm_dup");
+  auto world = std::make_shared<MpiWorldState>();
+  world->options = options;
+  world->spin = resolve_spin(options.spin, ranks_on_node(comm));
+  return std::make_unique<MpiCommunicator>(comm, std::move(name), std::move(world));
+}
+
 // ---- MpiCommunicator ----
 
-MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name)
-    : Communicator(std::move(name)), comm_(comm) {
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name,
+                                 std::shared_ptr<MpiWorldState> world)
+    : Communicator(std::move(name)), comm_(comm), world_(std::move(world)) {
   check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+  node_ranks_ = dendrite::ranks_on_node(comm_);
   make_channels();
   int level = 0;
   MPI_Query_thread(&level);
@@ -124,16 +175,21 @@ MpiCommunicator::~MpiCommunicator() {
   }
 }
 
+// key orders the new group; MPI breaks ties by the rank here.
+std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, std::string name) {
+  MPI_Comm comm;
+  check_mpi(MPI_Comm_split(comm_, color, key, &comm), "MPI_Comm_split");
+  return wrap(comm, std::move(name), world_);
+}
+
 void MpiCommunicator::record(Collective c, int64_t bytes) {
   if (size_ > 1) count(c, bytes);
 }
 
-Request MpiCommunicator::make_request(std::unique_ptr<Request::Impl> impl, Collective kind) {
-  impl->stats = &stats_;
-  impl->group = this;
-  impl->kind = static_cast<int>(kind);
-  impl->posted = MPI_Wtime();
-  return Request(std::move(impl));
+Request MpiCommunicator::post(Collective c, int64_t bytes, std::function<void()> fn) {
+  count(c, bytes);
+  return Request(std::make_unique<TaskRequest>(stats_, *this, c, world_->engine.post(std::move(fn)),
+                                               world_->spin));
 }
 
 // In-place variants: reduce_scatter with in == out, all_gather with in at this
@@ -153,6 +209,7 @@ struct Ring {
   std::vector<float>& recv;
   const Communicator& group;
   bool engine;
+  unsigned spin;  // of the engine's backoff
 
   int block(int b) const { return ((b % g) + g) % g; }
 
@@ -161,7 +218,7 @@ struct Ring {
       for (int i = 0; i < count; ++i) wait_or_timeout(&reqs[i], kind, group);
       return;
     }
-    Backoff backoff;
+    Backoff backoff(spin);
     for (int done = 0;;) {
       check_mpi(MPI_Testall(count, reqs, &done, MPI_STATUSES_IGNORE), "MPI_Testall");
       if (done) return;
@@ -170,12 +227,12 @@ struct Ring {
   }
 
   // One step: send to the next rank, receive from the previous one.
-  void exchange(const float* send, int send_n, float* into, int recv_n, int tag,
-                const char* kind) const {
+  void exchange(const void* send, int send_n, void* into, int recv_n, int tag, const char* kind,
+                MPI_Datatype type = MPI_FLOAT) const {
     const int next = (me + 1) % g, prev = (me - 1 + g) % g;
     MPI_Request reqs[2];
-    check_mpi(MPI_Irecv(into, recv_n, MPI_FLOAT, prev, tag, comm, &reqs[0]), "MPI_Irecv");
-    check_mpi(MPI_Isend(send, send_n, MPI_FLOAT, next, tag, comm, &reqs[1]), "MPI_Isend");
+    check_mpi(MPI_Irecv(into, recv_n, type, prev, tag, comm, &reqs[0]), "MPI_Irecv");
+    check_mpi(MPI_Isend(send, send_n, type, next, tag, comm, &reqs[1]), "MPI_Isend");
     wait(reqs, 2, kind);
   }
 
@@ -211,11 +268,13 @@ struct Ring {
   }
 
   // Each rank passes on the block it received last: g - 1 steps.
-  void all_gather(const float* in, float* out, int n) const {
-    std::memcpy(out + int64_t(me) * n, in, sizeof(float) * n);
+  void all_gather(const void* in, void* out, int n, DType t) const {
+    const int64_t es = int64_t(dtype_size(t));
+    char* o = static_cast<char*>(out);
+    std::memcpy(o + int64_t(me) * n * es, in, size_t(es * n));
     for (int s = 0; s < g - 1; ++s)
-      exchange(out + int64_t(block(me - s)) * n, n, out + int64_t(block(me - s - 1)) * n, n, 3,
-               "all_gather");
+      exchange(o + int64_t(block(me - s)) * n * es, n, o + int64_t(block(me - s - 1)) * n * es, n,
+               3, "all_gather", mpi_type(t));
   }
 
   // A reduce-scatter, then an all-gather, in place (n >= g).
@@ -248,30 +307,38 @@ struct Ring {
 // progress engine's thread, over a duplicate of the group's communicator (so
 // they never mix with the calling thread's collectives): MPI is initialised
 // with MPI_THREAD_MULTIPLE. Without it they complete at once (blocking).
-Request MpiCommunicator::iall_gather_private(const SharedArray& a, int64_t offset, float* out,
+Request MpiCommunicator::iall_gather_private(const SharedArray& a, int64_t offset, void* out,
                                              int64_t n) {
   const int k = checked_count("iall_gather", name_, n);
-  if (engine_comm_ == MPI_COMM_NULL) return Communicator::iall_gather_private(a, offset, out, n);
-  const float* in = a.data() + offset;
-  return post(Collective::kAllGather, size_ * n * 4, [this, in, out, k] {
-    Ring{engine_comm_, size_, rank_, engine_acc_, engine_recv_, *this, true}.all_gather(in, out, k);
+  if (engine_comm_ == MPI_COMM_NULL) {
+    all_gather(a, offset, out, n);
+    return Request();
+  }
+  const DType t = a.dtype();
+  const std::byte* in = a.bytes() + offset * int64_t(dtype_size(t));
+  return post(Collective::kAllGather, size_ * n * int64_t(dtype_size(t)), [this, in, out, k, t] {
+    Ring{engine_comm_, size_, rank_, engine_acc_, engine_recv_, *this, true, world_->spin}
+        .all_gather(in, out, k, t);
   });
 }
 
 Request MpiCommunicator::ireduce_scatter_private(const SharedArray& a, int64_t offset, float* out,
                                                  int64_t n, bool accumulate) {
   const int k = checked_count("ireduce_scatter", name_, n);
-  if (engine_comm_ == MPI_COMM_NULL)
-    return Communicator::ireduce_scatter_private(a, offset, out, n, accumulate);
+  if (engine_comm_ == MPI_COMM_NULL) {
+    reduce_scatter(a, offset, out, n, accumulate);
+    return Request();
+  }
   const float* in = a.data() + offset;
   return post(Collective::kReduceScatter, size_ * n * 4, [this, in, out, k, accumulate] {
-    Ring{engine_comm_, size_, rank_, engine_acc_, engine_recv_, *this, true}.reduce_scatter(
-        in, out, k, accumulate);
+    Ring{engine_comm_, size_, rank_, engine_acc_, engine_recv_, *this, true, world_->spin}
+        .reduce_scatter(in, out, k, accumulate);
   });
 }
 
 void MpiCommunicator::all_reduce(void* buf, int64_t n, DType t) {
   checked_count("all_reduce", name_, n);
+  check_summable("all_reduce", *this, t);
   record(Collective::kAllReduce, n * dtype_size(t));
   BlockTimer timer(stats_, Collective::kAllReduce);
   if (own_.window && t != DType::kI64) {  // the ranks share a node
@@ -279,25 +346,27 @@ void MpiCommunicator::all_reduce(void* buf, int64_t n, DType t) {
       fail_timeout("all_reduce", *this, timeout_s_, false);
     return;
   }
-  Ring{comm_, size_, rank_, ring_acc_, ring_recv_, *this, false}.sum(buf, n, t);
+  Ring{comm_, size_, rank_, ring_acc_, ring_recv_, *this, false, world_->spin}.sum(buf, n, t);
 }
 
 // On a node: a task on the progress engine, which needs no polling.
 Request MpiCommunicator::iall_reduce(void* buf, int64_t n, DType t) {
   const int k = checked_count("iall_reduce", name_, n);
+  check_summable("iall_reduce", *this, t);
   if (engine_.window && t != DType::kI64)
     return post(Collective::kAllReduce, n * int64_t(dtype_size(t)),
                 [this, buf, n, t] { shm_all_reduce(engine_, buf, n, t, 0); });
   if (engine_comm_ != MPI_COMM_NULL) {  // across nodes: on the engine, over messages
     return post(Collective::kAllReduce, n * int64_t(dtype_size(t)), [this, buf, n, t] {
-      Ring{engine_comm_, size_, rank_, engine_acc_, engine_recv_, *this, true}.sum(buf, n, t);
+      Ring{engine_comm_, size_, rank_, engine_acc_, engine_recv_, *this, true, world_->spin}.sum(
+          buf, n, t);
     });
   }
   record(Collective::kAllReduce, n * dtype_size(t));
-  auto impl = std::make_unique<Request::Impl>();
+  auto impl = std::make_unique<MpiRequest>(stats_, *this, Collective::kAllReduce);
   check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf, k, mpi_type(t), MPI_SUM, comm_, &impl->req),
             "MPI_Iallreduce");
-  return make_request(std::move(impl), Collective::kAllReduce);
+  return Request(std::move(impl));
 }
 
 // Large float gathers take a ring (Ring::all_gather), measured 15-40% faster
@@ -309,8 +378,8 @@ void MpiCommunicator::all_gather(const void* in, void* out, int64_t n, DType t) 
   const bool in_place = in == static_cast<char*>(out) + rank_ * bytes;
   BlockTimer timer(stats_, Collective::kAllGather);
   if (t == DType::kF32 && !in_place && int64_t(size_) * n * 4 >= (1 << 16)) {
-    Ring{comm_, size_, rank_, ring_acc_, ring_recv_, *this, false}.all_gather(
-        static_cast<const float*>(in), static_cast<float*>(out), k);
+    Ring{comm_, size_, rank_, ring_acc_, ring_recv_, *this, false, world_->spin}.all_gather(
+        in, out, k, DType::kF32);
     return;
   }
   MPI_Request req;
@@ -325,11 +394,11 @@ Request MpiCommunicator::iall_gather(const void* in, void* out, int64_t n, DType
   const size_t bytes = n * dtype_size(t);
   record(Collective::kAllGather, size_ * bytes);
   const bool in_place = in == static_cast<char*>(out) + rank_ * bytes;
-  auto impl = std::make_unique<Request::Impl>();
+  auto impl = std::make_unique<MpiRequest>(stats_, *this, Collective::kAllGather);
   check_mpi(MPI_Iallgather(in_place ? MPI_IN_PLACE : in, k, mpi_type(t), out, k, mpi_type(t), comm_,
                            &impl->req),
             "MPI_Iallgather");
-  return make_request(std::move(impl), Collective::kAllGather);
+  return Request(std::move(impl));
 }
 
 // Large float reductions take a ring (Ring::reduce_scatter): OpenMPI 4.1's MPI_Reduce_scatter
@@ -338,10 +407,11 @@ Request MpiCommunicator::iall_gather(const void* in, void* out, int64_t n, DType
 // counts (3-4x faster than MPI_Reduce_scatter_block in OpenMPI 4.1).
 void MpiCommunicator::reduce_scatter(const void* in, void* out, int64_t n, DType t) {
   const int k = checked_count("reduce_scatter", name_, n);
+  check_summable("reduce_scatter", *this, t);
   record(Collective::kReduceScatter, size_ * n * dtype_size(t));
   BlockTimer timer(stats_, Collective::kReduceScatter);
   if (t == DType::kF32 && in != out && int64_t(size_) * n * 4 >= (1 << 16)) {
-    Ring{comm_, size_, rank_, ring_acc_, ring_recv_, *this, false}.reduce_scatter(
+    Ring{comm_, size_, rank_, ring_acc_, ring_recv_, *this, false, world_->spin}.reduce_scatter(
         static_cast<const float*>(in), static_cast<float*>(out), k, false);
     return;
   }
@@ -355,13 +425,14 @@ void MpiCommunicator::reduce_scatter(const void* in, void* out, int64_t n, DType
 
 Request MpiCommunicator::ireduce_scatter(const void* in, void* out, int64_t n, DType t) {
   const int k = checked_count("ireduce_scatter", name_, n);
+  check_summable("ireduce_scatter", *this, t);
   record(Collective::kReduceScatter, size_ * n * dtype_size(t));
-  auto impl = std::make_unique<Request::Impl>();
+  auto impl = std::make_unique<MpiRequest>(stats_, *this, Collective::kReduceScatter);
   impl->counts.assign(size_, k);
   check_mpi(MPI_Ireduce_scatter(in == out ? MPI_IN_PLACE : in, out, impl->counts.data(),
                                 mpi_type(t), MPI_SUM, comm_, &impl->req),
             "MPI_Ireduce_scatter");
-  return make_request(std::move(impl), Collective::kReduceScatter);
+  return Request(std::move(impl));
 }
 
 void MpiCommunicator::broadcast(void* buf, int64_t n, DType t, int root) {
@@ -378,55 +449,13 @@ void MpiCommunicator::broadcast(void* buf, int64_t n, DType t, int root) {
 void MpiCommunicator::barrier() {
   BlockTimer timer(stats_, Collective::kCount);
   if (own_.window) {
-    if (!shm_barrier(own_.window->peers(), size_, rank_, own_.generation, timeout_s_))
+    if (!shm_barrier(own_.window->peers(), size_, rank_, own_.generation, timeout_s_, world_->spin))
       fail_timeout("barrier", *this, timeout_s_, false);
     return;
   }
   MPI_Request req;
   check_mpi(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier");
   wait_or_timeout(&req, "barrier", *this);
-}
-
-// ---- SelfCommunicator: the group of one; nothing moves between ranks ----
-
-namespace {
-void copy_if_distinct(const void* in, void* out, int64_t n, DType t, const char* op) {
-  DENDRITE_CHECK(n >= 0, op, ": element count ", n, " is negative");
-  if (in != out && n > 0) std::memcpy(out, in, n * dtype_size(t));
-}
-}  // namespace
-
-void SelfCommunicator::all_reduce(void*, int64_t n, DType) {
-  DENDRITE_CHECK(n >= 0, "all_reduce: element count ", n, " is negative");
-}
-
-Request SelfCommunicator::iall_reduce(void* buf, int64_t n, DType t) {
-  all_reduce(buf, n, t);
-  return Request();
-}
-
-void SelfCommunicator::all_gather(const void* in, void* out, int64_t n, DType t) {
-  copy_if_distinct(in, out, n, t, "all_gather");
-}
-
-Request SelfCommunicator::iall_gather(const void* in, void* out, int64_t n, DType t) {
-  all_gather(in, out, n, t);
-  return Request();
-}
-
-void SelfCommunicator::reduce_scatter(const void* in, void* out, int64_t n, DType t) {
-  copy_if_distinct(in, out, n, t, "reduce_scatter");
-}
-
-Request SelfCommunicator::ireduce_scatter(const void* in, void* out, int64_t n, DType t) {
-  reduce_scatter(in, out, n, t);
-  return Request();
-}
-
-void SelfCommunicator::broadcast(void*, int64_t n, DType, int root) {
-  DENDRITE_CHECK(n >= 0, "broadcast: element count ", n, " is negative");
-  DENDRITE_CHECK(root == 0, "broadcast on ", name_, ": root ", root,
-                 " is outside the group of 1 rank; pass root 0");
 }
 
 }  // namespace dendrite

@@ -1,4 +1,5 @@
-#include "dendrite/comm/mpi_env.h"
+// MpiEnv (env.h): MPI's lifetime, the world communicator, the job-wide abort.
+#include "dendrite/comm/mpi/env.h"
 
 #include <mpi.h>
 
@@ -6,11 +7,12 @@
 #include <cstdlib>
 #include <exception>
 
+#include "dendrite/comm/mpi/world.h"
 #include "dendrite/core/log.h"
 
 namespace dendrite {
 
-MpiEnv::MpiEnv(int* argc, char*** argv) {
+MpiEnv::MpiEnv(int* argc, char*** argv, const CommOptions& options) : options_(options) {
   int provided = 0;
   MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
@@ -18,7 +20,16 @@ MpiEnv::MpiEnv(int* argc, char*** argv) {
   set_log_rank(rank_);
 }
 
-MpiEnv::~MpiEnv() { MPI_Finalize(); }
+// The communicators (their windows, the engine's thread) go before MPI does.
+MpiEnv::~MpiEnv() {
+  world_.reset();
+  MPI_Finalize();
+}
+
+Communicator& MpiEnv::world() {
+  if (!world_) world_ = make_mpi_world(MPI_COMM_WORLD, options_);
+  return *world_;
+}
 
 int MpiEnv::run_or_abort(const std::function<int()>& body) {
   try {

@@ -1,0 +1,87 @@
+// The two kinds of pending collective of the MPI backend: an MPI request,
+// which moves only when polled, and a task on the progress engine, which runs
+// on its own thread. Each charges the time its waiter blocked to the
+// communicator that posted it.
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "dendrite/comm/mpi/mpi_communicator.h"
+
+namespace dendrite {
+
+MpiRequest::MpiRequest(CommStats& stats, const Communicator& group, Collective kind)
+    : stats_(stats), group_(group), kind_(static_cast<int>(kind)), posted_(MPI_Wtime()) {}
+
+void MpiRequest::wait() {
+  if (!pending()) return;
+  const double start = MPI_Wtime();
+  wait_or_timeout(&req, collective_name(static_cast<Collective>(kind_)), group_);
+  req = MPI_REQUEST_NULL;  // MPI_Wait sets this too; idempotence must not rely on it
+  const double end = MPI_Wtime();
+  stats_.wait_seconds += end - start;
+  stats_.exposed_seconds[kind_] += end - start;
+  stats_.total_seconds[kind_] += end - posted_;
+}
+
+bool MpiRequest::test() {
+  if (!pending()) return true;
+  int done = 0;
+  check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+  if (!done) return false;
+  req = MPI_REQUEST_NULL;
+  stats_.total_seconds[kind_] += MPI_Wtime() - posted_;
+  return true;
+}
+
+void MpiRequest::abort_job() noexcept {
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();  // MPI_Abort does not return; the compiler cannot know
+}
+
+TaskRequest::TaskRequest(CommStats& stats, const Communicator& group, Collective kind,
+                         std::shared_ptr<TaskState> task, unsigned spin)
+    : stats_(stats),
+      group_(group),
+      kind_(static_cast<int>(kind)),
+      task_(std::move(task)),
+      spin_(spin) {}
+
+// A short spin, then the waiter sleeps until the engine marks the task done.
+// Its total time is the time it ran on the engine; what the caller waited for
+// is exposed. The watchdog applies as to MPI requests: a task stuck (its
+// barrier waiting for a dead or stuck peer) fails after the group's timeout.
+void TaskRequest::wait() {
+  if (!pending()) return;
+  TaskState& t = *task_;
+  const double start = steady_seconds(), timeout = group_.timeout();
+  if (!wait_done(t, timeout, spin_))
+    fail_timeout(collective_name(static_cast<Collective>(kind_)), group_, steady_seconds() - start,
+                 true);
+  const double waited = std::min(steady_seconds() - start, t.finish - t.start);
+  finish();
+  stats_.wait_seconds += waited;
+  stats_.exposed_seconds[kind_] += waited;
+}
+
+void TaskRequest::finish() {
+  std::shared_ptr<TaskState> t = std::move(task_);
+  stats_.total_seconds[kind_] += t->finish - t->start;
+  stats_.queued_seconds[kind_] += t->start - t->posted;
+  if (t->error) std::rethrow_exception(t->error);
+}
+
+bool TaskRequest::test() {
+  if (!pending()) return true;
+  if (!task_->done.load(std::memory_order_acquire)) return false;
+  finish();
+  return true;
+}
+
+void TaskRequest::abort_job() noexcept {
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();  // MPI_Abort does not return; the compiler cannot know
+}
+
+}  // namespace dendrite

@@ -1,0 +1,31 @@
+// The choices a job makes about how its ranks communicate, as data: made once
+// where the communicators are made (main reads them from the environment with
+// comm_options_from_environment(); tests set them directly) and carried by
+// every communicator split from that world, instead of being read from the
+// environment or set in a static where they are used.
+#pragma once
+
+namespace dendrite {
+
+// How long a thread waiting for a peer (a barrier, a message, an engine task)
+// spins before it yields and sleeps. A spinning waiter takes a core, which on
+// a node with more threads than cores is the core the peer it waits for needs.
+enum class SpinPolicy {
+  kAuto,   // kShort when this job's ranks times their threads fill the node's cores
+  kLong,   // about 2000 pause instructions: the lowest latency, a core each
+  kShort,  // 16: leaves the core to the computing threads at once
+};
+
+struct CommOptions {
+  // Node-local groups use MPI-3 shared-memory windows for SharedArrays and
+  // all-reduces; false: private memory and messages everywhere (as across
+  // nodes). DENDRITE_SHARED_MEMORY=0 turns it off.
+  bool shared_memory = true;
+  SpinPolicy spin = SpinPolicy::kAuto;
+};
+
+// The options the environment gives: DENDRITE_SHARED_MEMORY=0 turns shared
+// memory off. Read once, by the program's main.
+CommOptions comm_options_from_environment();
+
+}  // namespace dendrite

@@ -1,17 +1,24 @@
-// Shared by the op tests: seeded random inputs and an element-wise closeness
+// Shared by the op tests: seeded random inputs, an element-wise closeness
 // check whose tolerance is relative for large values and scaled by the
-// tensor's rms for small ones.
+// tensor's rms for small ones, and the ops composed as the model's layers
+// compose them on one rank (the unsplit norms, the LM head with its loss), so
+// the tests check the product's path against the whole-tensor references.
+// Letters: m rows, c / C channels, V vocabulary, Vp padded vocabulary.
 #pragma once
 
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "dendrite/core/rng.h"
+#include "dendrite/ops/cross_entropy.h"
+#include "dendrite/ops/matmul.h"
+#include "dendrite/ops/norm.h"
 
 namespace dendrite::test {
 
@@ -71,5 +78,67 @@ class ThreadCount {
  private:
   int saved_;
 };
+
+// The norms over an unsplit width, as ParallelNorm runs them on one X rank:
+// the row sums, then the apply with c == c_total (no sum over ranks between).
+// x, y, dy, dx [m, c]; gamma, beta, dgamma, dbeta [c] (gradients accumulated;
+// dbeta may be null); mean, rstd [m].
+inline void layernorm_whole_forward(float* y, float* mean, float* rstd, const float* x,
+                                    const float* gamma, const float* beta, int m, int c,
+                                    float eps) {
+  std::vector<double> sums(2L * m);
+  ops::layernorm_row_sums(sums.data(), x, m, c);
+  ops::layernorm_apply(y, mean, rstd, sums.data(), x, gamma, beta, m, c, c, eps);
+}
+
+inline void layernorm_whole_backward(float* dx, float* dgamma, float* dbeta, const float* dy,
+                                     const float* x, const float* mean, const float* rstd,
+                                     const float* gamma, int m, int c) {
+  std::vector<double> sums(2L * m);
+  ops::layernorm_backward_sums(sums.data(), dy, x, mean, rstd, gamma, m, c);
+  ops::layernorm_backward_apply(dx, dgamma, dbeta, sums.data(), dy, x, mean, rstd, gamma, m, c, c);
+}
+
+inline void rmsnorm_whole_forward(float* y, float* rstd, const float* x, const float* gamma, int m,
+                                  int c, float eps) {
+  std::vector<double> sums(m);
+  ops::rmsnorm_row_sums(sums.data(), x, m, c);
+  ops::rmsnorm_apply(y, rstd, sums.data(), x, gamma, m, c, c, eps);
+}
+
+inline void rmsnorm_whole_backward(float* dx, float* dgamma, const float* dy, const float* x,
+                                   const float* rstd, const float* gamma, int m, int c) {
+  std::vector<double> sums(m);
+  ops::rmsnorm_backward_sums(sums.data(), dy, x, gamma, m, c);
+  ops::rmsnorm_backward_apply(dx, dgamma, sums.data(), dy, x, rstd, gamma, m, c, c);
+}
+
+// The LM head and its loss as VocabCrossEntropy runs them with the vocabulary
+// in one part (Gx = Gy = 1): per chunk of chunk_rows rows, logits [rows, Vp] =
+// x w^T, the local stats combined over the one part, then dlogits and the two
+// GEMMs of the backward. x [m, C], w [Vp, C], targets [m], weight [m] (may be
+// null). Returns sum_r weight[r] CE_r / denominator; with dx non-null also
+// dx [m, C] (overwritten) and dw [Vp, C] (accumulated).
+inline double lm_head_loss(float* dx, float* dw, const float* x, const float* w,
+                           const int32_t* targets, const float* weight, double denominator, int m,
+                           int C, int V, int Vp, int chunk_rows) {
+  std::vector<float> logits(static_cast<size_t>(chunk_rows) * Vp), stats(2L * chunk_rows),
+      lse(chunk_rows);
+  double loss = 0.0;
+  for (int r0 = 0; r0 < m; r0 += chunk_rows) {
+    const int rows = std::min(chunk_rows, m - r0);
+    const float* xc = x + static_cast<long>(r0) * C;  // [rows, C]
+    const float* wc = weight ? weight + r0 : nullptr;
+    ops::linear_forward(logits.data(), xc, w, nullptr, rows, C, Vp);
+    ops::ce_local_stats(stats.data(), logits.data(), targets + r0, wc, rows, Vp, 0, V);
+    loss += ops::ce_combine(lse.data(), stats.data(), wc, rows, 1);
+    if (!dx) continue;
+    ops::ce_dlogits(logits.data(), lse.data(), targets + r0, wc, denominator, rows, Vp, 0, V);
+    ops::linear_backward_input(dx + static_cast<long>(r0) * C, logits.data(), w, rows, C, Vp,
+                               false);
+    ops::linear_backward_weight(dw, nullptr, logits.data(), xc, rows, C, Vp, true);
+  }
+  return loss / denominator;
+}
 
 }  // namespace dendrite::test

@@ -1,7 +1,9 @@
 // Tests of the CPU attention, rotary embedding and LM-head cross-entropy ops
 // against the naive oracles in dendrite/ops/reference and by central finite
-// differences. B batch, T sequence, NH/NKV query/KV heads, hs head size;
-// m rows, C channels, V vocabulary, Vp padded vocabulary.
+// differences. The LM head runs as the model runs it on one rank: the GEMM
+// ops and the cross-entropy pieces in chunks of rows (test::lm_head_loss).
+// B batch, T sequence, NH/NKV query/KV heads, hs head size; m rows,
+// C channels, V vocabulary, Vp padded vocabulary.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -14,8 +16,9 @@
 #include "dendrite/core/check.h"
 #include "dendrite/core/rng.h"
 #include "dendrite/ops/attention.h"
-#include "dendrite/ops/cross_entropy.h"
+#include "dendrite/ops/matmul.h"
 #include "dendrite/ops/reference/attention.h"
+#include "op_test_support.h"
 
 namespace dendrite {
 namespace {
@@ -320,12 +323,12 @@ TEST(Rope, RejectsOddHeadSize) {
 // ------------------------------------------------------------ cross-entropy
 
 struct CeData {
-  ops::CrossEntropyShape s;
+  int m, C, V, Vp, chunk_rows;
   std::vector<float> x, w, weight;  // [m, C], [Vp, C], [m]
   std::vector<int32_t> targets;     // [m]
-  std::vector<float> scratch;       // [chunk_rows, Vp]
 
-  CeData(int m, int C, int V, int Vp, int chunk) : s{m, C, V, Vp, chunk} {
+  CeData(int m_, int C_, int V_, int Vp_, int chunk)
+      : m(m_), C(C_), V(V_), Vp(Vp_), chunk_rows(chunk) {
     x = randn(static_cast<long>(m) * C, 21);
     w = randn(static_cast<long>(Vp) * C, 22, 0.5f);
     // Large padding rows: counting them in the softmax would change everything.
@@ -335,11 +338,10 @@ struct CeData {
       const float choices[] = {1.0f, 0.0f, 0.5f, 2.0f, 1.0f};
       weight.push_back(choices[r % 5]);
     }
-    scratch.assign(static_cast<size_t>(chunk) * Vp, 0.0f);
   }
   double loss(float* dx, float* dw, const float* wt, double denom) {
-    return ops::lm_head_cross_entropy(dx, dw, x.data(), w.data(), targets.data(), wt, denom, s,
-                                      scratch.data());
+    return test::lm_head_loss(dx, dw, x.data(), w.data(), targets.data(), wt, denom, m, C, V, Vp,
+                              chunk_rows);
   }
 };
 
@@ -410,10 +412,11 @@ TEST(CrossEntropy, OutOfRangeTargetThrows) {
   }
 }
 
+// The head's logits over the real ids: x times the first V rows of w (padding rows unread).
 TEST(CrossEntropy, LogitsMatchDirectProduct) {
   const int m = 5, C = 9, V = 13;
   std::vector<float> x = randn(m * C, 31), w = randn(16 * C, 32), logits(m * V);
-  ops::lm_head_logits(logits.data(), x.data(), w.data(), m, C, V);
+  ops::linear_forward(logits.data(), x.data(), w.data(), nullptr, m, C, V);
   for (int r = 0; r < m; ++r)
     for (int j = 0; j < V; ++j) {
       double d = 0.0;

@@ -1,10 +1,13 @@
 // Basic ops of the CPU backend (gemm/linear, LayerNorm, RMSNorm, GELU, SwiGLU,
 // add, embedding, AdamW, gradient norm, lr schedule) against the naive double
-// references of ops/reference/basic.h. Each op is checked on odd sizes and a
-// GPT-2-like size (C = 768). Gradients are checked by central differences of the
-// double reference loss L = sum(dy * y) with a random dy, both for the reference
-// backward (tight) and the fast backward (float tolerance). Letters: m rows,
-// c / C channels, k in and n out features, B sequences, T positions, V vocab.
+// references of ops/reference/basic.h. The norms run as the model runs them
+// on an unsplit width (row sums, then apply, with c == c_total); the embedding
+// as the range lookup over the whole vocabulary plus the position add. Each op
+// is checked on odd sizes and a GPT-2-like size (C = 768). Gradients are
+// checked by central differences of the double reference loss L = sum(dy * y)
+// with a random dy, both for the reference backward (tight) and the fast
+// backward (float tolerance). Letters: m rows, c / C channels, k in and n out
+// features, B sequences, T positions, V vocab.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,7 +24,6 @@
 #include "dendrite/ops/activation.h"
 #include "dendrite/ops/embedding.h"
 #include "dendrite/ops/matmul.h"
-#include "dendrite/ops/norm.h"
 #include "dendrite/ops/optim.h"
 #include "dendrite/ops/reference/basic.h"
 #include "op_test_support.h"
@@ -29,7 +31,8 @@
 namespace dendrite {
 namespace {
 
-using namespace dendrite::test;  // randn, random_tokens, to_d, expect_close, ThreadCount, Vf, Vd
+using namespace dendrite::test;  // randn, random_tokens, to_d, expect_close, ThreadCount, Vf, Vd,
+                                 // the whole-width norms
 
 double dot(const Vd& a, const Vd& b) {
   double s = 0.0;
@@ -179,15 +182,15 @@ void check_layernorm(int m, int c, bool finite_differences) {
   Vd xd = to_d(x), gd = to_d(gamma), bd = to_d(beta), dyd = to_d(dy);
   Vf y(x.size()), mean(m), rstd(m), dx(x.size()), dgamma = randn(c, 5), dbeta = randn(c, 6);
   Vd yr(x.size()), meanr(m), rstdr(m), dxr(x.size()), dgr = to_d(dgamma), dbr = to_d(dbeta);
-  ops::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), gamma.data(), beta.data(), m,
-                         c, eps);
+  layernorm_whole_forward(y.data(), mean.data(), rstd.data(), x.data(), gamma.data(), beta.data(),
+                          m, c, eps);
   ref::layernorm_forward(yr.data(), meanr.data(), rstdr.data(), xd.data(), gd.data(), bd.data(), m,
                          c, eps);
   expect_close(y, yr, kFwdTol, "layernorm y");
   expect_close(mean, meanr, kFwdTol, "layernorm mean");
   expect_close(rstd, rstdr, kFwdTol, "layernorm rstd");
-  ops::layernorm_backward(dx.data(), dgamma.data(), dbeta.data(), dy.data(), x.data(), mean.data(),
-                          rstd.data(), gamma.data(), m, c);
+  layernorm_whole_backward(dx.data(), dgamma.data(), dbeta.data(), dy.data(), x.data(),
+                           mean.data(), rstd.data(), gamma.data(), m, c);
   ref::layernorm_backward(dxr.data(), dgr.data(), dbr.data(), dyd.data(), xd.data(), meanr.data(),
                           rstdr.data(), gd.data(), m, c);
   expect_close(dx, dxr, kBwdTol, "layernorm dx");
@@ -196,8 +199,8 @@ void check_layernorm(int m, int c, bool finite_differences) {
   if (!finite_differences) return;
 
   Vf dg0(c), db0(c);
-  ops::layernorm_backward(dx.data(), dg0.data(), db0.data(), dy.data(), x.data(), mean.data(),
-                          rstd.data(), gamma.data(), m, c);
+  layernorm_whole_backward(dx.data(), dg0.data(), db0.data(), dy.data(), x.data(), mean.data(),
+                           rstd.data(), gamma.data(), m, c);
   Vd dgr0(c), dbr0(c);
   ref::layernorm_backward(dxr.data(), dgr0.data(), dbr0.data(), dyd.data(), xd.data(), meanr.data(),
                           rstdr.data(), gd.data(), m, c);
@@ -225,12 +228,12 @@ void check_rmsnorm(int m, int c, bool finite_differences) {
   Vd xd = to_d(x), gd = to_d(gamma), dyd = to_d(dy);
   Vf y(x.size()), rstd(m), dx(x.size()), dgamma = randn(c, 5);
   Vd yr(x.size()), rstdr(m), dxr(x.size()), dgr = to_d(dgamma);
-  ops::rmsnorm_forward(y.data(), rstd.data(), x.data(), gamma.data(), m, c, eps);
+  rmsnorm_whole_forward(y.data(), rstd.data(), x.data(), gamma.data(), m, c, eps);
   ref::rmsnorm_forward(yr.data(), rstdr.data(), xd.data(), gd.data(), m, c, eps);
   expect_close(y, yr, kFwdTol, "rmsnorm y");
   expect_close(rstd, rstdr, kFwdTol, "rmsnorm rstd");
-  ops::rmsnorm_backward(dx.data(), dgamma.data(), dy.data(), x.data(), rstd.data(), gamma.data(), m,
-                        c);
+  rmsnorm_whole_backward(dx.data(), dgamma.data(), dy.data(), x.data(), rstd.data(), gamma.data(),
+                         m, c);
   ref::rmsnorm_backward(dxr.data(), dgr.data(), dyd.data(), xd.data(), rstdr.data(), gd.data(), m,
                         c);
   expect_close(dx, dxr, kBwdTol, "rmsnorm dx");
@@ -239,8 +242,8 @@ void check_rmsnorm(int m, int c, bool finite_differences) {
 
   Vf dg0(c);
   Vd dgr0(c);
-  ops::rmsnorm_backward(dx.data(), dg0.data(), dy.data(), x.data(), rstd.data(), gamma.data(), m,
-                        c);
+  rmsnorm_whole_backward(dx.data(), dg0.data(), dy.data(), x.data(), rstd.data(), gamma.data(), m,
+                         c);
   ref::rmsnorm_backward(dxr.data(), dgr0.data(), dyd.data(), xd.data(), rstdr.data(), gd.data(), m,
                         c);
   auto loss = [&] {
@@ -257,20 +260,20 @@ void check_rmsnorm(int m, int c, bool finite_differences) {
 TEST(RmsNorm, OddSizesWithFiniteDifferences) { check_rmsnorm(37, 53, true); }
 TEST(RmsNorm, Gpt2Size) { check_rmsnorm(256, 768, false); }
 
-// Bit-identical dgamma/dbeta/dx on a rerun and for 1, 2 and 3 threads.
+// Bit-identical dgamma/dbeta/dx (row sums and apply) on a rerun and for 1, 2 and 3 threads.
 TEST(Norm, BackwardIsDeterministic) {
   const int m = 301, c = 768;
   Vf x = randn(static_cast<long>(m) * c, 1, 2.0, 0.5), gamma = randn(c, 2, 0.2, 1.0);
   Vf beta = randn(c, 3), dy = randn(x.size(), 4), y(x.size()), mean(m), rstd(m);
-  ops::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), gamma.data(), beta.data(), m,
-                         c, 1e-5f);
+  layernorm_whole_forward(y.data(), mean.data(), rstd.data(), x.data(), gamma.data(), beta.data(),
+                          m, c, 1e-5f);
   auto run = [&](int threads, Vf& dx, Vf& dg, Vf& db) {
     ThreadCount scope(threads);
     dx.assign(x.size(), 0.0f);
     dg.assign(c, 0.5f);
     db.assign(c, -0.5f);
-    ops::layernorm_backward(dx.data(), dg.data(), db.data(), dy.data(), x.data(), mean.data(),
-                            rstd.data(), gamma.data(), m, c);
+    layernorm_whole_backward(dx.data(), dg.data(), db.data(), dy.data(), x.data(), mean.data(),
+                             rstd.data(), gamma.data(), m, c);
   };
   Vf dx1, dg1, db1;
   run(2, dx1, dg1, db1);
@@ -282,16 +285,16 @@ TEST(Norm, BackwardIsDeterministic) {
     EXPECT_EQ(0, std::memcmp(dx1.data(), dx2.data(), dx1.size() * sizeof(float))) << threads;
   }
   Vf rstd2(m), dgr1(c), dgr2(c);
-  ops::rmsnorm_forward(y.data(), rstd2.data(), x.data(), gamma.data(), m, c, 1e-5f);
+  rmsnorm_whole_forward(y.data(), rstd2.data(), x.data(), gamma.data(), m, c, 1e-5f);
   {
     ThreadCount scope(1);
-    ops::rmsnorm_backward(y.data(), dgr1.data(), dy.data(), x.data(), rstd2.data(), gamma.data(), m,
-                          c);
+    rmsnorm_whole_backward(y.data(), dgr1.data(), dy.data(), x.data(), rstd2.data(), gamma.data(),
+                           m, c);
   }
   {
     ThreadCount scope(3);
-    ops::rmsnorm_backward(y.data(), dgr2.data(), dy.data(), x.data(), rstd2.data(), gamma.data(), m,
-                          c);
+    rmsnorm_whole_backward(y.data(), dgr2.data(), dy.data(), x.data(), rstd2.data(), gamma.data(),
+                           m, c);
   }
   EXPECT_EQ(0, std::memcmp(dgr1.data(), dgr2.data(), c * sizeof(float))) << "rmsnorm dgamma";
 }
@@ -369,15 +372,31 @@ TEST(Add, OutOfPlaceAliasedAndInPlace) {
 
 // ---------------------------------------------------------------- embedding
 
+// The model's lookup over an unsplit vocabulary (VocabEmbedding on one rank):
+// the range form over all V ids, then the positions when wpe is given.
+// out [m, C]; wte [V, C]; wpe [T, C] or null.
+void embed(float* out, const std::vector<int32_t>& tokens, const Vf& wte, const float* wpe, int m,
+           int T, int C, int V) {
+  ops::embedding_range_forward(out, tokens.data(), wte.data(), 0, V, m, C);
+  if (wpe) ops::position_add(out, wpe, m, T, C);
+}
+
+// Its backward: dwte [V, C] and dwpe [T, C] (may be null) accumulated.
+void embed_backward(float* dwte, float* dwpe, const Vf& dout, const std::vector<int32_t>& tokens,
+                    int m, int T, int C, int V) {
+  ops::embedding_range_backward(dwte, dout.data(), tokens.data(), 0, V, m, C);
+  if (dwpe) ops::position_backward(dwpe, dout.data(), m, T, C);
+}
+
 void check_embedding(int B, int T, int C, int V, bool finite_differences) {
-  const long rows = static_cast<long>(B) * T;
-  std::vector<int32_t> tokens = random_tokens(rows, V, 1);  // small V: many repeated tokens
+  const int m = B * T;
+  std::vector<int32_t> tokens = random_tokens(m, V, 1);  // small V: many repeated tokens
   Vf wte = randn(static_cast<long>(V) * C, 2), wpe = randn(static_cast<long>(T) * C, 3);
-  Vf dout = randn(rows * C, 4), out(rows * C), out_nopos(rows * C);
+  Vf dout = randn(static_cast<long>(m) * C, 4), out(dout.size(), 9.0f), out_nopos = out;
   Vd wted = to_d(wte), wped = to_d(wpe), doutd = to_d(dout), outr(out.size()),
      outr_nopos(out.size());
-  ops::embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
-  ops::embedding_forward(out_nopos.data(), tokens.data(), wte.data(), nullptr, B, T, C);
+  embed(out.data(), tokens, wte, wpe.data(), m, T, C, V);
+  embed(out_nopos.data(), tokens, wte, nullptr, m, T, C, V);
   ref::embedding_forward(outr.data(), tokens.data(), wted.data(), wped.data(), B, T, C);
   ref::embedding_forward(outr_nopos.data(), tokens.data(), wted.data(), nullptr, B, T, C);
   expect_close(out, outr, kFwdTol, "embedding out");
@@ -385,8 +404,8 @@ void check_embedding(int B, int T, int C, int V, bool finite_differences) {
 
   Vf dwte = randn(wte.size(), 5), dwpe = randn(wpe.size(), 6), dwte_nopos = dwte;
   Vd dwter = to_d(dwte), dwper = to_d(dwpe), dwter_nopos = dwter;
-  ops::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
-  ops::embedding_backward(dwte_nopos.data(), nullptr, dout.data(), tokens.data(), B, T, C);
+  embed_backward(dwte.data(), dwpe.data(), dout, tokens, m, T, C, V);
+  embed_backward(dwte_nopos.data(), nullptr, dout, tokens, m, T, C, V);
   ref::embedding_backward(dwter.data(), dwper.data(), doutd.data(), tokens.data(), B, T, C);
   ref::embedding_backward(dwter_nopos.data(), nullptr, doutd.data(), tokens.data(), B, T, C);
   expect_close(dwte, dwter, kBwdTol, "embedding dwte accumulated");
@@ -395,7 +414,7 @@ void check_embedding(int B, int T, int C, int V, bool finite_differences) {
   if (!finite_differences) return;
 
   Vf dwte0(wte.size()), dwpe0(wpe.size());
-  ops::embedding_backward(dwte0.data(), dwpe0.data(), dout.data(), tokens.data(), B, T, C);
+  embed_backward(dwte0.data(), dwpe0.data(), dout, tokens, m, T, C, V);
   auto loss = [&] {
     ref::embedding_forward(outr.data(), tokens.data(), wted.data(), wped.data(), B, T, C);
     return dot(doutd, outr);
@@ -404,17 +423,18 @@ void check_embedding(int B, int T, int C, int V, bool finite_differences) {
   expect_close(dwte0, gwte, kBwdTol, "embedding dwte vs FD");
   expect_close(dwpe0, gwpe, kBwdTol, "embedding dwpe vs FD");
 
-  // Same bits with 1 and 3 threads (columns are split differently).
-  Vf one(wte.size()), three(wte.size());
+  // Same bits with 1 and 3 threads (columns, and positions, are split differently).
+  Vf one(wte.size()), three(wte.size()), one_pos(wpe.size()), three_pos(wpe.size());
   {
     ThreadCount scope(1);
-    ops::embedding_backward(one.data(), nullptr, dout.data(), tokens.data(), B, T, C);
+    embed_backward(one.data(), one_pos.data(), dout, tokens, m, T, C, V);
   }
   {
     ThreadCount scope(3);
-    ops::embedding_backward(three.data(), nullptr, dout.data(), tokens.data(), B, T, C);
+    embed_backward(three.data(), three_pos.data(), dout, tokens, m, T, C, V);
   }
   EXPECT_EQ(0, std::memcmp(one.data(), three.data(), one.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(one_pos.data(), three_pos.data(), one_pos.size() * sizeof(float)));
 }
 
 TEST(Embedding, OddSizesWithFiniteDifferences) { check_embedding(5, 7, 53, 11, true); }
@@ -423,8 +443,7 @@ TEST(Embedding, Gpt2Size) { check_embedding(4, 64, 768, 1000, false); }
 TEST(Embedding, NegativeTokenIsAnError) {
   std::vector<int32_t> tokens = {0, -1};
   Vf wte(2 * 4), out(2 * 4);
-  EXPECT_THROW(ops::embedding_forward(out.data(), tokens.data(), wte.data(), nullptr, 1, 2, 4),
-               Error);
+  EXPECT_THROW(embed(out.data(), tokens, wte, nullptr, 2, 2, 4, 2), Error);
 }
 
 // ---------------------------------------------------------------- AdamW, norms, schedule

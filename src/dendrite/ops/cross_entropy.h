@@ -1,35 +1,22 @@
-// The LM head fused with softmax cross-entropy, computed in row chunks so the
-// [m, V] logits never exist at once. x [m, C] final hidden states, w [Vp, C]
-// the head weight (Vp >= V: rows V..Vp-1 are padding and never predicted).
-// targets [m]; weight [m] per-token loss weight (0 drops a token: padding,
-// Goldfish); the mean divides by `denominator` (the supervised-token count of
-// the whole global batch).
+// Softmax cross-entropy of the LM head, split over the vocabulary (DESIGN.md
+// section 4). The head's logits x w^T come from the GEMM ops (ops/matmul.h),
+// in chunks of rows so the [m, Vp] logits never exist at once; these pieces
+// turn a chunk of logits into its loss and dlogits, from which the GEMM ops
+// give dx = dlogits w and dw += dlogits^T x. x [m, C] final hidden
+// states, w [Vp, C] the head weight (Vp >= V: ids V..Vp-1 are padding and
+// never predicted). targets [m]; weight [m] per-token loss weight (0 drops a
+// token: padding, Goldfish); the mean divides by `denominator` (the
+// supervised-token count of the whole global batch).
+//
+// A rank holds logits [rows, Vloc] for vocabulary ids [v0, v0 + Vloc); ids at
+// or above V (padding) are ignored. The unsplit vocabulary is one part:
+// Vloc = Vp, v0 = 0, parts = 1.
 #pragma once
 
 #include <cstdint>
 
 namespace dendrite::ops {
 
-struct CrossEntropyShape {
-  int m, C, V, Vp;
-  int chunk_rows;  // rows per chunk (logits buffer is [chunk_rows, Vp])
-};
-
-// Returns sum over rows of weight[r] * (-log softmax(x w^T)[r, targets[r]]),
-// divided by denominator.  When dx is not null, also computes the gradients of
-// that mean: dx [m, C] overwritten, dw [Vp, C] accumulated.
-// weight may be null (all ones).  scratch holds chunk_rows * Vp floats.
-double lm_head_cross_entropy(float* dx, float* dw, const float* x, const float* w,
-                             const int32_t* targets, const float* weight, double denominator,
-                             const CrossEntropyShape& s, float* scratch);
-
-// logits [m, V] = x [m, C] * w[:V]^T   (for generation and tests)
-void lm_head_logits(float* logits, const float* x, const float* w, int m, int C, int V);
-
-// Pieces of the vocabulary-parallel cross-entropy (DESIGN.md section 4). A
-// rank holds logits [rows, Vloc] for vocabulary ids [v0, v0 + Vloc); ids at or
-// above V (padding) are ignored.
-//
 // stats[r] = {log sum_j exp(logits[r,j]) over this rank's real ids,
 //             logits[r, targets[r] - v0] if the target is in range, else 0}
 // Rows with weight 0 (weight may be null) get {0, 0}. Checks targets in [0, V).

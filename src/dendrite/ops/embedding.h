@@ -1,17 +1,13 @@
-// Token and position embedding. tokens [B*T] (row r = b*T + t), wte [V,C],
-// wpe [T_max,C] (null for Llama, which uses rotary positions instead).
+// Token and position embedding. tokens [m] (m = B*T rows, row r = b*T + t),
+// the token table [V, C] (its rows may be split over ranks: the
+// vocabulary-parallel lookup of DESIGN.md section 4), positions wpe [T_max, C]
+// (GPT-2 only; Llama uses rotary positions instead). The lookup over the whole
+// vocabulary is the range form with v0 = 0 and rows = V.
 #pragma once
 
 #include <cstdint>
 
 namespace dendrite::ops {
-
-// out[r,:] = wte[tokens[r],:] + (wpe ? wpe[r % T,:] : 0);  out [B*T, C]
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
-                       int T, int C);
-// dwte[tokens[r],:] += dout[r,:];  dwpe[r % T,:] += dout[r,:]  (dwpe may be null)
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                        int T, int C);
 
 // Vocabulary-parallel lookup: this rank holds rows [v0, v0 + rows) of the
 // table (w [rows, C]); out[r,:] = w[tokens[r] - v0,:] when the token falls in

@@ -1,48 +1,22 @@
-// CPU LM head fused with softmax cross-entropy, one chunk of rows at a time,
-// and the vocabulary-parallel pieces it is built from. m rows (B*T), C
-// channels, V vocabulary, Vp padded vocabulary (columns V..Vp-1 are never
-// predicted: probability 0, gradient 0); a rank of a vocabulary split holds
-// Vloc logit columns starting at id v0.
+// CPU pieces of the vocabulary-parallel softmax cross-entropy. Letters: rows
+// of a chunk of logits, V vocabulary; a rank of a vocabulary split holds Vloc
+// logit columns starting at id v0 (columns at ids V and above are padding:
+// never predicted, probability 0, gradient 0).
 //
-// Per chunk: logits [rows, Vp] = x_chunk * w^T (gemm); ce_local_stats (each
-// row's log-sum-exp and target logit, in parallel over rows); ce_combine
-// (over one part: the row losses, summed in row order); ce_dlogits turns the
-// same buffer into dlogits, which feeds dx_chunk = dlogits * w and
-// dw += dlogits^T * x_chunk. No reduction depends on the thread count, so the
-// result is the same on every run.
+// ce_local_stats works in parallel over rows (each row's log-sum-exp and
+// target logit); ce_combine sums the row losses in row order; ce_dlogits
+// turns the same buffer into dlogits, in parallel over rows. No reduction
+// depends on the thread count, so the result is the same on every run.
 #include "dendrite/ops/cross_entropy.h"
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "dendrite/backend/cpu/fast_math.h"
 #include "dendrite/core/check.h"
-#include "dendrite/ops/matmul.h"
 
 namespace dendrite::ops {
 namespace {
-
-void check_inputs(const float* dx, const float* dw, const int32_t* targets, double denominator,
-                  const CrossEntropyShape& s, const float* scratch) {
-  const char* op = "lm_head_cross_entropy";
-  DENDRITE_CHECK(s.m >= 0 && s.C > 0 && s.V > 0 && s.Vp >= s.V, op,
-                 ": need m >= 0, C > 0 and 0 < V <= Vp, got m=", s.m, " C=", s.C, " V=", s.V,
-                 " Vp=", s.Vp);
-  DENDRITE_CHECK(s.chunk_rows > 0, op, ": chunk_rows=", s.chunk_rows, " must be positive");
-  DENDRITE_CHECK(std::isfinite(denominator) && denominator > 0.0, op, ": denominator=", denominator,
-                 " must be a positive count of supervised tokens");
-  DENDRITE_CHECK(scratch != nullptr, op,
-                 ": scratch of chunk_rows*Vp=", static_cast<long>(s.chunk_rows) * s.Vp,
-                 " floats is required");
-  DENDRITE_CHECK(dx == nullptr || dw != nullptr, op,
-                 ": dx is given but dw is null; pass both gradients or neither");
-  for (int r = 0; r < s.m; ++r) {
-    DENDRITE_CHECK(targets[r] >= 0 && targets[r] < s.V, op, ": target of row ", r, " is ",
-                   targets[r], ", outside [0, V=", s.V,
-                   "); check the tokenizer's vocabulary against the model's");
-  }
-}
 
 // log sum_j exp(row[j]) over j in [0, n), n > 0: max first, then the sum of
 // exp(row - max) in float over blocks of 1024 (vectorised), blocks in double.
@@ -145,39 +119,6 @@ void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const f
     const int t = targets[r] - v0;
     if (t >= 0 && t < n) row[t] -= scale;
   }
-}
-
-double lm_head_cross_entropy(float* dx, float* dw, const float* x, const float* w,
-                             const int32_t* targets, const float* weight, double denominator,
-                             const CrossEntropyShape& s, float* scratch) {
-  check_inputs(dx, dw, targets, denominator, s, scratch);
-  const bool grad = dx != nullptr;
-  const int max_rows = std::min(s.chunk_rows, s.m);
-  std::vector<float> stats(2L * max_rows), lse(max_rows);  // [rows, 2], [rows] of a chunk
-  double total = 0.0;
-  for (int r0 = 0; r0 < s.m; r0 += s.chunk_rows) {
-    const int rows = std::min(s.chunk_rows, s.m - r0);
-    const float* xc = x + static_cast<long>(r0) * s.C;  // [rows, C]
-    const int32_t* tc = targets + r0;
-    const float* wc = weight ? weight + r0 : nullptr;
-    gemm(false, true, rows, s.Vp, s.C, 1.0f, xc, s.C, w, s.C, 0.0f, scratch, s.Vp);
-    ce_local_stats(stats.data(), scratch, tc, wc, rows, s.Vp, 0, s.V);
-    total += ce_combine(lse.data(), stats.data(), wc, rows, 1);
-    if (grad) {
-      ce_dlogits(scratch, lse.data(), tc, wc, denominator, rows, s.Vp, 0, s.V);
-      // dx_chunk [rows, C] = dlogits [rows, Vp] * w [Vp, C];  dw [Vp, C] += dlogits^T * x_chunk
-      gemm(false, false, rows, s.C, s.Vp, 1.0f, scratch, s.Vp, w, s.C, 0.0f,
-           dx + static_cast<long>(r0) * s.C, s.C);
-      gemm(true, false, s.Vp, s.C, rows, 1.0f, scratch, s.Vp, xc, s.C, 1.0f, dw, s.C);
-    }
-  }
-  return total / denominator;
-}
-
-void lm_head_logits(float* logits, const float* x, const float* w, int m, int C, int V) {
-  DENDRITE_CHECK(m >= 0 && C > 0 && V > 0, "lm_head_logits: need m >= 0, C > 0, V > 0, got m=", m,
-                 " C=", C, " V=", V);
-  gemm(false, true, m, V, C, 1.0f, x, C, w, C, 0.0f, logits, V);
 }
 
 }  // namespace dendrite::ops

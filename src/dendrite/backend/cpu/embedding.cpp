@@ -1,5 +1,7 @@
 // CPU token + position embedding. B: sequences, T: positions per sequence,
 // C: channels; row r = b*T + t of the [B*T, C] activations (m = B*T rows).
+// The lookup serves the vocabulary-parallel embedding (DESIGN.md section 4):
+// a rank holds table rows [v0, v0 + rows) and contributes only their tokens.
 // The forward is a gather, parallel over rows. The backward is a scatter-add,
 // where two rows with the same token would race, so threads split the C
 // columns instead: each thread owns a 64-byte aligned range of columns and
@@ -7,9 +9,6 @@
 // (rows of one position are added in row order by one thread). No atomics,
 // and every gradient element is summed in row order, so the result is the
 // same on every run and for every thread count.
-//
-// The range forms serve the vocabulary-parallel lookup (DESIGN.md section 4):
-// a rank holds table rows [v0, v0 + rows) and contributes only their tokens.
 #include "dendrite/ops/embedding.h"
 
 #include <algorithm>
@@ -46,51 +45,6 @@ void thread_columns(int C, int* c0, int* c1) {
 }
 
 }  // namespace
-
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
-                       int T, int C) {
-  DENDRITE_CHECK(B >= 0 && T > 0 && C > 0,
-                 "embedding_forward: need B >= 0, T > 0, C > 0, got B=", B, " T=", T, " C=", C);
-  const long rows = static_cast<long>(B) * T;
-  check_tokens("embedding_forward", tokens, rows);
-#pragma omp parallel for schedule(static)
-  for (long r = 0; r < rows; ++r) {
-    float* __restrict o = out + r * C;
-    const float* __restrict e = wte + static_cast<long>(tokens[r]) * C;
-    if (wpe) {
-      const float* __restrict p = wpe + (r % T) * C;
-#pragma omp simd
-      for (int j = 0; j < C; ++j) o[j] = e[j] + p[j];
-    } else {
-#pragma omp simd
-      for (int j = 0; j < C; ++j) o[j] = e[j];
-    }
-  }
-}
-
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                        int T, int C) {
-  DENDRITE_CHECK(B >= 0 && T > 0 && C > 0,
-                 "embedding_backward: need B >= 0, T > 0, C > 0, got B=", B, " T=", T, " C=", C);
-  const long rows = static_cast<long>(B) * T;
-  check_tokens("embedding_backward", tokens, rows);
-#pragma omp parallel
-  {
-    int c0, c1;
-    thread_columns(C, &c0, &c1);
-    for (long r = 0; r < rows && c0 < c1; ++r) {
-      const float* __restrict d = dout + r * C;
-      float* __restrict e = dwte + static_cast<long>(tokens[r]) * C;
-#pragma omp simd
-      for (int j = c0; j < c1; ++j) e[j] += d[j];
-      if (dwpe) {
-        float* __restrict p = dwpe + (r % T) * C;
-#pragma omp simd
-        for (int j = c0; j < c1; ++j) p[j] += d[j];
-      }
-    }
-  }
-}
 
 void embedding_range_forward(float* out, const int32_t* tokens, const float* w, int v0, int rows,
                              int m, int C) {

@@ -4,11 +4,9 @@
 //
 // Each norm is row kernels: per-row sums (double) and an apply step that
 // reads the sums (for the backward: the parameter-gradient terms, then dx).
-// The split pieces run each kernel over all rows, so the caller can sum the
-// row sums over ranks in between; the whole-width ops run the kernels on one
-// row while it sits in L1, with c_total = c (the backward fuses the
-// parameter-gradient terms into the sums pass). One implementation, the same
-// bits either way.
+// The sums and the apply are separate ops over all rows, so the caller can
+// sum the row sums over the ranks of a width split in between (nothing to
+// sum when c == c_total).
 //
 // Precision: the forward sums are exact products summed in double, so the
 // variance E[x^2] - mean^2 keeps its digits even for rows with a large mean.
@@ -53,12 +51,11 @@ void check_split(const char* op, int m, int c, int c_total) {
 // columns past the last multiple of kLanes are summed in order into lane 0;
 // then the lanes are added as a fixed pairwise tree. Acc = double keeps every
 // bit of float products; Acc = float suits terms that are float products
-// anyway and saves the conversions. each(j) is also called once per column,
-// so a caller can fuse an elementwise update into the same pass. (Only
-// constant lane indices, so the lanes stay in registers; always inlined, as
-// the forward measured 15% slower with a call per row.)
-template <typename Acc, typename F, typename H, typename E>
-[[gnu::always_inline]] inline void lane_sums(double* out, int c, F f, H h, E each) {
+// anyway and saves the conversions. (Only constant lane indices, so the lanes
+// stay in registers; always inlined, as the forward measured 15% slower with
+// a call per row.)
+template <typename Acc, typename F, typename H>
+[[gnu::always_inline]] inline void lane_sums(double* out, int c, F f, H h) {
   static_assert(kBlockCols % kLanes == 0);
   double a[kLanes] = {}, b[kLanes] = {};
   const int full = c / kLanes * kLanes;
@@ -70,7 +67,6 @@ template <typename Acc, typename F, typename H, typename E>
       for (int l = 0; l < kLanes; ++l) {
         pa[l] += static_cast<Acc>(f(j0 + l));
         pb[l] += static_cast<Acc>(h(j0 + l));
-        each(j0 + l);
       }
     }
 #pragma omp simd
@@ -83,7 +79,6 @@ template <typename Acc, typename F, typename H, typename E>
   for (int j = full; j < c; ++j) {
     ta += static_cast<double>(f(j));
     tb += static_cast<double>(h(j));
-    each(j);
   }
   a[0] += ta;
   b[0] += tb;
@@ -100,28 +95,23 @@ template <typename Acc, typename F, typename H, typename E>
 }
 
 // sum_j f(j), as lane_sums
-template <typename Acc, typename F, typename E>
-[[gnu::always_inline]] inline double lane_sum(int c, F f, E each) {
+template <typename Acc, typename F>
+[[gnu::always_inline]] inline double lane_sum(int c, F f) {
   double out[2];
-  lane_sums<Acc>(
-      out, c, f, [](int) { return Acc(0); }, each);
+  lane_sums<Acc>(out, c, f, [](int) { return Acc(0); });
   return out[0];
 }
 
-constexpr auto kNoUpdate = [](int) {};
-
 // ---- row kernels: one row of c columns, no threading. Backward: the sums,
-// the parameter-gradient terms and dx are separate kernels. The whole-width op
-// fuses the terms into the sums pass; the split apply runs them as their own
-// pass before dx. Either way each term is the same expression, added in row
-// order (the terms and dx in one loop would be slower: dx's stores to memory
-// hold up the partials' read-modify-writes).
+// the parameter-gradient terms and dx are separate kernels; the apply step
+// runs the terms as their own pass before dx (the terms and dx in one loop
+// would be slower: dx's stores to memory hold up the partials'
+// read-modify-writes).
 
 // s [2] = {sum x, sum x^2}
 inline void ln_sums_row(double* s, const float* __restrict x, int c) {
   lane_sums<double>(
-      s, c, [&](int j) { return x[j]; }, [&](int j) { return static_cast<double>(x[j]) * x[j]; },
-      kNoUpdate);
+      s, c, [&](int j) { return x[j]; }, [&](int j) { return static_cast<double>(x[j]) * x[j]; });
 }
 
 // mean, rstd from the summed s [2]; y = (x - mean) rstd gamma + beta
@@ -138,30 +128,23 @@ inline void ln_apply_row(float* __restrict y, float* mean, float* rstd, const do
   *rstd = rs;
 }
 
-// Column j's LayerNorm parameter-gradient terms: dgamma += dy xhat, dbeta += dy
-inline void ln_param_terms(float* __restrict dgamma, float* __restrict dbeta,
-                           const float* __restrict dy, const float* __restrict x, float mean,
-                           float rstd, int j) {
-  dgamma[j] += dy[j] * ((x[j] - mean) * rstd);
-  dbeta[j] += dy[j];
-}
-
-// s [2] = {sum g, sum g xhat},  g = dy gamma, xhat = (x - mean) rstd; each(j) fused in
-template <typename E>
+// s [2] = {sum g, sum g xhat},  g = dy gamma, xhat = (x - mean) rstd
 inline void ln_backward_sums_row(double* s, const float* __restrict dy, const float* __restrict x,
-                                 float mean, float rstd, const float* __restrict gamma, int c,
-                                 E each) {
+                                 float mean, float rstd, const float* __restrict gamma, int c) {
   lane_sums<float>(
       s, c, [&](int j) { return dy[j] * gamma[j]; },
-      [&](int j) { return dy[j] * gamma[j] * ((x[j] - mean) * rstd); }, each);
+      [&](int j) { return dy[j] * gamma[j] * ((x[j] - mean) * rstd); });
 }
 
-// dgamma, dbeta [c] accumulated
+// dgamma += dy xhat, dbeta += dy;  dgamma, dbeta [c]
 inline void ln_param_grads_row(float* __restrict dgamma, float* __restrict dbeta,
                                const float* __restrict dy, const float* __restrict x, float mean,
                                float rstd, int c) {
 #pragma omp simd
-  for (int j = 0; j < c; ++j) ln_param_terms(dgamma, dbeta, dy, x, mean, rstd, j);
+  for (int j = 0; j < c; ++j) {
+    dgamma[j] += dy[j] * ((x[j] - mean) * rstd);
+    dbeta[j] += dy[j];
+  }
 }
 
 // dx [c] overwritten from the summed s [2]:  dx = rstd (g - (S1 + xhat S2) / c_total)
@@ -179,8 +162,7 @@ inline void ln_dx_row(float* __restrict dx, const double* s, const float* __rest
 
 // s [1] = sum x^2
 inline void rms_sums_row(double* s, const float* __restrict x, int c) {
-  s[0] = lane_sum<double>(
-      c, [&](int j) { return static_cast<double>(x[j]) * x[j]; }, kNoUpdate);
+  s[0] = lane_sum<double>(c, [&](int j) { return static_cast<double>(x[j]) * x[j]; });
 }
 
 inline void rms_apply_row(float* __restrict y, float* rstd, const double* s,
@@ -192,24 +174,17 @@ inline void rms_apply_row(float* __restrict y, float* rstd, const double* s,
   *rstd = rs;
 }
 
-// Column j's RMSNorm parameter-gradient term: dgamma += dy x rstd
-inline void rms_param_term(float* __restrict dgamma, const float* __restrict dy,
-                           const float* __restrict x, float rstd, int j) {
-  dgamma[j] += dy[j] * x[j] * rstd;
-}
-
-// s [1] = sum dy gamma x; each(j) fused in
-template <typename E>
+// s [1] = sum dy gamma x
 inline void rms_backward_sums_row(double* s, const float* __restrict dy, const float* __restrict x,
-                                  const float* __restrict gamma, int c, E each) {
-  s[0] = lane_sum<float>(
-      c, [&](int j) { return dy[j] * gamma[j] * x[j]; }, each);
+                                  const float* __restrict gamma, int c) {
+  s[0] = lane_sum<float>(c, [&](int j) { return dy[j] * gamma[j] * x[j]; });
 }
 
+// dgamma += dy x rstd;  dgamma [c]
 inline void rms_param_grads_row(float* __restrict dgamma, const float* __restrict dy,
                                 const float* __restrict x, float rstd, int c) {
 #pragma omp simd
-  for (int j = 0; j < c; ++j) rms_param_term(dgamma, dy, x, rstd, j);
+  for (int j = 0; j < c; ++j) dgamma[j] += dy[j] * x[j] * rstd;
 }
 
 // dx [c] overwritten.  y = x r g, dr/dx_j = -r^3 x_j / c_total
@@ -279,25 +254,13 @@ void layernorm_apply(float* y, float* mean, float* rstd, const double* sums, con
   }
 }
 
-void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* gamma,
-                       const float* beta, int m, int c, float eps) {
-  check_shapes("layernorm_forward", m, c);
-#pragma omp parallel for schedule(static)
-  for (int r = 0; r < m; ++r) {
-    const long off = static_cast<long>(r) * c;
-    double s[2];
-    ln_sums_row(s, x + off, c);
-    ln_apply_row(y + off, mean + r, rstd + r, s, x + off, gamma, beta, c, c, eps);
-  }
-}
-
 void layernorm_backward_sums(double* sums, const float* dy, const float* x, const float* mean,
                              const float* rstd, const float* gamma, int m, int c) {
   check_shapes("layernorm_backward_sums", m, c);
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < m; ++r) {
     const long off = static_cast<long>(r) * c;
-    ln_backward_sums_row(sums + 2L * r, dy + off, x + off, mean[r], rstd[r], gamma, c, kNoUpdate);
+    ln_backward_sums_row(sums + 2L * r, dy + off, x + off, mean[r], rstd[r], gamma, c);
   }
 }
 
@@ -310,22 +273,6 @@ void layernorm_backward_apply(float* dx, float* dgamma, float* dbeta, const doub
     const long off = static_cast<long>(r) * c;
     ln_param_grads_row(part, part + c, dy + off, x + off, mean[r], rstd[r], c);
     ln_dx_row(dx + off, sums + 2L * r, dy + off, x + off, mean[r], rstd[r], gamma, c, c_total);
-  });
-}
-
-void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
-                        const float* mean, const float* rstd, const float* gamma, int m, int c) {
-  check_shapes("layernorm_backward", m, c);
-  float* params[2] = {dgamma, dbeta};
-  rows_with_param_grads(m, c, 2, params, [&](int r, float* part) {
-    const long off = static_cast<long>(r) * c;
-    const float* dyr = dy + off;
-    const float* xr = x + off;
-    const float mu = mean[r], rs = rstd[r];  // by value: the partials' stores could alias them
-    double s[2];
-    ln_backward_sums_row(s, dyr, xr, mu, rs, gamma, c,
-                         [&](int j) { ln_param_terms(part, part + c, dyr, xr, mu, rs, j); });
-    ln_dx_row(dx + off, s, dyr, xr, mu, rs, gamma, c, c);
   });
 }
 
@@ -347,25 +294,13 @@ void rmsnorm_apply(float* y, float* rstd, const double* sums, const float* x, co
   }
 }
 
-void rmsnorm_forward(float* y, float* rstd, const float* x, const float* gamma, int m, int c,
-                     float eps) {
-  check_shapes("rmsnorm_forward", m, c);
-#pragma omp parallel for schedule(static)
-  for (int r = 0; r < m; ++r) {
-    const long off = static_cast<long>(r) * c;
-    double s;
-    rms_sums_row(&s, x + off, c);
-    rms_apply_row(y + off, rstd + r, &s, x + off, gamma, c, c, eps);
-  }
-}
-
 void rmsnorm_backward_sums(double* sums, const float* dy, const float* x, const float* gamma, int m,
                            int c) {
   check_shapes("rmsnorm_backward_sums", m, c);
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < m; ++r) {
     const long off = static_cast<long>(r) * c;
-    rms_backward_sums_row(sums + r, dy + off, x + off, gamma, c, kNoUpdate);
+    rms_backward_sums_row(sums + r, dy + off, x + off, gamma, c);
   }
 }
 
@@ -377,21 +312,6 @@ void rmsnorm_backward_apply(float* dx, float* dgamma, const double* sums, const 
     const long off = static_cast<long>(r) * c;
     rms_param_grads_row(part, dy + off, x + off, rstd[r], c);
     rms_dx_row(dx + off, sums + r, dy + off, x + off, rstd[r], gamma, c, c_total);
-  });
-}
-
-void rmsnorm_backward(float* dx, float* dgamma, const float* dy, const float* x, const float* rstd,
-                      const float* gamma, int m, int c) {
-  check_shapes("rmsnorm_backward", m, c);
-  rows_with_param_grads(m, c, 1, &dgamma, [&](int r, float* part) {
-    const long off = static_cast<long>(r) * c;
-    const float* dyr = dy + off;
-    const float* xr = x + off;
-    const float rs = rstd[r];  // by value: the partial's stores could alias it
-    double s;
-    rms_backward_sums_row(&s, dyr, xr, gamma, c,
-                          [&](int j) { rms_param_term(part, dyr, xr, rs, j); });
-    rms_dx_row(dx + off, &s, dyr, xr, rs, gamma, c, c);
   });
 }
 

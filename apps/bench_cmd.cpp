@@ -94,7 +94,7 @@ StepTimes time_steps(const BenchOptions& o, const ModelConfig& mc, Transformer& 
     double loss = step_gradients(model, in.data(), tg.data(), nullptr, double(count), r.batch,
                                  r.seq, r.grad_accum);
     double norm = model.grad_norm();
-    adam.step(model.params(), model.grads(), 1e-4f, AdamW::clip_factor(norm, 1.0));
+    adam.step(model, 1e-4f, AdamW::clip_factor(norm, 1.0));
     return loss;
   };
   for (int i = 0; i < o.warmup; ++i) step();
@@ -181,7 +181,7 @@ int run_bench_step(const BenchOptions& o, MpiEnv& env) {
                       {"gflops_per_s", gflops}, {"peak_gflops", peak},
                       {"mfu", gflops / peak}, {"peak_rss_mb", max_rss},
                       {"rss_shmem_mb", max_shm}, {"grid", grid.shape().str()},
-                      {"overlap", r.overlap}, {"comm", comm},
+                      {"overlap", r.overlap}, {"precision", r.precision}, {"comm", comm},
                       {"compute_ms", t.secs * 1e3 - exposed_ms},
                       {"cpu_user_ms", t.cpu[0] / ranks}, {"cpu_sys_ms", t.cpu[1] / ranks},
                       {"context_switches", t.cpu[2] / ranks},
@@ -191,9 +191,9 @@ int run_bench_step(const BenchOptions& o, MpiEnv& env) {
   if (o.json) {
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("%s B=%d T=%d threads=%d: %.1f tokens/s, %.1f ms/step, %.1f GFLOP/s of %.1f peak "
+    std::printf("%s %s B=%d T=%d threads=%d: %.1f tokens/s, %.1f ms/step, %.1f GFLOP/s of %.1f peak "
                 "(MFU %.1f%%), peak RSS %.0f MB\n",
-                r.model.c_str(), r.batch, r.seq, threads, tokens / t.secs, t.secs * 1e3, gflops,
+                r.model.c_str(), r.precision.c_str(), r.batch, r.seq, threads, tokens / t.secs, t.secs * 1e3, gflops,
                 peak, 100 * gflops / peak, max_rss);
   }
   return 0;
@@ -211,6 +211,7 @@ Runner add_bench(CLI::App& app, MpiEnv& env) {
   step->add_option("--grad-accum", r.grad_accum, "Micro-batches per step (as train)")
       ->capture_default_str();
   step->add_option("--seq", r.seq, "Tokens per sequence")->capture_default_str();
+  step->add_option("--precision", r.precision, "fp32 or bf16 (as train)")->capture_default_str();
   step->add_option("--threads", r.threads, "Threads (default: OMP_NUM_THREADS or all cores)");
   step->add_option("--steps", o->steps, "Timed steps")->capture_default_str();
   step->add_option("--warmup", o->warmup, "Untimed steps first")->capture_default_str();

@@ -184,6 +184,11 @@ static void add_parallel_options(CLI::App& app, TrainOptions& opt, std::string& 
                "(one all-gather over Z a step instead of two; 1/(x*y) of the weights more memory)");
   app.add_flag("--recompute", opt.recompute,
                "Keep only each block's input and recompute the block in the backward (less memory)");
+  app.add_option("--precision", opt.precision,
+                 "fp32, or bf16: GEMM operands and the z all-gathers of weights in bf16 with fp32 "
+                 "accumulation; norms, softmax, losses, gradients, master weights and AdamW state "
+                 "stay fp32, and checkpoints are the same (either precision resumes either)")
+      ->capture_default_str();
   app.add_flag("--gemm-tune", opt.gemm_tune,
                "Time every way of computing each GEMM shape at its first call and keep the fastest "
                "that gives the same bits (reported after the first step)");

@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
         ops::gemm(c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f, C32.data(), c.N);
       });
       const double s16 = best_seconds([&] {
-        ops::gemm_bf16(c.ta, c.tb, c.M, c.N, c.K, 1.0f, A16.data(), lda, B16.data(), ldb, 0.0f,
+        ops::gemm(c.ta, c.tb, c.M, c.N, c.K, 1.0f, A16.data(), lda, B16.data(), ldb, 0.0f,
                        C16.data(), c.N);
       });
       double err = 0, scale = 0;

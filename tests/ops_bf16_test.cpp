@@ -80,13 +80,13 @@ TEST(Bf16, GemmMatchesTheReferenceOnBf16Values) {
         Vf C = test::randn(long(M) * ldc, 3);
         Vd Cd = test::to_d(C);
         ref::gemm(ta, tb, M, N, K, 0.75, Ad.data(), lda, Bd.data(), ldb, beta, Cd.data(), ldc);
-        ops::gemm_bf16(ta, tb, M, N, K, 0.75f, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+        ops::gemm(ta, tb, M, N, K, 0.75f, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
         // Exact products of bf16 values summed in fp32: K roundings of fp32.
-        test::expect_close(C, Cd, 1e-5, "gemm_bf16 ta=" + std::to_string(ta) +
+        test::expect_close(C, Cd, 1e-5, "gemm (bf16) ta=" + std::to_string(ta) +
                                             " tb=" + std::to_string(tb) + " beta=" + std::to_string(beta));
         // The same call again gives the same bits (a cached primitive, fixed algorithm).
         Vf again = test::randn(long(M) * ldc, 3);
-        ops::gemm_bf16(ta, tb, M, N, K, 0.75f, A.data(), lda, B.data(), ldb, beta, again.data(), ldc);
+        ops::gemm(ta, tb, M, N, K, 0.75f, A.data(), lda, B.data(), ldb, beta, again.data(), ldc);
         ASSERT_EQ(std::memcmp(again.data(), C.data(), C.size() * 4), 0);
       }
 }

@@ -133,8 +133,12 @@ void Transformer::build_table() {
   table_.finalize();
   params_ = grid_.Z().allocate_shared(table_.total());
   grads_ = grid_.D().allocate_shared(table_.total());
+  // bf16: the Z-chunked tensors (the ones GEMMs, lookups and gathers read)
+  // rounded, at the same offsets.
+  if (low_precision()) params_low_ = grid_.Z().allocate_shared(table_.replicated_begin(), DType::kBF16);
   // Kept blocks are gathered once, into their own buffers: no OAG with them.
-  stream_ = WeightStream(grid_.Z(), table_, *params_, opt_.oag && !opt_.keep_gathered, opt_.ors);
+  stream_ = WeightStream(grid_.Z(), table_, low_precision() ? *params_low_ : *params_,
+                         opt_.oag && !opt_.keep_gathered, opt_.ors);
 }
 
 void Transformer::build_layers() {
@@ -208,19 +212,32 @@ void Transformer::allocate(int m, int B_loc) {
   residual_.resize(cfg_.n_layer + 1);
   for (auto& r : residual_) r.resize(m * C);
   acts_.resize(opt_.recompute ? 1 : cfg_.n_layer);
+  const bool low = low_precision();  // GEMM inputs saved in bf16 only (LayerActs)
   for (auto& a : acts_) {
-    a.norm1.resize(m * C), a.mean1.resize(m), a.rstd1.resize(m);
+    a.mean1.resize(m), a.rstd1.resize(m);
     a.q.resize(m * long(qd_)), a.k.resize(m * long(kvd_)), a.v.resize(m * long(kvd_));
     a.att.resize(m * long(qd_)), a.lse.resize(long(B_loc) * nh_ * max_T_);
-    a.mid.resize(m * C), a.norm2.resize(m * C), a.mean2.resize(m), a.rstd2.resize(m);
-    a.up.resize(m * F), a.act.resize(m * F);
+    a.mid.resize(m * C), a.mean2.resize(m), a.rstd2.resize(m);
+    a.up.resize(m * F);
     if (!cfg_.gpt2()) a.gate.resize(m * F);
+    if (low) {
+      a.norm1h.resize(m * C), a.atth.resize(m * long(qd_)), a.norm2h.resize(m * C);
+      a.acth.resize(m * F);
+    } else {
+      a.norm1.resize(m * C), a.norm2.resize(m * C), a.act.resize(m * F);
+    }
   }
   normf_.resize(m * C), meanf_.resize(m), rstdf_.resize(m);
   tmp_c_.resize(m * C), dnorm_.resize(m * C), dres_.resize(m * C);
   dq_.resize(m * long(qd_)), dk_.resize(m * long(kvd_)), dv_.resize(m * long(kvd_));
   datt_.resize(m * long(qd_)), dup_.resize(m * F), dact_.resize(m * F);
   if (!cfg_.gpt2()) dgate_.resize(m * F);
+  if (low) {
+    normf_h_.resize(m * C), dres_h_.resize(m * C);
+    dq_h_.resize(m * long(qd_)), dk_h_.resize(m * long(kvd_)), dv_h_.resize(m * long(kvd_));
+    dup_h_.resize(m * F);
+    if (!cfg_.gpt2()) dgate_h_.resize(m * F);
+  }
   sums_.resize(2 * long(m));
   if (opt_.recompute) recompute_out_.resize(m * C);
 }
@@ -235,7 +252,12 @@ size_t Transformer::activation_bytes() const {
   for (const Buffer<float>* b : {&normf_, &meanf_, &rstdf_, &tmp_c_, &dnorm_, &dres_, &dq_, &dk_,
                                  &dv_, &datt_, &dup_, &dgate_, &dact_, &recompute_out_})
     n += b->size();
-  return n * sizeof(float) + stream_.bytes() + sums_.size() * sizeof(double);
+  size_t low = 0;  // bf16 elements
+  for (auto& a : acts_)
+    for (const Buffer<bf16>* b : {&a.norm1h, &a.atth, &a.norm2h, &a.acth}) low += b->size();
+  for (const Buffer<bf16>* b : {&normf_h_, &dres_h_, &dq_h_, &dk_h_, &dv_h_, &dup_h_, &dgate_h_})
+    low += b->size();
+  return n * sizeof(float) + low * sizeof(bf16) + stream_.bytes() + sums_.size() * sizeof(double);
 }
 
 void Transformer::check_batch(const int32_t* inputs, int B_loc, int T) const {

@@ -24,6 +24,8 @@
 
 #include "dendrite/comm/grid.h"
 #include "dendrite/core/buffer.h"
+#include "dendrite/core/operand.h"
+#include "dendrite/core/precision.h"
 #include "dendrite/model/config.h"
 #include "dendrite/parallel/layers.h"
 #include "dendrite/parallel/linear.h"
@@ -46,6 +48,10 @@ struct ModelOptions {
   // Z ranks on one node they run on the progress engine over shared memory;
   // across nodes, rings of MPI messages on the engine (MPI_THREAD_MULTIPLE).
   bool ors = true, oag = true;
+  // fp32, or bf16: GEMM operands and Z gathers of weights in bf16, with fp32
+  // accumulation, statistics, gradients and master weights (DESIGN.md
+  // section 10; core/precision.h).
+  Precision precision = Precision::kF32;
   // Sets the overlaps from "none", "all" or a list such as "oar,ors"; an
   // unknown one is an error naming it.
   void set_overlap(const std::string& list);
@@ -62,12 +68,29 @@ class Transformer {
   const ModelConfig& config() const { return cfg_; }
   ProcessGrid& grid() { return grid_; }
   const ParamTable& table() const { return table_; }
-  float* params() { return params_->data(); }
+  // The fp32 parameters of this rank. Writing through the non-const form
+  // (initialising, loading, a test's update) makes the next forward round
+  // them to bf16 again under bf16 precision.
+  float* params() {
+    low_fresh_ = false;
+    return params_->data();
+  }
   const float* params() const { return params_->data(); }
+  // For an optimizer that writes the fp32 parameters and, under bf16
+  // precision, their bf16 copy in one pass (AdamW::step): the copy of the
+  // first low_count values (null in fp32), which from now on counts as
+  // rounded from what the optimizer writes.
+  struct Writable {
+    float* params = nullptr;
+    bf16* low = nullptr;
+    int64_t low_count = 0;
+  };
+  Writable params_and_copy();
+  Precision precision() const { return opt_.precision; }
   float* grads() { return grads_->data(); }
   const float* grads() const { return grads_->data(); }
   int64_t num_floats() const { return table_.total(); }
-  void init(uint64_t seed) { table_.initialize(params_->data(), seed); }
+  void init(uint64_t seed) { table_.initialize(params(), seed); }
   void zero_grads() { std::fill(grads_->data(), grads_->data() + grads_->size(), 0.0f); }
   size_t activation_bytes() const;
   // Sequences of a global batch of B on this rank: [first, first + count).
@@ -103,9 +126,25 @@ class Transformer {
     ParallelNorm norm1, norm2;
     ParallelLinear q, k, v, o, up, gate, down;
   };
+  // Saved for the backward. The inputs of GEMMs (norm1, att, norm2, act) are
+  // kept in the run's precision: fp32, or bf16 (the *h buffers; norm1, norm2
+  // and act then are not allocated, and att stays fp32 too, for attention's
+  // backward).
   struct LayerActs {
     Buffer<float> norm1, mean1, rstd1, q, k, v, att, lse, mid, norm2, mean2, rstd2, up, gate, act;
+    Buffer<bf16> norm1h, atth, norm2h, acth;
   };
+  bool low_precision() const { return opt_.precision == Precision::kBF16; }
+  // The GEMM operand of an fp32 activation x [n]: x itself, or under bf16
+  // precision its rounding written to low.
+  Operand operand(const float* x, Buffer<bf16>& low, int64_t n) const;
+  // A saved GEMM input: the fp32 or the bf16 buffer.
+  Operand saved(const Buffer<float>& f32, const Buffer<bf16>& b16) const {
+    return low_precision() ? Operand(b16.data()) : Operand(f32.data());
+  }
+  // The parameters as the weight stream and lookups read them: fp32, or the
+  // bf16 copy (rounded from the fp32 values first when they changed).
+  Operand stored_params();
   void check_grid() const;
   void build_table();
   void build_layers();
@@ -123,8 +162,9 @@ class Transformer {
   // One linear layer's part of a backward.
   struct LinearGrad {
     const ParallelLinear* layer = nullptr;  // null: none (gate of GPT-2)
-    const float* dy = nullptr;              // [m, out_local]
-    const float* x = nullptr;               // [m, in_local], its forward input
+    const float* dy_f32 = nullptr;          // [m, out_local] (its bias gradient)
+    Operand dy;                             // the same as a GEMM operand
+    Operand x;                              // [m, in_local], its forward input
   };
   // The backward of layers that read one input, with OAR over the group
   // (transformer_step.cpp).
@@ -140,7 +180,7 @@ class Transformer {
   // Sums a layer's gradients over Z (replicated tensors) and posts their sum over D.
   void reduce_bucket(const Range& chunked, const Range& replicated);
   // The LM head's block kept from the embedding's forward (tied, keep_gathered), or null.
-  const float* tied_head() const { return embedding_.kept_table(); }
+  Operand tied_head() const { return embedding_.kept_table(); }
   void sync_gradients();  // the Z and D sums of a step's accumulated gradients
   // Z peers read this rank's parameters directly: everyone passes a barrier
   // after the last write (optimizer, load) and after the last read of a pass.
@@ -160,6 +200,10 @@ class Transformer {
   // node (comm/communicator.h: SharedArray), so Z gathers and the D sum of
   // gradients read the peers' memory directly.
   std::unique_ptr<SharedArray> params_, grads_;
+  // bf16 precision: the parameters rounded to bf16 (the Z-chunked range,
+  // shared over Z like params_), and whether they match params_.
+  std::unique_ptr<SharedArray> params_low_;
+  bool low_fresh_ = false;
   // The Z gathers of weight blocks and reduce-scatters of their gradients.
   WeightStream stream_;
 
@@ -168,6 +212,8 @@ class Transformer {
   std::vector<LayerActs> acts_;
   Buffer<float> normf_, meanf_, rstdf_;
   Buffer<float> tmp_c_, dnorm_, dres_, dq_, dk_, dv_, datt_, dup_, dgate_, dact_;
+  // bf16 precision: the final norm's output and the gradients that feed GEMMs.
+  Buffer<bf16> normf_h_, dres_h_, dq_h_, dk_h_, dv_h_, dup_h_, dgate_h_;
   Buffer<double> sums_;
   Buffer<float> recompute_out_;  // [m, C/Gx]: where a recomputed layer writes its output
   // Gradient buckets: each layer's chunked and replicated ranges, and the

@@ -8,6 +8,7 @@
 #include "dendrite/model/transformer.h"
 #include "dendrite/ops/activation.h"
 #include "dendrite/ops/attention.h"
+#include "dendrite/ops/convert.h"
 #include "dendrite/ops/optim.h"
 
 namespace dendrite {
@@ -21,50 +22,80 @@ void Transformer::end_pass() {
   params_fence();
 }
 
+Operand Transformer::stored_params() {
+  if (!low_precision()) return params_->data();
+  if (!low_fresh_) {  // rounded here, before the fence that lets the Z peers read them
+    ops::to_bf16(params_low_->data_as<bf16>(), params_->data(), table_.replicated_begin());
+    low_fresh_ = true;
+  }
+  return params_low_->data_as<bf16>();
+}
+
+Transformer::Writable Transformer::params_and_copy() {
+  if (!low_precision()) return {params(), nullptr, 0};
+  low_fresh_ = true;  // the caller writes both
+  return {params_->data(), params_low_->data_as<bf16>(), table_.replicated_begin()};
+}
+
+Operand Transformer::operand(const float* x, Buffer<bf16>& low, int64_t n) const {
+  if (!low_precision()) return x;
+  ops::to_bf16(low.data(), x, n);
+  return low.data();
+}
+
 void Transformer::forward(const int32_t* inputs, int B_loc, int T, int pass) {
   check_batch(inputs, B_loc, T);
+  const Operand stored = stored_params();
   params_fence();
   stream_.begin_pass(pass);
   const int m = B_loc * T;
-  embedding_.forward(residual_[0].data(), inputs, m, T, params_->data(), stream_);
+  embedding_.forward(residual_[0].data(), inputs, m, T, stored, stream_);
   for (int l = 0; l < cfg_.n_layer; ++l)
     layer_forward(l, residual_[l].data(), residual_[l + 1].data(), B_loc, T);
   norm_f_.forward(normf_.data(), meanf_.data(), rstdf_.data(), residual_[cfg_.n_layer].data(), m,
                   params_->data(), sums_);
 }
 
-// x, out [m, C/Gx]
+// x, out [m, C/Gx]. Under bf16 precision the inputs of GEMMs are rounded
+// to bf16 where they are made and saved so (LayerActs); the fp32 norm and
+// activation outputs then pass through scratch (tmp_c_, dact_).
 void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, int T) {
   Layer& L = layers_[l];
   LayerActs& a = acts(l);
   const float* P = params_->data();
   const int m = B_loc * T;
   const long mC = long(m) * c_;
+  float* norm_out = low_precision() ? tmp_c_.data() : nullptr;  // fp32 outputs not saved in bf16
+  float* act_out = low_precision() ? dact_.data() : a.act.data();
 
   // attention: [m, C/Gx] -> q [m, qd/Gy], k, v [m, kvd/Gy] -> att [m, qd/Gy] -> [m, C/Gx]
-  L.norm1.forward(a.norm1.data(), a.mean1.data(), a.rstd1.data(), x, m, P, sums_);
-  L.q.forward(a.q.data(), a.norm1.data(), m, P, stream_);
-  L.k.forward(a.k.data(), a.norm1.data(), m, P, stream_);
-  L.v.forward(a.v.data(), a.norm1.data(), m, P, stream_);
+  float* n1 = norm_out ? norm_out : a.norm1.data();
+  L.norm1.forward(n1, a.mean1.data(), a.rstd1.data(), x, m, P, sums_);
+  const Operand h1 = operand(n1, a.norm1h, mC);
+  L.q.forward(a.q.data(), h1, m, P, stream_);
+  L.k.forward(a.k.data(), h1, m, P, stream_);
+  L.v.forward(a.v.data(), h1, m, P, stream_);
   if (!cfg_.gpt2()) {
     ops::rope_forward(a.q.data(), B_loc, T, nh_, hs_, qd_, cfg_.rope_theta);
     ops::rope_forward(a.k.data(), B_loc, T, nkv_, hs_, kvd_, cfg_.rope_theta);
   }
   ops::AttentionShape s{B_loc, T, nh_, nkv_, hs_, qd_, kvd_, qd_};
   ops::attention_forward(a.att.data(), a.lse.data(), a.q.data(), a.k.data(), a.v.data(), s);
-  L.o.forward(tmp_c_.data(), a.att.data(), m, P, stream_);
+  L.o.forward(tmp_c_.data(), operand(a.att.data(), a.atth, long(m) * qd_), m, P, stream_);
   ops::add(a.mid.data(), x, tmp_c_.data(), mC);
 
   // MLP: [m, C/Gx] -> [m, F/Gy] -> [m, C/Gx]
-  L.norm2.forward(a.norm2.data(), a.mean2.data(), a.rstd2.data(), a.mid.data(), m, P, sums_);
-  L.up.forward(a.up.data(), a.norm2.data(), m, P, stream_);
+  float* n2 = norm_out ? norm_out : a.norm2.data();
+  L.norm2.forward(n2, a.mean2.data(), a.rstd2.data(), a.mid.data(), m, P, sums_);
+  const Operand h2 = operand(n2, a.norm2h, mC);
+  L.up.forward(a.up.data(), h2, m, P, stream_);
   if (cfg_.gpt2()) {
-    ops::gelu_forward(a.act.data(), a.up.data(), long(m) * f_);
+    ops::gelu_forward(act_out, a.up.data(), long(m) * f_);
   } else {
-    L.gate.forward(a.gate.data(), a.norm2.data(), m, P, stream_);
-    ops::swiglu_forward(a.act.data(), a.gate.data(), a.up.data(), long(m) * f_);
+    L.gate.forward(a.gate.data(), h2, m, P, stream_);
+    ops::swiglu_forward(act_out, a.gate.data(), a.up.data(), long(m) * f_);
   }
-  L.down.forward(tmp_c_.data(), a.act.data(), m, P, stream_);
+  L.down.forward(tmp_c_.data(), operand(act_out, a.acth, long(m) * f_), m, P, stream_);
   ops::add(out, a.mid.data(), tmp_c_.data(), mC);
 }
 
@@ -76,27 +107,31 @@ void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
   const float* P = params_->data();
   float* G = grads_->data();
   const int m = B_loc * T;
-  const long mC = long(m) * c_;
+  const long mC = long(m) * c_, mF = long(m) * f_;
 
   // MLP: out = mid + down(act): [m, C/Gx] -> [m, F/Gy] -> [m, C/Gx]
   LinearGrad down_dw;  // down's dW, when it runs behind the MLP's dx sum
-  linear_backward(dact_.data(), m, {{&L.down, dres, a.act.data()}}, {}, &down_dw);
+  linear_backward(dact_.data(), m, {{&L.down, dres, operand(dres, dres_h_, mC), saved(a.act, a.acth)}},
+                  {}, &down_dw);
   if (cfg_.gpt2()) {
-    ops::gelu_backward(dup_.data(), dact_.data(), a.up.data(), long(m) * f_);
+    ops::gelu_backward(dup_.data(), dact_.data(), a.up.data(), mF);
   } else {
-    ops::swiglu_backward(dgate_.data(), dup_.data(), dact_.data(), a.gate.data(), a.up.data(),
-                         long(m) * f_);
+    ops::swiglu_backward(dgate_.data(), dup_.data(), dact_.data(), a.gate.data(), a.up.data(), mF);
   }
-  const LinearGrad gate =
-      cfg_.gpt2() ? LinearGrad{} : LinearGrad{&L.gate, dgate_.data(), a.norm2.data()};
-  linear_backward(dnorm_.data(), m, {gate, {&L.up, dup_.data(), a.norm2.data()}}, down_dw, nullptr);
+  const Operand h2 = saved(a.norm2, a.norm2h);
+  const LinearGrad gate = cfg_.gpt2() ? LinearGrad{}
+                                      : LinearGrad{&L.gate, dgate_.data(),
+                                                   operand(dgate_.data(), dgate_h_, mF), h2};
+  linear_backward(dnorm_.data(), m, {gate, {&L.up, dup_.data(), operand(dup_.data(), dup_h_, mF), h2}},
+                  down_dw, nullptr);
   L.norm2.backward(tmp_c_.data(), dnorm_.data(), a.mid.data(), a.mean2.data(), a.rstd2.data(), m,
                    P, G, sums_);
   ops::add_inplace(dres, tmp_c_.data(), mC);  // now dLoss/d(mid)
 
   // attention: mid = x + o(att): [m, C/Gx] -> q [m, qd/Gy], k, v [m, kvd/Gy] -> [m, C/Gx]
   LinearGrad o_dw;  // o's dW, when it runs behind the dx sum of q, k, v
-  linear_backward(datt_.data(), m, {{&L.o, dres, a.att.data()}}, {}, &o_dw);
+  linear_backward(datt_.data(), m, {{&L.o, dres, operand(dres, dres_h_, mC), saved(a.att, a.atth)}},
+                  {}, &o_dw);
   ops::AttentionShape s{B_loc, T, nh_, nkv_, hs_, qd_, kvd_, qd_};
   ops::attention_backward(dq_.data(), dk_.data(), dv_.data(), datt_.data(), a.att.data(),
                           a.lse.data(), a.q.data(), a.k.data(), a.v.data(), s);
@@ -104,10 +139,11 @@ void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
     ops::rope_backward(dq_.data(), B_loc, T, nh_, hs_, qd_, cfg_.rope_theta);
     ops::rope_backward(dk_.data(), B_loc, T, nkv_, hs_, kvd_, cfg_.rope_theta);
   }
+  const Operand h1 = saved(a.norm1, a.norm1h);
   linear_backward(dnorm_.data(), m,
-                  {{&L.q, dq_.data(), a.norm1.data()},
-                   {&L.k, dk_.data(), a.norm1.data()},
-                   {&L.v, dv_.data(), a.norm1.data()}},
+                  {{&L.q, dq_.data(), operand(dq_.data(), dq_h_, long(m) * qd_), h1},
+                   {&L.k, dk_.data(), operand(dk_.data(), dk_h_, long(m) * kvd_), h1},
+                   {&L.v, dv_.data(), operand(dv_.data(), dv_h_, long(m) * kvd_), h1}},
                   o_dw, nullptr);
   L.norm1.backward(tmp_c_.data(), dnorm_.data(), residual_[l].data(), a.mean1.data(),
                    a.rstd1.data(), m, P, G, sums_);
@@ -138,9 +174,10 @@ void Transformer::linear_backward(float* dx, int m, std::initializer_list<Linear
     *hand_on = *group.begin();
   } else {
     for (const LinearGrad& g : group)
-      if (g.layer) g.layer->weight_gradient(g.dy, g.x, m, G, stream_, &sum);
+      if (g.layer) g.layer->weight_gradient(g.dy_f32, g.dy, g.x, m, G, stream_, &sum);
   }
-  if (behind.layer) behind.layer->weight_gradient(behind.dy, behind.x, m, G, stream_, &sum);
+  if (behind.layer)
+    behind.layer->weight_gradient(behind.dy_f32, behind.dy, behind.x, m, G, stream_, &sum);
   sum.wait();
 }
 
@@ -193,8 +230,9 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
   const int B_loc = local_batch(B), m = B_loc * T;
   forward(inputs, B_loc, T, kPassStep);
   float* G = grads_->data();
-  double loss = head_.forward_backward(dnorm_.data(), normf_.data(), targets, weights, denominator,
-                                       m, G, stream_, tied_head());
+  const Operand xf = operand(normf_.data(), normf_h_, int64_t(m) * c_);
+  double loss = head_.forward_backward(dnorm_.data(), xf, targets, weights, denominator, m, G,
+                                       stream_, tied_head());
   float* dres = dres_.data();
   norm_f_.backward(dres, dnorm_.data(), residual_[cfg_.n_layer].data(), meanf_.data(),
                    rstdf_.data(), m, params_->data(), G, sums_);
@@ -217,10 +255,11 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
 
 double Transformer::forward_loss(const int32_t* inputs, const int32_t* targets,
                                  const float* weights, double denominator, int B, int T) {
-  const int B_loc = local_batch(B);
+  const int B_loc = local_batch(B), m = B_loc * T;
   forward(inputs, B_loc, T, kPassLoss);
-  double loss = head_.forward_backward(nullptr, normf_.data(), targets, weights, denominator,
-                                       B_loc * T, grads_->data(), stream_, tied_head());
+  const Operand xf = operand(normf_.data(), normf_h_, int64_t(m) * c_);
+  double loss = head_.forward_backward(nullptr, xf, targets, weights, denominator, m,
+                                       grads_->data(), stream_, tied_head());
   end_pass();
   return global_sum(loss);
 }
@@ -238,7 +277,8 @@ double Transformer::grad_norm() const {
 void Transformer::logits(const int32_t* inputs, int B, int T, float* out) {
   const int B_loc = local_batch(B);
   forward(inputs, B_loc, T, kPassLogits);
-  head_.logits(out, normf_.data(), B_loc * T, stream_, tied_head());
+  const Operand xf = operand(normf_.data(), normf_h_, int64_t(B_loc) * T * c_);
+  head_.logits(out, xf, B_loc * T, stream_, tied_head());
   end_pass();
 }
 
@@ -248,7 +288,8 @@ void Transformer::last_position_logits(const int32_t* inputs, int B, int T, floa
   Buffer<float> last(int64_t(B_loc) * c_);  // [B_loc, C/Gx]
   for (int b = 0; b < B_loc; ++b)
     std::copy_n(normf_.data() + (int64_t(b) * T + T - 1) * c_, c_, last.data() + int64_t(b) * c_);
-  head_.logits(out, last.data(), B_loc, stream_, tied_head());
+  head_.logits(out, operand(last.data(), normf_h_, int64_t(B_loc) * c_), B_loc, stream_,
+               tied_head());
   end_pass();
 }
 
@@ -256,7 +297,8 @@ void Transformer::last_logits(const int32_t* inputs, int T, float* out) {
   DENDRITE_CHECK(grid_.shape().d == 1 && grid_.shape().z == 1,
                  "generate: runs on grids with d = z = 1 (one sequence), got ", grid_.shape().str());
   forward(inputs, 1, T, kPassLastLogits);
-  head_.logits(out, normf_.data() + long(T - 1) * c_, 1, stream_, tied_head());
+  head_.logits(out, operand(normf_.data() + long(T - 1) * c_, normf_h_, c_), 1, stream_,
+               tied_head());
   end_pass();
 }
 

@@ -20,8 +20,8 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
 // precision, DESIGN.md section 10): oneDNN's bf16 matmul where the CPU has
 // AVX512_BF16 or AMX; elsewhere the operands are widened to fp32 and the fp32
 // product runs (the same values, no speed-up; bf16_gemm_native() tells).
-void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A,
-               int lda, const bf16* B, int ldb, float beta, float* C, int ldc);
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda,
+          const bf16* B, int ldb, float beta, float* C, int ldc);
 // Whether gemm_bf16 runs natively here; when not, the instruction set missing.
 bool bf16_gemm_native();
 const char* bf16_gemm_missing();
@@ -65,6 +65,14 @@ void linear_backward_input(float* dx, const float* dy, const float* w, int m, in
 // (db may be null)
 void linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int m, int k,
                             int n, bool accumulate = true);
+
+// The three with bf16 operands (fp32 outputs; no bias: the caller adds it,
+// and sums the bias gradient from its fp32 dy).
+void linear_forward(float* y, const bf16* x, const bf16* w, int m, int k, int n);
+void linear_backward_input(float* dx, const bf16* dy, const bf16* w, int m, int k, int n,
+                           bool accumulate);
+void linear_backward_weight(float* dw, const bf16* dy, const bf16* x, int m, int k, int n,
+                            bool accumulate);
 
 // db[n] += sum over the m rows of dy[m,n] (the bias gradient of linear_backward_weight).
 void add_column_sums(float* db, const float* dy, int m, int n);

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "dendrite/core/check.h"
+#include "dendrite/ops/convert.h"
 #include "dendrite/ops/cross_entropy.h"
 #include "dendrite/ops/embedding.h"
 #include "dendrite/ops/matmul.h"
@@ -59,7 +60,7 @@ VocabEmbedding::VocabEmbedding(ProcessGrid& grid, const ParamSpec& table, const 
   if (keep_) kept_.resize(table.block_numel());
 }
 
-void VocabEmbedding::forward(float* out, const int32_t* tokens, int m, int T, const float* params,
+void VocabEmbedding::forward(float* out, const int32_t* tokens, int m, int T, Operand stored,
                              WeightStream& stream) {
   const int C = int(table_->block_cols);
   const int v0 = int(table_->row_offset), rows = int(table_->block_rows);
@@ -73,17 +74,29 @@ void VocabEmbedding::forward(float* out, const int32_t* tokens, int m, int T, co
     std::copy(tokens, tokens + m, mine_.data());
     z.all_gather(mine_.data(), gathered_.data(), m, DType::kI64);
     std::copy(gathered_.data(), gathered_.data() + n, tokens_.data());
-    ops::embedding_chunk_forward(rows_.data(), tokens_.data(), params + table_->offset,
-                                 table_->chunk_offset, table_->numel, v0, rows, int(n), C);
+    const Operand chunk = stored.plus(table_->offset);
+    if (chunk.is_bf16())
+      ops::embedding_chunk_forward(rows_.data(), tokens_.data(), chunk.b16, table_->chunk_offset,
+                                   table_->numel, v0, rows, int(n), C);
+    else
+      ops::embedding_chunk_forward(rows_.data(), tokens_.data(), chunk.f32, table_->chunk_offset,
+                                   table_->numel, v0, rows, int(n), C);
     z.reduce_scatter(rows_.data(), out, int64_t(m) * C, DType::kF32);
   } else {
-    const float* w = keep_ ? stream.gather_to_keep(*table_, kept_.data()) : stream.gather(*table_);
-    ops::embedding_range_forward(out, tokens, w, v0, rows, m, C);
+    const Operand w = keep_ ? kept_block_ = stream.gather_to_keep(*table_, kept_.data())
+                            : stream.gather(*table_);
+    if (w.is_bf16())
+      ops::embedding_range_forward(out, tokens, w.b16, v0, rows, m, C);
+    else
+      ops::embedding_range_forward(out, tokens, w.f32, v0, rows, m, C);
   }
   grid_->Y().all_reduce(out, int64_t(m) * C);
   if (pos_) {
-    const float* p = stream.gather(*pos_);  // [T_max, C/Gx]
-    ops::position_add(out, p, m, T, C);
+    const Operand p = stream.gather(*pos_);  // [T_max, C/Gx]
+    if (p.is_bf16())
+      ops::position_add(out, p.b16, m, T, C);
+    else
+      ops::position_add(out, p.f32, m, T, C);
   }
 }
 
@@ -127,32 +140,52 @@ VocabCrossEntropy::VocabCrossEntropy(ProcessGrid& grid, const ParamSpec& head, i
   lse_.resize(chunk_);
 }
 
-double VocabCrossEntropy::forward_backward(float* dx, const float* x, const int32_t* targets,
+namespace {
+
+// y [m, n] = x [m, k] w [n, k]^T, in the operands' precision.
+void product(float* y, Operand x, Operand w, int m, int k, int n) {
+  if (x.is_bf16())
+    ops::linear_forward(y, x.b16, w.b16, m, k, n);
+  else
+    ops::linear_forward(y, x.f32, w.f32, nullptr, m, k, n);
+}
+
+}  // namespace
+
+double VocabCrossEntropy::forward_backward(float* dx, Operand x, const int32_t* targets,
                                            const float* weight, double denominator, int m,
-                                           float* grads, WeightStream& stream,
-                                           const float* gathered) {
+                                           float* grads, WeightStream& stream, Operand gathered) {
   const int C = int(head_->block_cols), Vloc = int(head_->block_rows), v0 = int(head_->row_offset);
   const int gy = grid_->shape().y;
-  const float* w = gathered ? gathered : stream.gather(*head_);  // [Vp/Gy, C/Gx]
+  const Operand w = gathered.empty() ? stream.gather(*head_) : gathered;  // [Vp/Gy, C/Gx]
   const bool direct = !stream.chunked();  // else dW is a block reduce-scattered over Z
   float* dw = nullptr;                    // [Vp/Gy, C/Gx]
   if (dx) dw = direct ? grads + head_->offset : stream.gradient_block(*head_);
+  if (dx && x.is_bf16()) dlogits_.resize(int64_t(chunk_) * Vloc);
   double loss = 0;
   for (int r0 = 0; r0 < m; r0 += chunk_) {
     const int rows = std::min(chunk_, m - r0);
-    const float* xc = x + int64_t(r0) * C;
+    const Operand xc = x.plus(int64_t(r0) * C);
     const float* wc = weight ? weight + r0 : nullptr;
     float* logits = logits_.data();  // [rows, Vloc]
-    ops::linear_forward(logits, xc, w, nullptr, rows, C, Vloc);
+    product(logits, xc, w, rows, C, Vloc);
     grid_->X().all_reduce(logits, int64_t(rows) * Vloc);
     ops::ce_local_stats(stats_.data(), logits, targets + r0, wc, rows, Vloc, v0, V_);
     grid_->Y().all_gather(stats_.data(), gathered_.data(), 2 * int64_t(rows), DType::kF32);
     loss += ops::ce_combine(lse_.data(), gathered_.data(), wc, rows, gy);
     if (!dx) continue;
     ops::ce_dlogits(logits, lse_.data(), targets + r0, wc, denominator, rows, Vloc, v0, V_);
-    ops::linear_backward_input(dx + int64_t(r0) * C, logits, w, rows, C, Vloc, false);
     // The block scratch starts fresh with the first chunk; the gradient itself accumulates.
-    ops::linear_backward_weight(dw, nullptr, logits, xc, rows, C, Vloc, direct || r0 > 0);
+    const bool accumulate = direct || r0 > 0;
+    float* dxc = dx + int64_t(r0) * C;
+    if (x.is_bf16()) {
+      ops::to_bf16(dlogits_.data(), logits, int64_t(rows) * Vloc);
+      ops::linear_backward_input(dxc, dlogits_.data(), w.b16, rows, C, Vloc, false);
+      ops::linear_backward_weight(dw, dlogits_.data(), xc.b16, rows, C, Vloc, accumulate);
+    } else {
+      ops::linear_backward_input(dxc, logits, w.f32, rows, C, Vloc, false);
+      ops::linear_backward_weight(dw, nullptr, logits, xc.f32, rows, C, Vloc, accumulate);
+    }
   }
   if (dx) {
     grid_->Y().all_reduce(dx, int64_t(m) * C);
@@ -161,12 +194,12 @@ double VocabCrossEntropy::forward_backward(float* dx, const float* x, const int3
   return loss / denominator;
 }
 
-void VocabCrossEntropy::logits(float* out, const float* x, int m, WeightStream& stream,
-                               const float* gathered) {
+void VocabCrossEntropy::logits(float* out, Operand x, int m, WeightStream& stream,
+                               Operand gathered) {
   const int C = int(head_->block_cols), Vloc = int(head_->block_rows), gy = grid_->shape().y;
-  const float* w = gathered ? gathered : stream.gather(*head_);  // [Vp/Gy, C/Gx]
+  const Operand w = gathered.empty() ? stream.gather(*head_) : gathered;  // [Vp/Gy, C/Gx]
   Buffer<float> local(int64_t(m) * Vloc), all(int64_t(m) * Vloc * gy);
-  ops::linear_forward(local.data(), x, w, nullptr, m, C, Vloc);
+  product(local.data(), x, w, m, C, Vloc);
   grid_->X().all_reduce(local.data(), int64_t(m) * Vloc);
   grid_->Y().all_gather(local.data(), all.data(), int64_t(m) * Vloc, DType::kF32);
   for (int p = 0; p < gy; ++p)

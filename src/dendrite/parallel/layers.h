@@ -52,11 +52,12 @@ class VocabEmbedding {
   // tied LM head can use it without gathering again (kept_table()).
   VocabEmbedding(ProcessGrid& grid, const ParamSpec& table, const ParamSpec* positions,
                  bool keep_gathered = false);
-  // The table block gathered by the last forward, or null when not kept.
-  const float* kept_table() const { return keep_ ? kept_.data() : nullptr; }
+  // The table block gathered by the last forward, or empty when not kept.
+  Operand kept_table() const { return keep_ ? kept_block_ : Operand(); }
   // out [m, C/Gx] for tokens [m] (m = B_local * T); the table's block (and
-  // the positions') from the stream.
-  void forward(float* out, const int32_t* tokens, int m, int T, const float* params,
+  // the positions') from the stream. stored: the parameters in the stream's
+  // element type (fp32, or the bf16 copy), for the lookup in this rank's chunk.
+  void forward(float* out, const int32_t* tokens, int m, int T, Operand stored,
                WeightStream& stream);
   // Adds the gradients of the table and positions for dout [m, C/Gx] into
   // grads (their dW blocks reduce-scattered over Z through the stream).
@@ -81,6 +82,7 @@ class VocabEmbedding {
   const ParamSpec* pos_ = nullptr;
   bool keep_ = false;
   Buffer<float> kept_;                // [Vp/Gy, C/Gx]: the block gathered by the forward
+  Operand kept_block_;                // kept_ in the stream's element type
   Buffer<int64_t> mine_, gathered_;   // this rank's tokens; the Z group's
   Buffer<int32_t> tokens_;            // the Z group's tokens, kept for the backward
   Buffer<float> rows_;                // [Gz m, C/Gx]: the group's rows (parts of them)
@@ -95,20 +97,22 @@ class VocabCrossEntropy {
   // Returns sum_r weight[r] * CE_r / denominator over this rank's rows (the
   // same on every X and Y rank; the caller sums over Z and D). With dx non-null
   // also dx [m, C/Gx] (summed over Y) and the head's gradient.
-  // gathered: the head's block when the caller already holds it, else null
+  // x [m, C/Gx] is fp32, or bf16 under bf16 precision (the logits' GEMMs
+  // then run in bf16; the loss and its statistics stay fp32).
+  // gathered: the head's block when the caller already holds it, else empty
   // (gathered from the stream).
-  double forward_backward(float* dx, const float* x, const int32_t* targets, const float* weight,
+  double forward_backward(float* dx, Operand x, const int32_t* targets, const float* weight,
                           double denominator, int m, float* grads, WeightStream& stream,
-                          const float* gathered = nullptr);
+                          Operand gathered = {});
   // logits [m, V] of every row, gathered on every rank (generation, tests).
-  void logits(float* out, const float* x, int m, WeightStream& stream,
-              const float* gathered = nullptr);
+  void logits(float* out, Operand x, int m, WeightStream& stream, Operand gathered = {});
 
  private:
   ProcessGrid* grid_ = nullptr;
   const ParamSpec* head_ = nullptr;
   int V_ = 0, chunk_ = 0;
   Buffer<float> logits_, stats_, gathered_, lse_;
+  Buffer<bf16> dlogits_;  // [chunk, Vp/Gy]: a chunk's dlogits in bf16 (bf16 precision)
 };
 
 }  // namespace dendrite

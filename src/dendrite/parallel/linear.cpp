@@ -13,7 +13,7 @@ namespace dendrite {
 ParallelLinear::ParallelLinear(ProcessGrid& grid, const ParamSpec& w, const ParamSpec* b,
                                bool keep_gathered, bool oar)
     : grid_(&grid), w_(&w), b_(b), keep_(keep_gathered && grid.shape().z > 1), oar_(oar) {
-  if (keep_) kept_.resize(w.block_numel());
+  if (keep_) kept_.resize(w.block_numel());  // fp32's size: room for bf16 too
   const bool normal = w.sharding.rows == Axis::kY;
   DENDRITE_CHECK(
       w.sharding.chunk_z && (normal ? w.sharding.cols == Axis::kX
@@ -27,10 +27,17 @@ ParallelLinear::ParallelLinear(ProcessGrid& grid, const ParamSpec& w, const Para
                  " does not match the ", out_, " local outputs of ", w.name);
 }
 
-void ParallelLinear::forward(float* y, const float* x, int m, const float* params,
+void ParallelLinear::forward(float* y, Operand x, int m, const float* params,
                              WeightStream& stream) {
-  const float* w = keep_ ? stream.gather_to_keep(*w_, kept_.data()) : stream.gather(*w_);
-  ops::linear_forward(y, x, w, nullptr, m, in_, out_);  // [m, out]: partial over the forward axis
+  const Operand w = keep_ ? kept_block_ = stream.gather_to_keep(*w_, kept_.data())
+                          : stream.gather(*w_);  // [out, in]
+  DENDRITE_CHECK(x.is_bf16() == w.is_bf16(), "parallel linear ", w_->name,
+                 ": the input and the weights differ in precision");
+  // [m, out]: partial over the forward axis
+  if (x.is_bf16())
+    ops::linear_forward(y, x.b16, w.b16, m, in_, out_);
+  else
+    ops::linear_forward(y, x.f32, w.f32, nullptr, m, in_, out_);
   fwd_->all_reduce(y, int64_t(m) * out_);
   if (b_) {
     const float* b = params + b_->offset;  // [out]
@@ -39,10 +46,13 @@ void ParallelLinear::forward(float* y, const float* x, int m, const float* param
   }
 }
 
-void ParallelLinear::input_gradient(float* dx, bool accumulate, const float* dy, int m,
+void ParallelLinear::input_gradient(float* dx, bool accumulate, Operand dy, int m,
                                     WeightStream& stream) const {
-  const float* w = keep_ ? kept_.data() : stream.gather(*w_);  // [out, in]
-  ops::linear_backward_input(dx, dy, w, m, in_, out_, accumulate);
+  const Operand w = keep_ ? kept_block_ : stream.gather(*w_);  // [out, in]
+  if (dy.is_bf16())
+    ops::linear_backward_input(dx, dy.b16, w.b16, m, in_, out_, accumulate);
+  else
+    ops::linear_backward_input(dx, dy.f32, w.f32, m, in_, out_, accumulate);
 }
 
 Request ParallelLinear::sum_input_gradient(float* dx, int m) const {
@@ -53,37 +63,50 @@ Request ParallelLinear::sum_input_gradient(float* dx, int m) const {
 
 namespace {
 
+// Rows [r0, r1) of dw [out, in] (+)= dy^T x, in either precision.
+void weight_rows(float* dw, Operand dy, Operand x, int m, int in, int out, bool accumulate,
+                 int r0, int r1) {
+  const float beta = accumulate ? 1.0f : 0.0f;
+  float* c = dw + int64_t(r0) * in;
+  if (dy.is_bf16())
+    ops::gemm(true, false, r1 - r0, in, m, 1.0f, dy.b16 + r0, out, x.b16, in, beta, c, in);
+  else
+    ops::gemm(true, false, r1 - r0, in, m, 1.0f, dy.f32 + r0, out, x.f32, in, beta, c, in);
+}
+
 // dw [out, in] (+)= dy^T x in row blocks with a test() of `pending` between
 // them: an MPI request (no engine for it: MPI without MPI_THREAD_MULTIPLE)
 // moves only inside MPI calls. The same bits as one product: each block is
 // the same sum over m.
-void weight_product_polled(float* dw, const float* dy, const float* x, int m, int in, int out,
+void weight_product_polled(float* dw, Operand dy, Operand x, int m, int in, int out,
                            bool accumulate, Request& pending) {
   const int parts = 4;
   for (int p = 0; p < parts; ++p) {
     const int r0 = out * p / parts / 16 * 16;
     const int r1 = p + 1 == parts ? out : out * (p + 1) / parts / 16 * 16;
-    ops::gemm(true, false, r1 - r0, in, m, 1.0f, dy + r0, out, x, in, accumulate ? 1.0f : 0.0f,
-              dw + int64_t(r0) * in, in);
+    weight_rows(dw, dy, x, m, in, out, accumulate, r0, r1);
     pending.test();
   }
 }
 
 }  // namespace
 
-void ParallelLinear::weight_gradient(const float* dy, const float* x, int m, float* grads,
-                                     WeightStream& stream, Request* pending) const {
+void ParallelLinear::weight_gradient(const float* dy_f32, Operand dy, Operand x, int m,
+                                     float* grads, WeightStream& stream, Request* pending) const {
+  DENDRITE_CHECK(x.is_bf16() == dy.is_bf16(), "parallel linear ", w_->name,
+                 ": the input and the output gradient differ in precision");
   float* db = b_ ? grads + b_->offset : nullptr;  // [out]
   // [out, in]: added into the gradient itself when Gz = 1, else a full block
   // for the stream to reduce-scatter over Z.
   const bool direct = !stream.chunked();
   float* dw = direct ? grads + w_->offset : stream.gradient_block(*w_);
-  if (pending && pending->needs_polling()) {
+  if (pending && pending->needs_polling())
     weight_product_polled(dw, dy, x, m, in_, out_, direct, *pending);
-    if (db) ops::add_column_sums(db, dy, m, out_);
-  } else {
-    ops::linear_backward_weight(dw, db, dy, x, m, in_, out_, direct);
-  }
+  else if (dy.is_bf16())
+    ops::linear_backward_weight(dw, dy.b16, x.b16, m, in_, out_, direct);
+  else
+    ops::linear_backward_weight(dw, nullptr, dy.f32, x.f32, m, in_, out_, direct);
+  if (db) ops::add_column_sums(db, dy_f32, m, out_);
   if (!direct) stream.reduce_scatter(*w_, grads);
 }
 

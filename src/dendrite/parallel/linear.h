@@ -15,6 +15,7 @@
 
 #include "dendrite/comm/grid.h"
 #include "dendrite/core/buffer.h"
+#include "dendrite/core/operand.h"
 #include "dendrite/parallel/params.h"
 #include "dendrite/parallel/weight_stream.h"
 
@@ -35,24 +36,26 @@ class ParallelLinear {
   int in_local() const { return in_; }
   int out_local() const { return out_; }
 
+  // The operands x, dy and the weight block are fp32, or bf16 under bf16
+  // precision (core/operand.h); outputs and gradients are fp32 either way.
   // y [m, out_local] = x [m, in_local] W^T, summed over the forward axis, + b.
-  void forward(float* y, const float* x, int m, const float* params, WeightStream& stream);
+  void forward(float* y, Operand x, int m, const float* params, WeightStream& stream);
 
   // The backward is AxoNN's, in its three steps, so that the model can put
   // the dW products of a group of layers behind one dx sum (layers that share
   // an input add their dx and sum it once: Transformer::linear_backward).
   // 1. dx [m, in_local] = dy [m, out_local] W (overwritten, or added to when
   //    accumulate), with the kept block or a fresh gather;
-  void input_gradient(float* dx, bool accumulate, const float* dy, int m,
-                      WeightStream& stream) const;
+  void input_gradient(float* dx, bool accumulate, Operand dy, int m, WeightStream& stream) const;
   // 2. dx summed over the backward axis: posted non-blocking with OAR (wait
   //    for the request before reading dx), else summed before returning;
   Request sum_input_gradient(float* dx, int m) const;
   // 3. dW = dy^T x reduce-scattered over Z into grads (through the stream),
-  //    db += the row sums of dy. `pending`, when it moves only when polled
-  //    (an MPI request), is polled between row blocks of the product.
-  void weight_gradient(const float* dy, const float* x, int m, float* grads, WeightStream& stream,
-                       Request* pending = nullptr) const;
+  //    db += the row sums of dy_f32 (dy in fp32, whatever the operand's type).
+  //    `pending`, when it moves only when polled (an MPI request), is polled
+  //    between row blocks of the product.
+  void weight_gradient(const float* dy_f32, Operand dy, Operand x, int m, float* grads,
+                       WeightStream& stream, Request* pending = nullptr) const;
   // Whether the backward axis has peers (else step 2 has nothing to sum).
   bool sums_input() const { return bwd_->size() > 1; }
 
@@ -64,7 +67,10 @@ class ParallelLinear {
   Communicator* bwd_ = nullptr;
   int in_ = 0, out_ = 0;
   bool keep_ = false, oar_ = false;
-  Buffer<float> kept_;  // [out_local, in_local]: the block gathered in the forward (keep_gathered)
+  // [out_local, in_local]: the block gathered in the forward (keep_gathered),
+  // in the parameters' element type (bytes, as floats for alignment)
+  Buffer<float> kept_;
+  Operand kept_block_;
 };
 
 }  // namespace dendrite

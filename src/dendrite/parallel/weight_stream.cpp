@@ -11,7 +11,9 @@ namespace dendrite {
 
 WeightStream::WeightStream(Communicator& z, const ParamTable& table, const SharedArray& params,
                            bool oag, bool ors)
-    : z_(&z), params_(&params), oag_(oag), ors_(ors) {
+    : z_(&z), params_(&params), elem_(int64_t(dtype_size(params.dtype()))), oag_(oag), ors_(ors) {
+  DENDRITE_CHECK(params.dtype() == DType::kF32 || params.dtype() == DType::kBF16,
+                 "weight stream: parameters must be fp32 or bf16, not ", dtype_name(params.dtype()));
   if (z.size() == 1) return;
   // dW slots: a layer's blocks (each at most a quarter of the largest, the
   // vocabulary's, on real models) in small slots, larger ones in big slots.
@@ -20,11 +22,12 @@ WeightStream::WeightStream(Communicator& z, const ParamTable& table, const Share
   for (const ParamSpec& s : table.specs())
     if (s.block_numel() * 4 <= largest) layer = std::max(layer, s.block_numel());
   if (layer == 0) layer = largest;
-  for (Buffer<float>& slot : slots_) slot.resize(largest);
+  const int64_t largest_floats = (largest * elem_ + 3) / 4;  // a slot's bytes, in floats
+  for (Buffer<float>& slot : slots_) slot.resize(largest_floats);
   block_ = (layer + 15) / 16 * 16;
   big_ = largest > block_ ? (largest + 15) / 16 * 16 : 0;
   grad_slots_ = z.allocate_shared(kSlots * block_ + kBigSlots * big_);
-  big_slot_.resize(big_ > 0 ? largest : 0);
+  big_slot_.resize(big_ > 0 ? largest_floats : 0);
 }
 
 int64_t WeightStream::bytes() const {
@@ -51,23 +54,28 @@ void WeightStream::end_pass() {
   trace_ = nullptr;
 }
 
-const float* WeightStream::gather(const ParamSpec& s) {
-  if (!chunked()) return params_->data() + s.offset;
-  if (oag_ && trace_) return prefetched_gather(s);
-  z_->all_gather(*params_, s.offset, slots_[0].data(), s.numel);
-  return slots_[0].data();
+Operand WeightStream::as_operand(const void* p) const {
+  if (elem_ == 2) return Operand(static_cast<const bf16*>(p));
+  return Operand(static_cast<const float*>(p));
 }
 
-const float* WeightStream::gather_to_keep(const ParamSpec& s, float* keep) {
-  if (!chunked()) return params_->data() + s.offset;
+Operand WeightStream::gather(const ParamSpec& s) {
+  if (!chunked()) return as_operand(params_->bytes() + s.offset * elem_);
+  if (oag_ && trace_) return as_operand(prefetched_gather(s));
+  z_->all_gather(*params_, s.offset, slots_[0].data(), s.numel);
+  return as_operand(slots_[0].data());
+}
+
+Operand WeightStream::gather_to_keep(const ParamSpec& s, void* keep) {
+  if (!chunked()) return as_operand(params_->bytes() + s.offset * elem_);
   z_->all_gather(*params_, s.offset, keep, s.numel);
-  return keep;
+  return as_operand(keep);
 }
 
 // The gather of s within a pass: recorded the first time; then from the
 // prefetch when it matches the recorded order, and the gathers that follow
 // prefetched.
-const float* WeightStream::prefetched_gather(const ParamSpec& s) {
+void* WeightStream::prefetched_gather(const ParamSpec& s) {
   Trace& t = *trace_;
   if (!t.valid) {  // recording
     t.order.push_back(&s);
@@ -79,7 +87,7 @@ const float* WeightStream::prefetched_gather(const ParamSpec& s) {
   const bool expected = !broken_ && cursor_ < t.order.size() && t.order[cursor_] == &s;
   if (!expected) broken_ = true;  // out of the recorded order: recorded again next time
   prefetch_.wait();               // the prefetch of s, or one to drop
-  const float* out;
+  void* out;
   if (expected && prefetched_big_ == &s) {  // fetched two ahead into the big slot
     prefetch_big_.wait();
     prefetched_big_ = nullptr;
@@ -98,7 +106,7 @@ const float* WeightStream::prefetched_gather(const ParamSpec& s) {
 
 // Posts the gather after the one at cursor_ into the other slot, and a block
 // larger than a layer's two ahead into the big slot.
-void WeightStream::prefetch_after(const Trace& t, const float* handed_out) {
+void WeightStream::prefetch_after(const Trace& t, const void* handed_out) {
   if (cursor_ + 1 >= t.order.size()) return;
   const ParamSpec& n = *t.order[cursor_ + 1];
   if (prefetched_big_ != &n) {

@@ -24,8 +24,11 @@
 //    own completed here, which (its barrier) means every peer finished
 //    reading the slot (the engine runs tasks in post order on every rank);
 //    over messages, after its own, which sends from it.
+// Under bf16 precision the stream reads the parameters' bf16 copy: blocks are
+// gathered in bf16 (half the bytes) and handed out as bf16 operands; the dW
+// blocks stay fp32.
 // Letters: Gz ranks on the Z axis; a block is a ParamSpec's full
-// [block_rows, block_cols], of which this rank stores numel floats.
+// [block_rows, block_cols], of which this rank stores numel elements.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +38,7 @@
 
 #include "dendrite/comm/communicator.h"
 #include "dendrite/core/buffer.h"
+#include "dendrite/core/operand.h"
 #include "dendrite/parallel/params.h"
 
 namespace dendrite {
@@ -43,8 +47,10 @@ class WeightStream {
  public:
   WeightStream() = default;
   // The stream of the Z-chunked tensors of `table`, whose values are `params`
-  // (a SharedArray over z, kept by the caller). oag and ors switch the two
-  // overlaps. Scratch is allocated only when Z splits the blocks (Gz > 1).
+  // (a SharedArray over z, kept by the caller: the fp32 parameters, or under
+  // bf16 precision their bf16 copy, with the same element offsets). oag and
+  // ors switch the two overlaps. Scratch is allocated only when Z splits the
+  // blocks (Gz > 1).
   WeightStream(Communicator& z, const ParamTable& table, const SharedArray& params, bool oag,
                bool ors);
   WeightStream(WeightStream&&) = default;
@@ -61,13 +67,15 @@ class WeightStream {
   void begin_pass(int pass);
   void end_pass();
 
-  // The full block of s: the stored values when Gz = 1, else gathered over Z
-  // into a slot of the stream (from the prefetch within a recorded pass),
-  // valid until the next gather.
-  const float* gather(const ParamSpec& s);
-  // The full block of s gathered into `keep` (block_numel() floats) that the
+  // The full block of s in the parameters' element type: the stored values
+  // when Gz = 1, else gathered over Z into a slot of the stream (from the
+  // prefetch within a recorded pass), valid until the next gather.
+  Operand gather(const ParamSpec& s);
+  // The full block of s gathered into `keep` (block_bytes(s) bytes) that the
   // caller holds past the next gather (keep_gathered); outside the OAG order.
-  const float* gather_to_keep(const ParamSpec& s, float* keep);
+  Operand gather_to_keep(const ParamSpec& s, void* keep);
+  // Bytes of the full block of s in the parameters' element type.
+  int64_t block_bytes(const ParamSpec& s) const { return s.block_numel() * elem_; }
 
   // ORS: a dW slot for the full block of s, to fill and then hand to
   // reduce_scatter(s) (waits until the slot is free; when the reduction that
@@ -96,8 +104,10 @@ class WeightStream {
     float* grads = nullptr;
     int slot = 0;
   };
-  const float* prefetched_gather(const ParamSpec& s);
-  void prefetch_after(const Trace& t, const float* handed_out);
+  void* prefetched_gather(const ParamSpec& s);
+  void prefetch_after(const Trace& t, const void* handed_out);
+  // The stored block of s (Gz = 1), or a slot's bytes, as an operand.
+  Operand as_operand(const void* p) const;
   int64_t slot_offset(int i) const {
     return i < kSlots ? i * block_ : kSlots * block_ + (i - kSlots) * big_;
   }
@@ -105,10 +115,11 @@ class WeightStream {
 
   Communicator* z_ = nullptr;
   const SharedArray* params_ = nullptr;
+  int64_t elem_ = 4;  // bytes of a parameter element: 4 (fp32) or 2 (bf16)
   bool oag_ = false, ors_ = false;
 
   // OAG: two gather slots of the largest block; a third for a block larger
-  // than a layer's (when there are such).
+  // than a layer's (when there are such). Bytes, as floats for alignment.
   Buffer<float> slots_[2], big_slot_;
   std::map<int, Trace> traces_;            // by pass
   Trace* trace_ = nullptr;                 // the current pass's; null between passes

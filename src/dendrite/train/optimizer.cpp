@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "dendrite/core/check.h"
+
 namespace dendrite {
 
 AdamW::AdamW(const ParamTable& table, const ops::AdamWConfig& config)
@@ -13,12 +15,22 @@ float AdamW::clip_factor(double norm, double max_norm) {
   return static_cast<float>(std::min(1.0, max_norm / (norm + 1e-6)));
 }
 
-void AdamW::step(float* params, const float* grads, float lr, float grad_scale) {
+void AdamW::step(float* params, const float* grads, float lr, float grad_scale, bf16* low,
+                 int64_t low_count) {
   ++step_;
-  for (const ParamSpec& s : table_.specs())
+  for (const ParamSpec& s : table_.specs()) {
+    DENDRITE_CHECK(!low || s.offset + s.numel <= low_count || s.offset >= low_count,
+                   "adamw: the bf16 copy ends inside ", s.name);
+    bf16* copy = low && s.offset < low_count ? low + s.offset : nullptr;
     ops::adamw_update(params + s.offset, grads + s.offset, m_.data() + s.offset,
                       v_.data() + s.offset, s.numel, lr, static_cast<int>(step_), s.decay, config_,
-                      grad_scale);
+                      grad_scale, copy);
+  }
+}
+
+void AdamW::step(Transformer& model, float lr, float grad_scale) {
+  const Transformer::Writable w = model.params_and_copy();
+  step(w.params, model.grads(), lr, grad_scale, w.low, w.low_count);
 }
 
 }  // namespace dendrite

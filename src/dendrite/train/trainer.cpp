@@ -55,7 +55,7 @@ std::string gemm_tuning_summary() {
   X(model) X(data) X(steps) X(batch) X(seq) X(lr) X(min_lr) X(warmup) X(weight_decay) X(beta1) \
   X(beta2) X(adam_eps) X(grad_clip) X(seed) X(out) X(resume) X(save_every) X(stop_at) X(eval_every)       \
   X(eval_batches) X(log_every) X(metrics) X(threads) X(grid) X(keep_gathered) X(recompute) X(overlap) \
-  X(keep) X(on_nan) X(timeout) X(goldfish) X(gemm_tune) X(grad_accum)
+  X(keep) X(on_nan) X(timeout) X(goldfish) X(gemm_tune) X(grad_accum) X(precision)
 
 nlohmann::json TrainOptions::to_json() const {
   nlohmann::json j;
@@ -271,6 +271,11 @@ std::unique_ptr<Transformer> make_model(const ModelConfig& mc, ProcessGrid& grid
   mo.keep_gathered = opt.keep_gathered;
   mo.recompute = opt.recompute;
   mo.set_overlap(opt.overlap);
+  mo.precision = parse_precision(opt.precision);
+  if (mo.precision == Precision::kBF16 && !ops::bf16_gemm_native() && grid.rank() == 0)
+    log_info(str("warning: --precision bf16: this CPU lacks ", ops::bf16_gemm_missing(),
+                 ", so the bf16 GEMMs widen their operands and run in fp32: bf16's results ",
+                 "without its speed"));
   ops::set_gemm_tuning(opt.gemm_tune);
   return std::make_unique<Transformer>(mc, grid, opt.batch / opt.grad_accum, opt.seq, mo);
 }
@@ -377,6 +382,7 @@ void Trainer::check_options() {
   DENDRITE_CHECK(opt_.timeout >= 0 && std::isfinite(opt_.timeout), "train: --timeout must be 0 ",
                  "(off) or a positive number of seconds, got ", opt_.timeout);
   check_batch_split(opt_, grid_.shape());
+  parse_precision(opt_.precision);  // an unknown one fails here, before the data is read
   grid_.set_timeout(opt_.timeout);
 }
 
@@ -464,7 +470,7 @@ TrainResult Trainer::run() {
     const float lr = lr_at(int(step), float(opt_.lr), float(opt_.min_lr), int(opt_.warmup), int(opt_.steps));
     const bool update = non_finite.accept(step + 1, loss, norm, result_.last_checkpoint, progress);
     if (update)
-      adam_->step(model_->params(), model_->grads(), lr, AdamW::clip_factor(norm, opt_.grad_clip));
+      adam_->step(*model_, lr, AdamW::clip_factor(norm, opt_.grad_clip));
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     StepFigures f{step + 1, opt_.steps, loss, lr, norm, tokens / secs, secs * 1e3,
                   flops_per_step / secs / 1e9 / peak, -1};

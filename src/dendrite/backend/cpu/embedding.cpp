@@ -46,8 +46,14 @@ void thread_columns(int C, int* c0, int* c1) {
 
 }  // namespace
 
-void embedding_range_forward(float* out, const int32_t* tokens, const float* w, int v0, int rows,
-                             int m, int C) {
+namespace {
+
+inline float widen(float x) { return x; }
+inline float widen(bf16 x) { return to_float(x); }
+
+// The lookups below for a table of fp32 or bf16 (bf16 precision) values.
+template <typename W>
+void range_forward(float* out, const int32_t* tokens, const W* w, int v0, int rows, int m, int C) {
   check_sizes("embedding_range_forward", m, C);
   DENDRITE_CHECK(v0 >= 0 && rows >= 0,
                  "embedding_range_forward: need v0 >= 0 and rows >= 0, got v0=", v0, " rows=", rows,
@@ -58,14 +64,55 @@ void embedding_range_forward(float* out, const int32_t* tokens, const float* w, 
     float* __restrict o = out + r * C;
     const long t = static_cast<long>(tokens[r]) - v0;  // row of this rank's block
     if (t >= 0 && t < rows) {
-      const float* __restrict e = w + t * C;
+      const W* __restrict e = w + t * C;
 #pragma omp simd
-      for (int j = 0; j < C; ++j) o[j] = e[j];
+      for (int j = 0; j < C; ++j) o[j] = widen(e[j]);
     } else {
 #pragma omp simd
       for (int j = 0; j < C; ++j) o[j] = 0.0f;
     }
   }
+}
+
+template <typename W>
+void chunk_forward(float* out, const int32_t* tokens, const W* chunk, int64_t c0, int64_t n,
+                   int v0, int rows, int m, int C) {
+  check_sizes("embedding_chunk_forward", m, C);
+  check_tokens("embedding_chunk_forward", tokens, m);
+#pragma omp parallel for schedule(static)
+  for (long r = 0; r < m; ++r) {
+    float* __restrict o = out + r * C;
+    std::fill(o, o + C, 0.0f);
+    const long t = static_cast<long>(tokens[r]) - v0;
+    if (t < 0 || t >= rows) continue;
+    const int64_t b0 = std::max<int64_t>(t * C, c0), b1 = std::min<int64_t>((t + 1) * C, c0 + n);
+    for (int64_t b = b0; b < b1; ++b) o[b - t * C] = widen(chunk[b - c0]);
+  }
+}
+
+template <typename W>
+void positions_forward(float* out, const W* wpe, int m, int T, int C) {
+  check_sizes("position_add", m, C);
+  DENDRITE_CHECK(T > 0, "position_add: need T > 0 positions, got T=", T);
+#pragma omp parallel for schedule(static)
+  for (long r = 0; r < m; ++r) {
+    float* __restrict o = out + r * C;
+    const W* __restrict p = wpe + (r % T) * C;
+#pragma omp simd
+    for (int j = 0; j < C; ++j) o[j] += widen(p[j]);
+  }
+}
+
+}  // namespace
+
+void embedding_range_forward(float* out, const int32_t* tokens, const float* w, int v0, int rows,
+                             int m, int C) {
+  range_forward(out, tokens, w, v0, rows, m, C);
+}
+
+void embedding_range_forward(float* out, const int32_t* tokens, const bf16* w, int v0, int rows,
+                             int m, int C) {
+  range_forward(out, tokens, w, v0, rows, m, C);
 }
 
 void embedding_range_backward(float* dw, const float* dout, const int32_t* tokens, int v0, int rows,
@@ -92,17 +139,12 @@ void embedding_range_backward(float* dw, const float* dout, const int32_t* token
 
 void embedding_chunk_forward(float* out, const int32_t* tokens, const float* chunk, int64_t c0,
                              int64_t n, int v0, int rows, int m, int C) {
-  check_sizes("embedding_chunk_forward", m, C);
-  check_tokens("embedding_chunk_forward", tokens, m);
-#pragma omp parallel for schedule(static)
-  for (long r = 0; r < m; ++r) {
-    float* __restrict o = out + r * C;
-    std::fill(o, o + C, 0.0f);
-    const long t = static_cast<long>(tokens[r]) - v0;
-    if (t < 0 || t >= rows) continue;
-    const int64_t b0 = std::max<int64_t>(t * C, c0), b1 = std::min<int64_t>((t + 1) * C, c0 + n);
-    if (b0 < b1) std::copy(chunk + (b0 - c0), chunk + (b1 - c0), o + (b0 - t * C));
-  }
+  chunk_forward(out, tokens, chunk, c0, n, v0, rows, m, C);
+}
+
+void embedding_chunk_forward(float* out, const int32_t* tokens, const bf16* chunk, int64_t c0,
+                             int64_t n, int v0, int rows, int m, int C) {
+  chunk_forward(out, tokens, chunk, c0, n, v0, rows, m, C);
 }
 
 void embedding_chunk_backward(float* dchunk, const float* dout, const int32_t* tokens, int64_t c0,
@@ -125,15 +167,11 @@ void embedding_chunk_backward(float* dchunk, const float* dout, const int32_t* t
 }
 
 void position_add(float* out, const float* wpe, int m, int T, int C) {
-  check_sizes("position_add", m, C);
-  DENDRITE_CHECK(T > 0, "position_add: need T > 0 positions, got T=", T);
-#pragma omp parallel for schedule(static)
-  for (long r = 0; r < m; ++r) {
-    float* __restrict o = out + r * C;
-    const float* __restrict p = wpe + (r % T) * C;
-#pragma omp simd
-    for (int j = 0; j < C; ++j) o[j] += p[j];
-  }
+  positions_forward(out, wpe, m, T, C);
+}
+
+void position_add(float* out, const bf16* wpe, int m, int T, int C) {
+  positions_forward(out, wpe, m, T, C);
 }
 
 void position_backward(float* dwpe, const float* dout, int m, int T, int C) {

@@ -67,7 +67,7 @@ dnnl::matmul make(const Key& k, const dnnl::engine& engine) {
   try {
     return dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, engine));
   } catch (const dnnl::error& e) {
-    fail("gemm_bf16: oneDNN has no bf16 matmul for ", k.ta ? 'T' : 'N', k.tb ? 'T' : 'N', " M=",
+    fail("gemm (bf16): oneDNN has no bf16 matmul for ", k.ta ? 'T' : 'N', k.tb ? 'T' : 'N', " M=",
          k.M, " N=", k.N, " K=", k.K, " here (", e.what(), ")");
   }
 }
@@ -90,8 +90,8 @@ bool bf16_gemm_native() {
 
 const char* bf16_gemm_missing() { return bf16_gemm_native() ? "" : "AVX512_BF16 (or AMX-BF16)"; }
 
-void gemm_bf16(bool ta, bool tb, int M, int N, int K, float alpha, const bf16* A, int lda,
-               const bf16* B, int ldb, float beta, float* C, int ldc) {
+void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const bf16* A, int lda,
+          const bf16* B, int ldb, float beta, float* C, int ldc) {
   if (M == 0 || N == 0) return;
   if (!bf16_gemm_native()) return widened(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   Matmuls& mm = matmuls();
@@ -109,6 +109,21 @@ void gemm_bf16(bool ta, bool tb, int M, int N, int K, float alpha, const bf16* A
   memory c(operand(M, N, ldc, false, dt::f32), mm.engine, C);
   prim->execute(mm.stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
   mm.stream.wait();
+}
+
+// The linear layer's products, as their fp32 forms in matmul.cpp.
+void linear_forward(float* y, const bf16* x, const bf16* w, int m, int k, int n) {
+  gemm(false, true, m, n, k, 1.0f, x, k, w, k, 0.0f, y, n);
+}
+
+void linear_backward_input(float* dx, const bf16* dy, const bf16* w, int m, int k, int n,
+                           bool accumulate) {
+  gemm(false, false, m, k, n, 1.0f, dy, n, w, k, accumulate ? 1.0f : 0.0f, dx, k);
+}
+
+void linear_backward_weight(float* dw, const bf16* dy, const bf16* x, int m, int k, int n,
+                            bool accumulate) {
+  gemm(true, false, n, k, m, 1.0f, dy, n, x, k, accumulate ? 1.0f : 0.0f, dw, k);
 }
 
 }  // namespace dendrite::ops

@@ -192,9 +192,10 @@ INSTANTIATE_TEST_SUITE_P(Models, EveryGrid, ::testing::Values("gpt2", "llama"));
 // gradient: bound 2^-8 of the tensor's largest value per flip, 2^-7 allowed.
 // After an update the fp32 masters differ in their last bits as in fp32 runs,
 // and those near a boundary round to other bf16 weights, so later losses
-// drift further: measured at most 2.9e-4 over these grids after four steps at
-// lr 1e-2 (gradients 2.8e-3 of the tensor's largest at worst), 1e-3 allowed.
-constexpr Tolerance kBf16Tolerance{1e-5, 1e-3, 0x1p-7};
+// drift further: measured over these grids, step 1's loss 1.1e-6, later
+// losses 7e-4 after four steps at lr 1e-2, gradients 2.8e-3 of the tensor's
+// largest; allowed 1e-5, 2e-3 and 2^-7.
+constexpr Tolerance kBf16Tolerance{1e-5, 2e-3, 0x1p-7};
 
 class EveryGridBf16 : public ::testing::TestWithParam<const char*> {};
 

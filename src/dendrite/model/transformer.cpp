@@ -215,16 +215,18 @@ void Transformer::allocate(int m, int B_loc) {
   const bool low = low_precision();  // GEMM inputs saved in bf16 only (LayerActs)
   for (auto& a : acts_) {
     a.mean1.resize(m), a.rstd1.resize(m);
-    a.q.resize(m * long(qd_)), a.k.resize(m * long(kvd_)), a.v.resize(m * long(kvd_));
-    a.att.resize(m * long(qd_)), a.lse.resize(long(B_loc) * nh_ * max_T_);
+    a.lse.resize(long(B_loc) * nh_ * max_T_);
     a.mid.resize(m * C), a.mean2.resize(m), a.rstd2.resize(m);
     a.up.resize(m * F);
     if (!cfg_.gpt2()) a.gate.resize(m * F);
     if (low) {
-      a.norm1h.resize(m * C), a.atth.resize(m * long(qd_)), a.norm2h.resize(m * C);
-      a.acth.resize(m * F);
+      a.norm1h.resize(m * C), a.norm2h.resize(m * C), a.acth.resize(m * F);
+      a.qh.resize(m * long(qd_)), a.kh.resize(m * long(kvd_)), a.vh.resize(m * long(kvd_));
+      a.atth.resize(m * long(qd_));
     } else {
       a.norm1.resize(m * C), a.norm2.resize(m * C), a.act.resize(m * F);
+      a.q.resize(m * long(qd_)), a.k.resize(m * long(kvd_)), a.v.resize(m * long(kvd_));
+      a.att.resize(m * long(qd_));
     }
   }
   normf_.resize(m * C), meanf_.resize(m), rstdf_.resize(m);
@@ -254,7 +256,8 @@ size_t Transformer::activation_bytes() const {
     n += b->size();
   size_t low = 0;  // bf16 elements
   for (auto& a : acts_)
-    for (const Buffer<bf16>* b : {&a.norm1h, &a.atth, &a.norm2h, &a.acth}) low += b->size();
+    for (const Buffer<bf16>* b : {&a.norm1h, &a.qh, &a.kh, &a.vh, &a.atth, &a.norm2h, &a.acth})
+      low += b->size();
   for (const Buffer<bf16>* b : {&normf_h_, &dres_h_, &dq_h_, &dk_h_, &dv_h_, &dup_h_, &dgate_h_})
     low += b->size();
   return n * sizeof(float) + low * sizeof(bf16) + stream_.bytes() + sums_.size() * sizeof(double);

@@ -126,13 +126,12 @@ class Transformer {
     ParallelNorm norm1, norm2;
     ParallelLinear q, k, v, o, up, gate, down;
   };
-  // Saved for the backward. The inputs of GEMMs (norm1, att, norm2, act) are
-  // kept in the run's precision: fp32, or bf16 (the *h buffers; norm1, norm2
-  // and act then are not allocated, and att stays fp32 too, for attention's
-  // backward).
+  // Saved for the backward. The inputs of GEMMs (norm1, q, k, v, att, norm2,
+  // act) are kept in the run's precision: fp32, or bf16 (the *h buffers; the
+  // fp32 ones are then not allocated).
   struct LayerActs {
     Buffer<float> norm1, mean1, rstd1, q, k, v, att, lse, mid, norm2, mean2, rstd2, up, gate, act;
-    Buffer<bf16> norm1h, atth, norm2h, acth;
+    Buffer<bf16> norm1h, qh, kh, vh, atth, norm2h, acth;
   };
   bool low_precision() const { return opt_.precision == Precision::kBF16; }
   // The GEMM operand of an fp32 activation x [n]: x itself, or under bf16

@@ -56,9 +56,10 @@ void Transformer::forward(const int32_t* inputs, int B_loc, int T, int pass) {
                   params_->data(), sums_);
 }
 
-// x, out [m, C/Gx]. Under bf16 precision the inputs of GEMMs are rounded
-// to bf16 where they are made and saved so (LayerActs); the fp32 norm and
-// activation outputs then pass through scratch (tmp_c_, dact_).
+// x, out [m, C/Gx]. Under bf16 precision the inputs of GEMMs (attention's
+// q, k, v included) are rounded to bf16 where they are made and saved so
+// (LayerActs); their fp32 values then pass through the backward's scratch
+// (tmp_c_, dq_, dk_, dv_, datt_, dact_: free until this layer's backward).
 void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, int T) {
   Layer& L = layers_[l];
   LayerActs& a = acts(l);
@@ -72,16 +73,27 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
   float* n1 = norm_out ? norm_out : a.norm1.data();
   L.norm1.forward(n1, a.mean1.data(), a.rstd1.data(), x, m, P, sums_);
   const Operand h1 = operand(n1, a.norm1h, mC);
-  L.q.forward(a.q.data(), h1, m, P, stream_);
-  L.k.forward(a.k.data(), h1, m, P, stream_);
-  L.v.forward(a.v.data(), h1, m, P, stream_);
+  const bool low = low_precision();  // q, k, v, att saved in bf16 only
+  float* q = low ? dq_.data() : a.q.data();
+  float* k = low ? dk_.data() : a.k.data();
+  float* v = low ? dv_.data() : a.v.data();
+  float* att = low ? datt_.data() : a.att.data();
+  L.q.forward(q, h1, m, P, stream_);
+  L.k.forward(k, h1, m, P, stream_);
+  L.v.forward(v, h1, m, P, stream_);
   if (!cfg_.gpt2()) {
-    ops::rope_forward(a.q.data(), B_loc, T, nh_, hs_, qd_, cfg_.rope_theta);
-    ops::rope_forward(a.k.data(), B_loc, T, nkv_, hs_, kvd_, cfg_.rope_theta);
+    ops::rope_forward(q, B_loc, T, nh_, hs_, qd_, cfg_.rope_theta);
+    ops::rope_forward(k, B_loc, T, nkv_, hs_, kvd_, cfg_.rope_theta);
   }
   ops::AttentionShape s{B_loc, T, nh_, nkv_, hs_, qd_, kvd_, qd_};
-  ops::attention_forward(a.att.data(), a.lse.data(), a.q.data(), a.k.data(), a.v.data(), s);
-  L.o.forward(tmp_c_.data(), operand(a.att.data(), a.atth, long(m) * qd_), m, P, stream_);
+  if (low) {
+    const Operand qh = operand(q, a.qh, long(m) * qd_), kh = operand(k, a.kh, long(m) * kvd_),
+                  vh = operand(v, a.vh, long(m) * kvd_);
+    ops::attention_forward(att, a.lse.data(), qh.b16, kh.b16, vh.b16, s);
+  } else {
+    ops::attention_forward(att, a.lse.data(), q, k, v, s);
+  }
+  L.o.forward(tmp_c_.data(), operand(att, a.atth, long(m) * qd_), m, P, stream_);
   ops::add(a.mid.data(), x, tmp_c_.data(), mC);
 
   // MLP: [m, C/Gx] -> [m, F/Gy] -> [m, C/Gx]
@@ -133,8 +145,12 @@ void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
   linear_backward(datt_.data(), m, {{&L.o, dres, operand(dres, dres_h_, mC), saved(a.att, a.atth)}},
                   {}, &o_dw);
   ops::AttentionShape s{B_loc, T, nh_, nkv_, hs_, qd_, kvd_, qd_};
-  ops::attention_backward(dq_.data(), dk_.data(), dv_.data(), datt_.data(), a.att.data(),
-                          a.lse.data(), a.q.data(), a.k.data(), a.v.data(), s);
+  if (low_precision())
+    ops::attention_backward(dq_.data(), dk_.data(), dv_.data(), datt_.data(), a.atth.data(),
+                            a.lse.data(), a.qh.data(), a.kh.data(), a.vh.data(), s);
+  else
+    ops::attention_backward(dq_.data(), dk_.data(), dv_.data(), datt_.data(), a.att.data(),
+                            a.lse.data(), a.q.data(), a.k.data(), a.v.data(), s);
   if (!cfg_.gpt2()) {
     ops::rope_backward(dq_.data(), B_loc, T, nh_, hs_, qd_, cfg_.rope_theta);
     ops::rope_backward(dk_.data(), B_loc, T, nkv_, hs_, kvd_, cfg_.rope_theta);

@@ -6,6 +6,8 @@
 // can be separate buffers or slices of one.
 #pragma once
 
+#include "dendrite/core/bf16.h"
+
 namespace dendrite::ops {
 
 struct AttentionShape {
@@ -23,6 +25,13 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
 // (with q_stride / kv_stride layouts).
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
                         const float* lse, const float* q, const float* k, const float* v,
+                        const AttentionShape& s);
+// The same two with q, k, v and the saved output in bf16 (bf16 precision):
+// widened as they are read, computed in fp32; out, dq, dk, dv stay fp32.
+void attention_forward(float* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
+                       const AttentionShape& s);
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const bf16* out,
+                        const float* lse, const bf16* q, const bf16* k, const bf16* v,
                         const AttentionShape& s);
 
 // Rotary embedding in the Hugging Face Llama convention ("rotate half"): for

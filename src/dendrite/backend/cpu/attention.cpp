@@ -14,6 +14,9 @@
 // The forward is parallel over (b, h); the backward over (b, KV head): the
 // thread owning a KV head runs its query heads in a fixed order, so dk and dv
 // accumulate without races and the result does not depend on the thread count.
+// Under bf16 precision q, k, v (and the forward's output, read back by the
+// backward) are bf16: they are widened as they are copied into the fp32
+// scratch, and everything after is the fp32 computation.
 #include "dendrite/ops/attention.h"
 
 #include <algorithm>
@@ -30,6 +33,9 @@ constexpr int kR = 4;   // query rows per tile
 constexpr int kW = 16;  // columns per register block
 
 int round_up(int n, int m) { return (n + m - 1) / m * m; }
+
+inline float widen(float x) { return x; }
+inline float widen(bf16 x) { return to_float(x); }
 
 void check_shape(const AttentionShape& s, const char* op) {
   DENDRITE_CHECK(s.B > 0 && s.T > 0 && s.NH > 0 && s.NKV > 0 && s.hs > 0, op,
@@ -126,22 +132,25 @@ struct Scratch {
 
   // x: head g's row 0 (stride floats between rows) -> rows [T, hsp] and/or
   // transpose [hsp, Tp] (either may be null).
-  void load(float* rows, float* transposed, const float* x, int stride) const {
+  template <typename In>
+  void load(float* rows, float* transposed, const In* x, int stride) const {
     for (int t = 0; t < T; ++t) {
-      const float* xt = x + static_cast<long>(t) * stride;
+      const In* xt = x + static_cast<long>(t) * stride;
       for (int i = 0; i < hs; ++i) {
-        if (rows) rows[static_cast<long>(t) * hsp + i] = xt[i];
-        if (transposed) transposed[static_cast<long>(i) * Tp + t] = xt[i];
+        const float value = widen(xt[i]);
+        if (rows) rows[static_cast<long>(t) * hsp + i] = value;
+        if (transposed) transposed[static_cast<long>(i) * Tp + t] = value;
       }
     }
   }
 
   // Rows t0..t0+n-1 of x (row stride) times mul into tile [kR, hsp]; rest zero.
-  void load_tile(float* tile, const float* x, int stride, int t0, int n, float mul) const {
+  template <typename In>
+  void load_tile(float* tile, const In* x, int stride, int t0, int n, float mul) const {
     std::fill(tile, tile + kR * hsp, 0.0f);
     for (int r = 0; r < n; ++r)
       for (int i = 0; i < hs; ++i)
-        tile[r * hsp + i] = mul * x[static_cast<long>(t0 + r) * stride + i];
+        tile[r * hsp + i] = mul * widen(x[static_cast<long>(t0 + r) * stride + i]);
   }
 };
 
@@ -195,7 +204,8 @@ float row_max(const float* S, int n) {
 
 // One (b, h): out rows and lse [T]; q, out at the head's row 0, k and v at
 // its KV head's row 0.
-void forward_head(float* out, float* lse, const float* q, const float* k, const float* v,
+template <typename In>
+void forward_head(float* out, float* lse, const In* q, const In* k, const In* v,
                   const AttentionShape& s, Scratch& w) {
   w.load(nullptr, w.kt.data(), k, s.kv_stride);
   w.load(w.vc.data(), nullptr, v, s.kv_stride);
@@ -225,7 +235,8 @@ void forward_head(float* out, float* lse, const float* q, const float* k, const 
   }
 }
 
-void forward_all(float* out, float* lse, const float* q, const float* k, const float* v,
+template <typename In>
+void forward_all(float* out, float* lse, const In* q, const In* k, const In* v,
                  const AttentionShape& s) {
   const int group = s.NH / s.NKV;
   const int pairs = s.B * s.NH;
@@ -244,16 +255,18 @@ void forward_all(float* out, float* lse, const float* q, const float* k, const f
 }
 
 // Pointers of one query head h, each at the head's row 0.
+template <typename In>
 struct QueryHead {
   float* dq;
   const float* dout;
-  const float* out;
+  const In* out;
   const float* lse;  // [T]
-  const float* q;
+  const In* q;
 };
 
 // Probabilities P (w.p) and dS = P (dP - D) (w.s) of the tile at t0 with n rows.
-void tile_softmax_grad(const QueryHead& a, const AttentionShape& s, Scratch& w, int t0, int n) {
+template <typename In>
+void tile_softmax_grad(const QueryHead<In>& a, const AttentionShape& s, Scratch& w, int t0, int n) {
   const int ncols = t0 + n;
   tile_times_transposed(w.s.data(), w.q_tile.data(), w.kt.data(), w.hsp, ncols, w.Tp);
   for (int r = 0; r < kR; ++r) {
@@ -268,8 +281,8 @@ void tile_softmax_grad(const QueryHead& a, const AttentionShape& s, Scratch& w, 
     float D = 0.0f;
     if (r < n) {
       const float* go = a.dout + static_cast<long>(t0 + r) * s.out_stride;
-      const float* o = a.out + static_cast<long>(t0 + r) * s.out_stride;
-      for (int i = 0; i < s.hs; ++i) D += go[i] * o[i];
+      const In* o = a.out + static_cast<long>(t0 + r) * s.out_stride;
+      for (int i = 0; i < s.hs; ++i) D += go[i] * widen(o[i]);
     }
     const float* P = w.p.data() + static_cast<long>(r) * w.Tp;
     float* dS = w.s.data() + static_cast<long>(r) * w.Tp;
@@ -278,7 +291,8 @@ void tile_softmax_grad(const QueryHead& a, const AttentionShape& s, Scratch& w, 
 }
 
 // Writes dq of query head a and adds its share to the KV accumulators w.dk, w.dv.
-void backward_head(const QueryHead& a, const AttentionShape& s, Scratch& w) {
+template <typename In>
+void backward_head(const QueryHead<In>& a, const AttentionShape& s, Scratch& w) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.hs));
   for (int t0 = 0; t0 < s.T; t0 += kR) {
     const int n = std::min(kR, s.T - t0), ncols = t0 + n;
@@ -294,8 +308,9 @@ void backward_head(const QueryHead& a, const AttentionShape& s, Scratch& w) {
   }
 }
 
-void backward_all(float* dq, float* dk, float* dv, const float* dout, const float* out,
-                  const float* lse, const float* q, const float* k, const float* v,
+template <typename In>
+void backward_all(float* dq, float* dk, float* dv, const float* dout, const In* out,
+                  const float* lse, const In* q, const In* k, const In* v,
                   const AttentionShape& s) {
   const int group = s.NH / s.NKV;
   const int pairs = s.B * s.NKV;
@@ -314,9 +329,9 @@ void backward_all(float* dq, float* dk, float* dv, const float* dout, const floa
       for (int h = g * group; h < (g + 1) * group; ++h) {
         const long q0 = row0 * s.q_stride + static_cast<long>(h) * s.hs;
         const long o0 = row0 * s.out_stride + static_cast<long>(h) * s.hs;
-        backward_head(
-            {dq + q0, dout + o0, out + o0, lse + (static_cast<long>(b) * s.NH + h) * s.T, q + q0},
-            s, w);
+        backward_head(QueryHead<In>{dq + q0, dout + o0, out + o0,
+                                    lse + (static_cast<long>(b) * s.NH + h) * s.T, q + q0},
+                      s, w);
       }
       for (int t = 0; t < s.T; ++t)
         for (int i = 0; i < s.hs; ++i) {
@@ -374,6 +389,19 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
 
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
                         const float* lse, const float* q, const float* k, const float* v,
+                        const AttentionShape& s) {
+  check_shape(s, "attention_backward");
+  backward_all(dq, dk, dv, dout, out, lse, q, k, v, s);
+}
+
+void attention_forward(float* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
+                       const AttentionShape& s) {
+  check_shape(s, "attention_forward");
+  forward_all(out, lse, q, k, v, s);
+}
+
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const bf16* out,
+                        const float* lse, const bf16* q, const bf16* k, const bf16* v,
                         const AttentionShape& s) {
   check_shape(s, "attention_backward");
   backward_all(dq, dk, dv, dout, out, lse, q, k, v, s);

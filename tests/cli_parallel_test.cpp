@@ -134,6 +134,33 @@ TEST_F(CliParallel, GradAccumMatchesTheWholeBatch) {
   }
 }
 
+// Checkpoints hold the fp32 masters whatever the precision: a bf16 run saved
+// on one grid resumes in fp32 on another and continues, and its losses
+// follow a run that stayed in bf16 on the first grid (the two precisions
+// differ by bf16 rounding, well within 2%).
+TEST_F(CliParallel, Bf16CheckpointResumesInFp32OnAnotherGrid) {
+  const fs::path stayed = dir_ / "bf16-stayed.jsonl", moved = dir_ / "bf16-moved.jsonl";
+  const std::string run = (dir_ / "bf16-run").string();
+  Result a = mpirun(4, train() + " --steps 8 --precision bf16 --grid y=2,z=2 --metrics " +
+                           stayed.string());
+  ASSERT_EQ(a.rc, 0) << a.out;
+  Result b = mpirun(4, train() + " --steps 8 --stop-at 4 --precision bf16 --grid y=2,z=2 --out " +
+                           run + " --metrics " + moved.string());
+  ASSERT_EQ(b.rc, 0) << b.out;
+  Result c = mpirun(2, train() + " --steps 8 --precision fp32 --grid x=2 --resume " + run +
+                           " --out " + run + " --metrics " + moved.string());
+  ASSERT_EQ(c.rc, 0) << c.out;
+  EXPECT_NE(c.out.find("\"precision\":\"fp32\""), std::string::npos) << c.out;
+  auto want = losses(stayed), got = losses(moved);
+  ASSERT_EQ(want.size(), 8u);
+  ASSERT_EQ(got.size(), 8u);
+  for (int s = 0; s < 4; ++s) EXPECT_EQ(got[s], want[s]) << "step " << s + 1;  // the same bf16 run
+  for (int s = 4; s < 8; ++s) {
+    EXPECT_NEAR(got[s], want[s], 0.02 * want[s]) << "step " << s + 1;
+    EXPECT_NE(got[s], want[s]) << "step " << s + 1 << " did not run in fp32";
+  }
+}
+
 TEST_F(CliParallel, BatchesThatDoNotSplitAreRefused) {
   expect_job_error(mpirun(2, train() + " --steps 2 --grid d=2 --grad-accum 0"),
                    "--grad-accum must be 1 or more");

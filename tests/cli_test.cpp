@@ -163,6 +163,11 @@ TEST_F(Cli, BadConfigIsReported) {
   write_file(m, R"({"arch": "gpt2", "n_layers": 1})");
   expect_error(dendrite("train --steps 2 --model " + m.string() + data()), "unknown key 'n_layers'");
   expect_error(dendrite("train --steps 2 --model gpt9" + data()), "neither a preset");
+  expect_error(dendrite("train --steps 2 --precision fp16" + model("gpt2.json") + data()),
+               "unknown precision 'fp16'; use fp32 or bf16");
+  write_file(cfg, R"({"steps": 2, "precision": "half"})");
+  expect_error(dendrite("train --config " + cfg.string() + model("gpt2.json") + data()),
+               "unknown precision 'half'");
 }
 
 TEST_F(Cli, CheckpointOfAnotherShapeIsRefusedAndKept) {

@@ -41,6 +41,7 @@ struct PlanCmd {
   bool batch_given = false, seq_given = false;
   bool no_shared_memory = false;  // also when DENDRITE_SHARED_MEMORY=0, as the trainer
   std::string overlap = TrainOptions{}.overlap;  // train's default
+  std::string precision = "fp32";
 };
 
 nlohmann::json prediction_json(const StepPrediction& p) {
@@ -149,6 +150,11 @@ int run_plan(const PlanCmd& o, const MpiEnv& env) {
   po.B = o.batch, po.T = o.seq, po.keep_gathered = o.keep_gathered, po.recompute = o.recompute;
   po.overlap = Overlap::parse(o.overlap);
   po.shared_memory = !o.no_shared_memory && env.options().shared_memory;
+  po.precision = parse_precision(o.precision);
+  if (po.precision == Precision::kBF16 && mach.gemm_bf16.empty() && env.rank() == 0)
+    std::printf("plan: machine %s has no bf16 GEMM rates (calibrate measures them where the CPU "
+                "has AVX512_BF16 or AMX): bf16 GEMMs are predicted at the fp32 rates\n",
+                mach.name.c_str());
   if (o.sweep) return run_sweep(o, mach, po, env.rank());
   const Plan plan = plan_grids(mc, mach, o.world, po);
   if (env.rank() != 0) return 0;
@@ -162,6 +168,7 @@ int run_plan(const PlanCmd& o, const MpiEnv& env) {
   nlohmann::json j = {{"model", o.model}, {"batch", o.batch}, {"seq", o.seq}, {"world", o.world},
                       {"machine", mach.name}, {"ranks_per_node", mach.ranks_per_node},
                       {"shared_memory", po.shared_memory && mach.has_shm},
+                      {"precision", o.precision},
                       {"ranked", ranked}, {"excluded", excluded}};
   std::printf("%s\n", j.dump().c_str());
   return 0;
@@ -212,7 +219,9 @@ double time_call(Communicator& world, Fn&& fn, double min_seconds, int min_reps)
   return mean_over(world, best);
 }
 
-std::vector<GemmRate> calibrate_gemm(Communicator& world, bool quick) {
+// The GEMM rates of the step's shapes in one precision (C = A B^T, as the
+// forward of a linear layer).
+std::vector<GemmRate> calibrate_gemm(Communicator& world, bool quick, Precision precision) {
   std::vector<std::array<int64_t, 3>> shapes;
   const std::vector<int64_t> ms = quick ? std::vector<int64_t>{64, 256} :
                                           std::vector<int64_t>{64, 128, 256, 512, 2048};
@@ -233,9 +242,15 @@ std::vector<GemmRate> calibrate_gemm(Communicator& world, bool quick) {
   std::vector<GemmRate> out;
   for (auto [m, n, k] : shapes) {
     std::vector<float> A(m * k, 0.01f), B(n * k, 0.02f), C(m * n);
+    std::vector<bf16> A16(precision == Precision::kBF16 ? m * k : 0, to_bf16(0.01f)),
+        B16(A16.empty() ? 0 : n * k, to_bf16(0.02f));
     auto fn = [&] {
-      ops::gemm(false, true, int(m), int(n), int(k), 1.0f, A.data(), int(k), B.data(), int(k), 0.0f,
-                C.data(), int(n));
+      if (A16.empty())
+        ops::gemm(false, true, int(m), int(n), int(k), 1.0f, A.data(), int(k), B.data(), int(k),
+                  0.0f, C.data(), int(n));
+      else
+        ops::gemm(false, true, int(m), int(n), int(k), 1.0f, A16.data(), int(k), B16.data(),
+                  int(k), 0.0f, C.data(), int(n));
     };
     const double s = time_call(world, fn, 0.03, 2);
     out.push_back({m, n, k, 2.0 * m * n * k / s / 1e9});
@@ -436,7 +451,9 @@ int run_calibrate(const CalibrateCmd& o, MpiEnv& env) {
   mach.peak_gflops = mean_over(grid.world(), ops::measure_peak_gflops(0, 0.3));
   mach.memory_bandwidth = calibrate_bandwidth(grid.world());
   mach.optimizer_seconds_per_param = calibrate_optimizer(grid.world());
-  mach.gemm = calibrate_gemm(grid.world(), o.quick);
+  mach.gemm = calibrate_gemm(grid.world(), o.quick, Precision::kF32);
+  // Where bf16 would only be widened to fp32, its rates are the fp32 ones: none written.
+  if (ops::bf16_gemm_native()) mach.gemm_bf16 = calibrate_gemm(grid.world(), o.quick, Precision::kBF16);
   calibrate_links(env.world(), grid, mach, P);
   if (mach.oversubscription() > 1)
     mach.oversubscribed_call_penalty_s =
@@ -445,9 +462,10 @@ int run_calibrate(const CalibrateCmd& o, MpiEnv& env) {
                    " threads in ", std::lround(seconds_since(t0)), " s; network = node (one node)");
   if (grid.rank() == 0) {
     save_machine(mach, o.out);
-    std::printf("calibrate: peak %.1f GFLOP/s, bandwidth %.2f GB/s per rank, %zu GEMM shapes; "
-                "wrote %s in %.1f s\n", mach.peak_gflops, mach.memory_bandwidth / 1e9,
-                mach.gemm.size(), o.out.c_str(), seconds_since(t0));
+    std::printf("calibrate: peak %.1f GFLOP/s, bandwidth %.2f GB/s per rank, %zu GEMM shapes "
+                "(%zu in bf16); wrote %s in %.1f s\n", mach.peak_gflops,
+                mach.memory_bandwidth / 1e9, mach.gemm.size(), mach.gemm_bf16.size(),
+                o.out.c_str(), seconds_since(t0));
   }
   return 0;
 }
@@ -472,6 +490,10 @@ Runner add_plan(CLI::App& app, MpiEnv& env) {
   app.add_option("--overlap", o->overlap,
                  "Communication hidden behind compute: none, all or a list of oar, ors, oag, dp "
                  "(as train --overlap, and its default)")
+      ->capture_default_str();
+  app.add_option("--precision", o->precision,
+                 "fp32 or bf16 (as train --precision): bf16 GEMMs at the machine's bf16 rates, "
+                 "the Z gathers of weights in half the bytes, bf16 activations and weight copy")
       ->capture_default_str();
   app.add_flag("--sweep", o->sweep,
                "Weak scaling from 512 to 32768 GPUs (model grows with the count; "

@@ -76,6 +76,7 @@ static std::string auto_grid(const TrainOptions& opt, const std::string& machine
   // With gradient accumulation the grid runs micro-batches: plan for one.
   po.B = opt.batch / std::max(1, opt.grad_accum), po.T = opt.seq;
   po.keep_gathered = opt.keep_gathered;
+  po.precision = parse_precision(opt.precision);
   po.recompute = opt.recompute, po.overlap = Overlap::parse(opt.overlap);
   const Plan plan = plan_grids(load_model_config(opt.model), mach, world, po);
   DENDRITE_CHECK(!plan.ranked.empty(), "train --grid auto: no grid of ", world, " ranks runs ",

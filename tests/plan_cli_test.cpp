@@ -154,5 +154,45 @@ TEST_F(PlanCli, SharedMemoryLevelAndItsSwitch) {
   EXPECT_EQ(msg["step_ms"], msg_env["step_ms"]);
 }
 
+// `plan --precision bf16`: the Z gathers move half the bytes, the GEMMs run
+// at the machine's bf16 rates (here twice the fp32 ones), a machine without
+// them says the fp32 rates stand in, and an unknown precision is refused.
+TEST_F(PlanCli, Bf16PrecisionHalvesTheGathersAndUsesItsRates) {
+  const std::string machine = (dir_ / "bf16_machine.json").string();
+  std::ofstream(machine) << R"({"name": "bf16", "ranks_per_node": 2, "threads_per_rank": 1,
+    "memory_per_rank_bytes": 80e9, "peak_gflops": 50, "memory_bandwidth": 10e9,
+    "gemm": [{"m": 256, "n": 768, "k": 768, "gflops": 40}],
+    "gemm_bf16": [{"m": 256, "n": 768, "k": 768, "gflops": 80}],
+    "collectives": {"node": {"bandwidth": 3.5e9, "latency": 20e-6},
+                    "network": {"bandwidth": 3.5e9, "latency": 20e-6}}})";
+  auto z2 = [&](const std::string& flags) {
+    // A batch whose Z group holds more rows than the vocabulary: the embedding
+    // gathers its block too (plan/volume.cpp), so every Z gather is a weight's.
+    Result r = dendrite("plan --model gpt2-124m --world 2 --batch 1024 --json --machine " +
+                        machine + flags);
+    EXPECT_EQ(r.rc, 0) << r.out;
+    nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+    for (auto& p : j["ranked"])
+      if (p["grid"] == "x=1,y=1,z=2,d=1") return p;
+    ADD_FAILURE() << "no z=2 in " << r.out;
+    return nlohmann::json{};
+  };
+  const nlohmann::json f32 = z2(""), b16 = z2(" --precision bf16");
+  EXPECT_EQ(b16["comm_bytes"]["z.all_gather"].get<int64_t>() * 2,
+            f32["comm_bytes"]["z.all_gather"].get<int64_t>());
+  EXPECT_NEAR(b16["gemm_ms"].get<double>() * 2, f32["gemm_ms"].get<double>(),
+              1e-9 * f32["gemm_ms"].get<double>());
+  std::ofstream(machine) << R"({"name": "plain", "ranks_per_node": 2, "threads_per_rank": 1,
+    "memory_per_rank_bytes": 8e9, "peak_gflops": 50, "memory_bandwidth": 10e9, "gemm": [],
+    "collectives": {
+      "node": {"bandwidth": 3.5e9, "latency": 20e-6}, "network": {"bandwidth": 3.5e9, "latency": 20e-6}}})";
+  Result plain = dendrite("plan --model gpt2-124m --world 2 --precision bf16 --machine " + machine);
+  EXPECT_EQ(plain.rc, 0) << plain.out;
+  EXPECT_NE(plain.out.find("no bf16 GEMM rates"), std::string::npos) << plain.out;
+  Result bad = dendrite("plan --model gpt2-124m --world 2 --precision fp8 --machine " + machine);
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_NE(bad.out.find("unknown precision 'fp8'"), std::string::npos) << bad.out;
+}
+
 }  // namespace
 }  // namespace dendrite

@@ -227,18 +227,45 @@ TEST(Planner, ParameterMemoryFallsWithTheWeightSplit) {
 
 TEST(Planner, ActivationMemoryMatchesTheModel) {
   for (const char* name : {"gpt2-tiny", "llama-tiny"})
-    for (bool recompute : {false, true}) {
-      const ModelConfig c = load_model_config(name);
-      auto grid = ProcessGrid::single();
-      ModelOptions mo;
-      mo.recompute = recompute;
-      Transformer model(c, *grid, 4, 16, mo);
-      PlanOptions o;
-      o.B = 4, o.T = 16, o.recompute = recompute;
-      const MemoryEstimate e = step_memory(c, {1, 1, 1, 1}, o);
-      EXPECT_DOUBLE_EQ(e.activations, double(model.activation_bytes())) << name << recompute;
-      EXPECT_DOUBLE_EQ(e.params, 16.0 * double(model.num_floats())) << name;
-    }
+    for (bool recompute : {false, true})
+      for (Precision p : {Precision::kF32, Precision::kBF16}) {
+        const ModelConfig c = load_model_config(name);
+        auto grid = ProcessGrid::single();
+        ModelOptions mo;
+        mo.recompute = recompute;
+        mo.precision = p;
+        Transformer model(c, *grid, 4, 16, mo);
+        PlanOptions o;
+        o.B = 4, o.T = 16, o.recompute = recompute, o.precision = p;
+        const MemoryEstimate e = step_memory(c, {1, 1, 1, 1}, o);
+        const std::string what = str(name, recompute ? " recompute " : " ", precision_name(p));
+        EXPECT_DOUBLE_EQ(e.activations, double(model.activation_bytes())) << what;
+        // 16 bytes per parameter; bf16 adds 2 for each one GEMMs read (the Z-chunked ones)
+        const double copy = p == Precision::kBF16 ? 2.0 * model.table().replicated_begin() : 0;
+        EXPECT_DOUBLE_EQ(e.params, 16.0 * double(model.num_floats()) + copy) << what;
+      }
+}
+
+// With a bf16 GEMM table the planner predicts bf16 GEMMs at those rates (and
+// without one at the fp32 rates), the Z gathers in half the bytes.
+TEST(Planner, Bf16UsesItsGemmRatesAndHalvesTheGathers) {
+  const ModelConfig c = load_model_config("gpt2-tiny");
+  Machine m = test_machine();
+  PlanOptions o;
+  o.B = 8, o.T = 16;
+  const GridDims g{1, 1, 2, 1};
+  const StepPrediction f32 = predict_step(c, m, g, o);
+  o.precision = Precision::kBF16;
+  const StepPrediction same_rates = predict_step(c, m, g, o);
+  EXPECT_DOUBLE_EQ(same_rates.gemm_s, f32.gemm_s);
+  EXPECT_EQ(same_rates.volume.bytes.at("z.all_gather") * 2, f32.volume.bytes.at("z.all_gather"));
+  for (GemmRate r : m.gemm) {
+    r.gflops *= 2;
+    m.gemm_bf16.push_back(r);
+  }
+  const StepPrediction twice = predict_step(c, m, g, o);
+  EXPECT_NEAR(twice.gemm_s, f32.gemm_s / 2, 1e-12 * f32.gemm_s);
+  EXPECT_EQ(to_json(machine_from_json(to_json(m))).dump(), to_json(m).dump());  // saved and read
 }
 
 TEST(Overlap, ParsesTheList) {

@@ -56,9 +56,7 @@ void ParallelNorm::backward(float* dx, const float* dy, const float* x, const fl
 
 VocabEmbedding::VocabEmbedding(ProcessGrid& grid, const ParamSpec& table, const ParamSpec* positions,
                                bool keep_gathered)
-    : grid_(&grid), table_(&table), pos_(positions), keep_(keep_gathered && grid.shape().z > 1) {
-  if (keep_) kept_.resize(table.block_numel());
-}
+    : grid_(&grid), table_(&table), pos_(positions), keep_(keep_gathered && grid.shape().z > 1) {}
 
 void VocabEmbedding::forward(float* out, const int32_t* tokens, int m, int T, Operand stored,
                              WeightStream& stream) {
@@ -83,6 +81,7 @@ void VocabEmbedding::forward(float* out, const int32_t* tokens, int m, int T, Op
                                    table_->numel, v0, rows, int(n), C);
     z.reduce_scatter(rows_.data(), out, int64_t(m) * C, DType::kF32);
   } else {
+    if (keep_ && kept_.size() == 0) kept_.resize((stream.block_bytes(*table_) + 3) / 4);
     const Operand w = keep_ ? kept_block_ = stream.gather_to_keep(*table_, kept_.data())
                             : stream.gather(*table_);
     if (w.is_bf16())

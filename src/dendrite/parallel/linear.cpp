@@ -13,7 +13,6 @@ namespace dendrite {
 ParallelLinear::ParallelLinear(ProcessGrid& grid, const ParamSpec& w, const ParamSpec* b,
                                bool keep_gathered, bool oar)
     : grid_(&grid), w_(&w), b_(b), keep_(keep_gathered && grid.shape().z > 1), oar_(oar) {
-  if (keep_) kept_.resize(w.block_numel());  // fp32's size: room for bf16 too
   const bool normal = w.sharding.rows == Axis::kY;
   DENDRITE_CHECK(
       w.sharding.chunk_z && (normal ? w.sharding.cols == Axis::kX
@@ -29,6 +28,7 @@ ParallelLinear::ParallelLinear(ProcessGrid& grid, const ParamSpec& w, const Para
 
 void ParallelLinear::forward(float* y, Operand x, int m, const float* params,
                              WeightStream& stream) {
+  if (keep_ && kept_.size() == 0) kept_.resize((stream.block_bytes(*w_) + 3) / 4);
   const Operand w = keep_ ? kept_block_ = stream.gather_to_keep(*w_, kept_.data())
                           : stream.gather(*w_);  // [out, in]
   DENDRITE_CHECK(x.is_bf16() == w.is_bf16(), "parallel linear ", w_->name,

@@ -81,11 +81,12 @@ const LinkCost& LevelCost::get(const std::string& kind) const {
   return it == by_kind.end() ? all : it->second;
 }
 
-double Machine::gemm_gflops(int64_t m, int64_t n, int64_t k) const {
-  if (gemm.empty()) return peak_gflops * gemm_efficiency;
+double Machine::gemm_gflops(int64_t m, int64_t n, int64_t k, Precision p) const {
+  const std::vector<GemmRate>& table = p == Precision::kBF16 && !gemm_bf16.empty() ? gemm_bf16 : gemm;
+  if (table.empty()) return peak_gflops * gemm_efficiency;
   const GemmRate* best = nullptr;
   double best_d = std::numeric_limits<double>::infinity();
-  for (const GemmRate& g : gemm) {
+  for (const GemmRate& g : table) {
     const double a = std::log(double(m) / g.m), b = std::log(double(n) / g.n),
                  c = std::log(double(k) / g.k);
     const double d = a * a + b * b + c * c;
@@ -93,7 +94,7 @@ double Machine::gemm_gflops(int64_t m, int64_t n, int64_t k) const {
   }
   // Below the smallest measured size of a dimension the rate falls with it.
   int64_t min_m = best->m, min_n = best->n, min_k = best->k;
-  for (const GemmRate& g : gemm)
+  for (const GemmRate& g : table)
     min_m = std::min(min_m, g.m), min_n = std::min(min_n, g.n), min_k = std::min(min_k, g.k);
   double scale = 1.0;
   for (auto [asked, smallest] : {std::pair{m, min_m}, {n, min_n}, {k, min_k}})
@@ -154,7 +155,7 @@ Machine generic_machine(int ranks_per_node, int threads_per_rank, int cores_per_
 Machine machine_from_json(const json& j) {
   check_keys(j, "the machine file",
              {"name", "notes", "ranks_per_node", "threads_per_rank", "cores_per_node",
-              "memory_per_rank_bytes", "peak_gflops", "memory_bandwidth", "gemm",
+              "memory_per_rank_bytes", "peak_gflops", "memory_bandwidth", "gemm", "gemm_bf16",
               "optimizer_seconds_per_param", "oversubscribed_call_penalty_s",
               "gemm_efficiency", "collectives"});
   Machine m;
@@ -177,10 +178,13 @@ Machine machine_from_json(const json& j) {
   if (j.contains("oversubscribed_call_penalty_s"))
     m.oversubscribed_call_penalty_s = number(j, top, "oversubscribed_call_penalty_s", false);
   if (j.contains("gemm_efficiency")) m.gemm_efficiency = number(j, top, "gemm_efficiency", true);
-  if (j.contains("gemm")) {
-    DENDRITE_CHECK(j.at("gemm").is_array(), "machine: \"gemm\" must be an array of {m, n, k, gflops}");
-    for (size_t i = 0; i < j.at("gemm").size(); ++i)
-      m.gemm.push_back(gemm_from_json(j.at("gemm")[i], "gemm[" + std::to_string(i) + "]"));
+  for (const char* key : {"gemm", "gemm_bf16"}) {
+    if (!j.contains(key)) continue;
+    DENDRITE_CHECK(j.at(key).is_array(), "machine: \"", key,
+                   "\" must be an array of {m, n, k, gflops}");
+    std::vector<GemmRate>& table = std::string(key) == "gemm" ? m.gemm : m.gemm_bf16;
+    for (size_t i = 0; i < j.at(key).size(); ++i)
+      table.push_back(gemm_from_json(j.at(key)[i], str(key, "[", i, "]")));
   }
   DENDRITE_CHECK(j.contains("collectives"), "machine: missing field \"collectives\" in ", top,
                  " (an object with \"node\" and \"network\" levels)");
@@ -197,8 +201,13 @@ Machine machine_from_json(const json& j) {
 }
 
 json to_json(const Machine& m) {
-  json gemm = json::array();
-  for (const GemmRate& g : m.gemm) gemm.push_back({{"m", g.m}, {"n", g.n}, {"k", g.k}, {"gflops", g.gflops}});
+  auto rates = [](const std::vector<GemmRate>& table) {
+    json a = json::array();
+    for (const GemmRate& g : table)
+      a.push_back({{"m", g.m}, {"n", g.n}, {"k", g.k}, {"gflops", g.gflops}});
+    return a;
+  };
+  const json gemm = rates(m.gemm);
   json j = {{"name", m.name},
             {"ranks_per_node", m.ranks_per_node},
             {"threads_per_rank", m.threads_per_rank},
@@ -212,6 +221,7 @@ json to_json(const Machine& m) {
             {"gemm", gemm},
             {"collectives", {{"node", level_to_json(m.node)}, {"network", level_to_json(m.network)}}}};
   if (m.has_shm) j["collectives"]["shm"] = level_to_json(m.shm);
+  if (!m.gemm_bf16.empty()) j["gemm_bf16"] = rates(m.gemm_bf16);
   if (!m.notes.empty()) j["notes"] = m.notes;
   return j;
 }

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "dendrite/core/precision.h"
+
 namespace dendrite {
 
 struct GemmRate {
@@ -53,6 +55,9 @@ struct Machine {
   // and AdamW) as measured; 0: 36 bytes per parameter over memory_bandwidth.
   double optimizer_seconds_per_param = 0;
   std::vector<GemmRate> gemm;   // empty: GEMMs run at peak_gflops * gemm_efficiency
+  // The same for bf16 operands (--precision bf16); empty: the fp32 rates
+  // (a machine file without them predicts bf16 no faster than fp32).
+  std::vector<GemmRate> gemm_bf16;
   double gemm_efficiency = 1.0; // used only when the table is empty
   LevelCost node, network;
   // Collectives over MPI-3 shared memory (Communicator::allocate_shared): the
@@ -66,7 +71,7 @@ struct Machine {
   // log distance (sum over m, n, k of log(a/b)^2), scaled down linearly in m
   // (or n, k) when the asked size is below every measured one (fixed
   // per-call overheads dominate small products).
-  double gemm_gflops(int64_t m, int64_t n, int64_t k) const;
+  double gemm_gflops(int64_t m, int64_t n, int64_t k, Precision p = Precision::kF32) const;
   // The cost of a collective over a group of g ranks at stride s (ranks
   // r, r+s, ..., r+(g-1)s): inside one node when s*g <= ranks_per_node.
   const LinkCost& link(const std::string& kind, int stride, int g) const;

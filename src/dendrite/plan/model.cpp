@@ -121,6 +121,7 @@ namespace {
 // Floats of one layer's parameters on this rank, and of all of them.
 struct ParamFloats {
   int64_t layer = 0, total = 0;
+  int64_t chunked = 0;  // of total, the Z-chunked tensors (laid out first)
 };
 ParamFloats param_floats(const ModelConfig& c, const GridDims& g) {
   const Local s(c, g, PlanOptions{});
@@ -131,12 +132,13 @@ ParamFloats param_floats(const ModelConfig& c, const GridDims& g) {
   if (!c.tied_embeddings()) n += pad16(s.Vl * s.C / z);              // LM head
   int64_t layer = pad16(s.q * s.C / z) + 2 * pad16(s.kv * s.C / z) + pad16(s.C * s.q / z);
   layer += (gpt2 ? 2 : 3) * pad16(s.F * s.C / z);
+  const int64_t chunked = n + layer * c.n_layer;
   layer += 2 * pad16(s.C);                                           // norm gains
   if (gpt2)
     layer += 2 * pad16(s.C) + pad16(s.q) + 2 * pad16(s.kv) + pad16(s.C) + pad16(s.F) + pad16(s.C);
   n += layer * c.n_layer;
   n += pad16(s.C) * (gpt2 ? 2 : 1);                                  // final norm
-  return {layer, n};
+  return {layer, n, chunked};
 }
 
 // Stride and size of each axis' groups.
@@ -176,20 +178,28 @@ int64_t local_parameter_floats(const ModelConfig& c, const GridDims& g) {
 MemoryEstimate step_memory(const ModelConfig& c, const GridDims& g, const PlanOptions& o) {
   const Local s(c, g, o);
   const double m = double(s.m), C = double(s.C), q = double(s.q), kv = double(s.kv), F = double(s.F);
-  const bool llama = !c.gpt2();
+  const bool llama = !c.gpt2(), low = o.precision == Precision::kBF16;
+  const double elem = operand_bytes(o.precision);  // a gathered weight or saved GEMM input
   MemoryEstimate e;
-  e.params = 16.0 * double(local_parameter_floats(c, g));
+  const ParamFloats pf = param_floats(c, g);
+  e.params = 16.0 * double(pf.total) + (low ? 2.0 * double(pf.chunked) : 0.0);  // + the bf16 copy
   // Transformer::allocate: residual stream, per-layer saved activations, scratch.
-  double layer = 3 * m * C + 4 * m + 2 * m * q + 2 * m * kv + double(s.B_loc) * s.nh * o.T;
-  layer += (llama ? 3 : 2) * m * F;
-  double floats = (c.n_layer + 1.0) * m * C + (o.recompute ? 1 : c.n_layer) * layer;
+  // A layer's GEMM inputs (norm1, q, k, v, att, norm2, act) in the run's
+  // precision; the rest (mid, the norms' statistics, lse, up and gate) fp32.
+  const double inputs = 2 * m * C + 2 * m * q + 2 * m * kv + m * F;
+  const double layer = inputs * elem + 4 * (m * C + 4 * m + double(s.B_loc) * s.nh * o.T +
+                                            (llama ? 2 : 1) * m * F);
+  double floats = (c.n_layer + 1.0) * m * C;
   if (o.recompute) floats += m * C;  // the recomputed layer's output
   floats += m * C + 2 * m + 3 * m * C + 2 * m * q + 2 * m * kv + (llama ? 3 : 2) * m * F;
-  e.activations = 4 * floats + 16 * m;  // + the [m, 2] double row sums
+  // bf16: the final norm's output and the gradients that feed GEMMs, rounded.
+  const double scratch16 = low ? 2 * m * C + m * q + 2 * m * kv + (llama ? 2 : 1) * m * F : 0;
+  e.activations =
+      4 * floats + (o.recompute ? 1 : c.n_layer) * layer + 2 * scratch16 + 16 * m;  // + row sums
   // Only when Z splits the weights: two gather slots of the largest block
   // (three when it is larger than a layer's), eight dW slots of a layer's
   // block and two of the largest (parallel/weight_stream.h), and the embedding's
-  // rows of the Z group (layers.h).
+  // rows of the Z group (layers.h). Gathered blocks in the run's precision.
   const double vocab_block = double(s.Vl) * s.C;
   const double pos_block = c.gpt2() ? double(c.block_size) * s.C : 0;
   const double largest = std::max({vocab_block, pos_block, q * C, F * C});
@@ -197,18 +207,19 @@ MemoryEstimate step_memory(const ModelConfig& c, const GridDims& g, const PlanOp
   for (double b : {vocab_block, pos_block, q * C, kv * C, F * C})
     if (4 * b <= largest) layer_block = std::max(layer_block, b);
   if (layer_block == 0) layer_block = largest;
-  double ws = 0;
+  double ws = 0, gathered = 0;  // fp32 floats; gathered elements
   if (g.z > 1) {
-    ws = 2 * largest + 8 * layer_block + (largest > layer_block ? 3 * largest : 0);
+    gathered = 2 * largest + (largest > layer_block ? largest : 0);
+    ws = 8 * layer_block + (largest > layer_block ? 2 * largest : 0);
     if (!(o.keep_gathered && c.tied_embeddings()) && g.z * m < s.Vl) ws += double(g.z) * m * C;
   }
   if (o.keep_gathered && g.z > 1) {
-    ws += c.n_layer * (q * C + 2 * kv * C + C * q + (llama ? 3 : 2) * F * C);
-    if (c.tied_embeddings()) ws += vocab_block;
+    gathered += c.n_layer * (q * C + 2 * kv * C + C * q + (llama ? 3 : 2) * F * C);
+    if (c.tied_embeddings()) gathered += vocab_block;
   }
   const double chunk = o.ce_chunk;
   ws += chunk * s.Vl + 3 * chunk + 2 * chunk * g.y;  // the head's chunk buffers
-  e.workspace = 4 * ws;
+  e.workspace = 4 * ws + elem * gathered + (low ? 2 * chunk * s.Vl : 0);  // + bf16 dlogits
   return e;
 }
 
@@ -217,8 +228,9 @@ OverlapInputs overlap_inputs(const ModelConfig& c, const Machine& mach, const Gr
   const Local s(c, g, o);
   const double slow = mach.oversubscription();
   auto gemm_s = [&](int64_t m, int64_t n, int64_t k) {
-    return slow * 2.0 * m * n * k / (mach.gemm_gflops(m, n, k) * 1e9);
+    return slow * 2.0 * m * n * k / (mach.gemm_gflops(m, n, k, o.precision) * 1e9);
   };
+  const double elem = operand_bytes(o.precision);  // a gathered weight element
   OverlapInputs in;
   in.layers = c.n_layer;
   double gemm_fwd = 0, gemm_bwd = 0, gather = 0, scatter = 0;
@@ -227,7 +239,7 @@ OverlapInputs overlap_inputs(const ModelConfig& c, const Machine& mach, const Gr
     gemm_fwd += gemm_s(s.m, l.out, l.in);
     dweight[l.name] = gemm_s(l.out, l.in, s.m);
     gemm_bwd += gemm_s(s.m, l.in, l.out) + dweight[l.name];
-    gather += cost(mach, g, "z", "all_gather", 4.0 * l.out * l.in, 1, o);
+    gather += cost(mach, g, "z", "all_gather", elem * l.out * l.in, 1, o);
     scatter += cost(mach, g, "z", "reduce_scatter", 4.0 * l.out * l.in, 1, o);
   }
   // OAR over groups (model/transformer_step.cpp): the dx sum of the layers that
@@ -269,7 +281,7 @@ StepPrediction predict_step(const ModelConfig& c, const Machine& mach, const Gri
   const Local s(c, g, o);
   const double slow = mach.oversubscription();
   for (const GemmCall& call : step_gemms(c, g, o))
-    p.gemm_s += call.flops() / (mach.gemm_gflops(call.m, call.n, call.k) * 1e9);
+    p.gemm_s += call.flops() / (mach.gemm_gflops(call.m, call.n, call.k, o.precision) * 1e9);
   // Attention runs in Dendrite's own flash-style kernel: half the FMA peak.
   p.attention_s = attention_flops(c, s, o) / (0.5 * mach.peak_gflops * 1e9);
   p.local_floats = local_parameter_floats(c, g);
@@ -283,7 +295,8 @@ StepPrediction predict_step(const ModelConfig& c, const Machine& mach, const Gri
   p.gemm_s *= slow, p.attention_s *= slow, p.other_s *= slow;
   p.compute_s = p.gemm_s + p.attention_s + p.other_s;
 
-  p.volume = step_volume(c, g, o.B, o.T, o.ce_chunk, o.keep_gathered, o.recompute, o.overlap.dp);
+  p.volume = step_volume(c, g, o.B, o.T, o.ce_chunk, o.keep_gathered, o.recompute, o.overlap.dp,
+                         o.precision);
   // Oversubscribed, every collective call waits about one scheduler slice for
   // a descheduled peer (machine.h): exposed, whatever overlap is on.
   const double penalty = slow > 1 ? mach.oversubscribed_call_penalty_s : 0.0;

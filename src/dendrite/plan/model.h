@@ -39,6 +39,10 @@ struct PlanOptions {
   // machine's "shm" figures (same bytes and calls), and ORS/OAG (dp) run them
   // on the progress-engine thread. Off, or without shm figures: messages.
   bool shared_memory = true;
+  // bf16: the GEMMs at the machine's bf16 rates, the Z gathers of weights in
+  // half the bytes, GEMM inputs saved in bf16 and a bf16 copy of the weights
+  // (as the trainer's --precision bf16).
+  Precision precision = Precision::kF32;
 };
 
 // Fraction of the progress engine's hidden work that the model adds to the

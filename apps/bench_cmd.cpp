@@ -165,7 +165,10 @@ int run_bench_step(const BenchOptions& o, MpiEnv& env) {
   const StepTimes t = time_steps(o, mc, *model, adam);
   grid.world().barrier();
   const int ranks = grid.shape().size();
-  const double peak = ops::measure_peak_gflops(threads, 0.3) * ranks;
+  const double peak = (model->precision() == Precision::kBF16
+                           ? ops::measure_bf16_peak_gflops(threads, 0.3)
+                           : ops::measure_peak_gflops(threads, 0.3)) *
+                      ranks;  // in the run's precision
   const double tokens = double(r.batch) * r.seq;
   const double gflops = mc.train_flops_per_token(r.seq) * tokens / t.secs / 1e9;
   const double max_rss = max_over_ranks(grid, peak_rss_mb());

@@ -449,7 +449,10 @@ void Trainer::save(int64_t step) {
 TrainResult Trainer::run() {
   NonFiniteSteps non_finite(opt_.on_nan);
   Progress progress(opt_.steps - start_);
-  const double peak = ops::measure_peak_gflops() * grid_.shape().size();  // the whole job
+  // The whole job's peak in the run's precision (MFU's denominator).
+  const double peak = (model_->precision() == Precision::kBF16 ? ops::measure_bf16_peak_gflops()
+                                                                : ops::measure_peak_gflops()) *
+                      grid_.shape().size();
   const double flops_per_step = mc_.train_flops_per_token(opt_.seq) * opt_.batch * opt_.seq;
   const double tokens = double(opt_.batch) * opt_.seq;
   const int64_t end = opt_.stop_at > 0 ? std::min(opt_.stop_at, opt_.steps) : opt_.steps;

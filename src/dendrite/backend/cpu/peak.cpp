@@ -1,5 +1,12 @@
 // FMA peak: each thread runs 12 independent vector FMA chains (enough to hide
 // the 4-cycle latency on two FMA ports) on registers only.
+// The bf16 peak is nominal: twice the FMA peak where the CPU has AVX512_BF16
+// (VDPBF16PS does twice the multiply-adds of an FMA of the same width: 32 bf16
+// products into 16 fp32 lanes). A register loop of VDPBF16PS chains does not
+// show it on the 2-core Zen 4 machine of docs/precision.md (it ran at the FMA
+// rate, while oneDNN's bf16 GEMMs ran at 1.7 times the FMA peak), so the
+// instruction's width is the honest denominator. Elsewhere bf16 GEMMs run in
+// fp32, and the peak is fp32's.
 #include "dendrite/ops/peak.h"
 
 #include <immintrin.h>
@@ -43,27 +50,40 @@ float fma_chains(long iters) {
   return s;
 }
 
-}  // namespace
-
-double measure_peak_gflops(int threads, double seconds) {
-  if (threads <= 0) threads = omp_get_max_threads();
-  volatile float sink = fma_chains(1 << 16);  // warm up the clocks
+// GFLOP/s of `chains` (12 chains of `flops` each per iteration) on `threads`
+// threads over about `seconds`.
+template <typename Chains>
+double chain_rate(Chains chains, double flops_per_chain, int threads, double seconds) {
+  volatile float sink = chains(1 << 16);  // warm up the clocks
   long iters = 1 << 20;
   for (;;) {
     auto t0 = std::chrono::steady_clock::now();
 #pragma omp parallel num_threads(threads)
     {
-      float r = fma_chains(iters);
+      float r = chains(iters);
       if (r == 12345.0f) sink = r;
     }
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (dt >= seconds || iters > (1L << 34)) {
-      double flops = 2.0 * kLanes * 12.0 * double(iters) * threads;
       (void)sink;
-      return flops / dt / 1e9;
+      return flops_per_chain * 12.0 * double(iters) * threads / dt / 1e9;
     }
     iters *= 2;
   }
+}
+
+}  // namespace
+
+double measure_peak_gflops(int threads, double seconds) {
+  if (threads <= 0) threads = omp_get_max_threads();
+  return chain_rate(fma_chains, 2.0 * kLanes, threads, seconds);
+}
+
+double measure_bf16_peak_gflops(int threads, double seconds) {
+  __builtin_cpu_init();
+  // (AMX tiles go further still: where oneDNN uses them, this understates the peak.)
+  const bool native = __builtin_cpu_supports("avx512bf16");
+  return (native ? 2.0 : 1.0) * measure_peak_gflops(threads, seconds);
 }
 
 }  // namespace dendrite::ops

@@ -138,14 +138,11 @@ void check_overlaps(const std::string& what, const ModelConfig& cfg, ProcessGrid
     EXPECT_NEAR(alt.losses[s], base.losses[s], 1e-6 * base.losses[s]) << what << ", " << g.str();
 }
 
-class EveryGrid : public ::testing::TestWithParam<const char*> {};
-
-TEST_P(EveryGrid, MatchesOneProcess) {
-  const ModelConfig cfg = std::string(GetParam()) == "gpt2" ? gpt2_config() : llama_config();
-  auto single = ProcessGrid::single();
-  const Record want = train(cfg, *single);
-  int world_rank = 0, world_size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+// Runs check(grid, shape) on every grid of 1, 2, 4 and 8 ranks that divides
+// cfg (each rank in the group of P ranks it belongs to); returns how many.
+template <typename Check>
+int for_every_grid(const ModelConfig& cfg, Check check) {
+  int world_size = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   int tested = 0;
   for (int P : {1, 2, 4, 8}) {
@@ -154,26 +151,41 @@ TEST_P(EveryGrid, MatchesOneProcess) {
     for (const GridShape& g : test::grids_of(P)) {
       if (!divides(cfg, g)) continue;
       ProcessGrid grid(g, *sub);
-      ModelOptions overlapped;  // every overlap built
-      overlapped.oar = overlapped.dp = overlapped.ors = overlapped.oag = true;
-      const Record base = train(cfg, grid, overlapped);
-      compare(GetParam(), cfg, g, base, want, overlapped);
-      // The other ways to run (kept gathers, recomputation, no overlap) on the
-      // grids where they change something.
-      ModelOptions other;
-      other.keep_gathered = g.z > 1;
-      other.recompute = g.x * g.y > 1;
-      other.oar = other.dp = other.ors = other.oag = false;
-      if (g.size() > 1) {
-        const Record alt = train(cfg, grid, other);
-        compare(std::string(GetParam()) + " with keep_gathered/recompute/no overlap", cfg, g, alt,
-                want, other);
-        for (int s = 0; s < kSteps; ++s)  // the same run, computed another way
-          EXPECT_NEAR(alt.losses[s], base.losses[s], 1e-6 * base.losses[s]) << g.str();
-      }
+      check(grid, g);
       ++tested;
     }
   }
+  return tested;
+}
+
+// The other ways to run (kept gathers, recomputation, no overlap), on the
+// grids where they change something.
+ModelOptions other_ways(ModelOptions o, const GridShape& g) {
+  o.keep_gathered = g.z > 1;
+  o.recompute = g.x * g.y > 1;
+  o.oar = o.dp = o.ors = o.oag = false;
+  return o;
+}
+
+class EveryGrid : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(EveryGrid, MatchesOneProcess) {
+  const ModelConfig cfg = std::string(GetParam()) == "gpt2" ? gpt2_config() : llama_config();
+  auto single = ProcessGrid::single();
+  const Record want = train(cfg, *single);
+  const int tested = for_every_grid(cfg, [&](ProcessGrid& grid, const GridShape& g) {
+    ModelOptions overlapped;  // every overlap built
+    overlapped.oar = overlapped.dp = overlapped.ors = overlapped.oag = true;
+    const Record base = train(cfg, grid, overlapped);
+    compare(GetParam(), cfg, g, base, want, overlapped);
+    if (g.size() == 1) return;
+    const ModelOptions other = other_ways({}, g);
+    const Record alt = train(cfg, grid, other);
+    compare(std::string(GetParam()) + " with keep_gathered/recompute/no overlap", cfg, g, alt,
+            want, other);
+    for (int s = 0; s < kSteps; ++s)  // the same run, computed another way
+      EXPECT_NEAR(alt.losses[s], base.losses[s], 1e-6 * base.losses[s]) << g.str();
+  });
   // 1 + 4 + 10 + 20 grids; Llama's 4 key/value heads rule out x=1,y=8,z=1,d=1.
   EXPECT_EQ(tested, std::string(GetParam()) == "gpt2" ? 35 : 34);
 }
@@ -205,28 +217,14 @@ TEST_P(EveryGridBf16, MatchesOneProcessInBf16) {
   all.precision = Precision::kBF16;
   auto single = ProcessGrid::single();
   const Record want = train(cfg, *single, all);
-  int world_size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-  int tested = 0;
-  for (int P : {1, 2, 4, 8}) {
-    if (world_size % P != 0) continue;
-    const auto sub = test::group_of(P);
-    for (const GridShape& g : test::grids_of(P)) {
-      if (!divides(cfg, g)) continue;
-      ProcessGrid grid(g, *sub);
-      compare(std::string(GetParam()) + " bf16", cfg, g, train(cfg, grid, all), want, all,
-              kBf16Tolerance);
-      // Kept gathers, recomputation and no overlap, where they change something.
-      ModelOptions other = all;
-      other.keep_gathered = g.z > 1;
-      other.recompute = g.x * g.y > 1;
-      other.oar = other.dp = other.ors = other.oag = false;
-      if (g.size() > 1)
-        compare(std::string(GetParam()) + " bf16 with keep_gathered/recompute/no overlap", cfg, g,
-                train(cfg, grid, other), want, other, kBf16Tolerance);
-      ++tested;
-    }
-  }
+  const int tested = for_every_grid(cfg, [&](ProcessGrid& grid, const GridShape& g) {
+    compare(std::string(GetParam()) + " bf16", cfg, g, train(cfg, grid, all), want, all,
+            kBf16Tolerance);
+    if (g.size() == 1) return;
+    const ModelOptions other = other_ways(all, g);
+    compare(std::string(GetParam()) + " bf16 with keep_gathered/recompute/no overlap", cfg, g,
+            train(cfg, grid, other), want, other, kBf16Tolerance);
+  });
   EXPECT_EQ(tested, std::string(GetParam()) == "gpt2" ? 35 : 34);
 }
 

@@ -185,6 +185,9 @@ static void add_parallel_options(CLI::App& app, TrainOptions& opt, std::string& 
                "(one all-gather over Z a step instead of two; 1/(x*y) of the weights more memory)");
   app.add_flag("--recompute", opt.recompute,
                "Keep only each block's input and recompute the block in the backward (less memory)");
+  app.add_option("--device", opt.device,
+                 "cpu, or cuda (a build configured with -DDENDRITE_CUDA=ON)")
+      ->capture_default_str();
   app.add_option("--precision", opt.precision,
                  "fp32, or bf16: GEMM operands and the z all-gathers of weights in bf16 with fp32 "
                  "accumulation; norms, softmax, losses, gradients, master weights and AdamW state "

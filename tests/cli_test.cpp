@@ -165,6 +165,10 @@ TEST_F(Cli, BadConfigIsReported) {
   expect_error(dendrite("train --steps 2 --model gpt9" + data()), "neither a preset");
   expect_error(dendrite("train --steps 2 --precision fp16" + model("gpt2.json") + data()),
                "unknown precision 'fp16'; use fp32 or bf16");
+  expect_error(dendrite("train --steps 2 --device cuda" + model("gpt2.json") + data()),
+               "no CUDA backend; rebuild with `cmake -DDENDRITE_CUDA=ON`");
+  expect_error(dendrite("train --steps 2 --device tpu" + model("gpt2.json") + data()),
+               "unknown device 'tpu'; use cpu or cuda");
   write_file(cfg, R"({"steps": 2, "precision": "half"})");
   expect_error(dendrite("train --config " + cfg.string() + model("gpt2.json") + data()),
                "unknown precision 'half'");

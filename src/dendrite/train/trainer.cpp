@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "dendrite/core/check.h"
+#include "dendrite/core/device.h"
 #include "dendrite/core/log.h"
 #include "dendrite/model/transformer.h"
 #include "dendrite/ops/matmul.h"
@@ -55,7 +56,7 @@ std::string gemm_tuning_summary() {
   X(model) X(data) X(steps) X(batch) X(seq) X(lr) X(min_lr) X(warmup) X(weight_decay) X(beta1) \
   X(beta2) X(adam_eps) X(grad_clip) X(seed) X(out) X(resume) X(save_every) X(stop_at) X(eval_every)       \
   X(eval_batches) X(log_every) X(metrics) X(threads) X(grid) X(keep_gathered) X(recompute) X(overlap) \
-  X(keep) X(on_nan) X(timeout) X(goldfish) X(gemm_tune) X(grad_accum) X(precision)
+  X(keep) X(on_nan) X(timeout) X(goldfish) X(gemm_tune) X(grad_accum) X(precision) X(device)
 
 nlohmann::json TrainOptions::to_json() const {
   nlohmann::json j;
@@ -383,6 +384,7 @@ void Trainer::check_options() {
                  "(off) or a positive number of seconds, got ", opt_.timeout);
   check_batch_split(opt_, grid_.shape());
   parse_precision(opt_.precision);  // an unknown one fails here, before the data is read
+  check_device_built(parse_device(opt_.device));
   grid_.set_timeout(opt_.timeout);
 }
 

@@ -11,6 +11,7 @@
 #include "dendrite/ops/activation.h"
 #include "dendrite/ops/attention.h"
 #include "dendrite/ops/optim.h"
+#include "dendrite/ops/tensor.h"
 
 namespace dendrite {
 
@@ -243,6 +244,8 @@ void Transformer::allocate(int m, int B_loc) {
   sums_.resize(2 * long(m));
   if (opt_.recompute) recompute_out_.resize(m * C);
 }
+
+void Transformer::zero_grads() { ops::fill(grads_->data(), 0.0f, grads_->size()); }
 
 size_t Transformer::activation_bytes() const {
   size_t n = 0;

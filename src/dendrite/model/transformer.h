@@ -91,7 +91,7 @@ class Transformer {
   const float* grads() const { return grads_->data(); }
   int64_t num_floats() const { return table_.total(); }
   void init(uint64_t seed) { table_.initialize(params(), seed); }
-  void zero_grads() { std::fill(grads_->data(), grads_->data() + grads_->size(), 0.0f); }
+  void zero_grads();
   size_t activation_bytes() const;
   // Sequences of a global batch of B on this rank: [first, first + count).
   int local_batch(int B) const { return B / (grid_.shape().d * grid_.shape().z); }

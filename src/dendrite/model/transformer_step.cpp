@@ -10,6 +10,7 @@
 #include "dendrite/ops/attention.h"
 #include "dendrite/ops/convert.h"
 #include "dendrite/ops/optim.h"
+#include "dendrite/ops/tensor.h"
 
 namespace dendrite {
 
@@ -302,8 +303,7 @@ void Transformer::last_position_logits(const int32_t* inputs, int B, int T, floa
   const int B_loc = local_batch(B);
   forward(inputs, B_loc, T, kPassLastPosition);
   Buffer<float> last(int64_t(B_loc) * c_);  // [B_loc, C/Gx]
-  for (int b = 0; b < B_loc; ++b)
-    std::copy_n(normf_.data() + (int64_t(b) * T + T - 1) * c_, c_, last.data() + int64_t(b) * c_);
+  ops::copy_rows(last.data(), normf_.data() + int64_t(T - 1) * c_, B_loc, c_, int64_t(T) * c_);
   head_.logits(out, operand(last.data(), normf_h_, int64_t(B_loc) * c_), B_loc, stream_,
                tied_head());
   end_pass();

@@ -74,6 +74,9 @@ void linear_backward_input(float* dx, const bf16* dy, const bf16* w, int m, int 
 void linear_backward_weight(float* dw, const bf16* dy, const bf16* x, int m, int k, int n,
                             bool accumulate);
 
+// y[m,n] += b[n] on every row (the bias of a linear layer whose product came first).
+void add_bias(float* y, const float* b, int m, int n);
+
 // db[n] += sum over the m rows of dy[m,n] (the bias gradient of linear_backward_weight).
 void add_column_sums(float* db, const float* dy, int m, int n);
 

@@ -10,6 +10,7 @@
 #include "dendrite/ops/embedding.h"
 #include "dendrite/ops/matmul.h"
 #include "dendrite/ops/norm.h"
+#include "dendrite/ops/tensor.h"
 
 namespace dendrite {
 
@@ -116,13 +117,13 @@ void VocabEmbedding::backward(const float* dout, const int32_t* tokens, int m, i
                                   table_->chunk_offset, table_->numel, v0, rows, int(n), C);
   } else {
     float* dw = direct ? grads + table_->offset : stream.gradient_block(*table_);
-    if (!direct) std::fill(dw, dw + table_->block_numel(), 0.0f);
+    if (!direct) ops::fill(dw, 0.0f, table_->block_numel());
     ops::embedding_range_backward(dw, dout, tokens, v0, rows, m, C);
     if (!direct) stream.reduce_scatter(*table_, grads);
   }
   if (pos_) {
     float* dp = direct ? grads + pos_->offset : stream.gradient_block(*pos_);
-    if (!direct) std::fill(dp, dp + pos_->block_numel(), 0.0f);
+    if (!direct) ops::fill(dp, 0.0f, pos_->block_numel());
     ops::position_backward(dp, dout, m, T, C);
     if (!direct) stream.reduce_scatter(*pos_, grads);
   }
@@ -201,10 +202,7 @@ void VocabCrossEntropy::logits(float* out, Operand x, int m, WeightStream& strea
   product(local.data(), x, w, m, C, Vloc);
   grid_->X().all_reduce(local.data(), int64_t(m) * Vloc);
   grid_->Y().all_gather(local.data(), all.data(), int64_t(m) * Vloc, DType::kF32);
-  for (int p = 0; p < gy; ++p)
-    for (int r = 0; r < m; ++r)
-      for (int j = 0; j < Vloc && p * Vloc + j < V_; ++j)
-        out[int64_t(r) * V_ + p * Vloc + j] = all[(int64_t(p) * m + r) * Vloc + j];
+  ops::interleave_vocab_parts(out, all.data(), gy, m, Vloc, V_);
 }
 
 }  // namespace dendrite

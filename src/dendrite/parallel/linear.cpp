@@ -39,11 +39,7 @@ void ParallelLinear::forward(float* y, Operand x, int m, const float* params,
   else
     ops::linear_forward(y, x.f32, w.f32, nullptr, m, in_, out_);
   fwd_->all_reduce(y, int64_t(m) * out_);
-  if (b_) {
-    const float* b = params + b_->offset;  // [out]
-#pragma omp parallel for schedule(static)
-    for (int r = 0; r < m; ++r) ops::add_inplace(y + int64_t(r) * out_, b, out_);
-  }
+  if (b_) ops::add_bias(y, params + b_->offset, m, out_);  // b [out]
 }
 
 void ParallelLinear::input_gradient(float* dx, bool accumulate, Operand dy, int m,

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <utility>
 #include <vector>
 
 #include "dendrite/core/check.h"
@@ -142,7 +143,7 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, Transforme
   // Every rank takes part in gathering the global tensors; rank 0 writes.
   SafetensorsWriter weights, state;
   std::vector<std::vector<float>> storage;
-  add_tensors(weights, storage, model, model.params(), "");
+  add_tensors(weights, storage, model, std::as_const(model).params(), "");
   if (optimizer) {
     add_tensors(state, storage, model, optimizer->m(), "exp_avg.");
     add_tensors(state, storage, model, optimizer->v(), "exp_avg_sq.");

@@ -20,6 +20,7 @@
 #include "dendrite/ops/matmul.h"
 #include "dendrite/ops/optim.h"
 #include "dendrite/ops/peak.h"
+#include "dendrite/ops/tensor.h"
 #include "dendrite/train/checkpoint.h"
 #include "dendrite/train/goldfish.h"
 #include "dendrite/train/optimizer.h"
@@ -257,8 +258,8 @@ class NonFiniteSteps {
 bool state_is_finite(Transformer& model, const AdamW& adam) {
   const int64_t n = model.table().total();
   double bad = 0;
-  for (const float* p : {static_cast<const float*>(model.params()), adam.m(), adam.v()})
-    for (int64_t i = 0; i < n; ++i) bad += !std::isfinite(p[i]);
+  for (const float* p : {std::as_const(model).params(), adam.m(), adam.v()})
+    bad += double(ops::count_nonfinite(p, n));
   model.grid().world().all_reduce(&bad, 1);
   return bad == 0;
 }

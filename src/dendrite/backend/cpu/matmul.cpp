@@ -198,12 +198,14 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
 
 void linear_forward(float* y, const float* x, const float* w, const float* b, int m, int k, int n) {
   gemm(false, true, m, n, k, 1.0f, x, k, w, k, 0.0f, y, n);
-  if (b) {
+  if (b) add_bias(y, b, m, n);
+}
+
+void add_bias(float* y, const float* b, int m, int n) {
 #pragma omp parallel for schedule(static)
-    for (int r = 0; r < m; ++r) {
-      float* row = y + static_cast<long>(r) * n;
-      for (int j = 0; j < n; ++j) row[j] += b[j];
-    }
+  for (int r = 0; r < m; ++r) {
+    float* row = y + static_cast<long>(r) * n;
+    for (int j = 0; j < n; ++j) row[j] += b[j];
   }
 }
 

@@ -18,11 +18,11 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
 
 // The same product with bf16 operands and fp32 accumulation and output (bf16
 // precision, DESIGN.md section 10): oneDNN's bf16 matmul where the CPU has
-// AVX512_BF16 or AMX; elsewhere the operands are widened to fp32 and the fp32
+// AVX512_BF16 (AMX CPUs have it too); elsewhere the operands are widened to fp32 and the fp32
 // product runs (the same values, no speed-up; bf16_gemm_native() tells).
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda,
           const bf16* B, int ldb, float beta, float* C, int ldc);
-// Whether gemm_bf16 runs natively here; when not, the instruction set missing.
+// Whether the bf16 gemm runs natively here; when not, the instruction set missing.
 bool bf16_gemm_native();
 const char* bf16_gemm_missing();
 

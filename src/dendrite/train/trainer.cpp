@@ -296,7 +296,7 @@ void check_batch_split(const TrainOptions& opt, const GridShape& grid) {
                                      " / --grad-accum ", opt.grad_accum, ")");
   DENDRITE_CHECK(micro % split == 0, "train: ", what, " is not divisible by d*z=", split,
                  " on grid ", grid.str(), ": whole sequences stay on one rank; pass a --batch ",
-                 "that is a multiple of ", opt.grad_accum * split);
+                 "that is a multiple of ", int64_t(opt.grad_accum) * split);
 }
 
 double step_gradients(Transformer& model, const int32_t* inputs, const int32_t* targets,

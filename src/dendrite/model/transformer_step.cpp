@@ -67,18 +67,19 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
   const float* P = params_->data();
   const int m = B_loc * T;
   const long mC = long(m) * c_;
-  float* norm_out = low_precision() ? tmp_c_.data() : nullptr;  // fp32 outputs not saved in bf16
-  float* act_out = low_precision() ? dact_.data() : a.act.data();
-
-  // attention: [m, C/Gx] -> q [m, qd/Gy], k, v [m, kvd/Gy] -> att [m, qd/Gy] -> [m, C/Gx]
-  float* n1 = norm_out ? norm_out : a.norm1.data();
-  L.norm1.forward(n1, a.mean1.data(), a.rstd1.data(), x, m, P, sums_);
-  const Operand h1 = operand(n1, a.norm1h, mC);
-  const bool low = low_precision();  // q, k, v, att saved in bf16 only
+  // Where the fp32 outputs go: saved, or (bf16 saves only their rounding) scratch.
+  const bool low = low_precision();
+  float* n1 = low ? tmp_c_.data() : a.norm1.data();
   float* q = low ? dq_.data() : a.q.data();
   float* k = low ? dk_.data() : a.k.data();
   float* v = low ? dv_.data() : a.v.data();
   float* att = low ? datt_.data() : a.att.data();
+  float* n2 = low ? tmp_c_.data() : a.norm2.data();
+  float* act = low ? dact_.data() : a.act.data();
+
+  // attention: [m, C/Gx] -> q [m, qd/Gy], k, v [m, kvd/Gy] -> att [m, qd/Gy] -> [m, C/Gx]
+  L.norm1.forward(n1, a.mean1.data(), a.rstd1.data(), x, m, P, sums_);
+  const Operand h1 = operand(n1, a.norm1h, mC);
   L.q.forward(q, h1, m, P, stream_);
   L.k.forward(k, h1, m, P, stream_);
   L.v.forward(v, h1, m, P, stream_);
@@ -98,17 +99,16 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
   ops::add(a.mid.data(), x, tmp_c_.data(), mC);
 
   // MLP: [m, C/Gx] -> [m, F/Gy] -> [m, C/Gx]
-  float* n2 = norm_out ? norm_out : a.norm2.data();
   L.norm2.forward(n2, a.mean2.data(), a.rstd2.data(), a.mid.data(), m, P, sums_);
   const Operand h2 = operand(n2, a.norm2h, mC);
   L.up.forward(a.up.data(), h2, m, P, stream_);
   if (cfg_.gpt2()) {
-    ops::gelu_forward(act_out, a.up.data(), long(m) * f_);
+    ops::gelu_forward(act, a.up.data(), long(m) * f_);
   } else {
     L.gate.forward(a.gate.data(), h2, m, P, stream_);
-    ops::swiglu_forward(act_out, a.gate.data(), a.up.data(), long(m) * f_);
+    ops::swiglu_forward(act, a.gate.data(), a.up.data(), long(m) * f_);
   }
-  L.down.forward(tmp_c_.data(), operand(act_out, a.acth, long(m) * f_), m, P, stream_);
+  L.down.forward(tmp_c_.data(), operand(act, a.acth, long(m) * f_), m, P, stream_);
   ops::add(out, a.mid.data(), tmp_c_.data(), mC);
 }
 

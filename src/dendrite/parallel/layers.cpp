@@ -82,9 +82,11 @@ void VocabEmbedding::forward(float* out, const int32_t* tokens, int m, int T, Op
                                    table_->numel, v0, rows, int(n), C);
     z.reduce_scatter(rows_.data(), out, int64_t(m) * C, DType::kF32);
   } else {
-    if (keep_ && kept_.size() == 0) kept_.resize((stream.block_bytes(*table_) + 3) / 4);
-    const Operand w = keep_ ? kept_block_ = stream.gather_to_keep(*table_, kept_.data())
-                            : stream.gather(*table_);
+    if (keep_) {  // held for the tied head (kept_table())
+      if (kept_.size() == 0) kept_.resize((stream.block_bytes(*table_) + 3) / 4);
+      kept_block_ = stream.gather_to_keep(*table_, kept_.data());
+    }
+    const Operand w = keep_ ? kept_block_ : stream.gather(*table_);
     if (w.is_bf16())
       ops::embedding_range_forward(out, tokens, w.b16, v0, rows, m, C);
     else

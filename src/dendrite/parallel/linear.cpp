@@ -28,9 +28,11 @@ ParallelLinear::ParallelLinear(ProcessGrid& grid, const ParamSpec& w, const Para
 
 void ParallelLinear::forward(float* y, Operand x, int m, const float* params,
                              WeightStream& stream) {
-  if (keep_ && kept_.size() == 0) kept_.resize((stream.block_bytes(*w_) + 3) / 4);
-  const Operand w = keep_ ? kept_block_ = stream.gather_to_keep(*w_, kept_.data())
-                          : stream.gather(*w_);  // [out, in]
+  if (keep_) {  // gathered once a step, into the layer's own buffer
+    if (kept_.size() == 0) kept_.resize((stream.block_bytes(*w_) + 3) / 4);
+    kept_block_ = stream.gather_to_keep(*w_, kept_.data());
+  }
+  const Operand w = keep_ ? kept_block_ : stream.gather(*w_);  // [out, in]
   DENDRITE_CHECK(x.is_bf16() == w.is_bf16(), "parallel linear ", w_->name,
                  ": the input and the weights differ in precision");
   // [m, out]: partial over the forward axis

@@ -12,10 +12,9 @@
 #include <vector>
 
 #include "apps/commands.h"
+#include "dendrite/backend/backend.h"
 #include "dendrite/core/rng.h"
 #include "dendrite/model/transformer.h"
-#include "dendrite/ops/matmul.h"
-#include "dendrite/ops/peak.h"
 #include "dendrite/train/optimizer.h"
 #include "dendrite/train/trainer.h"
 
@@ -52,10 +51,10 @@ double rss_shmem_mb() {
 
 // The GEMM shapes tuned (--gemm-tune): the way kept, each way's trial time,
 // and what the choice saves per step against the default way.
-nlohmann::json gemm_report(int runs) {
+nlohmann::json gemm_report(const Backend& be, int runs) {
   nlohmann::json shapes = nlohmann::json::array();
   double saved = 0;
-  for (const ops::GemmChoice& c : ops::gemm_choices()) {
+  for (const ops::GemmChoice& c : be.gemm_choices()) {
     nlohmann::json ways = nlohmann::json::object();
     for (size_t i = 0; i < c.ways.size(); ++i) ways[c.ways[i]] = c.ms[i];
     const double per_step = double(c.calls + 1) / runs;
@@ -64,7 +63,7 @@ nlohmann::json gemm_report(int runs) {
                       {"accumulate", c.accumulate}, {"way", c.way}, {"default", c.ways[0]},
                       {"trial_ms", ways}, {"calls_per_step", per_step}});
   }
-  return {{"tuning_ms", ops::gemm_tuning_seconds() * 1e3},
+  return {{"tuning_ms", be.gemm_tuning_seconds() * 1e3},
           {"saved_ms_per_step", saved},
           {"shapes", shapes}};
 }
@@ -158,16 +157,15 @@ int run_bench_step(const BenchOptions& o, MpiEnv& env) {
   if (r.threads > 0) omp_set_num_threads(r.threads);
   const int threads = omp_get_max_threads();
   ModelConfig mc = load_model_config(r.model);
+  std::unique_ptr<Backend> backend = make_backend(parse_device(r.device));
   ProcessGrid grid = make_grid(env.world(), r.grid);
-  std::unique_ptr<Transformer> model = make_model(mc, grid, r);
+  std::unique_ptr<Transformer> model = make_model(mc, grid, *backend, r);
   model->init(1);
-  AdamW adam(model->table(), ops::AdamWConfig{});
+  AdamW adam(*backend, model->table(), ops::AdamWConfig{});
   const StepTimes t = time_steps(o, mc, *model, adam);
   grid.world().barrier();
   const int ranks = grid.shape().size();
-  const double peak = (model->precision() == Precision::kBF16
-                           ? ops::measure_bf16_peak_gflops(threads, 0.3)
-                           : ops::measure_peak_gflops(threads, 0.3)) *
+  const double peak = backend->peak_gflops(model->precision(), threads, 0.3) *
                       ranks;  // in the run's precision
   const double tokens = double(r.batch) * r.seq;
   const double gflops = mc.train_flops_per_token(r.seq) * tokens / t.secs / 1e9;
@@ -190,7 +188,7 @@ int run_bench_step(const BenchOptions& o, MpiEnv& env) {
                       {"context_switches", t.cpu[2] / ranks},
                       {"param_bytes", 4.0 * model->num_floats()},
                       {"activation_bytes", double(model->activation_bytes())}};
-  if (r.gemm_tune) j["gemm"] = gemm_report(o.steps + o.warmup);
+  if (r.gemm_tune) j["gemm"] = gemm_report(*backend, o.steps + o.warmup);
   if (o.json) {
     std::printf("%s\n", j.dump().c_str());
   } else {
@@ -215,6 +213,7 @@ Runner add_bench(CLI::App& app, MpiEnv& env) {
       ->capture_default_str();
   step->add_option("--seq", r.seq, "Tokens per sequence")->capture_default_str();
   step->add_option("--precision", r.precision, "fp32 or bf16 (as train)")->capture_default_str();
+  step->add_option("--device", r.device, "cpu or cuda (as train)")->capture_default_str();
   step->add_option("--threads", r.threads, "Threads (default: OMP_NUM_THREADS or all cores)");
   step->add_option("--steps", o->steps, "Timed steps")->capture_default_str();
   step->add_option("--warmup", o->warmup, "Untimed steps first")->capture_default_str();

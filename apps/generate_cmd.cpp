@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "apps/commands.h"
+#include "dendrite/backend/backend.h"
 #include "dendrite/core/check.h"
 #include "dendrite/eval/generate.h"
 #include "dendrite/model/transformer.h"
@@ -14,7 +15,7 @@ namespace dendrite::app {
 namespace {
 
 struct GenerateOptions {
-  std::string checkpoint, prompt = "\n", tokenizer;
+  std::string checkpoint, prompt = "\n", tokenizer, device = "cpu";
   int tokens = 200;
   SampleOptions sample;
 };
@@ -34,8 +35,9 @@ int run_generate(const GenerateOptions& o, int rank) {
   std::vector<int32_t> ids = tok.encode(o.prompt);
   if (ids.empty()) ids.push_back(tok.eos_id() >= 0 ? tok.eos_id() : 0);
   int max_T = std::min<int>(mc.block_size, int(ids.size()) + o.tokens);
+  std::unique_ptr<Backend> backend = make_backend(parse_device(o.device));
   auto grid = ProcessGrid::single();
-  Transformer model(mc, *grid, 1, max_T);
+  Transformer model(mc, *grid, *backend, 1, max_T);
   load_weights(dir, model);
   std::fputs(o.prompt.c_str(), stdout);
   std::fflush(stdout);
@@ -54,6 +56,7 @@ Runner add_generate(CLI::App& app, MpiEnv& env) {
   app.add_option("--checkpoint", o->checkpoint, "Run folder or checkpoint folder")->required();
   app.add_option("--prompt", o->prompt, "Text to continue");
   app.add_option("--tokens", o->tokens, "Tokens to generate")->capture_default_str();
+  app.add_option("--device", o->device, "cpu or cuda (as train)")->capture_default_str();
   app.add_option("--temperature", o->sample.temperature, "Sampling temperature (0: greedy)")
       ->capture_default_str();
   app.add_option("--top-k", o->sample.top_k, "Sample among the k likeliest tokens (0: all)")

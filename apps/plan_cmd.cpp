@@ -16,9 +16,7 @@
 
 #include "apps/commands.h"
 #include "dendrite/core/check.h"
-#include "dendrite/ops/matmul.h"
-#include "dendrite/ops/optim.h"
-#include "dendrite/ops/peak.h"
+#include "dendrite/backend/backend.h"
 #include "dendrite/plan/model.h"
 #include "dendrite/plan/sweep.h"
 #include "dendrite/train/trainer.h"
@@ -221,7 +219,8 @@ double time_call(Communicator& world, Fn&& fn, double min_seconds, int min_reps)
 
 // The GEMM rates of the step's shapes in one precision (C = A B^T, as the
 // forward of a linear layer).
-std::vector<GemmRate> calibrate_gemm(Communicator& world, bool quick, Precision precision) {
+std::vector<GemmRate> calibrate_gemm(Communicator& world, Backend& be, bool quick,
+                                     Precision precision) {
   std::vector<std::array<int64_t, 3>> shapes;
   const std::vector<int64_t> ms = quick ? std::vector<int64_t>{64, 256} :
                                           std::vector<int64_t>{64, 128, 256, 512, 2048};
@@ -241,16 +240,21 @@ std::vector<GemmRate> calibrate_gemm(Communicator& world, bool quick, Precision 
       shapes.push_back(s);
   std::vector<GemmRate> out;
   for (auto [m, n, k] : shapes) {
-    std::vector<float> A(m * k, 0.01f), B(n * k, 0.02f), C(m * n);
-    std::vector<bf16> A16(precision == Precision::kBF16 ? m * k : 0, to_bf16(0.01f)),
-        B16(A16.empty() ? 0 : n * k, to_bf16(0.02f));
+    Buffer<float> A = be.alloc<float>(m * k), B = be.alloc<float>(n * k), C = be.alloc<float>(m * n);
+    be.fill(A.data(), 0.01f, A.size());
+    be.fill(B.data(), 0.02f, B.size());
+    Buffer<bf16> A16, B16;
+    if (precision == Precision::kBF16) {
+      A16 = be.alloc<bf16>(m * k), B16 = be.alloc<bf16>(n * k);
+      be.to_bf16(A16.data(), A.data(), A.size());
+      be.to_bf16(B16.data(), B.data(), B.size());
+    }
+    const Operand a = A16.size() ? Operand(A16.data()) : Operand(A.data());
+    const Operand b = B16.size() ? Operand(B16.data()) : Operand(B.data());
     auto fn = [&] {
-      if (A16.empty())
-        ops::gemm(false, true, int(m), int(n), int(k), 1.0f, A.data(), int(k), B.data(), int(k),
-                  0.0f, C.data(), int(n));
-      else
-        ops::gemm(false, true, int(m), int(n), int(k), 1.0f, A16.data(), int(k), B16.data(),
-                  int(k), 0.0f, C.data(), int(n));
+      be.gemm(false, true, int(m), int(n), int(k), 1.0f, a, int(k), b, int(k), 0.0f, C.data(),
+              int(n));
+      be.wait(be.record());
     };
     const double s = time_call(world, fn, 0.03, 2);
     out.push_back({m, n, k, 2.0 * m * n * k / s / 1e9});
@@ -271,16 +275,19 @@ double calibrate_bandwidth(Communicator& world) {
 
 // Seconds per parameter of the optimizer step as the trainer runs it: zero the
 // gradients, their squared norm, AdamW (over 4M parameters, all ranks at once).
-double calibrate_optimizer(Communicator& world) {
+double calibrate_optimizer(Communicator& world, Backend& be) {
   const long n = 4 << 20;
-  std::vector<float> p(n, 0.1f), g(n, 0.01f), m(n, 0.0f), v(n, 0.0f);
+  Buffer<float> p = be.alloc<float>(n), g = be.alloc<float>(n), m = be.alloc<float>(n),
+                v = be.alloc<float>(n);
+  be.fill(p.data(), 0.1f, n);
   int step = 0;
   auto fn = [&] {
-    std::fill(g.begin(), g.end(), 0.01f);
-    volatile double norm = ops::sum_squares(g.data(), n);
+    be.fill(g.data(), 0.01f, n);
+    volatile double norm = be.sum_squares(g.data(), n);
     (void)norm;
-    ops::adamw_update(p.data(), g.data(), m.data(), v.data(), n, 1e-4f, ++step, true,
-                      ops::AdamWConfig{});
+    be.adamw_update(p.data(), g.data(), m.data(), v.data(), n, 1e-4f, ++step, true,
+                    ops::AdamWConfig{}, 1.0f, nullptr);
+    be.wait(be.record());
   };
   return time_call(world, fn, 0.5, 3) / n;
 }
@@ -360,11 +367,14 @@ double time_loop(Communicator& world, Fn&& fn, double seconds) {
 // The extra wait of a blocking collective on an oversubscribed node (more
 // ranks than cores): a GEMM of GPT-2's size with and without a small
 // all-reduce after it, less the all-reduce's latency measured alone.
-double calibrate_penalty(Communicator& world, double latency) {
+double calibrate_penalty(Communicator& world, Backend& be, double latency) {
   const int m = 256, n = 768, k = 768;
-  std::vector<float> A(m * k, 0.01f), B(n * k, 0.02f), C(m * n);
+  Buffer<float> A = be.alloc<float>(m * k), B = be.alloc<float>(n * k), C = be.alloc<float>(m * n);
+  be.fill(A.data(), 0.01f, A.size());
+  be.fill(B.data(), 0.02f, B.size());
   auto gemm = [&] {
-    ops::gemm(false, true, m, n, k, 1.0f, A.data(), k, B.data(), k, 0.0f, C.data(), n);
+    be.gemm(false, true, m, n, k, 1.0f, A.data(), k, B.data(), k, 0.0f, C.data(), n);
+    be.ready_for_host();
   };
   double one = 1.0;
   const double alone = time_loop(world, gemm, 1.5);
@@ -415,7 +425,7 @@ void calibrate_links(Communicator& world, ProcessGrid& world_grid, Machine& mach
 
 // calibrate --penalty-from FILE: run oversubscribed, measure only the per-call
 // penalty and write FILE with it to --out.
-int run_calibrate_penalty(const CalibrateCmd& o, ProcessGrid& grid) {
+int run_calibrate_penalty(const CalibrateCmd& o, ProcessGrid& grid, Backend& be) {
   Machine mach = load_machine(o.penalty_from);
   const int ranks = grid.world().ranks_on_node(), cores = int(sysconf(_SC_NPROCESSORS_ONLN));
   const int threads = omp_get_max_threads();
@@ -423,7 +433,7 @@ int run_calibrate_penalty(const CalibrateCmd& o, ProcessGrid& grid) {
                  threads, " threads fit the node's ", cores,
                  " cores, so there is no penalty to measure; launch more ranks than cores");
   mach.oversubscribed_call_penalty_s =
-      calibrate_penalty(grid.world(), mach.node.get("all_reduce").latency);
+      calibrate_penalty(grid.world(), be, mach.node.get("all_reduce").latency);
   mach.cores_per_node = cores;
   mach.notes += str("; oversubscribed_call_penalty_s measured with ", ranks, " ranks on ", cores,
                     " cores");
@@ -439,7 +449,10 @@ int run_calibrate(const CalibrateCmd& o, MpiEnv& env) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
   auto t0 = Clock::now();
   ProcessGrid grid = make_grid(env.world(), "");
-  if (!o.penalty_from.empty()) return run_calibrate_penalty(o, grid);
+  // The machine file describes a CPU node: its kernels are the CPU backend's.
+  std::unique_ptr<Backend> backend = make_backend(Device::kCpu);
+  Backend& be = *backend;
+  if (!o.penalty_from.empty()) return run_calibrate_penalty(o, grid, be);
   const int P = grid.shape().size();
   Machine mach;
   mach.name = o.name;
@@ -448,16 +461,16 @@ int run_calibrate(const CalibrateCmd& o, MpiEnv& env) {
   mach.cores_per_node = int(sysconf(_SC_NPROCESSORS_ONLN));
   mach.memory_per_rank_bytes =
       double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)) / mach.ranks_per_node;
-  mach.peak_gflops = mean_over(grid.world(), ops::measure_peak_gflops(0, 0.3));
+  mach.peak_gflops = mean_over(grid.world(), be.peak_gflops(Precision::kF32, 0, 0.3));
   mach.memory_bandwidth = calibrate_bandwidth(grid.world());
-  mach.optimizer_seconds_per_param = calibrate_optimizer(grid.world());
-  mach.gemm = calibrate_gemm(grid.world(), o.quick, Precision::kF32);
+  mach.optimizer_seconds_per_param = calibrate_optimizer(grid.world(), be);
+  mach.gemm = calibrate_gemm(grid.world(), be, o.quick, Precision::kF32);
   // Where bf16 would only be widened to fp32, its rates are the fp32 ones: none written.
-  if (ops::bf16_gemm_native()) mach.gemm_bf16 = calibrate_gemm(grid.world(), o.quick, Precision::kBF16);
+  if (be.bf16_native()) mach.gemm_bf16 = calibrate_gemm(grid.world(), be, o.quick, Precision::kBF16);
   calibrate_links(env.world(), grid, mach, P);
   if (mach.oversubscription() > 1)
     mach.oversubscribed_call_penalty_s =
-        calibrate_penalty(grid.world(), mach.node.get("all_reduce").latency);
+        calibrate_penalty(grid.world(), be, mach.node.get("all_reduce").latency);
   mach.notes = str("measured by `dendrite calibrate` with ", P, " ranks of ", mach.threads_per_rank,
                    " threads in ", std::lround(seconds_since(t0)), " s; network = node (one node)");
   if (grid.rank() == 0) {

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/commands.h"
+#include "dendrite/backend/backend.h"
 #include "dendrite/core/check.h"
 #include "dendrite/model/config.h"
 #include "dendrite/plan/model.h"
@@ -232,8 +233,9 @@ Runner add_train(CLI::App& app, int argc, char** argv, const TrainHooks* hooks, 
   // a reference to it after this function returns.
   return [opt, machine, config_path, hooks, &env] {
     if (opt->grid == "auto") opt->grid = auto_grid(*opt, *machine, env.world());
+    std::unique_ptr<Backend> backend = make_backend(parse_device(opt->device));
     ProcessGrid grid = make_grid(env.world(), opt->grid);
-    run_train(*opt, grid, hooks);
+    run_train(*opt, grid, *backend, hooks);
     return 0;
   };
 }

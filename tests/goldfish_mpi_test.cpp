@@ -16,6 +16,7 @@
 #include "dendrite/core/rng.h"
 #include "dendrite/model/transformer.h"
 #include "dendrite/train/goldfish.h"
+#include "backend_support.h"
 
 namespace dendrite {
 namespace {
@@ -30,7 +31,7 @@ struct Step {
 };
 
 Step one_step(const ModelConfig& cfg, ProcessGrid& grid, const GoldfishOptions& g) {
-  Transformer model(cfg, grid, kB, kT);
+  Transformer model(cfg, grid, test::cpu_backend(), kB, kT);
   model.init(3);
   std::vector<int32_t> in(kB * kT), tg(kB * kT);
   for (int i = 0; i < kB * kT; ++i) {

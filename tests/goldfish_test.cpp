@@ -17,6 +17,7 @@
 #include "dendrite/ops/cross_entropy.h"
 #include "dendrite/train/goldfish.h"
 #include "op_test_support.h"
+#include "backend_support.h"
 
 namespace dendrite {
 namespace {
@@ -141,7 +142,7 @@ TEST(Goldfish, DroppedTargetsGetExactlyZeroGradient) {
   ModelConfig cfg = model_config_from_json(nlohmann::json{
       {"arch", "gpt2"}, {"vocab_size", V}, {"n_layer", 2}, {"n_embd", 64}, {"n_head", 4}, {"block_size", T}});
   auto grid = ProcessGrid::single();
-  Transformer model(cfg, *grid, B, T);
+  Transformer model(cfg, *grid, test::cpu_backend(), B, T);
   model.init(5);
   std::vector<int32_t> in = random_ids(B * T, 20, V), tg = random_ids(B * T, 21, V);
   std::vector<float> w(B * T);

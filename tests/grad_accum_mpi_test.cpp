@@ -20,6 +20,7 @@
 #include "dendrite/model/transformer.h"
 #include "dendrite/train/optimizer.h"
 #include "dendrite/train/trainer.h"
+#include "backend_support.h"
 
 namespace dendrite {
 namespace {
@@ -34,9 +35,9 @@ struct Trained {
 // kSteps AdamW steps on fixed random batches of kB sequences, each in
 // `micro_batches` micro-batches.
 Trained train(const ModelConfig& cfg, ProcessGrid& grid, int micro_batches, const ModelOptions& mo) {
-  Transformer model(cfg, grid, kB / micro_batches, kT, mo);
+  Transformer model(cfg, grid, test::cpu_backend(), kB / micro_batches, kT, mo);
   model.init(7);
-  AdamW adam(model.table(), ops::AdamWConfig{});
+  AdamW adam(model.backend(), model.table(), ops::AdamWConfig{});
   std::vector<int32_t> in(kB * kT), tg(kB * kT);
   Trained run;
   for (int s = 0; s < kSteps; ++s) {

@@ -10,6 +10,7 @@
 #include "dendrite/eval/generate.h"
 #include "dendrite/eval/memorization.h"
 #include "dendrite/train/canaries.h"
+#include "backend_support.h"
 
 namespace dendrite {
 namespace {
@@ -121,9 +122,9 @@ TEST(GreedyDecoding, MatchesGenerateOnOneProcess) {
       {"n_kv_head", 2}, {"ffn_hidden", 64}, {"block_size", 32}});
   auto grid = ProcessGrid::single();
   const int p = 6, s = 10, B = 4;
-  Transformer batched(cfg, *grid, B, p + s - 1);
+  Transformer batched(cfg, *grid, test::cpu_backend(), B, p + s - 1);
   batched.init(11);
-  Transformer one(cfg, *grid, 1, p + s);
+  Transformer one(cfg, *grid, test::cpu_backend(), 1, p + s);
   one.init(11);
   std::vector<Ids> prompts;
   for (int n = 0; n < 7; ++n) {  // 7: the last batch is short

@@ -18,6 +18,7 @@
 #include "dendrite/train/optimizer.h"
 #include "dendrite/train/safetensors.h"
 #include "dendrite/train/schedule.h"
+#include "backend_support.h"
 
 namespace dendrite {
 namespace {
@@ -101,7 +102,7 @@ class ModelVsPyTorch : public ::testing::TestWithParam<std::string> {};
 TEST_P(ModelVsPyTorch, LogitsLossAndGradients) {
   Reference r = load(GetParam());
   auto grid = ProcessGrid::single();
-  Transformer model(r.model, *grid, r.B, r.T);
+  Transformer model(r.model, *grid, test::cpu_backend(), r.B, r.T);
   load_weights_file(kRefDir + GetParam() + "/model.safetensors", model);
   auto inputs = i32(*r.ref, "inputs"), targets = i32(*r.ref, "targets");
   const int V = r.model.vocab_size;
@@ -120,11 +121,11 @@ TEST_P(ModelVsPyTorch, LogitsLossAndGradients) {
 TEST_P(ModelVsPyTorch, TenAdamWSteps) {
   Reference r = load(GetParam());
   auto grid = ProcessGrid::single();
-  Transformer model(r.model, *grid, r.B, r.T);
+  Transformer model(r.model, *grid, test::cpu_backend(), r.B, r.T);
   load_weights_file(kRefDir + GetParam() + "/model.safetensors", model);
   auto inputs = i32(*r.ref, "inputs"), targets = i32(*r.ref, "targets");
   ops::AdamWConfig ac{r.cfg["beta1"], r.cfg["beta2"], r.cfg["eps"], r.cfg["weight_decay"]};
-  AdamW adam(model.table(), ac);
+  AdamW adam(model.backend(), model.table(), ac);
   auto losses = f32(*r.ref, "adamw_losses"), norms = f32(*r.ref, "adamw_grad_norms");
   const int steps = r.cfg["steps"];
   for (int s = 0; s < steps; ++s) {

@@ -19,6 +19,7 @@
 #include "dendrite/model/transformer.h"
 #include "dendrite/plan/volume.h"
 #include "dendrite/train/optimizer.h"
+#include "backend_support.h"
 
 namespace dendrite {
 namespace {
@@ -51,9 +52,9 @@ const char* kKinds[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast
 
 // Trains kSteps AdamW steps on fixed random batches; records what the tests compare.
 Record train(const ModelConfig& cfg, ProcessGrid& grid, const ModelOptions& opt = {}) {
-  Transformer model(cfg, grid, kB, kT, opt);
+  Transformer model(cfg, grid, test::cpu_backend(), kB, kT, opt);
   model.init(kSeed);
-  AdamW adam(model.table(), ops::AdamWConfig{});
+  AdamW adam(model.backend(), model.table(), ops::AdamWConfig{});
   std::vector<int32_t> in(kB * kT), tg(kB * kT);
   Record run;
   for (int s = 0; s < kSteps; ++s) {
@@ -278,7 +279,7 @@ TEST(BigVocabulary, DwSlotsOfBothSizesMatchOneProcess) {
     for (const GridShape& g : {GridShape{1, 2, 2, 1}, GridShape{1, 1, 4, 1}}) {
       ProcessGrid grid(g, *sub);
       {
-        Transformer t(cfg, grid, kB, kT);
+        Transformer t(cfg, grid, test::cpu_backend(), kB, kT);
         int64_t largest = 0, second = 0;
         for (const ParamSpec& s : t.table().specs()) largest = std::max(largest, s.block_numel());
         for (const ParamSpec& s : t.table().specs())

@@ -15,6 +15,7 @@
 #include "dendrite/model/transformer.h"
 #include "dendrite/plan/model.h"
 #include "dendrite/plan/sweep.h"
+#include "backend_support.h"
 
 namespace dendrite {
 namespace {
@@ -234,7 +235,7 @@ TEST(Planner, ActivationMemoryMatchesTheModel) {
         ModelOptions mo;
         mo.recompute = recompute;
         mo.precision = p;
-        Transformer model(c, *grid, 4, 16, mo);
+        Transformer model(c, *grid, test::cpu_backend(), 4, 16, mo);
         PlanOptions o;
         o.B = 4, o.T = 16, o.recompute = recompute, o.precision = p;
         const MemoryEstimate e = step_memory(c, {1, 1, 1, 1}, o);

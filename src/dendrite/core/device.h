@@ -1,7 +1,7 @@
 // The device a run computes on (DESIGN.md section 10): the CPU, or an NVIDIA
 // GPU through the CUDA backend. A build has the CUDA backend only when
 // configured with -DDENDRITE_CUDA=ON; asking a build without it for a GPU is
-// an error that says so.
+// an error that says so (make_backend, backend/backend.h).
 #pragma once
 
 #include <string>
@@ -13,7 +13,5 @@ enum class Device { kCpu, kCuda };
 // "cpu" or "cuda"; anything else is an error naming both.
 Device parse_device(const std::string& text);
 const char* device_name(Device d);
-// Throws, naming the CMake option to turn on, when this build cannot run on d.
-void check_device_built(Device d);
 
 }  // namespace dendrite

@@ -8,10 +8,6 @@
 #include <string>
 
 #include "dendrite/core/check.h"
-#include "dendrite/ops/activation.h"
-#include "dendrite/ops/attention.h"
-#include "dendrite/ops/optim.h"
-#include "dendrite/ops/tensor.h"
 
 namespace dendrite {
 
@@ -23,9 +19,9 @@ const Sharding kVectorX{Axis::kX, Axis::kNone, false};  // stream-width vectors
 const Sharding kVectorY{Axis::kY, Axis::kNone, false};  // biases of normal layers
 }  // namespace
 
-Transformer::Transformer(const ModelConfig& config, ProcessGrid& grid, int max_B, int max_T,
-                         const ModelOptions& options)
-    : cfg_(config), grid_(grid), max_B_(max_B), max_T_(max_T), opt_(options),
+Transformer::Transformer(const ModelConfig& config, ProcessGrid& grid, Backend& backend, int max_B,
+                         int max_T, const ModelOptions& options)
+    : cfg_(config), grid_(grid), be_(backend), max_B_(max_B), max_T_(max_T), opt_(options),
       table_(grid.shape(), grid.x(), grid.y(), grid.z()) {
   cfg_.validate();
   DENDRITE_CHECK(max_B > 0 && max_T > 0, "model: batch and sequence must be positive, got B=",
@@ -132,13 +128,14 @@ void Transformer::build_table() {
   if (!cfg_.tied_embeddings())
     table_.add("lm_head", {Vp, C}, kNormal, true, Init::kNormal, std, cfg_.vocab_size);
   table_.finalize();
-  params_ = grid_.Z().allocate_shared(table_.total());
-  grads_ = grid_.D().allocate_shared(table_.total());
+  params_ = be_.allocate_shared(grid_.Z(), table_.total());
+  grads_ = be_.allocate_shared(grid_.D(), table_.total());
   // bf16: the Z-chunked tensors (the ones GEMMs, lookups and gathers read)
   // rounded, at the same offsets.
-  if (low_precision()) params_low_ = grid_.Z().allocate_shared(table_.replicated_begin(), DType::kBF16);
+  if (low_precision())
+    params_low_ = be_.allocate_shared(grid_.Z(), table_.replicated_begin(), DType::kBF16);
   // Kept blocks are gathered once, into their own buffers: no OAG with them.
-  stream_ = WeightStream(grid_.Z(), table_, low_precision() ? *params_low_ : *params_,
+  stream_ = WeightStream(grid_.Z(), be_, table_, low_precision() ? *params_low_ : *params_,
                          opt_.oag && !opt_.keep_gathered, opt_.ors);
 }
 
@@ -153,25 +150,25 @@ void Transformer::build_layers() {
   for (int l = 0; l < cfg_.n_layer; ++l) {
     const std::string p = "layer" + std::to_string(l) + ".";
     Layer L;
-    L.norm1 = ParallelNorm(grid_, ln, *spec(p + "norm1.weight"), maybe(p + "norm1.bias"),
+    L.norm1 = ParallelNorm(grid_, be_, ln, *spec(p + "norm1.weight"), maybe(p + "norm1.bias"),
                            cfg_.n_embd, cfg_.norm_eps);
-    L.norm2 = ParallelNorm(grid_, ln, *spec(p + "norm2.weight"), maybe(p + "norm2.bias"),
+    L.norm2 = ParallelNorm(grid_, be_, ln, *spec(p + "norm2.weight"), maybe(p + "norm2.bias"),
                            cfg_.n_embd, cfg_.norm_eps);
-    L.q = ParallelLinear(grid_, *spec(p + "q.weight"), maybe(p + "q.bias"), opt_.keep_gathered, opt_.oar);
-    L.k = ParallelLinear(grid_, *spec(p + "k.weight"), maybe(p + "k.bias"), opt_.keep_gathered, opt_.oar);
-    L.v = ParallelLinear(grid_, *spec(p + "v.weight"), maybe(p + "v.bias"), opt_.keep_gathered, opt_.oar);
-    L.o = ParallelLinear(grid_, *spec(p + "o.weight"), maybe(p + "o.bias"), opt_.keep_gathered, opt_.oar);
-    L.up = ParallelLinear(grid_, *spec(p + "up.weight"), maybe(p + "up.bias"), opt_.keep_gathered, opt_.oar);
-    if (!cfg_.gpt2()) L.gate = ParallelLinear(grid_, *spec(p + "gate.weight"), nullptr, opt_.keep_gathered, opt_.oar);
-    L.down = ParallelLinear(grid_, *spec(p + "down.weight"), maybe(p + "down.bias"), opt_.keep_gathered, opt_.oar);
+    L.q = ParallelLinear(grid_, be_, *spec(p + "q.weight"), maybe(p + "q.bias"), opt_.keep_gathered, opt_.oar);
+    L.k = ParallelLinear(grid_, be_, *spec(p + "k.weight"), maybe(p + "k.bias"), opt_.keep_gathered, opt_.oar);
+    L.v = ParallelLinear(grid_, be_, *spec(p + "v.weight"), maybe(p + "v.bias"), opt_.keep_gathered, opt_.oar);
+    L.o = ParallelLinear(grid_, be_, *spec(p + "o.weight"), maybe(p + "o.bias"), opt_.keep_gathered, opt_.oar);
+    L.up = ParallelLinear(grid_, be_, *spec(p + "up.weight"), maybe(p + "up.bias"), opt_.keep_gathered, opt_.oar);
+    if (!cfg_.gpt2()) L.gate = ParallelLinear(grid_, be_, *spec(p + "gate.weight"), nullptr, opt_.keep_gathered, opt_.oar);
+    L.down = ParallelLinear(grid_, be_, *spec(p + "down.weight"), maybe(p + "down.bias"), opt_.keep_gathered, opt_.oar);
     layers_.push_back(std::move(L));
   }
-  embedding_ = VocabEmbedding(grid_, *spec("tok_emb"), maybe("pos_emb"),
+  embedding_ = VocabEmbedding(grid_, be_, *spec("tok_emb"), maybe("pos_emb"),
                               opt_.keep_gathered && cfg_.tied_embeddings());
-  norm_f_ = ParallelNorm(grid_, ln, *spec("norm_f.weight"), maybe("norm_f.bias"), cfg_.n_embd,
+  norm_f_ = ParallelNorm(grid_, be_, ln, *spec("norm_f.weight"), maybe("norm_f.bias"), cfg_.n_embd,
                          cfg_.norm_eps);
   const ParamSpec& head = cfg_.tied_embeddings() ? *spec("tok_emb") : *spec("lm_head");
-  head_ = VocabCrossEntropy(grid_, head, cfg_.vocab_size, 256);
+  head_ = VocabCrossEntropy(grid_, be_, head, cfg_.vocab_size, 256);
   find_gradient_ranges();
 }
 
@@ -210,42 +207,60 @@ void Transformer::find_gradient_ranges() {
 
 void Transformer::allocate(int m, int B_loc) {
   const long C = c_, F = f_;
+  auto f32 = [&](Buffer<float>& b, long n) { b = be_.alloc<float>(n); };
+  auto b16 = [&](Buffer<bf16>& b, long n) { b = be_.alloc<bf16>(n); };
   residual_.resize(cfg_.n_layer + 1);
-  for (auto& r : residual_) r.resize(m * C);
+  for (auto& r : residual_) f32(r, m * C);
   acts_.resize(opt_.recompute ? 1 : cfg_.n_layer);
   const bool low = low_precision();  // GEMM inputs saved in bf16 only (LayerActs)
   for (auto& a : acts_) {
-    a.mean1.resize(m), a.rstd1.resize(m);
-    a.lse.resize(long(B_loc) * nh_ * max_T_);
-    a.mid.resize(m * C), a.mean2.resize(m), a.rstd2.resize(m);
-    a.up.resize(m * F);
-    if (!cfg_.gpt2()) a.gate.resize(m * F);
+    f32(a.mean1, m), f32(a.rstd1, m);
+    f32(a.lse, long(B_loc) * nh_ * max_T_);
+    f32(a.mid, m * C), f32(a.mean2, m), f32(a.rstd2, m);
+    f32(a.up, m * F);
+    if (!cfg_.gpt2()) f32(a.gate, m * F);
     if (low) {
-      a.norm1h.resize(m * C), a.norm2h.resize(m * C), a.acth.resize(m * F);
-      a.qh.resize(m * long(qd_)), a.kh.resize(m * long(kvd_)), a.vh.resize(m * long(kvd_));
-      a.atth.resize(m * long(qd_));
+      b16(a.norm1h, m * C), b16(a.norm2h, m * C), b16(a.acth, m * F);
+      b16(a.qh, m * long(qd_)), b16(a.kh, m * long(kvd_)), b16(a.vh, m * long(kvd_));
+      b16(a.atth, m * long(qd_));
     } else {
-      a.norm1.resize(m * C), a.norm2.resize(m * C), a.act.resize(m * F);
-      a.q.resize(m * long(qd_)), a.k.resize(m * long(kvd_)), a.v.resize(m * long(kvd_));
-      a.att.resize(m * long(qd_));
+      f32(a.norm1, m * C), f32(a.norm2, m * C), f32(a.act, m * F);
+      f32(a.q, m * long(qd_)), f32(a.k, m * long(kvd_)), f32(a.v, m * long(kvd_));
+      f32(a.att, m * long(qd_));
     }
   }
-  normf_.resize(m * C), meanf_.resize(m), rstdf_.resize(m);
-  tmp_c_.resize(m * C), dnorm_.resize(m * C), dres_.resize(m * C);
-  dq_.resize(m * long(qd_)), dk_.resize(m * long(kvd_)), dv_.resize(m * long(kvd_));
-  datt_.resize(m * long(qd_)), dup_.resize(m * F), dact_.resize(m * F);
-  if (!cfg_.gpt2()) dgate_.resize(m * F);
+  f32(normf_, m * C), f32(meanf_, m), f32(rstdf_, m);
+  f32(tmp_c_, m * C), f32(dnorm_, m * C), f32(dres_, m * C);
+  f32(dq_, m * long(qd_)), f32(dk_, m * long(kvd_)), f32(dv_, m * long(kvd_));
+  f32(datt_, m * long(qd_)), f32(dup_, m * F), f32(dact_, m * F);
+  if (!cfg_.gpt2()) f32(dgate_, m * F);
   if (low) {
-    normf_h_.resize(m * C), dres_h_.resize(m * C);
-    dq_h_.resize(m * long(qd_)), dk_h_.resize(m * long(kvd_)), dv_h_.resize(m * long(kvd_));
-    dup_h_.resize(m * F);
-    if (!cfg_.gpt2()) dgate_h_.resize(m * F);
+    b16(normf_h_, m * C), b16(dres_h_, m * C);
+    b16(dq_h_, m * long(qd_)), b16(dk_h_, m * long(kvd_)), b16(dv_h_, m * long(kvd_));
+    b16(dup_h_, m * F);
+    if (!cfg_.gpt2()) b16(dgate_h_, m * F);
   }
-  sums_.resize(2 * long(m));
-  if (opt_.recompute) recompute_out_.resize(m * C);
+  sums_ = be_.alloc<double>(2 * long(m));
+  tokens_ = be_.alloc<int32_t>(m), targets_ = be_.alloc<int32_t>(m), weights_ = be_.alloc<float>(m);
+  if (opt_.recompute) f32(recompute_out_, m * C);
 }
 
-void Transformer::zero_grads() { ops::fill(grads_->data(), 0.0f, grads_->size()); }
+void Transformer::init(uint64_t seed) {
+  float* p = params();
+  std::vector<float> host;
+  for (const ParamSpec& s : table_.specs()) {
+    host.resize(size_t(s.numel));
+    table_.initialize(s, host.data(), seed);
+    be_.upload(p + s.offset, host.data(), host.size() * sizeof(float));
+  }
+}
+
+const int32_t* Transformer::upload_ids(Buffer<int32_t>& to, const int32_t* host, int64_t m) {
+  be_.upload(to.data(), host, size_t(m) * sizeof(int32_t));
+  return to.data();
+}
+
+void Transformer::zero_grads() { be_.fill(grads_->data(), 0.0f, grads_->size()); }
 
 size_t Transformer::activation_bytes() const {
   size_t n = 0;
@@ -263,7 +278,9 @@ size_t Transformer::activation_bytes() const {
       low += b->size();
   for (const Buffer<bf16>* b : {&normf_h_, &dres_h_, &dq_h_, &dk_h_, &dv_h_, &dup_h_, &dgate_h_})
     low += b->size();
-  return n * sizeof(float) + low * sizeof(bf16) + stream_.bytes() + sums_.size() * sizeof(double);
+  const size_t ids = tokens_.size() + targets_.size() + weights_.size();  // 4 bytes each
+  return n * sizeof(float) + low * sizeof(bf16) + stream_.bytes() + sums_.size() * sizeof(double) +
+         ids * 4;
 }
 
 void Transformer::check_batch(const int32_t* inputs, int B_loc, int T) const {

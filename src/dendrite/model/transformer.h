@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "dendrite/backend/backend.h"
 #include "dendrite/comm/grid.h"
 #include "dendrite/core/buffer.h"
 #include "dendrite/core/operand.h"
@@ -62,13 +63,15 @@ class Transformer {
   // Activations are sized for global batches of up to max_B sequences of up
   // to max_T tokens. Throws, naming the sizes and the grid, when the grid
   // does not divide the model or the batch.
-  Transformer(const ModelConfig& config, ProcessGrid& grid, int max_B, int max_T,
-               const ModelOptions& options = {});
+  // Parameters, gradients and activations live in the backend's memory.
+  Transformer(const ModelConfig& config, ProcessGrid& grid, Backend& backend, int max_B, int max_T,
+              const ModelOptions& options = {});
 
   const ModelConfig& config() const { return cfg_; }
   ProcessGrid& grid() { return grid_; }
+  Backend& backend() { return be_; }
   const ParamTable& table() const { return table_; }
-  // The fp32 parameters of this rank. Writing through the non-const form
+  // The fp32 parameters of this rank (the backend's memory). Writing through the non-const form
   // (initialising, loading, a test's update) makes the next forward round
   // them to bf16 again under bf16 precision.
   float* params() {
@@ -90,7 +93,8 @@ class Transformer {
   float* grads() { return grads_->data(); }
   const float* grads() const { return grads_->data(); }
   int64_t num_floats() const { return table_.total(); }
-  void init(uint64_t seed) { table_.initialize(params(), seed); }
+  // The initial values (ParamTable::initialize), made on the host and uploaded.
+  void init(uint64_t seed);
   void zero_grads();
   size_t activation_bytes() const;
   // Sequences of a global batch of B on this rank: [first, first + count).
@@ -112,6 +116,7 @@ class Transformer {
                       double denominator, int B, int T);
   // Global L2 norm of the gradients, each value counted once.
   double grad_norm() const;
+  // The logits below are written to host memory.
   // logits [B_loc*T, V] of this rank's rows (on every rank of the X and Y axes).
   void logits(const int32_t* inputs, int B, int T, float* out);
   // logits [B_loc, V] of the last position of each of this rank's sequences of
@@ -149,6 +154,11 @@ class Transformer {
   void build_layers();
   void allocate(int m_max, int B_loc_max);
   void check_batch(const int32_t* inputs, int B_loc, int T) const;
+  // Copies this rank's m token ids (host) into the backend's memory (tokens_,
+  // or targets_), and returns them there.
+  const int32_t* upload_ids(Buffer<int32_t>& to, const int32_t* host, int64_t m);
+  // The same for the loss weights (null stays null).
+  const float* upload_weights(const float* host, int64_t m);
   // The kinds of pass whose gathers the weight stream records (one order each).
   enum Pass { kPassStep, kPassLoss, kPassLogits, kPassLastLogits, kPassLastPosition };
   void forward(const int32_t* inputs, int B_loc, int T, int pass);
@@ -187,6 +197,7 @@ class Transformer {
 
   ModelConfig cfg_;
   ProcessGrid& grid_;
+  Backend& be_;
   int max_B_, max_T_;
   ModelOptions opt_;
   int nh_, nkv_, hs_, qd_, kvd_, f_, c_;  // local head counts and widths on this rank
@@ -214,6 +225,8 @@ class Transformer {
   // bf16 precision: the final norm's output and the gradients that feed GEMMs.
   Buffer<bf16> normf_h_, dres_h_, dq_h_, dk_h_, dv_h_, dup_h_, dgate_h_;
   Buffer<double> sums_;
+  Buffer<int32_t> tokens_, targets_;  // [m]: this rank's token ids and targets
+  Buffer<float> weights_;             // [m]: the loss weights, when given
   Buffer<float> recompute_out_;  // [m, C/Gx]: where a recomputed layer writes its output
   // Gradient buckets: each layer's chunked and replicated ranges, and the
   // other tensors' (embedding, head, final norm), merged where adjacent.

@@ -6,11 +6,6 @@
 
 #include "dendrite/core/check.h"
 #include "dendrite/model/transformer.h"
-#include "dendrite/ops/activation.h"
-#include "dendrite/ops/attention.h"
-#include "dendrite/ops/convert.h"
-#include "dendrite/ops/optim.h"
-#include "dendrite/ops/tensor.h"
 
 namespace dendrite {
 
@@ -26,7 +21,8 @@ void Transformer::end_pass() {
 Operand Transformer::stored_params() {
   if (!low_precision()) return params_->data();
   if (!low_fresh_) {  // rounded here, before the fence that lets the Z peers read them
-    ops::to_bf16(params_low_->data_as<bf16>(), params_->data(), table_.replicated_begin());
+    be_.to_bf16(params_low_->data_as<bf16>(), params_->data(), table_.replicated_begin());
+    be_.ready_for_host();
     low_fresh_ = true;
   }
   return params_low_->data_as<bf16>();
@@ -40,7 +36,7 @@ Transformer::Writable Transformer::params_and_copy() {
 
 Operand Transformer::operand(const float* x, Buffer<bf16>& low, int64_t n) const {
   if (!low_precision()) return x;
-  ops::to_bf16(low.data(), x, n);
+  be_.to_bf16(low.data(), x, n);
   return low.data();
 }
 
@@ -50,7 +46,8 @@ void Transformer::forward(const int32_t* inputs, int B_loc, int T, int pass) {
   params_fence();
   stream_.begin_pass(pass);
   const int m = B_loc * T;
-  embedding_.forward(residual_[0].data(), inputs, m, T, stored, stream_);
+  const int32_t* tokens = upload_ids(tokens_, inputs, m);
+  embedding_.forward(residual_[0].data(), tokens, inputs, m, T, stored, stream_);
   for (int l = 0; l < cfg_.n_layer; ++l)
     layer_forward(l, residual_[l].data(), residual_[l + 1].data(), B_loc, T);
   norm_f_.forward(normf_.data(), meanf_.data(), rstdf_.data(), residual_[cfg_.n_layer].data(), m,
@@ -84,32 +81,27 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
   L.k.forward(k, h1, m, P, stream_);
   L.v.forward(v, h1, m, P, stream_);
   if (!cfg_.gpt2()) {
-    ops::rope_forward(q, B_loc, T, nh_, hs_, qd_, cfg_.rope_theta);
-    ops::rope_forward(k, B_loc, T, nkv_, hs_, kvd_, cfg_.rope_theta);
+    be_.rope_forward(q, B_loc, T, nh_, hs_, qd_, cfg_.rope_theta);
+    be_.rope_forward(k, B_loc, T, nkv_, hs_, kvd_, cfg_.rope_theta);
   }
-  ops::AttentionShape s{B_loc, T, nh_, nkv_, hs_, qd_, kvd_, qd_};
-  if (low) {
-    const Operand qh = operand(q, a.qh, long(m) * qd_), kh = operand(k, a.kh, long(m) * kvd_),
-                  vh = operand(v, a.vh, long(m) * kvd_);
-    ops::attention_forward(att, a.lse.data(), qh.b16, kh.b16, vh.b16, s);
-  } else {
-    ops::attention_forward(att, a.lse.data(), q, k, v, s);
-  }
+  const ops::AttentionShape s{B_loc, T, nh_, nkv_, hs_, qd_, kvd_, qd_};
+  be_.attention_forward(att, a.lse.data(), operand(q, a.qh, long(m) * qd_),
+                        operand(k, a.kh, long(m) * kvd_), operand(v, a.vh, long(m) * kvd_), s);
   L.o.forward(tmp_c_.data(), operand(att, a.atth, long(m) * qd_), m, P, stream_);
-  ops::add(a.mid.data(), x, tmp_c_.data(), mC);
+  be_.add(a.mid.data(), x, tmp_c_.data(), mC);
 
   // MLP: [m, C/Gx] -> [m, F/Gy] -> [m, C/Gx]
   L.norm2.forward(n2, a.mean2.data(), a.rstd2.data(), a.mid.data(), m, P, sums_);
   const Operand h2 = operand(n2, a.norm2h, mC);
   L.up.forward(a.up.data(), h2, m, P, stream_);
   if (cfg_.gpt2()) {
-    ops::gelu_forward(act, a.up.data(), long(m) * f_);
+    be_.gelu_forward(act, a.up.data(), long(m) * f_);
   } else {
     L.gate.forward(a.gate.data(), h2, m, P, stream_);
-    ops::swiglu_forward(act, a.gate.data(), a.up.data(), long(m) * f_);
+    be_.swiglu_forward(act, a.gate.data(), a.up.data(), long(m) * f_);
   }
   L.down.forward(tmp_c_.data(), operand(act, a.acth, long(m) * f_), m, P, stream_);
-  ops::add(out, a.mid.data(), tmp_c_.data(), mC);
+  be_.add(out, a.mid.data(), tmp_c_.data(), mC);
 }
 
 // dres [m, C/Gx] holds dLoss/d(output of layer l); on return, dLoss/d(its
@@ -127,9 +119,9 @@ void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
   linear_backward(dact_.data(), m, {{&L.down, dres, operand(dres, dres_h_, mC), saved(a.act, a.acth)}},
                   {}, &down_dw);
   if (cfg_.gpt2()) {
-    ops::gelu_backward(dup_.data(), dact_.data(), a.up.data(), mF);
+    be_.gelu_backward(dup_.data(), dact_.data(), a.up.data(), mF);
   } else {
-    ops::swiglu_backward(dgate_.data(), dup_.data(), dact_.data(), a.gate.data(), a.up.data(), mF);
+    be_.swiglu_backward(dgate_.data(), dup_.data(), dact_.data(), a.gate.data(), a.up.data(), mF);
   }
   const Operand h2 = saved(a.norm2, a.norm2h);
   const LinearGrad gate = cfg_.gpt2() ? LinearGrad{}
@@ -139,22 +131,18 @@ void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
                   down_dw, nullptr);
   L.norm2.backward(tmp_c_.data(), dnorm_.data(), a.mid.data(), a.mean2.data(), a.rstd2.data(), m,
                    P, G, sums_);
-  ops::add_inplace(dres, tmp_c_.data(), mC);  // now dLoss/d(mid)
+  be_.add_inplace(dres, tmp_c_.data(), mC);  // now dLoss/d(mid)
 
   // attention: mid = x + o(att): [m, C/Gx] -> q [m, qd/Gy], k, v [m, kvd/Gy] -> [m, C/Gx]
   LinearGrad o_dw;  // o's dW, when it runs behind the dx sum of q, k, v
   linear_backward(datt_.data(), m, {{&L.o, dres, operand(dres, dres_h_, mC), saved(a.att, a.atth)}},
                   {}, &o_dw);
-  ops::AttentionShape s{B_loc, T, nh_, nkv_, hs_, qd_, kvd_, qd_};
-  if (low_precision())
-    ops::attention_backward(dq_.data(), dk_.data(), dv_.data(), datt_.data(), a.atth.data(),
-                            a.lse.data(), a.qh.data(), a.kh.data(), a.vh.data(), s);
-  else
-    ops::attention_backward(dq_.data(), dk_.data(), dv_.data(), datt_.data(), a.att.data(),
-                            a.lse.data(), a.q.data(), a.k.data(), a.v.data(), s);
+  const ops::AttentionShape s{B_loc, T, nh_, nkv_, hs_, qd_, kvd_, qd_};
+  be_.attention_backward(dq_.data(), dk_.data(), dv_.data(), datt_.data(), saved(a.att, a.atth),
+                         a.lse.data(), saved(a.q, a.qh), saved(a.k, a.kh), saved(a.v, a.vh), s);
   if (!cfg_.gpt2()) {
-    ops::rope_backward(dq_.data(), B_loc, T, nh_, hs_, qd_, cfg_.rope_theta);
-    ops::rope_backward(dk_.data(), B_loc, T, nkv_, hs_, kvd_, cfg_.rope_theta);
+    be_.rope_backward(dq_.data(), B_loc, T, nh_, hs_, qd_, cfg_.rope_theta);
+    be_.rope_backward(dk_.data(), B_loc, T, nkv_, hs_, kvd_, cfg_.rope_theta);
   }
   const Operand h1 = saved(a.norm1, a.norm1h);
   linear_backward(dnorm_.data(), m,
@@ -164,7 +152,7 @@ void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
                   o_dw, nullptr);
   L.norm1.backward(tmp_c_.data(), dnorm_.data(), residual_[l].data(), a.mean1.data(),
                    a.rstd1.data(), m, P, G, sums_);
-  ops::add_inplace(dres, tmp_c_.data(), mC);
+  be_.add_inplace(dres, tmp_c_.data(), mC);
 }
 
 // OAR over a group of layers that read one input (q, k, v; gate and up; o or
@@ -198,6 +186,12 @@ void Transformer::linear_backward(float* dx, int m, std::initializer_list<Linear
   sum.wait();
 }
 
+const float* Transformer::upload_weights(const float* host, int64_t m) {
+  if (!host) return nullptr;
+  be_.upload(weights_.data(), host, size_t(m) * sizeof(float));
+  return weights_.data();
+}
+
 double Transformer::global_sum(double local) {
   grid_.Z().all_reduce(&local, 1);
   grid_.D().all_reduce(&local, 1);
@@ -209,6 +203,7 @@ double Transformer::global_sum(double local) {
 // those must be complete first.
 void Transformer::reduce_bucket(const Range& chunked, const Range& replicated) {
   float* G = grads_->data();
+  be_.ready_for_host();
   stream_.post_pending();
   grid_.Z().all_reduce(G + replicated.begin, replicated.end - replicated.begin);
   if (!grads_->shared() || !params_->shared()) stream_.finish_reductions();
@@ -227,6 +222,7 @@ Request Transformer::post_dp_sum(const Range& r) {
 // (embedding, head, final norm) is posted here and everything waited for.
 void Transformer::sync_gradients() {
   float* G = grads_->data();
+  be_.ready_for_host();
   stream_.finish_reductions();
   if (!dp_buckets()) {
     const int64_t r0 = table_.replicated_begin();
@@ -248,8 +244,9 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
   forward(inputs, B_loc, T, kPassStep);
   float* G = grads_->data();
   const Operand xf = operand(normf_.data(), normf_h_, int64_t(m) * c_);
-  double loss = head_.forward_backward(dnorm_.data(), xf, targets, weights, denominator, m, G,
-                                       stream_, tied_head());
+  double loss = head_.forward_backward(dnorm_.data(), xf, upload_ids(targets_, targets, m),
+                                       upload_weights(weights, m), denominator, m, G, stream_,
+                                       tied_head());
   float* dres = dres_.data();
   norm_f_.backward(dres, dnorm_.data(), residual_[cfg_.n_layer].data(), meanf_.data(),
                    rstdf_.data(), m, params_->data(), G, sums_);
@@ -261,7 +258,7 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
     if (sync && dp_buckets()) reduce_bucket(layer_chunked_[l], layer_replicated_[l]);
     for (Request& r : dp_pending_) r.test();  // progress: MPI moves them only inside MPI calls
   }
-  embedding_.backward(dres, inputs, m, T, G, stream_);
+  embedding_.backward(dres, tokens_.data(), m, T, G, stream_);  // uploaded by forward()
   end_pass();
   if (sync)
     sync_gradients();
@@ -275,8 +272,9 @@ double Transformer::forward_loss(const int32_t* inputs, const int32_t* targets,
   const int B_loc = local_batch(B), m = B_loc * T;
   forward(inputs, B_loc, T, kPassLoss);
   const Operand xf = operand(normf_.data(), normf_h_, int64_t(m) * c_);
-  double loss = head_.forward_backward(nullptr, xf, targets, weights, denominator, m,
-                                       grads_->data(), stream_, tied_head());
+  double loss = head_.forward_backward(nullptr, xf, upload_ids(targets_, targets, m),
+                                       upload_weights(weights, m), denominator, m, grads_->data(),
+                                       stream_, tied_head());
   end_pass();
   return global_sum(loss);
 }
@@ -284,7 +282,7 @@ double Transformer::forward_loss(const int32_t* inputs, const int32_t* targets,
 double Transformer::grad_norm() const {
   double local = 0;
   for (const ParamSpec& s : table_.specs())
-    if (table_.counts_in_norm(s)) local += ops::sum_squares(grads_->data() + s.offset, s.numel);
+    if (table_.counts_in_norm(s)) local += be_.sum_squares(grads_->data() + s.offset, s.numel);
   grid_.X().all_reduce(&local, 1);
   grid_.Y().all_reduce(&local, 1);
   grid_.Z().all_reduce(&local, 1);
@@ -294,28 +292,35 @@ double Transformer::grad_norm() const {
 void Transformer::logits(const int32_t* inputs, int B, int T, float* out) {
   const int B_loc = local_batch(B);
   forward(inputs, B_loc, T, kPassLogits);
-  const Operand xf = operand(normf_.data(), normf_h_, int64_t(B_loc) * T * c_);
-  head_.logits(out, xf, B_loc * T, stream_, tied_head());
+  const int m = B_loc * T;
+  Buffer<float> logits = be_.alloc<float>(int64_t(m) * cfg_.vocab_size);
+  head_.logits(logits.data(), operand(normf_.data(), normf_h_, int64_t(m) * c_), m, stream_,
+               tied_head());
   end_pass();
+  be_.download(out, logits.data(), logits.size() * sizeof(float));
 }
 
 void Transformer::last_position_logits(const int32_t* inputs, int B, int T, float* out) {
   const int B_loc = local_batch(B);
   forward(inputs, B_loc, T, kPassLastPosition);
-  Buffer<float> last(int64_t(B_loc) * c_);  // [B_loc, C/Gx]
-  ops::copy_rows(last.data(), normf_.data() + int64_t(T - 1) * c_, B_loc, c_, int64_t(T) * c_);
-  head_.logits(out, operand(last.data(), normf_h_, int64_t(B_loc) * c_), B_loc, stream_,
+  Buffer<float> last = be_.alloc<float>(int64_t(B_loc) * c_);  // [B_loc, C/Gx]
+  be_.copy_rows(last.data(), normf_.data() + int64_t(T - 1) * c_, B_loc, c_, int64_t(T) * c_);
+  Buffer<float> logits = be_.alloc<float>(int64_t(B_loc) * cfg_.vocab_size);
+  head_.logits(logits.data(), operand(last.data(), normf_h_, int64_t(B_loc) * c_), B_loc, stream_,
                tied_head());
   end_pass();
+  be_.download(out, logits.data(), logits.size() * sizeof(float));
 }
 
 void Transformer::last_logits(const int32_t* inputs, int T, float* out) {
   DENDRITE_CHECK(grid_.shape().d == 1 && grid_.shape().z == 1,
                  "generate: runs on grids with d = z = 1 (one sequence), got ", grid_.shape().str());
   forward(inputs, 1, T, kPassLastLogits);
-  head_.logits(out, operand(normf_.data() + long(T - 1) * c_, normf_h_, c_), 1, stream_,
+  Buffer<float> logits = be_.alloc<float>(cfg_.vocab_size);
+  head_.logits(logits.data(), operand(normf_.data() + long(T - 1) * c_, normf_h_, c_), 1, stream_,
                tied_head());
   end_pass();
+  be_.download(out, logits.data(), logits.size() * sizeof(float));
 }
 
 }  // namespace dendrite

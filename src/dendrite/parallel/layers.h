@@ -13,7 +13,9 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
+#include "dendrite/backend/backend.h"
 #include "dendrite/comm/grid.h"
 #include "dendrite/core/buffer.h"
 #include "dendrite/parallel/params.h"
@@ -25,8 +27,8 @@ class ParallelNorm {
  public:
   ParallelNorm() = default;
   // layernorm: LayerNorm with gain and bias; else RMSNorm (bias null).
-  ParallelNorm(ProcessGrid& grid, bool layernorm, const ParamSpec& gain, const ParamSpec* bias,
-               int c_total, float eps);
+  ParallelNorm(ProcessGrid& grid, Backend& backend, bool layernorm, const ParamSpec& gain,
+               const ParamSpec* bias, int c_total, float eps);
   // y, x [m, C/Gx]; mean (LayerNorm only), rstd [m] saved for the backward.
   void forward(float* y, float* mean, float* rstd, const float* x, int m, const float* params,
                Buffer<double>& sums) const;
@@ -36,6 +38,7 @@ class ParallelNorm {
 
  private:
   ProcessGrid* grid_ = nullptr;
+  Backend* be_ = nullptr;
   bool layernorm_ = true;
   const ParamSpec* gain_ = nullptr;
   const ParamSpec* bias_ = nullptr;
@@ -50,15 +53,17 @@ class VocabEmbedding {
   // (columns) and chunked over Z, or null.
   // keep_gathered: hold the Z-gathered table block after the forward, so a
   // tied LM head can use it without gathering again (kept_table()).
-  VocabEmbedding(ProcessGrid& grid, const ParamSpec& table, const ParamSpec* positions,
-                 bool keep_gathered = false);
+  VocabEmbedding(ProcessGrid& grid, Backend& backend, const ParamSpec& table,
+                 const ParamSpec* positions, bool keep_gathered = false);
   // The table block gathered by the last forward, or empty when not kept.
   Operand kept_table() const { return keep_ ? kept_block_ : Operand(); }
-  // out [m, C/Gx] for tokens [m] (m = B_local * T); the table's block (and
-  // the positions') from the stream. stored: the parameters in the stream's
-  // element type (fp32, or the bf16 copy), for the lookup in this rank's chunk.
-  void forward(float* out, const int32_t* tokens, int m, int T, Operand stored,
-               WeightStream& stream);
+  // out [m, C/Gx] for tokens [m] (m = B_local * T; in the backend's memory,
+  // and a host copy, host_tokens, for the Z gather of the chunked lookup); the
+  // table's block (and the positions') from the stream. stored: the
+  // parameters in the stream's element type (fp32, or the bf16 copy), for the
+  // lookup in this rank's chunk.
+  void forward(float* out, const int32_t* tokens, const int32_t* host_tokens, int m, int T,
+               Operand stored, WeightStream& stream);
   // Adds the gradients of the table and positions for dout [m, C/Gx] into
   // grads (their dW blocks reduce-scattered over Z through the stream).
   void backward(const float* dout, const int32_t* tokens, int m, int T, float* grads,
@@ -78,12 +83,14 @@ class VocabEmbedding {
     return gz > 1 && !keep_ && gz * m < table_->block_rows;
   }
   ProcessGrid* grid_ = nullptr;
+  Backend* be_ = nullptr;
   const ParamSpec* table_ = nullptr;
   const ParamSpec* pos_ = nullptr;
   bool keep_ = false;
   Buffer<float> kept_;                // [Vp/Gy, C/Gx]: the block gathered by the forward
   Operand kept_block_;                // kept_ in the stream's element type
-  Buffer<int64_t> mine_, gathered_;   // this rank's tokens; the Z group's
+  std::vector<int64_t> mine_, gathered_;  // host: this rank's tokens; the Z group's
+  std::vector<int32_t> group_;            // host: the Z group's tokens
   Buffer<int32_t> tokens_;            // the Z group's tokens, kept for the backward
   Buffer<float> rows_;                // [Gz m, C/Gx]: the group's rows (parts of them)
 };
@@ -93,7 +100,8 @@ class VocabCrossEntropy {
   VocabCrossEntropy() = default;
   // head: [Vp, C] sharded as a normal layer (GPT-2: the token embedding);
   // V real ids; rows per chunk.
-  VocabCrossEntropy(ProcessGrid& grid, const ParamSpec& head, int V, int chunk_rows);
+  VocabCrossEntropy(ProcessGrid& grid, Backend& backend, const ParamSpec& head, int V,
+                    int chunk_rows);
   // Returns sum_r weight[r] * CE_r / denominator over this rank's rows (the
   // same on every X and Y rank; the caller sums over Z and D). With dx non-null
   // also dx [m, C/Gx] (summed over Y) and the head's gradient.
@@ -104,11 +112,13 @@ class VocabCrossEntropy {
   double forward_backward(float* dx, Operand x, const int32_t* targets, const float* weight,
                           double denominator, int m, float* grads, WeightStream& stream,
                           Operand gathered = {});
-  // logits [m, V] of every row, gathered on every rank (generation, tests).
+  // logits [m, V] of every row, gathered on every rank (generation, tests),
+  // into the backend's memory.
   void logits(float* out, Operand x, int m, WeightStream& stream, Operand gathered = {});
 
  private:
   ProcessGrid* grid_ = nullptr;
+  Backend* be_ = nullptr;
   const ParamSpec* head_ = nullptr;
   int V_ = 0, chunk_ = 0;
   Buffer<float> logits_, stats_, gathered_, lse_;

@@ -5,14 +5,12 @@
 #include "dendrite/parallel/linear.h"
 
 #include "dendrite/core/check.h"
-#include "dendrite/ops/activation.h"
-#include "dendrite/ops/matmul.h"
 
 namespace dendrite {
 
-ParallelLinear::ParallelLinear(ProcessGrid& grid, const ParamSpec& w, const ParamSpec* b,
-                               bool keep_gathered, bool oar)
-    : grid_(&grid), w_(&w), b_(b), keep_(keep_gathered && grid.shape().z > 1), oar_(oar) {
+ParallelLinear::ParallelLinear(ProcessGrid& grid, Backend& backend, const ParamSpec& w,
+                               const ParamSpec* b, bool keep_gathered, bool oar)
+    : grid_(&grid), be_(&backend), w_(&w), b_(b), keep_(keep_gathered && grid.shape().z > 1), oar_(oar) {
   const bool normal = w.sharding.rows == Axis::kY;
   DENDRITE_CHECK(
       w.sharding.chunk_z && (normal ? w.sharding.cols == Axis::kX
@@ -29,31 +27,26 @@ ParallelLinear::ParallelLinear(ProcessGrid& grid, const ParamSpec& w, const Para
 void ParallelLinear::forward(float* y, Operand x, int m, const float* params,
                              WeightStream& stream) {
   if (keep_) {  // gathered once a step, into the layer's own buffer
-    if (kept_.size() == 0) kept_.resize((stream.block_bytes(*w_) + 3) / 4);
+    if (kept_.size() == 0) kept_ = be_->alloc<float>((stream.block_bytes(*w_) + 3) / 4);
     kept_block_ = stream.gather_to_keep(*w_, kept_.data());
   }
   const Operand w = keep_ ? kept_block_ : stream.gather(*w_);  // [out, in]
   DENDRITE_CHECK(x.is_bf16() == w.is_bf16(), "parallel linear ", w_->name,
                  ": the input and the weights differ in precision");
-  // [m, out]: partial over the forward axis
-  if (x.is_bf16())
-    ops::linear_forward(y, x.b16, w.b16, m, in_, out_);
-  else
-    ops::linear_forward(y, x.f32, w.f32, nullptr, m, in_, out_);
+  be_->linear_forward(y, x, w, nullptr, m, in_, out_);  // [m, out]: partial over the forward axis
+  be_->ready_for_host();
   fwd_->all_reduce(y, int64_t(m) * out_);
-  if (b_) ops::add_bias(y, params + b_->offset, m, out_);  // b [out]
+  if (b_) be_->add_bias(y, params + b_->offset, m, out_);  // b [out]
 }
 
 void ParallelLinear::input_gradient(float* dx, bool accumulate, Operand dy, int m,
                                     WeightStream& stream) const {
   const Operand w = keep_ ? kept_block_ : stream.gather(*w_);  // [out, in]
-  if (dy.is_bf16())
-    ops::linear_backward_input(dx, dy.b16, w.b16, m, in_, out_, accumulate);
-  else
-    ops::linear_backward_input(dx, dy.f32, w.f32, m, in_, out_, accumulate);
+  be_->linear_backward_input(dx, dy, w, m, in_, out_, accumulate);
 }
 
 Request ParallelLinear::sum_input_gradient(float* dx, int m) const {
+  be_->ready_for_host();
   if (oar_) return bwd_->iall_reduce(dx, int64_t(m) * in_, DType::kF32);
   bwd_->all_reduce(dx, int64_t(m) * in_);
   return {};
@@ -62,27 +55,24 @@ Request ParallelLinear::sum_input_gradient(float* dx, int m) const {
 namespace {
 
 // Rows [r0, r1) of dw [out, in] (+)= dy^T x, in either precision.
-void weight_rows(float* dw, Operand dy, Operand x, int m, int in, int out, bool accumulate,
-                 int r0, int r1) {
+void weight_rows(Backend& be, float* dw, Operand dy, Operand x, int m, int in, int out,
+                 bool accumulate, int r0, int r1) {
   const float beta = accumulate ? 1.0f : 0.0f;
-  float* c = dw + int64_t(r0) * in;
-  if (dy.is_bf16())
-    ops::gemm(true, false, r1 - r0, in, m, 1.0f, dy.b16 + r0, out, x.b16, in, beta, c, in);
-  else
-    ops::gemm(true, false, r1 - r0, in, m, 1.0f, dy.f32 + r0, out, x.f32, in, beta, c, in);
+  be.gemm(true, false, r1 - r0, in, m, 1.0f, dy.plus(r0), out, x, in, beta,
+          dw + int64_t(r0) * in, in);
 }
 
 // dw [out, in] (+)= dy^T x in row blocks with a test() of `pending` between
 // them: an MPI request (no engine for it: MPI without MPI_THREAD_MULTIPLE)
 // moves only inside MPI calls. The same bits as one product: each block is
 // the same sum over m.
-void weight_product_polled(float* dw, Operand dy, Operand x, int m, int in, int out,
+void weight_product_polled(Backend& be, float* dw, Operand dy, Operand x, int m, int in, int out,
                            bool accumulate, Request& pending) {
   const int parts = 4;
   for (int p = 0; p < parts; ++p) {
     const int r0 = out * p / parts / 16 * 16;
     const int r1 = p + 1 == parts ? out : out * (p + 1) / parts / 16 * 16;
-    weight_rows(dw, dy, x, m, in, out, accumulate, r0, r1);
+    weight_rows(be, dw, dy, x, m, in, out, accumulate, r0, r1);
     pending.test();
   }
 }
@@ -99,12 +89,10 @@ void ParallelLinear::weight_gradient(const float* dy_f32, Operand dy, Operand x,
   const bool direct = !stream.chunked();
   float* dw = direct ? grads + w_->offset : stream.gradient_block(*w_);
   if (pending && pending->needs_polling())
-    weight_product_polled(dw, dy, x, m, in_, out_, direct, *pending);
-  else if (dy.is_bf16())
-    ops::linear_backward_weight(dw, dy.b16, x.b16, m, in_, out_, direct);
+    weight_product_polled(*be_, dw, dy, x, m, in_, out_, direct, *pending);
   else
-    ops::linear_backward_weight(dw, nullptr, dy.f32, x.f32, m, in_, out_, direct);
-  if (db) ops::add_column_sums(db, dy_f32, m, out_);
+    be_->linear_backward_weight(dw, dy, x, m, in_, out_, direct);
+  if (db) be_->add_column_sums(db, dy_f32, m, out_);
   if (!direct) stream.reduce_scatter(*w_, grads);
 }
 

@@ -13,6 +13,7 @@
 // X / backward all-reduce over Y (normal layer).
 #pragma once
 
+#include "dendrite/backend/backend.h"
 #include "dendrite/comm/grid.h"
 #include "dendrite/core/buffer.h"
 #include "dendrite/core/operand.h"
@@ -30,7 +31,7 @@ class ParallelLinear {
   // in memory), as DESIGN.md section 3 allows where memory does.
   // oar: the backward's all-reduce of dx is posted non-blocking, to be waited
   // for after dW products (AxoNN's OAR).
-  ParallelLinear(ProcessGrid& grid, const ParamSpec& w, const ParamSpec* b,
+  ParallelLinear(ProcessGrid& grid, Backend& backend, const ParamSpec& w, const ParamSpec* b,
                  bool keep_gathered = false, bool oar = false);
 
   int in_local() const { return in_; }
@@ -61,6 +62,7 @@ class ParallelLinear {
 
  private:
   ProcessGrid* grid_ = nullptr;
+  Backend* be_ = nullptr;
   const ParamSpec* w_ = nullptr;
   const ParamSpec* b_ = nullptr;
   Communicator* fwd_ = nullptr;

@@ -79,21 +79,22 @@ bool ParamTable::counts_in_norm(const ParamSpec& s) const {
 }
 
 void ParamTable::initialize(float* values, uint64_t seed) const {
-  for (auto& s : specs_) {
-    float* p = values + s.offset;
-    const uint64_t stream = hash_name(s.name.c_str());
-    const int64_t limit = s.init_rows < 0 ? INT64_MAX : s.init_rows * s.global_cols();
+  for (auto& s : specs_) initialize(s, values + s.offset, seed);
+}
+
+void ParamTable::initialize(const ParamSpec& s, float* p, uint64_t seed) const {
+  const uint64_t stream = hash_name(s.name.c_str());
+  const int64_t limit = s.init_rows < 0 ? INT64_MAX : s.init_rows * s.global_cols();
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < s.numel; ++i) {
-      const int64_t g = s.global_index(i);
-      float v = 0.0f;
-      if (g < limit) {
-        if (s.init == Init::kOnes) v = 1.0f;
-        if (s.init == Init::kNormal)
-          v = s.init_std * static_cast<float>(random_normal(seed, stream, uint64_t(g)));
-      }
-      p[i] = v;
+  for (int64_t i = 0; i < s.numel; ++i) {
+    const int64_t g = s.global_index(i);
+    float v = 0.0f;
+    if (g < limit) {
+      if (s.init == Init::kOnes) v = 1.0f;
+      if (s.init == Init::kNormal)
+        v = s.init_std * static_cast<float>(random_normal(seed, stream, uint64_t(g)));
     }
+    p[i] = v;
   }
 }
 
@@ -114,8 +115,7 @@ void gather_global(ProcessGrid& grid, const ParamSpec& s, const float* flat, flo
   }
 }
 
-void scatter_global(const ParamSpec& s, const float* global, float* flat) {
-  float* out = flat + s.offset;
+void scatter_global(const ParamSpec& s, const float* global, float* out) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < s.numel; ++i) out[i] = global[s.global_index(i)];
 }

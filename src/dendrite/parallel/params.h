@@ -75,8 +75,11 @@ class ParamTable {
   // The replicated range [replicated_begin, total): gradients summed over Z.
   int64_t replicated_begin() const { return replicated_begin_; }
   // Fills this rank's values from the counter-based RNG keyed by
-  // (seed, name, global element index), so every grid builds the same model.
+  // (seed, name, global element index), so every grid builds the same model:
+  // every tensor into the flat host buffer `values`, or one tensor s into
+  // out [s.numel] (host memory).
   void initialize(float* values, uint64_t seed) const;
+  void initialize(const ParamSpec& s, float* out, uint64_t seed) const;
   // Whether this rank counts a tensor in the global gradient norm: each value
   // once over the X, Y, Z ranks (replicas at coordinate 0 of the axes that do not split it).
   bool counts_in_norm(const ParamSpec& s) const;
@@ -90,10 +93,12 @@ class ParamTable {
   bool finalized_ = false;
 };
 
-// The whole global tensor of s (shape[0] x shape[1] floats) on every rank,
-// from every rank's stored chunk (an all-gather over the world).
+// The whole global tensor of s (shape[0] x shape[1] floats, host memory) on
+// every rank, from every rank's stored chunk in `flat` (laid out like the
+// parameters; the backend's memory, read by an all-gather over the world).
 void gather_global(ProcessGrid& grid, const ParamSpec& s, const float* flat, float* global);
-// This rank's chunk of s from the whole global tensor (no communication).
-void scatter_global(const ParamSpec& s, const float* global, float* flat);
+// This rank's chunk of s from the whole global tensor (host memory; no
+// communication), into `chunk` [s.numel] (host memory).
+void scatter_global(const ParamSpec& s, const float* global, float* chunk);
 
 }  // namespace dendrite

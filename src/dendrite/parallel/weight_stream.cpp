@@ -9,9 +9,9 @@
 
 namespace dendrite {
 
-WeightStream::WeightStream(Communicator& z, const ParamTable& table, const SharedArray& params,
-                           bool oag, bool ors)
-    : z_(&z), params_(&params), elem_(int64_t(dtype_size(params.dtype()))), oag_(oag), ors_(ors) {
+WeightStream::WeightStream(Communicator& z, Backend& backend, const ParamTable& table,
+                           const SharedArray& params, bool oag, bool ors)
+    : z_(&z), be_(&backend), params_(&params), elem_(int64_t(dtype_size(params.dtype()))), oag_(oag), ors_(ors) {
   DENDRITE_CHECK(params.dtype() == DType::kF32 || params.dtype() == DType::kBF16,
                  "weight stream: parameters must be fp32 or bf16, not ", dtype_name(params.dtype()));
   if (z.size() == 1) return;
@@ -23,11 +23,11 @@ WeightStream::WeightStream(Communicator& z, const ParamTable& table, const Share
     if (s.block_numel() * 4 <= largest) layer = std::max(layer, s.block_numel());
   if (layer == 0) layer = largest;
   const int64_t largest_floats = (largest * elem_ + 3) / 4;  // a slot's bytes, in floats
-  for (Buffer<float>& slot : slots_) slot.resize(largest_floats);
+  for (Buffer<float>& slot : slots_) slot = backend.alloc<float>(largest_floats);
   block_ = (layer + 15) / 16 * 16;
   big_ = largest > block_ ? (largest + 15) / 16 * 16 : 0;
-  grad_slots_ = z.allocate_shared(kSlots * block_ + kBigSlots * big_);
-  big_slot_.resize(big_ > 0 ? largest_floats : 0);
+  grad_slots_ = backend.allocate_shared(z, kSlots * block_ + kBigSlots * big_);
+  big_slot_ = backend.alloc<float>(big_ > 0 ? largest_floats : 0);
 }
 
 int64_t WeightStream::bytes() const {
@@ -153,6 +153,7 @@ void WeightStream::reduce_scatter(const ParamSpec& s, float* grads) {
   DENDRITE_CHECK(handed_spec_ == &s, "weight stream: reduce_scatter of ", s.name,
                  " without its gradient_block");
   handed_spec_ = nullptr;
+  be_->ready_for_host();  // the block the layer's product wrote
   if (!ors_) {
     z_->reduce_scatter(*grad_slots_, slot_offset(handed_), grads + s.offset, s.numel, true);
     return;

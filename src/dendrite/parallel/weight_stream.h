@@ -36,6 +36,7 @@
 #include <memory>
 #include <vector>
 
+#include "dendrite/backend/backend.h"
 #include "dendrite/comm/communicator.h"
 #include "dendrite/core/buffer.h"
 #include "dendrite/core/operand.h"
@@ -49,10 +50,10 @@ class WeightStream {
   // The stream of the Z-chunked tensors of `table`, whose values are `params`
   // (a SharedArray over z, kept by the caller: the fp32 parameters, or under
   // bf16 precision their bf16 copy, with the same element offsets). oag and
-  // ors switch the two overlaps. Scratch is allocated only when Z splits the
-  // blocks (Gz > 1).
-  WeightStream(Communicator& z, const ParamTable& table, const SharedArray& params, bool oag,
-               bool ors);
+  // ors switch the two overlaps. Scratch is allocated (from the backend) only
+  // when Z splits the blocks (Gz > 1).
+  WeightStream(Communicator& z, Backend& backend, const ParamTable& table,
+               const SharedArray& params, bool oag, bool ors);
   WeightStream(WeightStream&&) = default;
   WeightStream& operator=(WeightStream&&) = default;
 
@@ -114,6 +115,7 @@ class WeightStream {
   void wait_reduction(int64_t seq);
 
   Communicator* z_ = nullptr;
+  Backend* be_ = nullptr;
   const SharedArray* params_ = nullptr;
   int64_t elem_ = 4;  // bytes of a parameter element: 4 (fp32) or 2 (bf16)
   bool oag_ = false, ors_ = false;

@@ -194,8 +194,9 @@ MemoryEstimate step_memory(const ModelConfig& c, const GridDims& g, const PlanOp
   floats += m * C + 2 * m + 3 * m * C + 2 * m * q + 2 * m * kv + (llama ? 3 : 2) * m * F;
   // bf16: the final norm's output and the gradients that feed GEMMs, rounded.
   const double scratch16 = low ? 2 * m * C + m * q + 2 * m * kv + (llama ? 2 : 1) * m * F : 0;
+  // + the norms' row sums (16 bytes a row), and the rows' token ids, targets and loss weights
   e.activations =
-      4 * floats + (o.recompute ? 1 : c.n_layer) * layer + 2 * scratch16 + 16 * m;  // + row sums
+      4 * floats + (o.recompute ? 1 : c.n_layer) * layer + 2 * scratch16 + 16 * m + 12 * m;
   // Only when Z splits the weights: two gather slots of the largest block
   // (three when it is larger than a layer's), eight dW slots of a layer's
   // block and two of the largest (parallel/weight_stream.h), and the embedding's

@@ -67,9 +67,12 @@ void add_tensors(SafetensorsWriter& writer, std::vector<std::vector<float>>& sto
   }
 }
 
-void read_tensors(const SafetensorsReader& reader, const Transformer& model, float* flat,
+// Reads the tensors named prefix + name into the flat buffer `flat` (laid out
+// like the model's parameters, in its backend's memory): each rank's chunks,
+// cut on the host and uploaded.
+void read_tensors(const SafetensorsReader& reader, Transformer& model, float* flat,
                   const std::string& prefix) {
-  std::vector<float> buf;
+  std::vector<float> buf, chunk;
   for (const HfTensor& t : hf_tensors(model.config(), model.table())) {
     const std::string name = prefix + t.name;
     DENDRITE_CHECK(reader.has(name), "checkpoint ", reader.path(), ": tensor '", name,
@@ -79,7 +82,12 @@ void read_tensors(const SafetensorsReader& reader, const Transformer& model, flo
     reader.read_f32(name, t.shape(), buf.data());
     GlobalTensors parts;
     import_hf_tensor(t, model.table(), buf.data(), parts);
-    for (auto& [p, global] : parts) scatter_global(model.table().find(p), global.data(), flat);
+    for (auto& [p, global] : parts) {
+      const ParamSpec& s = model.table().find(p);
+      chunk.resize(size_t(s.numel));
+      scatter_global(s, global.data(), chunk.data());
+      model.backend().upload(flat + s.offset, chunk.data(), chunk.size() * sizeof(float));
+    }
   }
 }
 
@@ -231,7 +239,7 @@ void load_weights(const std::string& ckpt_dir, Transformer& model) {
   load_weights_file((fs::path(ckpt_dir) / "model.safetensors").string(), model);
 }
 
-void load_optimizer(const std::string& ckpt_dir, const Transformer& model, AdamW& optimizer) {
+void load_optimizer(const std::string& ckpt_dir, Transformer& model, AdamW& optimizer) {
   SafetensorsReader reader((fs::path(ckpt_dir) / "optimizer.safetensors").string());
   read_tensors(reader, model, optimizer.m(), "exp_avg.");
   read_tensors(reader, model, optimizer.v(), "exp_avg_sq.");

@@ -44,7 +44,7 @@ nlohmann::json read_trainer_state(const std::string& ckpt_dir);
 // Loads weights into the model; the error names the tensor and both shapes
 // when the checkpoint holds another model.
 void load_weights(const std::string& ckpt_dir, Transformer& model);
-void load_optimizer(const std::string& ckpt_dir, const Transformer& model, AdamW& optimizer);
+void load_optimizer(const std::string& ckpt_dir, Transformer& model, AdamW& optimizer);
 
 // Loads a Hugging Face-named safetensors file (weights only).
 void load_weights_file(const std::string& path, Transformer& model, const std::string& prefix = "");

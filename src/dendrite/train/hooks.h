@@ -15,7 +15,7 @@ struct TrainHooks {
   // At the start of step (counted from 1) on this rank, before its batch.
   virtual void step_start(int64_t /*step*/, int /*rank*/) const {}
   // After the step's backward (every micro-batch), before the gradient norm:
-  // may overwrite the n gradients of this rank.
+  // may overwrite the n gradients of this rank (a host copy, written back).
   virtual void gradients_ready(int64_t /*step*/, int /*rank*/, float* /*grads*/, int64_t /*n*/) const {}
   // On the writing rank, once the tensors of step's checkpoint are in the
   // temporary folder and before anything is renamed into place.

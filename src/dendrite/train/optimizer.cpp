@@ -7,8 +7,9 @@
 
 namespace dendrite {
 
-AdamW::AdamW(const ParamTable& table, const ops::AdamWConfig& config)
-    : table_(table), config_(config), m_(table.total()), v_(table.total()) {}
+AdamW::AdamW(Backend& backend, const ParamTable& table, const ops::AdamWConfig& config)
+    : be_(backend), table_(table), config_(config), m_(backend.alloc<float>(table.total())),
+      v_(backend.alloc<float>(table.total())) {}
 
 float AdamW::clip_factor(double norm, double max_norm) {
   if (max_norm <= 0) return 1.0f;
@@ -22,7 +23,7 @@ void AdamW::step(float* params, const float* grads, float lr, float grad_scale, 
     DENDRITE_CHECK(!low || s.offset + s.numel <= low_count || s.offset >= low_count,
                    "adamw: the bf16 copy ends inside ", s.name);
     bf16* copy = low && s.offset < low_count ? low + s.offset : nullptr;
-    ops::adamw_update(params + s.offset, grads + s.offset, m_.data() + s.offset,
+    be_.adamw_update(params + s.offset, grads + s.offset, m_.data() + s.offset,
                       v_.data() + s.offset, s.numel, lr, static_cast<int>(step_), s.decay, config_,
                       grad_scale, copy);
   }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "dendrite/backend/backend.h"
 #include "dendrite/core/buffer.h"
 #include "dendrite/model/transformer.h"
 #include "dendrite/parallel/params.h"
@@ -13,7 +14,8 @@ namespace dendrite {
 
 class AdamW {
  public:
-  AdamW(const ParamTable& table, const ops::AdamWConfig& config);
+  // The state (m, v: zeros) in the backend's memory, which runs the updates.
+  AdamW(Backend& backend, const ParamTable& table, const ops::AdamWConfig& config);
   // The factor that brings a gradient of this norm down to max_norm, as
   // torch.nn.utils.clip_grad_norm_: min(1, max_norm / (norm + 1e-6)); 1 when max_norm <= 0.
   static float clip_factor(double norm, double max_norm);
@@ -35,6 +37,7 @@ class AdamW {
   const float* v() const { return v_.data(); }
 
  private:
+  Backend& be_;
   const ParamTable& table_;
   ops::AdamWConfig config_;
   Buffer<float> m_, v_;

@@ -17,10 +17,6 @@
 #include "dendrite/core/device.h"
 #include "dendrite/core/log.h"
 #include "dendrite/model/transformer.h"
-#include "dendrite/ops/matmul.h"
-#include "dendrite/ops/optim.h"
-#include "dendrite/ops/peak.h"
-#include "dendrite/ops/tensor.h"
 #include "dendrite/train/checkpoint.h"
 #include "dendrite/train/goldfish.h"
 #include "dendrite/train/optimizer.h"
@@ -36,17 +32,17 @@ namespace {
 
 // After the first step (every shape met once): what --gemm-tune chose, and
 // the time it saves per step by the trials' figures.
-std::string gemm_tuning_summary() {
+std::string gemm_tuning_summary(const Backend& be) {
   int changed = 0, shapes = 0;
   double saved = 0;
-  for (const ops::GemmChoice& c : ops::gemm_choices()) {
+  for (const ops::GemmChoice& c : be.gemm_choices()) {
     ++shapes;
     if (c.way == c.ways[0]) continue;
     ++changed;
     saved += c.saved_ms() * double(c.calls + 1);
   }
   return str("gemm tuning: ", shapes, " GEMM shapes timed in ",
-             std::round(ops::gemm_tuning_seconds() * 1e3), " ms; another way than the default ",
+             std::round(be.gemm_tuning_seconds() * 1e3), " ms; another way than the default ",
              "kept for ", changed, " (same bits), saving about ", std::round(saved * 10) / 10,
              " ms per step on rank 0");
 }
@@ -259,7 +255,7 @@ bool state_is_finite(Transformer& model, const AdamW& adam) {
   const int64_t n = model.table().total();
   double bad = 0;
   for (const float* p : {std::as_const(model).params(), adam.m(), adam.v()})
-    bad += double(ops::count_nonfinite(p, n));
+    bad += double(model.backend().count_nonfinite(p, n));
   model.grid().world().all_reduce(&bad, 1);
   return bad == 0;
 }
@@ -267,19 +263,19 @@ bool state_is_finite(Transformer& model, const AdamW& adam) {
 }  // namespace
 
 std::unique_ptr<Transformer> make_model(const ModelConfig& mc, ProcessGrid& grid,
-                                        const TrainOptions& opt) {
+                                        Backend& backend, const TrainOptions& opt) {
   check_batch_split(opt, grid.shape());
   ModelOptions mo;
   mo.keep_gathered = opt.keep_gathered;
   mo.recompute = opt.recompute;
   mo.set_overlap(opt.overlap);
   mo.precision = parse_precision(opt.precision);
-  if (mo.precision == Precision::kBF16 && !ops::bf16_gemm_native() && grid.rank() == 0)
-    log_info(str("warning: --precision bf16: this CPU lacks ", ops::bf16_gemm_missing(),
+  if (mo.precision == Precision::kBF16 && !backend.bf16_native() && grid.rank() == 0)
+    log_info(str("warning: --precision bf16: this CPU lacks ", backend.bf16_missing(),
                  ", so the bf16 GEMMs widen their operands and run in fp32: bf16's results ",
                  "without its speed"));
-  ops::set_gemm_tuning(opt.gemm_tune);
-  return std::make_unique<Transformer>(mc, grid, opt.batch / opt.grad_accum, opt.seq, mo);
+  backend.set_gemm_tuning(opt.gemm_tune);
+  return std::make_unique<Transformer>(mc, grid, backend, opt.batch / opt.grad_accum, opt.seq, mo);
 }
 
 void check_batch_split(const TrainOptions& opt, const GridShape& grid) {
@@ -319,7 +315,7 @@ namespace {
 // resume), the step loop, validation, metrics and checkpoints.
 class Trainer {
  public:
-  Trainer(TrainOptions opt, ProcessGrid& grid, const TrainHooks* hooks);
+  Trainer(TrainOptions opt, ProcessGrid& grid, Backend& backend, const TrainHooks* hooks);
   TrainResult run();
 
  private:
@@ -334,6 +330,7 @@ class Trainer {
 
   TrainOptions opt_;
   ProcessGrid& grid_;
+  Backend& be_;
   const TrainHooks* hooks_;
   GoldfishOptions goldfish_;
   Data data_;
@@ -349,8 +346,8 @@ class Trainer {
   TrainResult result_;
 };
 
-Trainer::Trainer(TrainOptions opt, ProcessGrid& grid, const TrainHooks* hooks)
-    : opt_(std::move(opt)), grid_(grid), hooks_(hooks), batch_(std::max(opt_.batch, 1), std::max(opt_.seq, 1)) {
+Trainer::Trainer(TrainOptions opt, ProcessGrid& grid, Backend& backend, const TrainHooks* hooks)
+    : opt_(std::move(opt)), grid_(grid), be_(backend), hooks_(hooks), batch_(std::max(opt_.batch, 1), std::max(opt_.seq, 1)) {
   check_options();
   goldfish_ = GoldfishOptions::parse(opt_.goldfish);
   opt_.goldfish = goldfish_.str();
@@ -359,11 +356,11 @@ Trainer::Trainer(TrainOptions opt, ProcessGrid& grid, const TrainHooks* hooks)
   mc_ = resolve_model(opt_, data_, ckpt_);
   data_.train->check_vocab(mc_.vocab_size);
   if (data_.val) data_.val->check_vocab(mc_.vocab_size);
-  model_ = make_model(mc_, grid_, opt_);
+  model_ = make_model(mc_, grid_, be_, opt_);
   model_->init(opt_.seed);
-  adam_ = std::make_unique<AdamW>(model_->table(), ops::AdamWConfig{float(opt_.beta1), float(opt_.beta2),
-                                                                    float(opt_.adam_eps),
-                                                                    float(opt_.weight_decay)});
+  adam_ = std::make_unique<AdamW>(be_, model_->table(),
+                                  ops::AdamWConfig{float(opt_.beta1), float(opt_.beta2),
+                                                   float(opt_.adam_eps), float(opt_.weight_decay)});
   if (!ckpt_.empty()) resume();
   resolved_ = {{"train", opt_.to_json()}, {"model", to_json(mc_)}};
   log_start();
@@ -385,7 +382,8 @@ void Trainer::check_options() {
                  "(off) or a positive number of seconds, got ", opt_.timeout);
   check_batch_split(opt_, grid_.shape());
   parse_precision(opt_.precision);  // an unknown one fails here, before the data is read
-  check_device_built(parse_device(opt_.device));
+  DENDRITE_CHECK(parse_device(opt_.device) == be_.device(), "train: --device ", opt_.device,
+                 " but the backend made for this run is ", device_name(be_.device()));
   grid_.set_timeout(opt_.timeout);
 }
 
@@ -431,8 +429,12 @@ double Trainer::gradients(int64_t step, int64_t& supervised) {
       *model_, batch_.inputs.data(), batch_.targets.data(),
       batch_.weights.empty() ? nullptr : batch_.weights.data(),
       double(std::max<int64_t>(supervised, 1)), opt_.batch, opt_.seq, opt_.grad_accum);
-  if (hooks_)
-    hooks_->gradients_ready(step + 1, grid_.rank(), model_->grads(), model_->table().total());
+  if (hooks_) {  // the hook sees (and may change) a host copy of the gradients
+    std::vector<float> g(size_t(model_->table().total()));
+    be_.download(g.data(), model_->grads(), g.size() * sizeof(float));
+    hooks_->gradients_ready(step + 1, grid_.rank(), g.data(), int64_t(g.size()));
+    be_.upload(model_->grads(), g.data(), g.size() * sizeof(float));
+  }
   return loss;
 }
 
@@ -453,9 +455,7 @@ TrainResult Trainer::run() {
   NonFiniteSteps non_finite(opt_.on_nan);
   Progress progress(opt_.steps - start_);
   // The whole job's peak in the run's precision (MFU's denominator).
-  const double peak = (model_->precision() == Precision::kBF16 ? ops::measure_bf16_peak_gflops()
-                                                                : ops::measure_peak_gflops()) *
-                      grid_.shape().size();
+  const double peak = be_.peak_gflops(model_->precision()) * grid_.shape().size();
   const double flops_per_step = mc_.train_flops_per_token(opt_.seq) * opt_.batch * opt_.seq;
   const double tokens = double(opt_.batch) * opt_.seq;
   const int64_t end = opt_.stop_at > 0 ? std::min(opt_.stop_at, opt_.steps) : opt_.steps;
@@ -490,7 +490,7 @@ TrainResult Trainer::run() {
                                                     opt_.grad_accum, opt_.eval_batches);
     if (metrics_.is_open()) metrics_ << f.to_json().dump() << "\n" << std::flush;
     progress.update(f, opt_.log_every > 0 && ((step + 1) % opt_.log_every == 0 || last || f.val_loss >= 0));
-    if (opt_.gemm_tune && step == start_) progress.note(gemm_tuning_summary());
+    if (opt_.gemm_tune && step == start_) progress.note(gemm_tuning_summary(be_));
     if (update) result_.last_loss = loss;
     result_.steps_done = step + 1;
     if (!last && opt_.save_every > 0 && (step + 1) % opt_.save_every == 0) save_and_note(step + 1);
@@ -502,11 +502,12 @@ TrainResult Trainer::run() {
 
 }  // namespace
 
-TrainResult run_train(TrainOptions opt, ProcessGrid& grid, const TrainHooks* hooks) {
+TrainResult run_train(TrainOptions opt, ProcessGrid& grid, Backend& backend,
+                      const TrainHooks* hooks) {
   // Writes past a file-size limit (ulimit -f) then fail with EFBIG, reported
   // like a full disk, instead of killing the process mid-checkpoint.
   std::signal(SIGXFSZ, SIG_IGN);
-  Trainer trainer(std::move(opt), grid, hooks);
+  Trainer trainer(std::move(opt), grid, backend, hooks);
   return trainer.run();
 }
 

@@ -63,9 +63,11 @@ struct TrainResult {
   std::string last_checkpoint;
 };
 
-// Runs on every rank of grid (built once by the caller from opt.grid).
+// Runs on every rank of grid (built once by the caller from opt.grid) with
+// the rank's backend (made by the caller from opt.device).
 // hooks: failure injection for tests (train/hooks.h); null in normal use.
-TrainResult run_train(TrainOptions opt, ProcessGrid& grid, const TrainHooks* hooks = nullptr);
+TrainResult run_train(TrainOptions opt, ProcessGrid& grid, Backend& backend,
+                      const TrainHooks* hooks = nullptr);
 
 // Whether opt.batch splits into opt.grad_accum micro-batches that the grid's
 // d*z ranks share out in whole sequences; an error naming the fix if not.
@@ -75,7 +77,7 @@ void check_batch_split(const TrainOptions& opt, const GridShape& grid);
 // micro-batch and sequence, with its overlap, kept gathers, recomputation
 // and GEMM tuning.
 std::unique_ptr<Transformer> make_model(const ModelConfig& mc, ProcessGrid& grid,
-                                        const TrainOptions& opt);
+                                        Backend& backend, const TrainOptions& opt);
 
 // One step's gradients over a global batch of B sequences of T tokens
 // (inputs, targets, weights [B*T] as every rank holds them; weights may be

@@ -1,0 +1,182 @@
+// The device seam (DESIGN.md section 10). One Backend is made per rank, in
+// the command that also makes the process grid, and passed by reference to
+// the model, its layers, the optimizer and the trainer. It
+//  - owns memory: every Buffer those allocate comes from it (Backend is their
+//    Allocator), and so do the parameters and gradients that a communicator
+//    group reads in place (allocate_shared); host code moves data in and out
+//    with upload and download, and nothing outside backend/ dereferences it;
+//  - runs every op: the methods below, one per op of ops/*.h, whose comments
+//    there give the shapes and the semantics. Ops that read GEMM operands take
+//    an Operand (core/operand.h), fp32 or bf16, so that the layers need no
+//    branch on the precision;
+//  - orders work on a compute stream: record() marks the work issued so far,
+//    and wait() blocks the host until it is done. The layers record an event
+//    before they hand a buffer the compute stream wrote to a collective, and
+//    wait for it before a host-driven transport reads it. On the CPU an op has
+//    finished when it returns (a stream is program order), so events are
+//    complete when recorded.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dendrite/comm/communicator.h"
+#include "dendrite/core/bf16.h"
+#include "dendrite/core/buffer.h"
+#include "dendrite/core/device.h"
+#include "dendrite/core/operand.h"
+#include "dendrite/core/precision.h"
+#include "dendrite/ops/attention.h"
+#include "dendrite/ops/matmul.h"
+#include "dendrite/ops/optim.h"
+
+namespace dendrite {
+
+// A point on a backend's compute stream.
+struct Event {
+  uint64_t seq = 0;
+};
+
+class Backend : public Allocator {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  // One line for logs: the device and what it runs with.
+  virtual std::string describe() const = 0;
+
+  // ---- memory ----
+  // n zeroed elements in this backend's memory.
+  template <class T>
+  Buffer<T> alloc(int64_t n) {
+    return Buffer<T>(size_t(n), this);
+  }
+  // Memory of n elements that the ranks of `group` read in place where the
+  // backend and the communicator allow it (CPU: a shared-memory window).
+  virtual std::unique_ptr<SharedArray> allocate_shared(Communicator& group, int64_t n,
+                                                       DType t = DType::kF32) = 0;
+  // Copies between host memory and this backend's memory (and within it).
+  virtual void upload(void* dst, const void* host, size_t bytes) = 0;
+  virtual void download(void* host, const void* src, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+
+  // ---- the compute stream ----
+  virtual Event record() = 0;
+  virtual void wait(Event e) = 0;
+  // Before a host-driven transport (MPI) reads what the stream wrote: waits
+  // for the work issued so far.
+  void ready_for_host() { wait(record()); }
+
+  // ---- GEMMs (ops/matmul.h) ----
+  virtual void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, Operand A,
+                    int lda, Operand B, int ldb, float beta, float* C, int ldc) = 0;
+  // y = x w^T (+ b, may be null)
+  virtual void linear_forward(float* y, Operand x, Operand w, const float* b, int m, int k,
+                              int n) = 0;
+  virtual void linear_backward_input(float* dx, Operand dy, Operand w, int m, int k, int n,
+                                     bool accumulate) = 0;
+  // dw (+)= dy^T x; the bias gradient is add_column_sums of the fp32 dy.
+  virtual void linear_backward_weight(float* dw, Operand dy, Operand x, int m, int k, int n,
+                                      bool accumulate) = 0;
+  virtual void add_bias(float* y, const float* b, int m, int n) = 0;
+  virtual void add_column_sums(float* db, const float* dy, int m, int n) = 0;
+  // Whether bf16 GEMMs run natively; when not, the instruction set missing.
+  virtual bool bf16_native() const = 0;
+  virtual std::string bf16_missing() const = 0;
+  // GEMM layout tuning (ops/matmul.h: set_gemm_tuning) and what it chose.
+  virtual void set_gemm_tuning(bool on) = 0;
+  virtual std::vector<ops::GemmChoice> gemm_choices() const = 0;
+  virtual double gemm_tuning_seconds() const = 0;
+  // The peak rates MFU divides by (ops/peak.h); threads 0: all of the backend's.
+  virtual double peak_gflops(Precision p, int threads = 0, double seconds = 0.2) = 0;
+
+  // ---- norms (ops/norm.h) ----
+  virtual void layernorm_row_sums(double* sums, const float* x, int m, int c) = 0;
+  virtual void layernorm_apply(float* y, float* mean, float* rstd, const double* sums,
+                               const float* x, const float* gamma, const float* beta, int m, int c,
+                               int c_total, float eps) = 0;
+  virtual void layernorm_backward_sums(double* sums, const float* dy, const float* x,
+                                       const float* mean, const float* rstd, const float* gamma,
+                                       int m, int c) = 0;
+  virtual void layernorm_backward_apply(float* dx, float* dgamma, float* dbeta,
+                                        const double* sums, const float* dy, const float* x,
+                                        const float* mean, const float* rstd, const float* gamma,
+                                        int m, int c, int c_total) = 0;
+  virtual void rmsnorm_row_sums(double* sums, const float* x, int m, int c) = 0;
+  virtual void rmsnorm_apply(float* y, float* rstd, const double* sums, const float* x,
+                             const float* gamma, int m, int c, int c_total, float eps) = 0;
+  virtual void rmsnorm_backward_sums(double* sums, const float* dy, const float* x,
+                                     const float* gamma, int m, int c) = 0;
+  virtual void rmsnorm_backward_apply(float* dx, float* dgamma, const double* sums,
+                                      const float* dy, const float* x, const float* rstd,
+                                      const float* gamma, int m, int c, int c_total) = 0;
+
+  // ---- elementwise (ops/activation.h) ----
+  virtual void gelu_forward(float* y, const float* x, long n) = 0;
+  virtual void gelu_backward(float* dx, const float* dy, const float* x, long n) = 0;
+  virtual void swiglu_forward(float* y, const float* gate, const float* up, long n) = 0;
+  virtual void swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate,
+                               const float* up, long n) = 0;
+  virtual void add(float* y, const float* a, const float* b, long n) = 0;
+  virtual void add_inplace(float* y, const float* x, long n) = 0;
+
+  // ---- attention (ops/attention.h); q, k, v and the saved output as operands ----
+  virtual void attention_forward(float* out, float* lse, Operand q, Operand k, Operand v,
+                                 const ops::AttentionShape& s) = 0;
+  virtual void attention_backward(float* dq, float* dk, float* dv, const float* dout, Operand out,
+                                  const float* lse, Operand q, Operand k, Operand v,
+                                  const ops::AttentionShape& s) = 0;
+  virtual void rope_forward(float* x, int B, int T, int nheads, int hs, int stride,
+                            float theta) = 0;
+  virtual void rope_backward(float* dx, int B, int T, int nheads, int hs, int stride,
+                             float theta) = 0;
+
+  // ---- conversions (ops/convert.h) ----
+  virtual void to_bf16(bf16* out, const float* in, int64_t n) = 0;
+  virtual void to_float(float* out, const bf16* in, int64_t n) = 0;
+
+  // ---- the vocabulary-parallel loss (ops/cross_entropy.h) ----
+  virtual void ce_local_stats(float* stats, const float* logits, const int32_t* targets,
+                              const float* weight, int rows, int Vloc, int v0, int V) = 0;
+  // Returns the summed weighted loss to the host.
+  virtual double ce_combine(float* lse, const float* gathered, const float* weight, int rows,
+                            int parts) = 0;
+  virtual void ce_dlogits(float* logits, const float* lse, const int32_t* targets,
+                          const float* weight, double denominator, int rows, int Vloc, int v0,
+                          int V) = 0;
+
+  // ---- embeddings (ops/embedding.h); tables as operands ----
+  virtual void embedding_range_forward(float* out, const int32_t* tokens, Operand w, int v0,
+                                       int rows, int m, int C) = 0;
+  virtual void embedding_range_backward(float* dw, const float* dout, const int32_t* tokens,
+                                        int v0, int rows, int m, int C) = 0;
+  virtual void embedding_chunk_forward(float* out, const int32_t* tokens, Operand chunk,
+                                       int64_t c0, int64_t n, int v0, int rows, int m, int C) = 0;
+  virtual void embedding_chunk_backward(float* dchunk, const float* dout, const int32_t* tokens,
+                                        int64_t c0, int64_t n, int v0, int rows, int m,
+                                        int C) = 0;
+  virtual void position_add(float* out, Operand wpe, int m, int T, int C) = 0;
+  virtual void position_backward(float* dwpe, const float* dout, int m, int T, int C) = 0;
+
+  // ---- the optimizer (ops/optim.h) ----
+  virtual void adamw_update(float* param, const float* grad, float* m, float* v, long n, float lr,
+                            int step, bool decay, const ops::AdamWConfig& c, float grad_scale,
+                            bf16* param_bf16) = 0;
+  virtual double sum_squares(const float* g, long n) = 0;
+  virtual void scale(float* g, float s, long n) = 0;
+
+  // ---- data movement (ops/tensor.h) ----
+  virtual void fill(float* x, float value, int64_t n) = 0;
+  virtual void copy_rows(float* dst, const float* src, int64_t rows, int64_t cols,
+                         int64_t src_stride) = 0;
+  virtual void interleave_vocab_parts(float* out, const float* parts, int num_parts, int m,
+                                      int Vloc, int V) = 0;
+  virtual int64_t count_nonfinite(const float* x, int64_t n) = 0;
+};
+
+// The backend of `device` for this rank. A device this build has no backend
+// for is an error naming the CMake option that adds it.
+std::unique_ptr<Backend> make_backend(Device device);
+
+}  // namespace dendrite

@@ -157,14 +157,15 @@ int run_bench_step(const BenchOptions& o, MpiEnv& env) {
   if (r.threads > 0) omp_set_num_threads(r.threads);
   const int threads = omp_get_max_threads();
   ModelConfig mc = load_model_config(r.model);
-  std::unique_ptr<Backend> backend = make_backend(parse_device(r.device));
-  ProcessGrid grid = make_grid(env.world(), r.grid);
+  std::unique_ptr<Backend> backend = make_rank_backend(r.device, env.world());
+  ProcessGrid grid = make_grid(backend->transport(env.world()), r.grid);
   std::unique_ptr<Transformer> model = make_model(mc, grid, *backend, r);
   model->init(1);
   AdamW adam(*backend, model->table(), ops::AdamWConfig{});
   const StepTimes t = time_steps(o, mc, *model, adam);
   grid.world().barrier();
   const int ranks = grid.shape().size();
+  const double device_peak_mb = double(backend->device_peak_bytes()) / (1 << 20);  // before the GEMM peak's
   const double peak = backend->peak_gflops(model->precision(), threads, 0.3) *
                       ranks;  // in the run's precision
   const double tokens = double(r.batch) * r.seq;
@@ -188,6 +189,9 @@ int run_bench_step(const BenchOptions& o, MpiEnv& env) {
                       {"context_switches", t.cpu[2] / ranks},
                       {"param_bytes", 4.0 * model->num_floats()},
                       {"activation_bytes", double(model->activation_bytes())}};
+  j["device"] = backend->describe();
+  if (backend->device() == Device::kCuda)  // what the model and its step held at most
+    j["device_peak_mb"] = device_peak_mb;
   if (r.gemm_tune) j["gemm"] = gemm_report(*backend, o.steps + o.warmup);
   if (o.json) {
     std::printf("%s\n", j.dump().c_str());
@@ -196,6 +200,9 @@ int run_bench_step(const BenchOptions& o, MpiEnv& env) {
                 "(MFU %.1f%%), peak RSS %.0f MB\n",
                 r.model.c_str(), r.precision.c_str(), r.batch, r.seq, threads, tokens / t.secs, t.secs * 1e3, gflops,
                 peak, 100 * gflops / peak, max_rss);
+    if (backend->device() == Device::kCuda)
+      std::printf("device %s: peak device memory %.0f MB\n", backend->describe().c_str(),
+                  device_peak_mb);
   }
   return 0;
 }
@@ -213,7 +220,7 @@ Runner add_bench(CLI::App& app, MpiEnv& env) {
       ->capture_default_str();
   step->add_option("--seq", r.seq, "Tokens per sequence")->capture_default_str();
   step->add_option("--precision", r.precision, "fp32 or bf16 (as train)")->capture_default_str();
-  step->add_option("--device", r.device, "cpu or cuda (as train)")->capture_default_str();
+  step->add_option("--device", r.device, "cpu, cuda or auto (as train)")->capture_default_str();
   step->add_option("--threads", r.threads, "Threads (default: OMP_NUM_THREADS or all cores)");
   step->add_option("--steps", o->steps, "Timed steps")->capture_default_str();
   step->add_option("--warmup", o->warmup, "Untimed steps first")->capture_default_str();

@@ -8,6 +8,7 @@
 #include <functional>
 #include <string>
 
+#include "dendrite/backend/backend.h"
 #include "dendrite/comm/grid.h"
 #include "dendrite/comm/mpi/env.h"
 #include "dendrite/train/hooks.h"
@@ -31,6 +32,9 @@ Runner add_calibrate(CLI::App& app, MpiEnv& env);  // apps/plan_cmd.cpp
 
 // The process grid over every rank of `world` from a --grid text ("x=2,y=2,d=2").
 ProcessGrid make_grid(Communicator& world, const std::string& text);
+// This rank's backend for a --device text (cpu, cuda, auto), its GPU picked
+// by the rank's index on its node. Collective over world.
+std::unique_ptr<Backend> make_rank_backend(const std::string& device, Communicator& world);
 
 // Loads a JSON config file given by --config before the other options are
 // parsed, so that options on the command line override it.

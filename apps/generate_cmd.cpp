@@ -4,6 +4,7 @@
 
 #include "apps/commands.h"
 #include "dendrite/backend/backend.h"
+#include "dendrite/comm/self_communicator.h"
 #include "dendrite/core/check.h"
 #include "dendrite/eval/generate.h"
 #include "dendrite/model/transformer.h"
@@ -15,7 +16,7 @@ namespace dendrite::app {
 namespace {
 
 struct GenerateOptions {
-  std::string checkpoint, prompt = "\n", tokenizer, device = "cpu";
+  std::string checkpoint, prompt = "\n", tokenizer, device = "auto";
   int tokens = 200;
   SampleOptions sample;
 };
@@ -35,9 +36,10 @@ int run_generate(const GenerateOptions& o, int rank) {
   std::vector<int32_t> ids = tok.encode(o.prompt);
   if (ids.empty()) ids.push_back(tok.eos_id() >= 0 ? tok.eos_id() : 0);
   int max_T = std::min<int>(mc.block_size, int(ids.size()) + o.tokens);
-  std::unique_ptr<Backend> backend = make_backend(parse_device(o.device));
-  auto grid = ProcessGrid::single();
-  Transformer model(mc, *grid, *backend, 1, max_T);
+  std::unique_ptr<Backend> backend = make_backend(resolve_device(o.device));
+  SelfCommunicator self("world");  // one process; its collectives through the backend's transport
+  ProcessGrid grid(GridShape{}, backend->transport(self));
+  Transformer model(mc, grid, *backend, 1, max_T);
   load_weights(dir, model);
   std::fputs(o.prompt.c_str(), stdout);
   std::fflush(stdout);
@@ -56,7 +58,7 @@ Runner add_generate(CLI::App& app, MpiEnv& env) {
   app.add_option("--checkpoint", o->checkpoint, "Run folder or checkpoint folder")->required();
   app.add_option("--prompt", o->prompt, "Text to continue");
   app.add_option("--tokens", o->tokens, "Tokens to generate")->capture_default_str();
-  app.add_option("--device", o->device, "cpu or cuda (as train)")->capture_default_str();
+  app.add_option("--device", o->device, "cpu, cuda or auto (as train)")->capture_default_str();
   app.add_option("--temperature", o->sample.temperature, "Sampling temperature (0: greedy)")
       ->capture_default_str();
   app.add_option("--top-k", o->sample.top_k, "Sample among the k likeliest tokens (0: all)")

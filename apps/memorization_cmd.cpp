@@ -35,7 +35,7 @@ namespace fs = std::filesystem;
 constexpr uint64_t kSampleStream = 0x6d656d6f72697a65ULL;  // "memorize"
 
 struct MemorizationOptions {
-  std::string checkpoint, data, canaries, control, grid, device = "cpu";
+  std::string checkpoint, data, canaries, control, grid, device = "auto";
   int prefix = 32, suffix = 32, samples = 100, batch = 16, threads = 0;
   uint64_t seed = 1234;
   bool json = false;
@@ -145,8 +145,8 @@ void print_table(const MemorizationOptions& o, const std::string& ckpt, const Sa
 
 int run_memorization(const MemorizationOptions& o, MpiEnv& env) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
-  std::unique_ptr<Backend> backend = make_backend(parse_device(o.device));
-  ProcessGrid grid = make_grid(env.world(), o.grid);
+  std::unique_ptr<Backend> backend = make_rank_backend(o.device, env.world());
+  ProcessGrid grid = make_grid(backend->transport(env.world()), o.grid);
   const std::string dir = resolve_checkpoint(o.checkpoint);
   ModelConfig mc = model_config_from_json(read_checkpoint_config(dir).at("model"));
   DENDRITE_CHECK(o.prefix >= 1 && o.suffix >= 1 && o.samples >= 0, "memorization: --prefix and ",
@@ -203,7 +203,7 @@ Runner add_memorization(CLI::App& app, MpiEnv& env) {
       ->capture_default_str();
   app.add_option("--grid", o->grid, "Process grid, e.g. x=2,y=2 (default: all ranks data-parallel)");
   app.add_option("--threads", o->threads, "Threads per rank (default: OMP_NUM_THREADS or all cores)");
-  app.add_option("--device", o->device, "cpu or cuda (as train)")->capture_default_str();
+  app.add_option("--device", o->device, "cpu, cuda or auto (as train)")->capture_default_str();
   app.add_flag("--json", o->json, "Print one JSON object instead of the table");
   return [o, &env] { return run_memorization(*o, env); };
 }

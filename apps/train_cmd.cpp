@@ -26,6 +26,13 @@ std::string find_config_arg(int argc, char** argv) {
   return "";
 }
 
+std::unique_ptr<Backend> make_rank_backend(const std::string& device, Communicator& world) {
+  const Device d = resolve_device(device);
+  BackendOptions o;
+  if (d == Device::kCuda) o.node_rank = node_rank(world);
+  return make_backend(d, o);
+}
+
 ProcessGrid make_grid(Communicator& world, const std::string& text) {
   return ProcessGrid(GridShape::parse(text, world.size()), world);
 }
@@ -187,7 +194,8 @@ static void add_parallel_options(CLI::App& app, TrainOptions& opt, std::string& 
   app.add_flag("--recompute", opt.recompute,
                "Keep only each block's input and recompute the block in the backward (less memory)");
   app.add_option("--device", opt.device,
-                 "cpu, or cuda (a build configured with -DDENDRITE_CUDA=ON)")
+                 "cpu, cuda (a build with the CUDA backend, DENDRITE_CUDA), or auto: cuda when "
+                 "the build has it and the machine a GPU, else cpu")
       ->capture_default_str();
   app.add_option("--precision", opt.precision,
                  "fp32, or bf16: GEMM operands and the z all-gathers of weights in bf16 with fp32 "
@@ -233,8 +241,8 @@ Runner add_train(CLI::App& app, int argc, char** argv, const TrainHooks* hooks, 
   // a reference to it after this function returns.
   return [opt, machine, config_path, hooks, &env] {
     if (opt->grid == "auto") opt->grid = auto_grid(*opt, *machine, env.world());
-    std::unique_ptr<Backend> backend = make_backend(parse_device(opt->device));
-    ProcessGrid grid = make_grid(env.world(), opt->grid);
+    std::unique_ptr<Backend> backend = make_rank_backend(opt->device, env.world());
+    ProcessGrid grid = make_grid(backend->transport(env.world()), opt->grid);
     run_train(*opt, grid, *backend, hooks);
     return 0;
   };

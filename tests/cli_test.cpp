@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cli_support.h"
+#include "dendrite/backend/backend.h"
 #include "dendrite/train/safetensors.h"
 #include "dendrite/train/token_file.h"
 
@@ -165,10 +166,17 @@ TEST_F(Cli, BadConfigIsReported) {
   expect_error(dendrite("train --steps 2 --model gpt9" + data()), "neither a preset");
   expect_error(dendrite("train --steps 2 --precision fp16" + model("gpt2.json") + data()),
                "unknown precision 'fp16'; use fp32 or bf16");
+#ifdef DENDRITE_HAVE_CUDA
+  // A build with the CUDA backend refuses --device cuda only where no GPU is found.
+  if (default_device() != Device::kCuda)
+    expect_error(dendrite("train --steps 2 --device cuda" + model("gpt2.json") + data()),
+                 "no CUDA GPU is visible here");
+#else
   expect_error(dendrite("train --steps 2 --device cuda" + model("gpt2.json") + data()),
                "no CUDA backend; rebuild with `cmake -DDENDRITE_CUDA=ON`");
+#endif
   expect_error(dendrite("train --steps 2 --device tpu" + model("gpt2.json") + data()),
-               "unknown device 'tpu'; use cpu or cuda");
+               "unknown device 'tpu'; use cpu, cuda or auto");
   write_file(cfg, R"({"steps": 2, "precision": "half"})");
   expect_error(dendrite("train --config " + cfg.string() + model("gpt2.json") + data()),
                "unknown precision 'half'");

@@ -1,5 +1,5 @@
 // The backend of a device (backend.h): the CPU's always; CUDA's in a build
-// configured with -DDENDRITE_CUDA=ON.
+// configured with the CUDA backend (DENDRITE_CUDA).
 #include "dendrite/backend/backend.h"
 
 #include "dendrite/core/check.h"
@@ -8,17 +8,30 @@ namespace dendrite {
 
 std::unique_ptr<Backend> make_cpu_backend();  // backend/cpu/cpu_backend.cpp
 #ifdef DENDRITE_HAVE_CUDA
-std::unique_ptr<Backend> make_cuda_backend();  // backend/cuda/
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options);  // backend/cuda/
+int cuda_device_count();
 #endif
 
-std::unique_ptr<Backend> make_backend(Device device) {
+std::unique_ptr<Backend> make_backend(Device device, const BackendOptions& options) {
   if (device == Device::kCpu) return make_cpu_backend();
 #ifdef DENDRITE_HAVE_CUDA
-  return make_cuda_backend();
+  return make_cuda_backend(options);
 #else
+  (void)options;
   fail("device: this build of dendrite has no CUDA backend; rebuild with `cmake -DDENDRITE_CUDA=ON` ",
        "(needs the CUDA toolkit), or run with --device cpu");
 #endif
+}
+
+Device default_device() {
+#ifdef DENDRITE_HAVE_CUDA
+  if (cuda_device_count() > 0) return Device::kCuda;
+#endif
+  return Device::kCpu;
+}
+
+Device resolve_device(const std::string& text) {
+  return text == "auto" ? default_device() : parse_device(text);
 }
 
 }  // namespace dendrite

@@ -46,6 +46,16 @@ class Backend : public Allocator {
   // One line for logs: the device and what it runs with.
   virtual std::string describe() const = 0;
 
+  // The communicator the process grid is built on: `world` itself where the
+  // collectives can read this backend's memory (the CPU), else a transport
+  // over it that stages the backend's memory through host memory (CUDA
+  // without NCCL: DESIGN.md section 10), owned by the backend.
+  virtual Communicator& transport(Communicator& world) = 0;
+  // Bytes of device memory allocated now and at most so far (0 on the CPU,
+  // whose memory the process's RSS measures).
+  virtual int64_t device_bytes() const { return 0; }
+  virtual int64_t device_peak_bytes() const { return 0; }
+
   // ---- memory ----
   // n zeroed elements in this backend's memory.
   template <class T>
@@ -175,8 +185,22 @@ class Backend : public Allocator {
   virtual int64_t count_nonfinite(const float* x, int64_t n) = 0;
 };
 
+struct BackendOptions {
+  // The rank's index among the ranks of its node: picks its GPU (one per rank).
+  int node_rank = 0;
+  // GPUs: fp32 products on the tensor cores in TF32 (--precision fp32), or in
+  // full fp32 (the tests).
+  bool tf32 = true;
+};
+
 // The backend of `device` for this rank. A device this build has no backend
-// for is an error naming the CMake option that adds it.
-std::unique_ptr<Backend> make_backend(Device device);
+// for is an error naming the CMake option that adds it; a CUDA build on a
+// machine without a GPU is an error saying so.
+std::unique_ptr<Backend> make_backend(Device device, const BackendOptions& options = {});
+// The device "auto" means here: cuda when this build has the CUDA backend and
+// the machine a GPU, else cpu.
+Device default_device();
+// parse_device, with "auto" resolved.
+Device resolve_device(const std::string& text);
 
 }  // namespace dendrite

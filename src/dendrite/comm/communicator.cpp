@@ -2,7 +2,12 @@
 // forwards to the backend's pending collective (comm/mpi/request.cpp).
 #include "dendrite/comm/communicator.h"
 
+#include <unistd.h>
+
 #include <exception>
+#include <functional>
+#include <string>
+#include <vector>
 
 #include "dendrite/core/check.h"
 #include "dendrite/core/log.h"
@@ -96,5 +101,16 @@ bool Request::test() { return !pending() || impl_->test(); }
 bool Request::pending() const { return impl_ && impl_->pending(); }
 
 bool Request::needs_polling() const { return impl_ && impl_->needs_polling(); }
+
+int node_rank(Communicator& world) {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  const int64_t mine = int64_t(std::hash<std::string>{}(host) & 0x7fffffffffffffff);
+  std::vector<int64_t> all(size_t(world.size()));
+  world.all_gather(&mine, all.data(), 1, DType::kI64);
+  int before = 0;
+  for (int r = 0; r < world.rank(); ++r) before += all[size_t(r)] == mine;
+  return before;
+}
 
 }  // namespace dendrite

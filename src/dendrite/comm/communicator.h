@@ -171,14 +171,16 @@ class Communicator {
   void all_reduce(float* buf, int64_t n) { all_reduce(buf, n, DType::kF32); }
   void all_reduce(double* buf, int64_t n) { all_reduce(buf, n, DType::kF64); }
 
-  const CommStats& stats() const { return stats_; }
-  void reset_stats() { stats_ = CommStats{}; }
+  // Virtual, with the timeout below, so that a transport over another
+  // communicator (backend.h: Backend::transport) can forward them.
+  virtual const CommStats& stats() const { return stats_; }
+  virtual void reset_stats() { stats_ = CommStats{}; }
 
   // Watchdog: a blocking collective, or a wait on a non-blocking one, that has
   // not completed after this many seconds throws an error naming the
   // collective, the group and the time (a peer is stuck or dead; the caller's
   // error path then aborts the job). 0: wait forever.
-  void set_timeout(double seconds) { timeout_s_ = seconds; }
+  virtual void set_timeout(double seconds) { timeout_s_ = seconds; }
   double timeout() const { return timeout_s_; }
 
  protected:
@@ -194,5 +196,9 @@ class Communicator {
 
 // Throws, naming op, the group and the fix, unless t can be summed (not kBF16).
 void check_summable(const char* op, const Communicator& c, DType t);
+
+// This rank's index among the ranks of `world` on its node (by host name),
+// in rank order. Collective over world.
+int node_rank(Communicator& world);
 
 }  // namespace dendrite

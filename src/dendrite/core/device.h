@@ -10,7 +10,8 @@ namespace dendrite {
 
 enum class Device { kCpu, kCuda };
 
-// "cpu" or "cuda"; anything else is an error naming both.
+// "cpu" or "cuda"; anything else is an error naming them ("auto" is
+// resolve_device's, backend/backend.h).
 Device parse_device(const std::string& text);
 const char* device_name(Device d);
 

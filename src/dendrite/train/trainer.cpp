@@ -382,7 +382,7 @@ void Trainer::check_options() {
                  "(off) or a positive number of seconds, got ", opt_.timeout);
   check_batch_split(opt_, grid_.shape());
   parse_precision(opt_.precision);  // an unknown one fails here, before the data is read
-  DENDRITE_CHECK(parse_device(opt_.device) == be_.device(), "train: --device ", opt_.device,
+  DENDRITE_CHECK(resolve_device(opt_.device) == be_.device(), "train: --device ", opt_.device,
                  " but the backend made for this run is ", device_name(be_.device()));
   grid_.set_timeout(opt_.timeout);
 }
@@ -406,7 +406,7 @@ void Trainer::log_start() const {
   log_info(str("model ", arch_name(mc_.arch), ": ", mc_.num_parameters() / 1e6, "M parameters, ",
                model_->activation_bytes() / 1e6, " MB activations per rank; ", data_.train->size(),
                " training tokens; batch ", opt_.batch, accum, "; grid ", grid_.shape().str(), ", ",
-               omp_get_max_threads(), " threads per rank",
+               omp_get_max_threads(), " threads per rank; device ", be_.describe(),
                ckpt_.empty() ? "" : "; resuming from " + ckpt_ + " at step " + std::to_string(start_)));
   if (goldfish_.enabled())
     log_info("goldfish loss " + goldfish_.str() + ": about 1/" + std::to_string(goldfish_.k) +

@@ -41,7 +41,7 @@ struct TrainOptions {
   bool recompute = false;      // activation recomputation
   bool gemm_tune = false;      // time each GEMM shape's ways at its first call, keep the fastest
   std::string precision = "fp32";  // fp32 or bf16 (core/precision.h)
-  std::string device = "cpu";      // cpu or cuda (core/device.h)
+  std::string device = "auto";     // cpu, cuda or auto (backend/backend.h: resolve_device)
   std::string overlap = "all";  // communication to hide: oar, ors, oag, dp, all, none (ModelOptions)
   int keep = 0;                // keep only the newest N checkpoints of --out (0: all)
   std::string on_nan = "stop";  // a non-finite loss or gradient norm: stop, or skip-step

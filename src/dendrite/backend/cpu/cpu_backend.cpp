@@ -36,6 +36,8 @@ class CpuBackend final : public Backend {
                ops::bf16_gemm_native() ? "native" : "widened to fp32", ")");
   }
 
+  Communicator& transport(Communicator& world) override { return world; }
+
   // ---- memory ----
   void* allocate(size_t bytes) override {
     bytes = (bytes + 63) / 64 * 64;

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The prepared check for a lent GPU machine (one NVIDIA GPU, nvcc, PyTorch;
+# no OpenMPI, oneDNN or SentencePiece): unpacks the Debian packages that
+# scripts/gpu_deps.sh downloaded into .gpu-debs/ (carry it) into a private
+# prefix, builds Dendrite with the CUDA backend (Release, 16 jobs, sm_90),
+# runs the tests labelled gpu, then GPT-2 124M and 350M training steps at
+# B16 T1024 in bf16 beside PyTorch eager and compiled on the same GPU.
+# Logs and one JSON line per bench run go to $OUT (or /tmp/gpu_check); the
+# summary is printed last. Meant to finish within 8 minutes.
+#   scripts/gpu_check.sh [--no-compile]   (--no-compile: skip torch.compile)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/gpu_check}
+mkdir -p "$out"
+summary=$out/summary.txt
+: > "$summary"
+note() { echo "$*" | tee -a "$summary"; }
+t0=$(date +%s)
+elapsed() { echo $(($(date +%s) - t0)); }
+
+[[ -d .gpu-debs ]] || { echo "gpu_check: no .gpu-debs/: run scripts/gpu_deps.sh here and carry .gpu-debs"; exit 2; }
+prefix=/tmp/dendrite-prefix
+for f in .gpu-debs/*.deb; do dpkg -x "$f" "$prefix"; done
+lib=$prefix/usr/lib/x86_64-linux-gnu
+export OPAL_PREFIX=$prefix/usr PATH=$prefix/usr/bin:$PATH CPATH=$prefix/usr/include
+export LD_LIBRARY_PATH=$lib:$lib/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PKG_CONFIG_SYSROOT_DIR=$prefix PKG_CONFIG_LIBDIR=$lib/pkgconfig:$prefix/usr/share/pkgconfig
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+
+note "date: $(date -u +%Y-%m-%dT%H:%MZ)"
+note "gpu: $(nvidia-smi -L 2>&1 | head -1); driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1 | head -1)"
+note "nvcc: $(nvcc --version | tail -1); torch: $(python3 -c 'import torch; print(torch.__version__)' 2>&1)"
+
+if ! cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDENDRITE_CUDA=ON \
+     -DCMAKE_CUDA_ARCHITECTURES=90-real -DCMAKE_PREFIX_PATH="$prefix/usr" \
+     -DMPI_CXX_COMPILER="$prefix/usr/bin/mpicxx.openmpi" \
+     -DPKG_CONFIG_EXECUTABLE="$prefix/usr/bin/pkgconf" > "$out/configure.log" 2>&1; then
+  tail -40 "$out/configure.log"; note "configure failed after $(elapsed) s"; exit 1
+fi
+if ! cmake --build build-gpu -j 16 --target dendrite backend_ops_test cuda_model_test \
+     > "$out/build.log" 2>&1; then
+  grep -m 20 -B2 -A6 "error" "$out/build.log"; note "build failed after $(elapsed) s"; exit 1
+fi
+note "built in $(elapsed) s"
+
+(cd build-gpu && timeout 180 ctest -L gpu --output-on-failure --timeout 120) > "$out/gpu_tests.log" 2>&1
+note "gpu tests: $(grep -E 'tests passed|tests failed' "$out/gpu_tests.log" | tail -1)"
+grep -E "Failed|\*\*\*" "$out/gpu_tests.log" | head -20 | tee -a "$summary"
+
+mpirun=("$prefix/usr/bin/mpirun.openmpi" -np 1 --bind-to none)
+bench() {  # model
+  timeout 150 "${mpirun[@]}" build-gpu/dendrite bench step --device cuda --model "$1" --batch 16 \
+    --seq 1024 --precision bf16 --steps 10 --warmup 2 --json > "$out/dendrite_$1.json" \
+    2> "$out/dendrite_$1.err" || note "dendrite bench $1 failed: $(tail -2 "$out/dendrite_$1.err")"
+  for mode in eager compile; do
+    [[ $mode == compile && ${1:-} == --no-compile ]] && continue
+    local extra=()
+    [[ $mode == compile ]] && extra=(--compile)
+    timeout 200 python3 bench/pytorch_step.py --device cuda --precision bf16 --model "$1" --batch 16 \
+      --seq 1024 --steps 10 --warmup 3 "${extra[@]}" > "$out/torch_${mode}_$1.json" \
+      2> "$out/torch_${mode}_$1.err" || note "pytorch $mode $1 failed: $(tail -2 "$out/torch_${mode}_$1.err")"
+  done
+}
+for m in gpt2-124m gpt2-350m; do bench "$m"; done
+
+python3 - "$out" <<'PY' | tee -a "$summary"
+import json, os, sys
+out = sys.argv[1]
+def load(name):
+    try:
+        return json.loads(open(os.path.join(out, name)).read().strip().splitlines()[-1])
+    except Exception:
+        return None
+for m in ("gpt2-124m", "gpt2-350m"):
+    d = load(f"dendrite_{m}.json")
+    row = [m]
+    if d:
+        row.append(f"dendrite {d['tokens_per_s']:.0f} tok/s, MFU {100 * d['mfu']:.1f}% of a "
+                   f"{d['peak_gflops'] / 1e3:.0f} TFLOP/s bf16 GEMM, {d.get('device_peak_mb', 0):.0f} MB")
+    for mode in ("eager", "compile"):
+        t = load(f"torch_{mode}_{m}.json")
+        if t:
+            row.append(f"torch {mode} {t['tokens_per_s']:.0f} tok/s, {t.get('peak_memory_mb', 0):.0f} MB")
+    print(" | ".join(row))
+PY
+note "done in $(elapsed) s"

@@ -1,0 +1,187 @@
+// CUDA pieces of the vocabulary-parallel softmax cross-entropy
+// (ops/cross_entropy.h). A rank holds logits [rows, Vloc] for ids
+// [v0, v0 + Vloc); ids at or above V are padding (never predicted, gradient 0).
+// - ce_local_stats: one block per row: the max, then the sum of exp(x - max)
+//   (float per thread, double across threads), with fixed-order block
+//   reductions; the same bits every run (not the CPU's: its order differs).
+// - ce_combine: one block; each thread combines one row over the parts as
+//   the CPU does, then one thread sums the row losses in row order, so the
+//   total is the CPU's (for one part exactly, given equal stats).
+// - ce_dlogits: elementwise, with the CPU's exp polynomial and its roundings
+//   spelled out, so equal lse gives the CPU's bits.
+#include <cmath>
+
+#include "dendrite/backend/cuda/common.cuh"
+#include "dendrite/core/check.h"
+
+namespace dendrite::cuda {
+namespace {
+
+constexpr int kRowThreads = 1024;   // threads of a ce_local_stats row block
+constexpr int kCombineThreads = 256;
+
+// cpu::exp_approx (backend/cpu/fast_math.h) with each rounding fixed as the
+// CPU build (-O3 -march=native, FMA contraction) evaluates it.
+__device__ __forceinline__ float exp_approx(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  x = x > 88.0f ? 88.0f : x;
+  const float t = __fmaf_rn(x, 1.44269504088896341f, 12582912.0f);
+  const int32_t n = __float_as_int(t) - 0x4B400000;
+  const float nf = __fadd_rn(t, -12582912.0f);
+  float r = __fmaf_rn(-nf, 0.693359375f, x);  // x - n ln2, ln2 split in two
+  r = __fmaf_rn(nf, 2.12194440e-4f, r);
+  float p = 1.9875691500e-4f;
+  p = __fmaf_rn(p, r, 1.3981999507e-3f);
+  p = __fmaf_rn(p, r, 8.3334519073e-3f);
+  p = __fmaf_rn(p, r, 4.1665795894e-2f);
+  p = __fmaf_rn(p, r, 1.6666665459e-1f);
+  p = __fmaf_rn(p, r, 5.0000001201e-1f);
+  p = __fadd_rn(__fmaf_rn(r, __fmul_rn(p, r), r), 1.0f);
+  return __fmul_rn(p, __int_as_float((n + 127) << 23));
+}
+
+// Columns of [v0, v0 + Vloc) that hold real ids (below V): [0, n).
+int real_columns(int Vloc, int v0, int V) {
+  const int64_t n = int64_t(V) - v0;
+  return int(n < 0 ? 0 : n > Vloc ? Vloc : n);
+}
+
+void check_part(const char* op, int rows, int Vloc, int v0, int V) {
+  DENDRITE_CHECK(rows >= 0 && Vloc > 0 && v0 >= 0 && V > 0, op,
+                 ": need rows >= 0, Vloc > 0, v0 >= 0 and V > 0, got rows=", rows, " Vloc=", Vloc,
+                 " v0=", v0, " V=", V);
+}
+
+// stats[r] = {logsumexp over the row's n real columns (-inf if none), the target's logit or 0}.
+__global__ void __launch_bounds__(kRowThreads)
+    ce_local_stats_kernel(float* __restrict__ stats, const float* __restrict__ logits,
+                          const int32_t* __restrict__ targets, const float* __restrict__ weight,
+                          int Vloc, int v0, int n) {
+  __shared__ float smax[32];
+  __shared__ double ssum[32];
+  const int r = blockIdx.x;
+  float* st = stats + 2 * int64_t(r);
+  if (weight && weight[r] == 0.0f) {  // uniform over the block
+    if (threadIdx.x == 0) st[0] = st[1] = 0.0f;
+    return;
+  }
+  const float* __restrict__ row = logits + int64_t(r) * Vloc;
+  float mx = -INFINITY;
+#pragma unroll 4
+  for (int j = threadIdx.x; j < n; j += blockDim.x) mx = fmaxf(mx, row[j]);
+  mx = block_max(mx, smax);
+  float part = 0.0f;
+#pragma unroll 4
+  for (int j = threadIdx.x; j < n; j += blockDim.x) part += exp_approx(row[j] - mx);
+  const double sum = block_sum<double>(double(part), ssum);
+  if (threadIdx.x == 0) {
+    const int64_t t = int64_t(targets[r]) - v0;  // column of the target, if held here
+    st[0] = n > 0 ? float(double(mx) + log(sum)) : -INFINITY;
+    st[1] = t >= 0 && t < Vloc ? row[t] : 0.0f;
+  }
+}
+
+// lse[r] = logsumexp over the parts; *total = sum_r weight[r] * (lse[r] - target[r]) in row order.
+__global__ void __launch_bounds__(kCombineThreads)
+    ce_combine_kernel(float* __restrict__ lse, double* __restrict__ total_out,
+                      const float* __restrict__ gathered, const float* __restrict__ weight, int rows,
+                      int parts) {
+  __shared__ double s_wt[kCombineThreads], s_diff[kCombineThreads];
+  const int64_t part_stride = 2 * int64_t(rows);  // gathered [parts, rows, 2]
+  double total = 0.0;                             // thread 0's, in row order
+  for (int r0 = 0; r0 < rows; r0 += kCombineThreads) {
+    const int r = r0 + int(threadIdx.x);
+    if (r < rows) {
+      double mx = -INFINITY, target = 0.0;
+      for (int p = 0; p < parts; ++p) {
+        const double g = gathered[p * part_stride + 2 * int64_t(r)];
+        mx = mx < g ? g : mx;
+        target += gathered[p * part_stride + 2 * int64_t(r) + 1];
+      }
+      double l = mx;  // exact for one part; -inf when no part holds a real id
+      if (parts > 1 && isfinite(mx)) {
+        double sum = 0.0;
+        for (int p = 0; p < parts; ++p)
+          sum += exp(double(gathered[p * part_stride + 2 * int64_t(r)]) - mx);
+        l = mx + log(sum);
+      }
+      lse[r] = float(l);
+      s_wt[threadIdx.x] = weight ? double(weight[r]) : 1.0;
+      s_diff[threadIdx.x] = l - target;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const int k1 = rows - r0 < kCombineThreads ? rows - r0 : kCombineThreads;
+      for (int k = 0; k < k1; ++k)  // the CPU's total += wt * (l - target), fused
+        if (s_wt[k] != 0.0) total = fma(s_wt[k], s_diff[k], total);
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *total_out = total;
+}
+
+// dlogits = (exp(logits - lse) - onehot) * weight / denominator; 0 for padding and zero weight.
+__global__ void ce_dlogits_kernel(float* __restrict__ logits, const float* __restrict__ lse,
+                                  const int32_t* __restrict__ targets,
+                                  const float* __restrict__ weight, double denominator, int rows,
+                                  int Vloc, int v0, int n) {
+  for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+    float* __restrict__ row = logits + int64_t(r) * Vloc;
+    const double wt = weight ? double(weight[r]) : 1.0;
+    const float scale = wt != 0.0 ? float(wt / denominator) : 0.0f, l = lse[r];
+    const int64_t t = int64_t(targets[r]) - v0;
+    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < Vloc; j += gridDim.x * blockDim.x) {
+      float v = 0.0f;
+      if (wt != 0.0 && j < n) {
+        v = __fmul_rn(exp_approx(__fsub_rn(row[j], l)), scale);
+        if (j == t) v = __fsub_rn(v, scale);
+      }
+      row[j] = v;
+    }
+  }
+}
+
+}  // namespace
+
+void ce_local_stats(float* stats, const float* logits, const int32_t* targets, const float* weight,
+                    int rows, int Vloc, int v0, int V, cudaStream_t stream) {
+  check_part("ce_local_stats", rows, Vloc, v0, V);
+  if (rows == 0) return;
+  ce_local_stats_kernel<<<unsigned(rows), kRowThreads, 0, stream>>>(
+      stats, logits, targets, weight, Vloc, v0, real_columns(Vloc, v0, V));
+  check_launch("ce_local_stats");
+}
+
+double ce_combine(float* lse, const float* gathered, const float* weight, int rows, int parts,
+                  void* scratch, cudaStream_t stream) {
+  DENDRITE_CHECK(rows >= 0 && parts >= 1, "ce_combine: need rows >= 0 and parts >= 1, got rows=",
+                 rows, " parts=", parts, "; parts is the size of the vocabulary split");
+  if (rows == 0) return 0.0;
+  double* total_dev = static_cast<double*>(scratch);
+  ce_combine_kernel<<<1, kCombineThreads, 0, stream>>>(lse, total_dev, gathered, weight, rows,
+                                                       parts);
+  check_launch("ce_combine");
+  double total = 0.0;
+  cudaError_t e = cudaMemcpyAsync(&total, total_dev, sizeof(double), cudaMemcpyDeviceToHost, stream);
+  DENDRITE_CHECK(e == cudaSuccess, "ce_combine: cudaMemcpyAsync of the loss sum failed: ",
+                 cudaGetErrorString(e));
+  e = cudaStreamSynchronize(stream);
+  DENDRITE_CHECK(e == cudaSuccess, "ce_combine: cudaStreamSynchronize failed: ",
+                 cudaGetErrorString(e));
+  return total;
+}
+
+void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const float* weight,
+                double denominator, int rows, int Vloc, int v0, int V, cudaStream_t stream) {
+  check_part("ce_dlogits", rows, Vloc, v0, V);
+  DENDRITE_CHECK(std::isfinite(denominator) && denominator > 0.0,
+                 "ce_dlogits: denominator=", denominator,
+                 " must be a positive count of supervised tokens");
+  if (rows == 0) return;
+  const dim3 grid(blocks_for(Vloc), unsigned(rows < 65535 ? rows : 65535));
+  ce_dlogits_kernel<<<grid, kThreads, 0, stream>>>(logits, lse, targets, weight, denominator, rows,
+                                                   Vloc, v0, real_columns(Vloc, v0, V));
+  check_launch("ce_dlogits");
+}
+
+}  // namespace dendrite::cuda

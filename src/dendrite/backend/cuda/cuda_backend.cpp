@@ -1,0 +1,443 @@
+// The CUDA backend: the seam of backend/backend.h on one NVIDIA GPU per rank.
+// Memory is device memory (cudaMalloc, counted: device_bytes()); every op is
+// enqueued on one compute stream; events are CUDA events on it. GEMMs go
+// through cuBLASLt (gemm.h), the rest through the kernels of kernels.h. The
+// collectives reach device memory through the staged transport
+// (staged_communicator.h) until the NCCL communicator exists.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dendrite/backend/backend.h"
+#include "dendrite/backend/cuda/gemm.h"
+#include "dendrite/backend/cuda/kernels.h"
+#include "dendrite/backend/cuda/staged_communicator.h"
+#include "dendrite/core/check.h"
+#include "dendrite/core/rng.h"
+
+namespace dendrite {
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // no driver or no device: clear the error, report none
+    return 0;
+  }
+  return n;
+}
+
+namespace {
+
+void check_cuda(cudaError_t e, const char* call) {
+  DENDRITE_CHECK(e == cudaSuccess, "cuda: ", call, " failed: ", cudaGetErrorString(e));
+}
+
+// The two operands of one product are of one type.
+bool both_bf16(Operand a, Operand b, const char* op) {
+  DENDRITE_CHECK(a.is_bf16() == b.is_bf16(), op, ": operands of different precision");
+  return a.is_bf16();
+}
+
+const void* ptr(Operand o) {
+  return o.is_bf16() ? static_cast<const void*>(o.b16) : static_cast<const void*>(o.f32);
+}
+
+// Device memory shared by nobody: the staged transport moves its ranges.
+class DeviceArray final : public SharedArray {
+ public:
+  DeviceArray(Backend& be, int64_t n, DType t) : be_(be) {
+    n_ = n;
+    dtype_ = t;
+    bytes_ = static_cast<std::byte*>(be.allocate(std::max<size_t>(1, size_t(n) * dtype_size(t))));
+  }
+  ~DeviceArray() override { be_.release(bytes_); }
+  bool shared() const override { return false; }
+
+ private:
+  Backend& be_;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const BackendOptions& o) : gemm_(nullptr) {
+    const int count = cuda_device_count();
+    DENDRITE_CHECK(count > 0, "device: --device cuda, but no CUDA GPU is visible here ",
+                   "(cudaGetDeviceCount found none: no GPU, no driver, or CUDA_VISIBLE_DEVICES ",
+                   "hides them); run with --device cpu");
+    DENDRITE_CHECK(o.node_rank < count, "device: this is rank ", o.node_rank,
+                   " of its node, but the node has ", count, " GPU", count == 1 ? "" : "s",
+                   "; run one rank per GPU (mpirun -np ", count, " per node)");
+    device_ = o.node_rank;
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    cudaDeviceProp p{};
+    check_cuda(cudaGetDeviceProperties(&p, device_), "cudaGetDeviceProperties");
+    name_ = p.name;
+    total_ = p.totalGlobalMem;
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    for (cudaEvent_t& e : events_)
+      check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    gemm_ = std::make_unique<cuda::Gemm>(o.tf32);
+    tf32_ = o.tf32;
+    scratch_ = allocate(cuda::kScratchBytes);
+  }
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);
+    transports_.clear();
+    if (scratch_) cudaFree(scratch_);
+    gemm_.reset();
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+    cudaStreamDestroy(stream_);
+  }
+
+  Device device() const override { return Device::kCuda; }
+  std::string describe() const override {
+    return str("cuda:", device_, " (", name_, ", ", total_ >> 20, " MiB; fp32 GEMMs ",
+               tf32_ ? "in TF32" : "in full fp32", ")");
+  }
+  Communicator& transport(Communicator& world) override {
+    transports_.push_back(std::make_unique<cuda::StagedCommunicator>(world, *this));
+    return *transports_.back();
+  }
+  int64_t device_bytes() const override { return int64_t(allocated_); }
+  int64_t device_peak_bytes() const override { return int64_t(peak_); }
+
+  // ---- memory ----
+  void* allocate(size_t bytes) override {
+    bytes = (bytes + 255) / 256 * 256;
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      size_t free = 0, total = 0;
+      cudaMemGetInfo(&free, &total);
+      fail("cuda: out of device memory: asked for ", bytes >> 20, " MiB with ", free >> 20,
+           " MiB free of ", total >> 20, " MiB (", allocated_ >> 20, " MiB held by this run); ",
+           "use a smaller --batch or more --grad-accum micro-batches, a larger z, or --recompute");
+    }
+    check_cuda(cudaMemsetAsync(p, 0, bytes, stream_), "cudaMemsetAsync");
+    sizes_.push_back({p, bytes});
+    allocated_ += bytes;
+    peak_ = std::max(peak_, allocated_);
+    return p;
+  }
+  void release(void* p) override {
+    if (!p) return;
+    cudaStreamSynchronize(stream_);  // no kernel may still use it
+    for (size_t i = 0; i < sizes_.size(); ++i)
+      if (sizes_[i].first == p) {
+        allocated_ -= sizes_[i].second;
+        sizes_[i] = sizes_.back();
+        sizes_.pop_back();
+        break;
+      }
+    cudaFree(p);
+  }
+  void zero(void* p, size_t bytes) override {
+    check_cuda(cudaMemsetAsync(p, 0, bytes, stream_), "cudaMemsetAsync");
+  }
+  std::unique_ptr<SharedArray> allocate_shared(Communicator&, int64_t n, DType t) override {
+    return std::make_unique<DeviceArray>(*this, n, t);
+  }
+  void upload(void* dst, const void* host, size_t bytes) override {
+    if (!bytes) return;
+    check_cuda(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_),
+               "cudaMemcpyAsync (upload)");
+    synchronize("upload");
+  }
+  void download(void* host, const void* src, size_t bytes) override {
+    if (!bytes) return;
+    check_cuda(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_),
+               "cudaMemcpyAsync (download)");
+    synchronize("download");
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (!bytes || dst == src) return;
+    check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_),
+               "cudaMemcpyAsync (device to device)");
+  }
+
+  // ---- stream ----
+  Event record() override {
+    const Event e{++issued_};
+    check_cuda(cudaEventRecord(events_[e.seq % events_.size()], stream_), "cudaEventRecord");
+    return e;
+  }
+  void wait(Event e) override {
+    // An event recorded so long ago that its slot was reused has completed
+    // before the one now in the slot.
+    check_cuda(cudaEventSynchronize(events_[e.seq % events_.size()]),
+               "cudaEventSynchronize (a kernel before it failed)");
+  }
+
+  // ---- GEMMs ----
+  void gemm(bool ta, bool tb, int M, int N, int K, float alpha, Operand A, int lda, Operand B,
+            int ldb, float beta, float* C, int ldc) override {
+    const bool low = both_bf16(A, B, "gemm");
+    gemm_->run(ta, tb, M, N, K, alpha, ptr(A), lda, ptr(B), ldb, beta, C, ldc, low, stream_);
+  }
+  void linear_forward(float* y, Operand x, Operand w, const float* b, int m, int k,
+                      int n) override {
+    const bool low = both_bf16(x, w, "linear_forward");
+    gemm_->run(false, true, m, n, k, 1.0f, ptr(x), k, ptr(w), k, 0.0f, y, n, low, stream_);
+    if (b) cuda::add_bias(y, b, m, n, stream_);
+  }
+  void linear_backward_input(float* dx, Operand dy, Operand w, int m, int k, int n,
+                             bool accumulate) override {
+    const bool low = both_bf16(dy, w, "linear_backward_input");
+    gemm_->run(false, false, m, k, n, 1.0f, ptr(dy), n, ptr(w), k, accumulate ? 1.0f : 0.0f, dx,
+               k, low, stream_);
+  }
+  void linear_backward_weight(float* dw, Operand dy, Operand x, int m, int k, int n,
+                              bool accumulate) override {
+    const bool low = both_bf16(dy, x, "linear_backward_weight");
+    gemm_->run(true, false, n, k, m, 1.0f, ptr(dy), n, ptr(x), k, accumulate ? 1.0f : 0.0f, dw, k,
+               low, stream_);
+  }
+  void add_bias(float* y, const float* b, int m, int n) override {
+    cuda::add_bias(y, b, m, n, stream_);
+  }
+  void add_column_sums(float* db, const float* dy, int m, int n) override {
+    cuda::add_column_sums(db, dy, m, n, stream_);
+  }
+  bool bf16_native() const override { return true; }
+  std::string bf16_missing() const override { return ""; }
+  void set_gemm_tuning(bool) override {}  // cuBLASLt's algorithm is fixed per shape (gemm.h)
+  std::vector<ops::GemmChoice> gemm_choices() const override { return {}; }
+  double gemm_tuning_seconds() const override { return 0; }
+  double peak_gflops(Precision p, int, double seconds) override {
+    // A large square product, timed with events: the rate MFU divides by.
+    const int n = 8192;
+    const bool low = p == Precision::kBF16;
+    const size_t elem = low ? 2 : 4;
+    void* a = allocate(size_t(n) * n * elem);
+    void* b = allocate(size_t(n) * n * elem);
+    float* c = static_cast<float*>(allocate(size_t(n) * n * 4));
+    {  // random operands: products of zeros run faster than real data
+      std::vector<float> host(size_t(n) * n);
+      for (size_t i = 0; i < host.size(); ++i)
+        host[i] = float(random_normal(1, 99, uint64_t(i)));
+      std::vector<bf16> low16(low ? host.size() : 0);
+      for (size_t i = 0; i < low16.size(); ++i) low16[i] = dendrite::to_bf16(host[i]);
+      const void* src = low ? static_cast<const void*>(low16.data()) : host.data();
+      upload(a, src, size_t(n) * n * elem);
+      upload(b, src, size_t(n) * n * elem);
+    }
+    auto product = [&] { gemm_->run(false, true, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n, low, stream_); };
+    product();  // warm-up: the plan and the clocks
+    cudaEvent_t t0, t1;
+    check_cuda(cudaEventCreate(&t0), "cudaEventCreate");
+    check_cuda(cudaEventCreate(&t1), "cudaEventCreate");
+    int reps = 0;
+    float ms = 0;
+    check_cuda(cudaEventRecord(t0, stream_), "cudaEventRecord");
+    do {
+      for (int i = 0; i < 5; ++i, ++reps) product();
+      check_cuda(cudaEventRecord(t1, stream_), "cudaEventRecord");
+      check_cuda(cudaEventSynchronize(t1), "cudaEventSynchronize (GEMM peak)");
+      check_cuda(cudaEventElapsedTime(&ms, t0, t1), "cudaEventElapsedTime");
+    } while (ms < seconds * 1e3 && reps < 1000);
+    cudaEventDestroy(t0);
+    cudaEventDestroy(t1);
+    release(a);
+    release(b);
+    release(c);
+    return 2.0 * double(n) * n * n * reps / (ms * 1e-3) / 1e9;
+  }
+
+  // ---- norms ----
+  void layernorm_row_sums(double* sums, const float* x, int m, int c) override {
+    cuda::layernorm_row_sums(sums, x, m, c, stream_);
+  }
+  void layernorm_apply(float* y, float* mean, float* rstd, const double* sums, const float* x,
+                       const float* gamma, const float* beta, int m, int c, int c_total,
+                       float eps) override {
+    cuda::layernorm_apply(y, mean, rstd, sums, x, gamma, beta, m, c, c_total, eps, stream_);
+  }
+  void layernorm_backward_sums(double* sums, const float* dy, const float* x, const float* mean,
+                               const float* rstd, const float* gamma, int m, int c) override {
+    cuda::layernorm_backward_sums(sums, dy, x, mean, rstd, gamma, m, c, stream_);
+  }
+  void layernorm_backward_apply(float* dx, float* dgamma, float* dbeta, const double* sums,
+                                const float* dy, const float* x, const float* mean,
+                                const float* rstd, const float* gamma, int m, int c,
+                                int c_total) override {
+    cuda::layernorm_backward_apply(dx, dgamma, dbeta, sums, dy, x, mean, rstd, gamma, m, c,
+                                   c_total, stream_);
+  }
+  void rmsnorm_row_sums(double* sums, const float* x, int m, int c) override {
+    cuda::rmsnorm_row_sums(sums, x, m, c, stream_);
+  }
+  void rmsnorm_apply(float* y, float* rstd, const double* sums, const float* x, const float* gamma,
+                     int m, int c, int c_total, float eps) override {
+    cuda::rmsnorm_apply(y, rstd, sums, x, gamma, m, c, c_total, eps, stream_);
+  }
+  void rmsnorm_backward_sums(double* sums, const float* dy, const float* x, const float* gamma,
+                             int m, int c) override {
+    cuda::rmsnorm_backward_sums(sums, dy, x, gamma, m, c, stream_);
+  }
+  void rmsnorm_backward_apply(float* dx, float* dgamma, const double* sums, const float* dy,
+                              const float* x, const float* rstd, const float* gamma, int m, int c,
+                              int c_total) override {
+    cuda::rmsnorm_backward_apply(dx, dgamma, sums, dy, x, rstd, gamma, m, c, c_total, stream_);
+  }
+
+  // ---- elementwise ----
+  void gelu_forward(float* y, const float* x, long n) override {
+    cuda::gelu_forward(y, x, n, stream_);
+  }
+  void gelu_backward(float* dx, const float* dy, const float* x, long n) override {
+    cuda::gelu_backward(dx, dy, x, n, stream_);
+  }
+  void swiglu_forward(float* y, const float* gate, const float* up, long n) override {
+    cuda::swiglu_forward(y, gate, up, n, stream_);
+  }
+  void swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate,
+                       const float* up, long n) override {
+    cuda::swiglu_backward(dgate, dup, dy, gate, up, n, stream_);
+  }
+  void add(float* y, const float* a, const float* b, long n) override {
+    cuda::add(y, a, b, n, stream_);
+  }
+  void add_inplace(float* y, const float* x, long n) override {
+    cuda::add_inplace(y, x, n, stream_);
+  }
+
+  // ---- attention ----
+  void attention_forward(float* out, float* lse, Operand q, Operand k, Operand v,
+                         const ops::AttentionShape& s) override {
+    if (both_bf16(q, k, "attention_forward") && both_bf16(k, v, "attention_forward"))
+      cuda::attention_forward(out, lse, q.b16, k.b16, v.b16, s, stream_);
+    else
+      cuda::attention_forward(out, lse, q.f32, k.f32, v.f32, s, stream_);
+  }
+  void attention_backward(float* dq, float* dk, float* dv, const float* dout, Operand out,
+                          const float* lse, Operand q, Operand k, Operand v,
+                          const ops::AttentionShape& s) override {
+    if (both_bf16(q, k, "attention_backward") && both_bf16(v, out, "attention_backward") &&
+        both_bf16(q, v, "attention_backward"))
+      cuda::attention_backward(dq, dk, dv, dout, out.b16, lse, q.b16, k.b16, v.b16, s, stream_);
+    else
+      cuda::attention_backward(dq, dk, dv, dout, out.f32, lse, q.f32, k.f32, v.f32, s, stream_);
+  }
+  void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, float theta) override {
+    cuda::rope_forward(x, B, T, nheads, hs, stride, theta, stream_);
+  }
+  void rope_backward(float* dx, int B, int T, int nheads, int hs, int stride,
+                     float theta) override {
+    cuda::rope_backward(dx, B, T, nheads, hs, stride, theta, stream_);
+  }
+
+  // ---- conversions ----
+  void to_bf16(bf16* out, const float* in, int64_t n) override {
+    cuda::to_bf16(out, in, n, stream_);
+  }
+  void to_float(float* out, const bf16* in, int64_t n) override {
+    cuda::to_float(out, in, n, stream_);
+  }
+
+  // ---- loss ----
+  void ce_local_stats(float* stats, const float* logits, const int32_t* targets,
+                      const float* weight, int rows, int Vloc, int v0, int V) override {
+    cuda::ce_local_stats(stats, logits, targets, weight, rows, Vloc, v0, V, stream_);
+  }
+  double ce_combine(float* lse, const float* gathered, const float* weight, int rows,
+                    int parts) override {
+    return cuda::ce_combine(lse, gathered, weight, rows, parts, scratch_, stream_);
+  }
+  void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const float* weight,
+                  double denominator, int rows, int Vloc, int v0, int V) override {
+    cuda::ce_dlogits(logits, lse, targets, weight, denominator, rows, Vloc, v0, V, stream_);
+  }
+
+  // ---- embeddings ----
+  void embedding_range_forward(float* out, const int32_t* tokens, Operand w, int v0, int rows,
+                               int m, int C) override {
+    if (w.is_bf16())
+      cuda::embedding_range_forward(out, tokens, w.b16, v0, rows, m, C, stream_);
+    else
+      cuda::embedding_range_forward(out, tokens, w.f32, v0, rows, m, C, stream_);
+  }
+  void embedding_range_backward(float* dw, const float* dout, const int32_t* tokens, int v0,
+                                int rows, int m, int C) override {
+    cuda::embedding_range_backward(dw, dout, tokens, v0, rows, m, C, stream_);
+  }
+  void embedding_chunk_forward(float* out, const int32_t* tokens, Operand chunk, int64_t c0,
+                               int64_t n, int v0, int rows, int m, int C) override {
+    if (chunk.is_bf16())
+      cuda::embedding_chunk_forward(out, tokens, chunk.b16, c0, n, v0, rows, m, C, stream_);
+    else
+      cuda::embedding_chunk_forward(out, tokens, chunk.f32, c0, n, v0, rows, m, C, stream_);
+  }
+  void embedding_chunk_backward(float* dchunk, const float* dout, const int32_t* tokens,
+                                int64_t c0, int64_t n, int v0, int rows, int m, int C) override {
+    cuda::embedding_chunk_backward(dchunk, dout, tokens, c0, n, v0, rows, m, C, stream_);
+  }
+  void position_add(float* out, Operand wpe, int m, int T, int C) override {
+    if (wpe.is_bf16())
+      cuda::position_add(out, wpe.b16, m, T, C, stream_);
+    else
+      cuda::position_add(out, wpe.f32, m, T, C, stream_);
+  }
+  void position_backward(float* dwpe, const float* dout, int m, int T, int C) override {
+    cuda::position_backward(dwpe, dout, m, T, C, stream_);
+  }
+
+  // ---- optimizer ----
+  void adamw_update(float* param, const float* grad, float* m, float* v, long n, float lr,
+                    int step, bool decay, const ops::AdamWConfig& c, float grad_scale,
+                    bf16* param_bf16) override {
+    cuda::adamw_update(param, grad, m, v, n, lr, step, decay, c, grad_scale, param_bf16, stream_);
+  }
+  double sum_squares(const float* g, long n) override {
+    return cuda::sum_squares(g, n, scratch_, stream_);
+  }
+  void scale(float* g, float s, long n) override { cuda::scale(g, s, n, stream_); }
+
+  // ---- data movement ----
+  void fill(float* x, float value, int64_t n) override { cuda::fill(x, value, n, stream_); }
+  void copy_rows(float* dst, const float* src, int64_t rows, int64_t cols,
+                 int64_t src_stride) override {
+    cuda::copy_rows(dst, src, rows, cols, src_stride, stream_);
+  }
+  void interleave_vocab_parts(float* out, const float* parts, int num_parts, int m, int Vloc,
+                              int V) override {
+    cuda::interleave_vocab_parts(out, parts, num_parts, m, Vloc, V, stream_);
+  }
+  int64_t count_nonfinite(const float* x, int64_t n) override {
+    return cuda::count_nonfinite(x, n, scratch_, stream_);
+  }
+
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  void synchronize(const char* after) {
+    const cudaError_t e = cudaStreamSynchronize(stream_);
+    DENDRITE_CHECK(e == cudaSuccess, "cuda: a kernel before the ", after, " failed: ",
+                   cudaGetErrorString(e));
+  }
+
+  int device_ = 0;
+  std::string name_;
+  size_t total_ = 0;
+  bool tf32_ = true;
+  cudaStream_t stream_ = nullptr;
+  std::array<cudaEvent_t, 64> events_{};
+  uint64_t issued_ = 0;
+  std::unique_ptr<cuda::Gemm> gemm_;
+  void* scratch_ = nullptr;
+  std::vector<std::pair<void*, size_t>> sizes_;  // live allocations
+  size_t allocated_ = 0, peak_ = 0;
+  std::vector<std::unique_ptr<Communicator>> transports_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options) {
+  return std::make_unique<CudaBackend>(options);
+}
+
+}  // namespace dendrite

@@ -1,0 +1,499 @@
+// CUDA elementwise ops, fp32 <-> bf16 conversions, data movement, the bias
+// add and bias-gradient column sums, and the non-finite count (kernels.h;
+// semantics of ops/activation.h, convert.h, tensor.h and matmul.h).
+// Flat ops are grid-stride loops over int64 indices that move 4 values per
+// access (16 bytes of fp32) when every pointer is aligned for it, one value
+// per access otherwise; the per-element result is the same either way.
+// The activations use the CPU backend's exponential polynomial
+// (cpu/fast_math.h), so they follow the CPU formulas to the rounding.
+#include <cstdint>
+
+#include "dendrite/backend/cuda/common.cuh"
+#include "dendrite/core/check.h"
+
+namespace dendrite::cuda {
+
+namespace {
+
+void check_cuda(cudaError_t e, const char* call) {
+  DENDRITE_CHECK(e == cudaSuccess, "cuda: ", call, " failed: ", cudaGetErrorString(e));
+}
+
+// Whether every pointer is a multiple of `bytes` (null counts as aligned).
+template <class... P>
+bool aligned_to(uintptr_t bytes, const P*... p) {
+  return ((reinterpret_cast<uintptr_t>(p) % bytes == 0) && ...);
+}
+
+// ---- W consecutive values (W = 4: one vector access; p aligned for it)
+
+template <int W>
+__device__ __forceinline__ void load(float (&v)[W], const float* p) {
+  if constexpr (W == 4) {
+    const float4 t = *reinterpret_cast<const float4*>(p);
+    v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
+  } else {
+    v[0] = *p;
+  }
+}
+
+template <int W>
+__device__ __forceinline__ void load(float (&v)[W], const bf16* p) {
+  if constexpr (W == 4) {
+    const uint2 t = *reinterpret_cast<const uint2*>(p);  // little-endian: element 0 is the low half
+    v[0] = __uint_as_float(t.x << 16), v[1] = __uint_as_float(t.x & 0xffff0000u);
+    v[2] = __uint_as_float(t.y << 16), v[3] = __uint_as_float(t.y & 0xffff0000u);
+  } else {
+    v[0] = widen(*p);
+  }
+}
+
+template <int W>
+__device__ __forceinline__ void store(float* p, const float (&v)[W]) {
+  if constexpr (W == 4) {
+    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+  } else {
+    *p = v[0];
+  }
+}
+
+template <int W>
+__device__ __forceinline__ void store(bf16* p, const float (&v)[W]) {
+  if constexpr (W == 4) {
+    uint2 t;
+    t.x = uint32_t(round_bf16(v[0]).bits) | uint32_t(round_bf16(v[1]).bits) << 16;
+    t.y = uint32_t(round_bf16(v[2]).bits) | uint32_t(round_bf16(v[3]).bits) << 16;
+    *reinterpret_cast<uint2*>(p) = t;
+  } else {
+    *p = round_bf16(v[0]);
+  }
+}
+
+// ---- flat maps: op.apply<W>(i) handles values i .. i + W - 1
+
+template <class Op>
+__global__ void map4_kernel(Op op, int64_t n) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t n4 = n / 4;
+  for (int64_t q = t; q < n4; q += stride) op.template apply<4>(4 * q);
+  for (int64_t i = 4 * n4 + t; i < n; i += stride) op.template apply<1>(i);  // the < 4 left
+}
+
+template <class Op>
+__global__ void map1_kernel(Op op, int64_t n) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    op.template apply<1>(i);
+}
+
+// vec: every pointer of op is aligned for 4-value accesses.
+template <class Op>
+void launch_map(const Op& op, int64_t n, bool vec, cudaStream_t stream, const char* name) {
+  if (n <= 0) return;
+  if (vec)
+    map4_kernel<<<blocks_for((n + 3) / 4), kThreads, 0, stream>>>(op, n);
+  else
+    map1_kernel<<<blocks_for(n), kThreads, 0, stream>>>(op, n);
+  check_launch(name);
+}
+
+// ---- activations, as cpu/activation.cpp
+
+constexpr float kGeluS = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kGeluA = 0.044715f;
+
+// e^x as cpu::exp_approx (cpu/fast_math.h): the same clamp and polynomial.
+__device__ __forceinline__ float exp_approx(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  x = x > 88.0f ? 88.0f : x;
+  const float t = x * 1.44269504088896341f + 12582912.0f;
+  const int32_t n = __float_as_int(t) - 0x4B400000;
+  const float nf = t - 12582912.0f;
+  const float r = x - nf * 0.693359375f + nf * 2.12194440e-4f;  // x - n ln2, ln2 split in two
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  return p * __int_as_float((n + 127) << 23);
+}
+
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + exp_approx(-x)); }
+
+struct GeluForward {
+  float* y;
+  const float* x;
+  template <int W>
+  __device__ void apply(int64_t i) const {
+    float v[W];
+    load(v, x + i);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const float xi = v[k];
+      const float u = kGeluS * (xi + kGeluA * xi * xi * xi);
+      v[k] = xi * sigmoid(2.0f * u);
+    }
+    store(y + i, v);
+  }
+};
+
+// dx may alias dy: each value is read before it is written, by one thread.
+struct GeluBackward {
+  float* dx;
+  const float* dy;
+  const float* x;
+  template <int W>
+  __device__ void apply(int64_t i) const {
+    float d[W], v[W];
+    load(d, dy + i);
+    load(v, x + i);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const float xi = v[k];
+      const float u = kGeluS * (xi + kGeluA * xi * xi * xi);
+      const float du = kGeluS * (1.0f + 3.0f * kGeluA * xi * xi);
+      const float s = sigmoid(2.0f * u);  // 0.5 (1 + tanh u);  1 - tanh^2 u = 4 s (1 - s)
+      d[k] = d[k] * (s + 2.0f * xi * s * (1.0f - s) * du);
+    }
+    store(dx + i, d);
+  }
+};
+
+struct SwigluForward {
+  float* y;
+  const float* gate;
+  const float* up;
+  template <int W>
+  __device__ void apply(int64_t i) const {
+    float g[W], u[W];
+    load(g, gate + i);
+    load(u, up + i);
+#pragma unroll
+    for (int k = 0; k < W; ++k) g[k] = g[k] * sigmoid(g[k]) * u[k];
+    store(y + i, g);
+  }
+};
+
+struct SwigluBackward {
+  float* dgate;
+  float* dup;
+  const float* dy;
+  const float* gate;
+  const float* up;
+  template <int W>
+  __device__ void apply(int64_t i) const {
+    float g[W], u[W], d[W], dg[W], du[W];
+    load(g, gate + i);
+    load(u, up + i);
+    load(d, dy + i);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const float s = sigmoid(g[k]);
+      du[k] = d[k] * g[k] * s;
+      dg[k] = d[k] * u[k] * s * (1.0f + g[k] * (1.0f - s));
+    }
+    store(dup + i, du);
+    store(dgate + i, dg);
+  }
+};
+
+// y may alias a or b.
+struct Add {
+  float* y;
+  const float* a;
+  const float* b;
+  template <int W>
+  __device__ void apply(int64_t i) const {
+    float va[W], vb[W];
+    load(va, a + i);
+    load(vb, b + i);
+#pragma unroll
+    for (int k = 0; k < W; ++k) va[k] += vb[k];
+    store(y + i, va);
+  }
+};
+
+struct AddInplace {
+  float* y;
+  const float* x;
+  template <int W>
+  __device__ void apply(int64_t i) const {
+    float vy[W], vx[W];
+    load(vy, y + i);
+    load(vx, x + i);
+#pragma unroll
+    for (int k = 0; k < W; ++k) vy[k] += vx[k];
+    store(y + i, vy);
+  }
+};
+
+struct ToBf16 {
+  bf16* out;
+  const float* in;
+  template <int W>
+  __device__ void apply(int64_t i) const {
+    float v[W];
+    load(v, in + i);
+    store(out + i, v);
+  }
+};
+
+struct ToFloat {
+  float* out;
+  const bf16* in;
+  template <int W>
+  __device__ void apply(int64_t i) const {
+    float v[W];
+    load(v, in + i);
+    store(out + i, v);
+  }
+};
+
+struct Fill {
+  float* x;
+  float value;
+  template <int W>
+  __device__ void apply(int64_t i) const {
+    float v[W];
+#pragma unroll
+    for (int k = 0; k < W; ++k) v[k] = value;
+    store(x + i, v);
+  }
+};
+
+// ---- row-structured data movement. A flat grid-stride loop over the units
+// (W values) of rows x cols_u, each thread stepping its (row, column) by the
+// grid's stride without dividing per value.
+
+// dst[r, :] = src[r * src_stride, :]; cols_u = cols / W, strides in floats.
+template <int W>
+__global__ void copy_rows_kernel(float* dst, const float* src, int64_t rows, int64_t cols_u,
+                                 int64_t cols, int64_t src_stride) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t dr = stride / cols_u, dj = stride % cols_u;
+  int64_t r = t / cols_u, j = t % cols_u;
+  while (r < rows) {
+    float v[W];
+    load(v, src + r * src_stride + j * W);
+    store(dst + r * cols + j * W, v);
+    r += dr, j += dj;
+    if (j >= cols_u) j -= cols_u, ++r;
+  }
+}
+
+// y[r, :] += b over the m x n_u units of y.
+template <int W>
+__global__ void add_bias_kernel(float* y, const float* b, int64_t units, int64_t n_u) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t dj = stride % n_u;
+  int64_t j = t % n_u;
+  for (int64_t e = t; e < units; e += stride) {
+    float vy[W], vb[W];
+    load(vy, y + e * W);
+    load(vb, b + j * W);
+#pragma unroll
+    for (int k = 0; k < W; ++k) vy[k] += vb[k];
+    store(y + e * W, vy);
+    j += dj;
+    if (j >= n_u) j -= n_u;
+  }
+}
+
+// Part blockIdx.z: out[r, p Vloc + j] = parts[p][r, j] for j < its real ids.
+__global__ void interleave_vocab_parts_kernel(float* out, const float* parts, int m, int Vloc,
+                                              int V) {
+  const int p = blockIdx.z;
+  const int ids = min(Vloc, V - p * Vloc);  // real ids in this part (the rest is padding)
+  for (int r = blockIdx.y; r < m; r += gridDim.y) {
+    const float* src = parts + (int64_t(p) * m + r) * Vloc;
+    float* dst = out + int64_t(r) * V + int64_t(p) * Vloc;
+    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < ids; j += gridDim.x * blockDim.x)
+      dst[j] = src[j];
+  }
+}
+
+// ---- column sums: one block per kTileCols columns; row group ty of the
+// block sums rows ty, ty + kRowGroups, ... in order (kRowsAhead rows loaded
+// before they are added), then the groups' sums are added as a fixed tree.
+// The order depends on nothing but m, so the bits are the same every run.
+
+constexpr int kTileCols = 8;     // columns per block: a warp reads 4 rows x 32 bytes
+constexpr int kRowGroups = 128;  // row groups per block (blockDim = kTileCols x kRowGroups)
+constexpr int kRowsAhead = 4;    // rows each thread loads before adding them
+
+// The sum of v over the row groups of each column, a fixed tree; valid in row group 0.
+__device__ __forceinline__ float column_total(float v, float (*shared)[kTileCols]) {
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  shared[ty][tx] = v;
+  __syncthreads();
+#pragma unroll
+  for (int s = kRowGroups / 2; s > 0; s >>= 1) {
+    if (ty < s) shared[ty][tx] += shared[ty + s][tx];
+    __syncthreads();
+  }
+  return shared[0][tx];
+}
+
+__global__ void __launch_bounds__(kTileCols* kRowGroups)
+    add_column_sums_kernel(float* db, const float* __restrict__ dy, int m, int n) {
+  __shared__ float shared[kRowGroups][kTileCols];
+  const int j = blockIdx.x * kTileCols + threadIdx.x;
+  const bool col = j < n;
+  float acc = 0.0f;
+  for (int r0 = threadIdx.y; r0 < m; r0 += kRowGroups * kRowsAhead) {
+    float v[kRowsAhead];
+#pragma unroll
+    for (int k = 0; k < kRowsAhead; ++k) {
+      const int r = r0 + k * kRowGroups;
+      v[k] = col && r < m ? dy[int64_t(r) * n + j] : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < kRowsAhead; ++k)
+      if (r0 + k * kRowGroups < m) acc += v[k];
+  }
+  const float total = column_total(acc, shared);
+  if (threadIdx.y == 0 && col) db[j] += total;
+}
+
+// ---- the non-finite count: a fixed grid of per-block counts, then one block
+// adds them (integers: exact in any order; the order is fixed all the same).
+
+constexpr int kReduceBlocks = 1024;  // at most this many first-stage blocks
+static_assert((kReduceBlocks + 1) * sizeof(long long) <= kScratchBytes);
+
+__device__ __forceinline__ long long nonfinite(float v) {
+  return (__float_as_uint(v) & 0x7f800000u) == 0x7f800000u;  // exponent all ones: inf or NaN
+}
+
+__global__ void count_nonfinite_kernel(long long* partial, const float* x, int64_t n, bool vec) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  long long bad = 0;
+  if (vec) {
+    const int64_t n4 = n / 4;
+    for (int64_t q = t; q < n4; q += stride) {
+      float v[4];
+      load(v, x + 4 * q);
+      bad += nonfinite(v[0]) + nonfinite(v[1]) + nonfinite(v[2]) + nonfinite(v[3]);
+    }
+    for (int64_t i = 4 * n4 + t; i < n; i += stride) bad += nonfinite(x[i]);
+  } else {
+    for (int64_t i = t; i < n; i += stride) bad += nonfinite(x[i]);
+  }
+  __shared__ long long shared[32];
+  bad = block_sum(bad, shared);
+  if (threadIdx.x == 0) partial[blockIdx.x] = bad;
+}
+
+__global__ void sum_counts_kernel(long long* total, const long long* partial, int count) {
+  long long s = 0;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) s += partial[i];
+  __shared__ long long shared[32];
+  s = block_sum(s, shared);
+  if (threadIdx.x == 0) *total = s;
+}
+
+}  // namespace
+
+void gelu_forward(float* y, const float* x, long n, cudaStream_t stream) {
+  launch_map(GeluForward{y, x}, n, aligned_to(16, y, x), stream, "gelu_forward");
+}
+
+void gelu_backward(float* dx, const float* dy, const float* x, long n, cudaStream_t stream) {
+  launch_map(GeluBackward{dx, dy, x}, n, aligned_to(16, dx, dy, x), stream, "gelu_backward");
+}
+
+void swiglu_forward(float* y, const float* gate, const float* up, long n, cudaStream_t stream) {
+  launch_map(SwigluForward{y, gate, up}, n, aligned_to(16, y, gate, up), stream,
+             "swiglu_forward");
+}
+
+void swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate, const float* up,
+                     long n, cudaStream_t stream) {
+  launch_map(SwigluBackward{dgate, dup, dy, gate, up}, n, aligned_to(16, dgate, dup, dy, gate, up),
+             stream, "swiglu_backward");
+}
+
+void add(float* y, const float* a, const float* b, long n, cudaStream_t stream) {
+  launch_map(Add{y, a, b}, n, aligned_to(16, y, a, b), stream, "add");
+}
+
+void add_inplace(float* y, const float* x, long n, cudaStream_t stream) {
+  launch_map(AddInplace{y, x}, n, aligned_to(16, y, x), stream, "add_inplace");
+}
+
+void to_bf16(bf16* out, const float* in, int64_t n, cudaStream_t stream) {
+  launch_map(ToBf16{out, in}, n, aligned_to(8, out) && aligned_to(16, in), stream, "to_bf16");
+}
+
+void to_float(float* out, const bf16* in, int64_t n, cudaStream_t stream) {
+  launch_map(ToFloat{out, in}, n, aligned_to(16, out) && aligned_to(8, in), stream, "to_float");
+}
+
+void fill(float* x, float value, int64_t n, cudaStream_t stream) {
+  launch_map(Fill{x, value}, n, aligned_to(16, x), stream, "fill");
+}
+
+void copy_rows(float* dst, const float* src, int64_t rows, int64_t cols, int64_t src_stride,
+               cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  if (cols % 4 == 0 && src_stride % 4 == 0 && aligned_to(16, dst, src)) {
+    copy_rows_kernel<4><<<blocks_for(rows * (cols / 4)), kThreads, 0, stream>>>(
+        dst, src, rows, cols / 4, cols, src_stride);
+  } else {
+    copy_rows_kernel<1><<<blocks_for(rows * cols), kThreads, 0, stream>>>(dst, src, rows, cols,
+                                                                         cols, src_stride);
+  }
+  check_launch("copy_rows");
+}
+
+void interleave_vocab_parts(float* out, const float* parts, int num_parts, int m, int Vloc, int V,
+                            cudaStream_t stream) {
+  if (num_parts <= 0 || m <= 0 || Vloc <= 0) return;
+  DENDRITE_CHECK(num_parts <= 65535, "interleave_vocab_parts: at most 65535 parts on cuda, got ",
+                 num_parts);
+  const dim3 grid(blocks_for(Vloc), unsigned(m < 65535 ? m : 65535), unsigned(num_parts));
+  interleave_vocab_parts_kernel<<<grid, kThreads, 0, stream>>>(out, parts, m, Vloc, V);
+  check_launch("interleave_vocab_parts");
+}
+
+void add_bias(float* y, const float* b, int m, int n, cudaStream_t stream) {
+  if (m <= 0 || n <= 0) return;
+  const int64_t total = int64_t(m) * n;
+  if (n % 4 == 0 && aligned_to(16, y, b))
+    add_bias_kernel<4><<<blocks_for(total / 4), kThreads, 0, stream>>>(y, b, total / 4, n / 4);
+  else
+    add_bias_kernel<1><<<blocks_for(total), kThreads, 0, stream>>>(y, b, total, n);
+  check_launch("add_bias");
+}
+
+void add_column_sums(float* db, const float* dy, int m, int n, cudaStream_t stream) {
+  if (m <= 0 || n <= 0) return;
+  const dim3 block(kTileCols, kRowGroups);
+  add_column_sums_kernel<<<unsigned((n + kTileCols - 1) / kTileCols), block, 0, stream>>>(db, dy,
+                                                                                         m, n);
+  check_launch("add_column_sums");
+}
+
+int64_t count_nonfinite(const float* x, int64_t n, void* scratch, cudaStream_t stream) {
+  if (n <= 0) return 0;
+  auto* partial = static_cast<long long*>(scratch);  // [kReduceBlocks] counts, then the total
+  long long* total = partial + kReduceBlocks;
+  const unsigned blocks = blocks_for((n + 3) / 4, kThreads, kReduceBlocks);
+  count_nonfinite_kernel<<<blocks, kThreads, 0, stream>>>(partial, x, n, aligned_to(16, x));
+  check_launch("count_nonfinite");
+  sum_counts_kernel<<<1, kThreads, 0, stream>>>(total, partial, int(blocks));
+  check_launch("count_nonfinite (sum of counts)");
+  long long result = 0;
+  check_cuda(cudaMemcpyAsync(&result, total, sizeof result, cudaMemcpyDeviceToHost, stream),
+             "cudaMemcpyAsync (count_nonfinite result to host)");
+  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (count_nonfinite)");
+  return result;
+}
+
+}  // namespace dendrite::cuda

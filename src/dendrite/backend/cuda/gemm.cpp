@@ -1,0 +1,121 @@
+// cuBLASLt GEMMs (gemm.h). cuBLASLt is column-major: the row-major product
+// C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T, in which each stored
+// row-major matrix is its own column-major transpose, so the operands swap
+// and keep their transpose flags.
+#include "dendrite/backend/cuda/gemm.h"
+
+#include <algorithm>
+
+#include "dendrite/core/check.h"
+
+namespace dendrite::cuda {
+
+namespace {
+
+void check(cublasStatus_t s, const char* call) {
+  DENDRITE_CHECK(s == CUBLAS_STATUS_SUCCESS, "cuda: ", call, " failed: ",
+                 cublasLtGetStatusString(s));
+}
+
+// The largest power of two (up to 16) dividing the address.
+int alignment(const void* p) {
+  const auto u = reinterpret_cast<uintptr_t>(p);
+  int a = 16;
+  while (a > 1 && u % a) a /= 2;
+  return a;
+}
+
+}  // namespace
+
+Gemm::Gemm(bool tf32) : tf32_(tf32) {
+  check(cublasLtCreate(&handle_), "cublasLtCreate");
+  const cudaError_t e = cudaMalloc(&workspace_, workspace_bytes_);
+  DENDRITE_CHECK(e == cudaSuccess, "cuda: cudaMalloc of the ", workspace_bytes_ >> 20,
+                 " MB GEMM workspace failed: ", cudaGetErrorString(e));
+}
+
+Gemm::~Gemm() {
+  for (auto& [k, p] : plans_) {
+    cublasLtMatrixLayoutDestroy(p.a);
+    cublasLtMatrixLayoutDestroy(p.b);
+    cublasLtMatrixLayoutDestroy(p.c);
+    cublasLtMatmulDescDestroy(p.op);
+  }
+  cudaFree(workspace_);
+  cublasLtDestroy(handle_);
+}
+
+const Gemm::Plan& Gemm::plan(const Key& k) {
+  auto it = plans_.find(k);
+  if (it != plans_.end()) return it->second;
+  Plan p;
+  const cublasComputeType_t compute =
+      !k.bf16 && tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  check(cublasLtMatmulDescCreate(&p.op, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  // First operand: B (trans_b), second: A (trans_a); the result C^T [N, M].
+  const cublasOperation_t first = k.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t second = k.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &first, sizeof(first)),
+        "cublasLtMatmulDescSetAttribute(TRANSA)");
+  check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &second, sizeof(second)),
+        "cublasLtMatmulDescSetAttribute(TRANSB)");
+  const cudaDataType_t in = k.bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  // Column-major shapes of the stored matrices: B is [K, N] (or [N, K] when
+  // trans_b) row-major, so [N, K] (or [K, N]) column-major; A likewise.
+  check(cublasLtMatrixLayoutCreate(&p.b, in, k.tb ? k.K : k.N, k.tb ? k.N : k.K, k.ldb),
+        "cublasLtMatrixLayoutCreate(B)");
+  check(cublasLtMatrixLayoutCreate(&p.a, in, k.ta ? k.M : k.K, k.ta ? k.K : k.M, k.lda),
+        "cublasLtMatrixLayoutCreate(A)");
+  check(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, k.N, k.M, k.ldc),
+        "cublasLtMatrixLayoutCreate(C)");
+  cublasLtMatmulPreference_t pref;
+  check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                             &workspace_bytes_, sizeof(workspace_bytes_)),
+        "cublasLtMatmulPreferenceSetAttribute(workspace)");
+  // Deterministic: no split-K reductions through atomics or another buffer.
+  const uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                             &scheme, sizeof(scheme)),
+        "cublasLtMatmulPreferenceSetAttribute(reduction scheme)");
+  const uint32_t align = uint32_t(k.align);
+  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    check(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)),
+          "cublasLtMatmulPreferenceSetAttribute(alignment)");
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  check(cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.b, p.a, p.c, p.c, pref, 1, &result, &found),
+        "cublasLtMatmulAlgoGetHeuristic");
+  cublasLtMatmulPreferenceDestroy(pref);
+  DENDRITE_CHECK(found > 0, "cuda: cuBLASLt has no algorithm for the ", k.bf16 ? "bf16" : "fp32",
+                 " product ", k.M, "x", k.N, "x", k.K, " (", k.ta ? "T" : "N", k.tb ? "T" : "N",
+                 ", alignment ", k.align, " bytes)");
+  p.algo = result.algo;
+  p.workspace = result.workspaceSize;
+  return plans_.emplace(k, p).first->second;
+}
+
+void Gemm::run(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const void* A,
+               int lda, const void* B, int ldb, float beta, float* C, int ldc, bool bf16,
+               cudaStream_t stream) {
+  if (M == 0 || N == 0) return;
+  const int align = std::min(std::min(alignment(A), alignment(B)), alignment(C));
+  const Key k{trans_a, trans_b, bf16, beta != 0.0f, M, N, K, lda, ldb, ldc, align};
+  const Plan& p = plan(k);
+  check(cublasLtMatmul(handle_, p.op, &alpha, B, p.b, A, p.a, &beta, C, p.c, C, p.c, &p.algo,
+                       workspace_, p.workspace, stream),
+        "cublasLtMatmul");
+}
+
+std::vector<std::string> Gemm::shapes() const {
+  std::vector<std::string> out;
+  for (const auto& [k, p] : plans_)
+    out.push_back(str(k.ta ? "T" : "N", k.tb ? "T" : "N", " ", k.M, "x", k.N, "x", k.K,
+                      k.bf16 ? " bf16" : (tf32_ ? " tf32" : " fp32")));
+  return out;
+}
+
+}  // namespace dendrite::cuda

@@ -1,0 +1,117 @@
+// The CUDA backend's kernels (backend/cuda/*.cu), called by CudaBackend
+// (cuda_backend.cpp). Each function enqueues its work on `stream` and returns
+// at once, except those that return a value to the host, which wait for it.
+// Shapes, layouts and semantics are those of the op of the same name in
+// ops/*.h; bf16 is dendrite::bf16 (the upper half of an fp32), rounded from
+// fp32 to nearest-even as dendrite::to_bf16 does. Every kernel is
+// deterministic: no atomics in sums, reductions in a fixed order, so the
+// same inputs give the same bits on every run.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "dendrite/core/bf16.h"
+#include "dendrite/ops/attention.h"
+#include "dendrite/ops/optim.h"
+
+namespace dendrite::cuda {
+
+// Device scratch for the reductions that return a value to the host: at
+// least kScratchBytes, 256-byte aligned, owned by the caller and used by one
+// call at a time on its stream.
+constexpr size_t kScratchBytes = size_t(1) << 20;
+
+// ---- elementwise (elementwise.cu) ----
+void gelu_forward(float* y, const float* x, long n, cudaStream_t stream);
+void gelu_backward(float* dx, const float* dy, const float* x, long n, cudaStream_t stream);
+void swiglu_forward(float* y, const float* gate, const float* up, long n, cudaStream_t stream);
+void swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate, const float* up,
+                     long n, cudaStream_t stream);
+void add(float* y, const float* a, const float* b, long n, cudaStream_t stream);
+void add_inplace(float* y, const float* x, long n, cudaStream_t stream);
+void to_bf16(bf16* out, const float* in, int64_t n, cudaStream_t stream);
+void to_float(float* out, const bf16* in, int64_t n, cudaStream_t stream);
+void fill(float* x, float value, int64_t n, cudaStream_t stream);
+void copy_rows(float* dst, const float* src, int64_t rows, int64_t cols, int64_t src_stride,
+               cudaStream_t stream);
+void interleave_vocab_parts(float* out, const float* parts, int num_parts, int m, int Vloc, int V,
+                            cudaStream_t stream);
+void add_bias(float* y, const float* b, int m, int n, cudaStream_t stream);
+void add_column_sums(float* db, const float* dy, int m, int n, cudaStream_t stream);
+int64_t count_nonfinite(const float* x, int64_t n, void* scratch, cudaStream_t stream);
+
+// ---- norms (norm.cu) ----
+void layernorm_row_sums(double* sums, const float* x, int m, int c, cudaStream_t stream);
+void layernorm_apply(float* y, float* mean, float* rstd, const double* sums, const float* x,
+                     const float* gamma, const float* beta, int m, int c, int c_total, float eps,
+                     cudaStream_t stream);
+void layernorm_backward_sums(double* sums, const float* dy, const float* x, const float* mean,
+                             const float* rstd, const float* gamma, int m, int c,
+                             cudaStream_t stream);
+void layernorm_backward_apply(float* dx, float* dgamma, float* dbeta, const double* sums,
+                              const float* dy, const float* x, const float* mean,
+                              const float* rstd, const float* gamma, int m, int c, int c_total,
+                              cudaStream_t stream);
+void rmsnorm_row_sums(double* sums, const float* x, int m, int c, cudaStream_t stream);
+void rmsnorm_apply(float* y, float* rstd, const double* sums, const float* x, const float* gamma,
+                   int m, int c, int c_total, float eps, cudaStream_t stream);
+void rmsnorm_backward_sums(double* sums, const float* dy, const float* x, const float* gamma, int m,
+                           int c, cudaStream_t stream);
+void rmsnorm_backward_apply(float* dx, float* dgamma, const double* sums, const float* dy,
+                            const float* x, const float* rstd, const float* gamma, int m, int c,
+                            int c_total, cudaStream_t stream);
+
+// ---- optimizer (optim.cu) ----
+void adamw_update(float* param, const float* grad, float* m, float* v, long n, float lr, int step,
+                  bool decay, const ops::AdamWConfig& c, float grad_scale, bf16* param_bf16,
+                  cudaStream_t stream);
+double sum_squares(const float* g, long n, void* scratch, cudaStream_t stream);
+void scale(float* g, float s, long n, cudaStream_t stream);
+
+// ---- attention (attention.cu) ----
+void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                       const ops::AttentionShape& s, cudaStream_t stream);
+void attention_forward(float* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
+                       const ops::AttentionShape& s, cudaStream_t stream);
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                        const float* lse, const float* q, const float* k, const float* v,
+                        const ops::AttentionShape& s, cudaStream_t stream);
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const bf16* out,
+                        const float* lse, const bf16* q, const bf16* k, const bf16* v,
+                        const ops::AttentionShape& s, cudaStream_t stream);
+void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, float theta,
+                  cudaStream_t stream);
+void rope_backward(float* dx, int B, int T, int nheads, int hs, int stride, float theta,
+                   cudaStream_t stream);
+
+// ---- embeddings (embedding.cu) ----
+void embedding_range_forward(float* out, const int32_t* tokens, const float* w, int v0, int rows,
+                             int m, int C, cudaStream_t stream);
+void embedding_range_forward(float* out, const int32_t* tokens, const bf16* w, int v0, int rows,
+                             int m, int C, cudaStream_t stream);
+void embedding_range_backward(float* dw, const float* dout, const int32_t* tokens, int v0,
+                              int rows, int m, int C, cudaStream_t stream);
+void embedding_chunk_forward(float* out, const int32_t* tokens, const float* chunk, int64_t c0,
+                             int64_t n, int v0, int rows, int m, int C, cudaStream_t stream);
+void embedding_chunk_forward(float* out, const int32_t* tokens, const bf16* chunk, int64_t c0,
+                             int64_t n, int v0, int rows, int m, int C, cudaStream_t stream);
+void embedding_chunk_backward(float* dchunk, const float* dout, const int32_t* tokens, int64_t c0,
+                              int64_t n, int v0, int rows, int m, int C, cudaStream_t stream);
+void position_add(float* out, const float* wpe, int m, int T, int C, cudaStream_t stream);
+void position_add(float* out, const bf16* wpe, int m, int T, int C, cudaStream_t stream);
+void position_backward(float* dwpe, const float* dout, int m, int T, int C, cudaStream_t stream);
+
+// ---- the vocabulary-parallel loss (cross_entropy.cu) ----
+void ce_local_stats(float* stats, const float* logits, const int32_t* targets, const float* weight,
+                    int rows, int Vloc, int v0, int V, cudaStream_t stream);
+double ce_combine(float* lse, const float* gathered, const float* weight, int rows, int parts,
+                  void* scratch, cudaStream_t stream);
+void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const float* weight,
+                double denominator, int rows, int Vloc, int v0, int V, cudaStream_t stream);
+
+// A kernel launch's error, as an Error naming the kernel (cuda_check.cu).
+void check_launch(const char* kernel);
+
+}  // namespace dendrite::cuda

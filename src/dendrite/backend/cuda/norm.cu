@@ -1,0 +1,443 @@
+// CUDA LayerNorm and RMSNorm (kernels.h; semantics of ops/norm.h and
+// cpu/norm.cpp): per-row sums in double, an apply step from the summed sums.
+//
+// Row sums: one block per row. Thread t takes the groups of 4 columns
+// t, t + blockDim, ... (each group's values in column order) and adds them
+// into double accumulators, then block_sum adds the threads' sums as a fixed
+// tree. The block size depends only on c, and the 4-wide loads used when
+// the row is aligned read the same groups in the same order, so the bits
+// depend only on the inputs and c.
+// Forward apply: one warp per row (the row's scalars computed once per warp).
+// Backward apply: one block per kTileCols columns, all rows, so that it
+// writes dx and sums dgamma/dbeta over the rows without atomics: row group
+// ty of the block sums rows ty, ty + kRowGroups, ... in order, then the
+// groups are added as a fixed tree and added (+=) into dgamma/dbeta. Each
+// batch of rows has its row scalars (which divide in double) computed once
+// into shared memory.
+#include <cstdint>
+
+#include "dendrite/backend/cuda/common.cuh"
+#include "dendrite/core/check.h"
+
+namespace dendrite::cuda {
+
+namespace {
+
+void check_shapes(const char* op, int m, int c) {
+  DENDRITE_CHECK(m >= 0 && c > 0, op, ": need m >= 0 rows and c > 0 columns, got m=", m, " c=", c);
+}
+
+void check_split(const char* op, int m, int c, int c_total) {
+  check_shapes(op, m, c);
+  DENDRITE_CHECK(c_total >= c, op, ": c_total=", c_total, " is the full width and must be >= the",
+                 " local width c=", c, "; pass the unsplit model width");
+}
+
+// Whether every pointer is a multiple of `bytes` (null counts as aligned).
+template <class... P>
+bool aligned_to(uintptr_t bytes, const P*... p) {
+  return ((reinterpret_cast<uintptr_t>(p) % bytes == 0) && ...);
+}
+
+// Rows of c floats at these pointers allow 16-byte accesses.
+template <class... P>
+bool rows_aligned(int c, const P*... p) {
+  return c % 4 == 0 && aligned_to(16, p...);
+}
+
+template <int W>
+__device__ __forceinline__ void load(float (&v)[W], const float* p) {
+  if constexpr (W == 4) {
+    const float4 t = *reinterpret_cast<const float4*>(p);
+    v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
+  } else {
+    v[0] = *p;
+  }
+}
+
+template <int W>
+__device__ __forceinline__ void store(float* p, const float (&v)[W]) {
+  if constexpr (W == 4) {
+    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+  } else {
+    *p = v[0];
+  }
+}
+
+// ---- row sums
+
+// Threads per row-sum block: about 16 values a thread, 32 to 512.
+unsigned row_threads(int c) {
+  int t = (c + 15) / 16;
+  t = (t + 31) / 32 * 32;
+  return unsigned(t < 32 ? 32 : t > 512 ? 512 : t);
+}
+
+// sums[NS r .. NS r + NS - 1] = the row's sums; terms.add<W>(r, j, a, b)
+// adds the terms of columns j .. j + W - 1 in column order.
+template <int NS, class Terms>
+__global__ void row_sums_kernel(double* sums, Terms terms, int c, bool vec) {
+  const int r = blockIdx.x;
+  double a = 0.0, b = 0.0;
+  const int groups = (c + 3) / 4;
+  for (int q = threadIdx.x; q < groups; q += blockDim.x) {
+    const int j = 4 * q;
+    if (vec && j + 4 <= c) {
+      terms.template add<4>(r, j, a, b);
+    } else {
+      for (int k = 0; k < 4 && j + k < c; ++k) terms.template add<1>(r, j + k, a, b);
+    }
+  }
+  __shared__ double shared[32];
+  a = block_sum(a, shared);
+  if constexpr (NS == 2) b = block_sum(b, shared);
+  if (threadIdx.x == 0) {
+    sums[int64_t(NS) * r] = a;
+    if constexpr (NS == 2) sums[int64_t(NS) * r + 1] = b;
+  }
+}
+
+// {x, x^2}, exact in double
+struct LnSums {
+  const float* x;
+  int c;
+  template <int W>
+  __device__ void add(int r, int j, double& a, double& b) const {
+    float v[W];
+    load(v, x + int64_t(r) * c + j);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const double d = v[k];
+      a += d;
+      b += d * d;
+    }
+  }
+};
+
+// {g, g xhat}: g = dy gamma, xhat = (x - mean) rstd, float products as the CPU's
+struct LnBackwardSums {
+  const float* dy;
+  const float* x;
+  const float* mean;
+  const float* rstd;
+  const float* gamma;
+  int c;
+  template <int W>
+  __device__ void add(int r, int j, double& a, double& b) const {
+    const int64_t off = int64_t(r) * c + j;
+    const float mu = mean[r], rs = rstd[r];
+    float vd[W], vx[W], vg[W];
+    load(vd, dy + off);
+    load(vx, x + off);
+    load(vg, gamma + j);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const float g = vd[k] * vg[k];
+      a += double(g);
+      b += double(g * ((vx[k] - mu) * rs));
+    }
+  }
+};
+
+// x^2, exact in double
+struct RmsSums {
+  const float* x;
+  int c;
+  template <int W>
+  __device__ void add(int r, int j, double& a, double&) const {
+    float v[W];
+    load(v, x + int64_t(r) * c + j);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const double d = v[k];
+      a += d * d;
+    }
+  }
+};
+
+// dy gamma x, a float product as the CPU's
+struct RmsBackwardSums {
+  const float* dy;
+  const float* x;
+  const float* gamma;
+  int c;
+  template <int W>
+  __device__ void add(int r, int j, double& a, double&) const {
+    const int64_t off = int64_t(r) * c + j;
+    float vd[W], vx[W], vg[W];
+    load(vd, dy + off);
+    load(vx, x + off);
+    load(vg, gamma + j);
+#pragma unroll
+    for (int k = 0; k < W; ++k) a += double(vd[k] * vg[k] * vx[k]);
+  }
+};
+
+template <int NS, class Terms>
+void launch_row_sums(double* sums, const Terms& terms, int m, int c, bool vec,
+                     cudaStream_t stream, const char* name) {
+  if (m == 0) return;
+  row_sums_kernel<NS><<<unsigned(m), row_threads(c), 0, stream>>>(sums, terms, c, vec);
+  check_launch(name);
+}
+
+// ---- forward apply: one warp per row
+
+constexpr int kApplyRows = 8;  // rows (warps) per block of the apply kernels
+
+template <int W>
+__device__ __forceinline__ void ln_apply_row(float* y, const float* x, const float* gamma,
+                                             const float* beta, int c, float mu, float rs) {
+  for (int j = W * int(threadIdx.x & 31); j < c; j += 32 * W) {
+    float vx[W], vg[W], vb[W];
+    load(vx, x + j);
+    load(vg, gamma + j);
+    load(vb, beta + j);
+#pragma unroll
+    for (int k = 0; k < W; ++k) vx[k] = (vx[k] - mu) * rs * vg[k] + vb[k];
+    store(y + j, vx);
+  }
+}
+
+__global__ void layernorm_apply_kernel(float* y, float* mean, float* rstd, const double* sums,
+                                       const float* x, const float* gamma, const float* beta,
+                                       int m, int c, int c_total, float eps, bool vec) {
+  const int r = blockIdx.x * kApplyRows + threadIdx.x / 32;
+  if (r >= m) return;
+  const double mu = sums[2 * int64_t(r)] / c_total;
+  const double var = sums[2 * int64_t(r) + 1] / c_total - mu * mu;  // clamp rounding below 0
+  const float mu_f = float(mu);
+  const float rs = float(1.0 / sqrt((var > 0.0 ? var : 0.0) + eps));
+  const int64_t off = int64_t(r) * c;
+  if (vec)
+    ln_apply_row<4>(y + off, x + off, gamma, beta, c, mu_f, rs);
+  else
+    ln_apply_row<1>(y + off, x + off, gamma, beta, c, mu_f, rs);
+  if ((threadIdx.x & 31) == 0) mean[r] = mu_f, rstd[r] = rs;
+}
+
+template <int W>
+__device__ __forceinline__ void rms_apply_row(float* y, const float* x, const float* gamma, int c,
+                                              float rs) {
+  for (int j = W * int(threadIdx.x & 31); j < c; j += 32 * W) {
+    float vx[W], vg[W];
+    load(vx, x + j);
+    load(vg, gamma + j);
+#pragma unroll
+    for (int k = 0; k < W; ++k) vx[k] = vx[k] * rs * vg[k];
+    store(y + j, vx);
+  }
+}
+
+__global__ void rmsnorm_apply_kernel(float* y, float* rstd, const double* sums, const float* x,
+                                     const float* gamma, int m, int c, int c_total, float eps,
+                                     bool vec) {
+  const int r = blockIdx.x * kApplyRows + threadIdx.x / 32;
+  if (r >= m) return;
+  const float rs = float(1.0 / sqrt(sums[r] / c_total + eps));
+  const int64_t off = int64_t(r) * c;
+  if (vec)
+    rms_apply_row<4>(y + off, x + off, gamma, c, rs);
+  else
+    rms_apply_row<1>(y + off, x + off, gamma, c, rs);
+  if ((threadIdx.x & 31) == 0) rstd[r] = rs;
+}
+
+unsigned apply_blocks(int m) { return unsigned((int64_t(m) + kApplyRows - 1) / kApplyRows); }
+
+// ---- backward apply: one block per kTileCols columns over all rows
+
+constexpr int kTileCols = 8;     // columns per block: a warp reads 4 rows x 32 bytes
+constexpr int kRowGroups = 128;  // row groups per block (blockDim = kTileCols x kRowGroups)
+constexpr int kRowsAhead = 4;    // rows each thread loads per batch
+constexpr int kBatch = kRowGroups * kRowsAhead;  // rows per batch (scalars staged together)
+static_assert(kBatch <= kTileCols * kRowGroups, "one thread stages each row of a batch");
+
+// The sum of v over the row groups of each column, a fixed tree; every thread gets its column's.
+__device__ __forceinline__ float column_total(float v, float (*shared)[kTileCols]) {
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  __syncthreads();  // shared may still be read by a previous call
+  shared[ty][tx] = v;
+  __syncthreads();
+#pragma unroll
+  for (int s = kRowGroups / 2; s > 0; s >>= 1) {
+    if (ty < s) shared[ty][tx] += shared[ty + s][tx];
+    __syncthreads();
+  }
+  return shared[0][tx];
+}
+
+// dx = rstd (dy gamma - S1 / c_total - xhat S2 / c_total);  dgamma += sum_r dy xhat,
+// dbeta += sum_r dy (a null dgamma or dbeta is skipped, as on the CPU)
+__global__ void __launch_bounds__(kTileCols* kRowGroups)
+    layernorm_backward_apply_kernel(float* __restrict__ dx, float* dgamma, float* dbeta,
+                                    const double* __restrict__ sums,
+                                    const float* __restrict__ dy, const float* __restrict__ x,
+                                    const float* __restrict__ mean,
+                                    const float* __restrict__ rstd,
+                                    const float* __restrict__ gamma, int m, int c, int c_total) {
+  __shared__ float4 stats[kBatch];  // per row: mean, rstd, S1 / c_total, S2 / c_total
+  __shared__ float shared[kRowGroups][kTileCols];
+  const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * kTileCols + tx;
+  const int j = blockIdx.x * kTileCols + tx;
+  const bool col = j < c;
+  const float gj = col ? gamma[j] : 0.0f;
+  float acc_g = 0.0f, acc_b = 0.0f;
+  for (int r0 = 0; r0 < m; r0 += kBatch) {
+    if (tid < kBatch && r0 + tid < m) {
+      const int r = r0 + tid;
+      stats[tid] = make_float4(mean[r], rstd[r], float(sums[2 * int64_t(r)] / c_total),
+                               float(sums[2 * int64_t(r) + 1] / c_total));
+    }
+    __syncthreads();
+    float vd[kRowsAhead], vx[kRowsAhead];
+#pragma unroll
+    for (int k = 0; k < kRowsAhead; ++k) {
+      const int r = r0 + ty + k * kRowGroups;
+      const bool ok = col && r < m;
+      vd[k] = ok ? dy[int64_t(r) * c + j] : 0.0f;
+      vx[k] = ok ? x[int64_t(r) * c + j] : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < kRowsAhead; ++k) {
+      const int r = r0 + ty + k * kRowGroups;
+      if (col && r < m) {
+        const float4 s = stats[ty + k * kRowGroups];
+        const float xhat = (vx[k] - s.x) * s.y;
+        acc_g += vd[k] * xhat;
+        acc_b += vd[k];
+        dx[int64_t(r) * c + j] = s.y * (vd[k] * gj - s.z - xhat * s.w);
+      }
+    }
+    __syncthreads();  // stats are restaged next batch
+  }
+  if (dgamma) {
+    const float total_g = column_total(acc_g, shared);
+    if (ty == 0 && col) dgamma[j] += total_g;
+  }
+  if (dbeta) {
+    const float total_b = column_total(acc_b, shared);
+    if (ty == 0 && col) dbeta[j] += total_b;
+  }
+}
+
+// dx = rstd dy gamma - x rstd^3 S / c_total;  dgamma += sum_r dy x rstd (null: skipped)
+__global__ void __launch_bounds__(kTileCols* kRowGroups)
+    rmsnorm_backward_apply_kernel(float* __restrict__ dx, float* dgamma,
+                                  const double* __restrict__ sums, const float* __restrict__ dy,
+                                  const float* __restrict__ x, const float* __restrict__ rstd,
+                                  const float* __restrict__ gamma, int m, int c, int c_total) {
+  __shared__ float2 stats[kBatch];  // per row: rstd, rstd^3 S / c_total
+  __shared__ float shared[kRowGroups][kTileCols];
+  const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * kTileCols + tx;
+  const int j = blockIdx.x * kTileCols + tx;
+  const bool col = j < c;
+  const float gj = col ? gamma[j] : 0.0f;
+  float acc = 0.0f;
+  for (int r0 = 0; r0 < m; r0 += kBatch) {
+    if (tid < kBatch && r0 + tid < m) {
+      const int r = r0 + tid;
+      const float rs = rstd[r];
+      stats[tid] = make_float2(rs, float(double(rs) * rs * rs * sums[r] / c_total));
+    }
+    __syncthreads();
+    float vd[kRowsAhead], vx[kRowsAhead];
+#pragma unroll
+    for (int k = 0; k < kRowsAhead; ++k) {
+      const int r = r0 + ty + k * kRowGroups;
+      const bool ok = col && r < m;
+      vd[k] = ok ? dy[int64_t(r) * c + j] : 0.0f;
+      vx[k] = ok ? x[int64_t(r) * c + j] : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < kRowsAhead; ++k) {
+      const int r = r0 + ty + k * kRowGroups;
+      if (col && r < m) {
+        const float2 s = stats[ty + k * kRowGroups];
+        acc += vd[k] * vx[k] * s.x;
+        dx[int64_t(r) * c + j] = s.x * vd[k] * gj - s.y * vx[k];
+      }
+    }
+    __syncthreads();  // stats are restaged next batch
+  }
+  if (dgamma) {
+    const float total = column_total(acc, shared);
+    if (ty == 0 && col) dgamma[j] += total;
+  }
+}
+
+unsigned tile_blocks(int c) { return unsigned((c + kTileCols - 1) / kTileCols); }
+
+}  // namespace
+
+// ---------------------------------------------------------------- LayerNorm
+
+void layernorm_row_sums(double* sums, const float* x, int m, int c, cudaStream_t stream) {
+  check_shapes("layernorm_row_sums", m, c);
+  launch_row_sums<2>(sums, LnSums{x, c}, m, c, rows_aligned(c, x), stream, "layernorm_row_sums");
+}
+
+void layernorm_apply(float* y, float* mean, float* rstd, const double* sums, const float* x,
+                     const float* gamma, const float* beta, int m, int c, int c_total, float eps,
+                     cudaStream_t stream) {
+  check_split("layernorm_apply", m, c, c_total);
+  if (m == 0) return;
+  layernorm_apply_kernel<<<apply_blocks(m), kApplyRows * 32, 0, stream>>>(
+      y, mean, rstd, sums, x, gamma, beta, m, c, c_total, eps,
+      rows_aligned(c, y, x, gamma, beta));
+  check_launch("layernorm_apply");
+}
+
+void layernorm_backward_sums(double* sums, const float* dy, const float* x, const float* mean,
+                             const float* rstd, const float* gamma, int m, int c,
+                             cudaStream_t stream) {
+  check_shapes("layernorm_backward_sums", m, c);
+  launch_row_sums<2>(sums, LnBackwardSums{dy, x, mean, rstd, gamma, c}, m, c,
+                     rows_aligned(c, dy, x, gamma), stream, "layernorm_backward_sums");
+}
+
+void layernorm_backward_apply(float* dx, float* dgamma, float* dbeta, const double* sums,
+                              const float* dy, const float* x, const float* mean,
+                              const float* rstd, const float* gamma, int m, int c, int c_total,
+                              cudaStream_t stream) {
+  check_split("layernorm_backward_apply", m, c, c_total);
+  if (m == 0) return;
+  layernorm_backward_apply_kernel<<<tile_blocks(c), dim3(kTileCols, kRowGroups), 0, stream>>>(
+      dx, dgamma, dbeta, sums, dy, x, mean, rstd, gamma, m, c, c_total);
+  check_launch("layernorm_backward_apply");
+}
+
+// ---------------------------------------------------------------- RMSNorm
+
+void rmsnorm_row_sums(double* sums, const float* x, int m, int c, cudaStream_t stream) {
+  check_shapes("rmsnorm_row_sums", m, c);
+  launch_row_sums<1>(sums, RmsSums{x, c}, m, c, rows_aligned(c, x), stream, "rmsnorm_row_sums");
+}
+
+void rmsnorm_apply(float* y, float* rstd, const double* sums, const float* x, const float* gamma,
+                   int m, int c, int c_total, float eps, cudaStream_t stream) {
+  check_split("rmsnorm_apply", m, c, c_total);
+  if (m == 0) return;
+  rmsnorm_apply_kernel<<<apply_blocks(m), kApplyRows * 32, 0, stream>>>(
+      y, rstd, sums, x, gamma, m, c, c_total, eps, rows_aligned(c, y, x, gamma));
+  check_launch("rmsnorm_apply");
+}
+
+void rmsnorm_backward_sums(double* sums, const float* dy, const float* x, const float* gamma, int m,
+                           int c, cudaStream_t stream) {
+  check_shapes("rmsnorm_backward_sums", m, c);
+  launch_row_sums<1>(sums, RmsBackwardSums{dy, x, gamma, c}, m, c, rows_aligned(c, dy, x, gamma),
+                     stream, "rmsnorm_backward_sums");
+}
+
+void rmsnorm_backward_apply(float* dx, float* dgamma, const double* sums, const float* dy,
+                            const float* x, const float* rstd, const float* gamma, int m, int c,
+                            int c_total, cudaStream_t stream) {
+  check_split("rmsnorm_backward_apply", m, c, c_total);
+  if (m == 0) return;
+  rmsnorm_backward_apply_kernel<<<tile_blocks(c), dim3(kTileCols, kRowGroups), 0, stream>>>(
+      dx, dgamma, sums, dy, x, rstd, gamma, m, c, c_total);
+  check_launch("rmsnorm_backward_apply");
+}
+
+}  // namespace dendrite::cuda

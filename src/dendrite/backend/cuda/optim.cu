@@ -1,0 +1,208 @@
+// CUDA AdamW, the squared gradient norm and gradient scaling on flat buffers
+// (kernels.h; semantics of ops/optim.h and cpu/optim.cpp). AdamW and scale
+// are grid-stride loops over int64 indices, 4 values per access where every
+// pointer allows. sum_squares reduces in double in a fixed order: thread t
+// of the fixed grid takes the groups of 4 values t, t + grid threads, ...
+// (each group's values in order, the same with 4-wide or single loads), each
+// block adds its threads' sums as a fixed tree into the caller's scratch, and
+// one block adds the block sums the same way.
+#include <cmath>
+#include <cstdint>
+
+#include "dendrite/backend/cuda/common.cuh"
+#include "dendrite/core/check.h"
+
+namespace dendrite::cuda {
+
+namespace {
+
+void check_cuda(cudaError_t e, const char* call) {
+  DENDRITE_CHECK(e == cudaSuccess, "cuda: ", call, " failed: ", cudaGetErrorString(e));
+}
+
+// Whether every pointer is a multiple of `bytes` (null counts as aligned).
+template <class... P>
+bool aligned_to(uintptr_t bytes, const P*... p) {
+  return ((reinterpret_cast<uintptr_t>(p) % bytes == 0) && ...);
+}
+
+template <int W>
+__device__ __forceinline__ void load(float (&v)[W], const float* p) {
+  if constexpr (W == 4) {
+    const float4 t = *reinterpret_cast<const float4*>(p);
+    v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
+  } else {
+    v[0] = *p;
+  }
+}
+
+template <int W>
+__device__ __forceinline__ void store(float* p, const float (&v)[W]) {
+  if constexpr (W == 4) {
+    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+  } else {
+    *p = v[0];
+  }
+}
+
+template <int W>
+__device__ __forceinline__ void store(bf16* p, const float (&v)[W]) {
+  if constexpr (W == 4) {
+    uint2 t;  // little-endian: element 0 is the low half
+    t.x = uint32_t(round_bf16(v[0]).bits) | uint32_t(round_bf16(v[1]).bits) << 16;
+    t.y = uint32_t(round_bf16(v[2]).bits) | uint32_t(round_bf16(v[3]).bits) << 16;
+    *reinterpret_cast<uint2*>(p) = t;
+  } else {
+    *p = round_bf16(v[0]);
+  }
+}
+
+// op.apply<W>(i) handles values i .. i + W - 1; 4-wide when vec.
+template <class Op>
+__global__ void map4_kernel(Op op, int64_t n) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t n4 = n / 4;
+  for (int64_t q = t; q < n4; q += stride) op.template apply<4>(4 * q);
+  for (int64_t i = 4 * n4 + t; i < n; i += stride) op.template apply<1>(i);  // the < 4 left
+}
+
+template <class Op>
+__global__ void map1_kernel(Op op, int64_t n) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    op.template apply<1>(i);
+}
+
+template <class Op>
+void launch_map(const Op& op, int64_t n, bool vec, cudaStream_t stream, const char* name) {
+  if (n <= 0) return;
+  if (vec)
+    map4_kernel<<<blocks_for((n + 3) / 4), kThreads, 0, stream>>>(op, n);
+  else
+    map1_kernel<<<blocks_for(n), kThreads, 0, stream>>>(op, n);
+  check_launch(name);
+}
+
+// One AdamW step as cpu/optim.cpp's adamw_range; low (may be null) gets the
+// new values rounded to bf16.
+struct AdamW {
+  float* param;
+  const float* grad;
+  float* m;
+  float* v;
+  bf16* low;
+  float b1, b2, a1, a2, eps;  // a1 = 1 - b1, a2 = 1 - b2
+  float keep;                 // 1 - lr wd, or 1 without decay
+  float step_size;            // lr / (1 - b1^step)
+  float inv_sqrt_bc2;         // 1 / sqrt(1 - b2^step)
+  float grad_scale;           // clipping factor
+  template <int W>
+  __device__ void apply(int64_t i) const {
+    float p[W], g[W], mi[W], vi[W];
+    load(p, param + i);
+    load(g, grad + i);
+    load(mi, m + i);
+    load(vi, v + i);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const float gk = g[k] * grad_scale;
+      mi[k] = b1 * mi[k] + a1 * gk;
+      vi[k] = b2 * vi[k] + a2 * gk * gk;
+      p[k] = p[k] * keep - step_size * mi[k] / (sqrtf(vi[k]) * inv_sqrt_bc2 + eps);
+    }
+    store(m + i, mi);
+    store(v + i, vi);
+    store(param + i, p);
+    if (low) store(low + i, p);
+  }
+};
+
+struct Scale {
+  float* g;
+  float s;
+  template <int W>
+  __device__ void apply(int64_t i) const {
+    float v[W];
+    load(v, g + i);
+#pragma unroll
+    for (int k = 0; k < W; ++k) v[k] *= s;
+    store(g + i, v);
+  }
+};
+
+constexpr int kReduceBlocks = 1024;  // at most this many first-stage blocks
+static_assert((kReduceBlocks + 1) * sizeof(double) <= kScratchBytes);
+
+// partial[block] = this block's share of sum g^2 (exact products, double sums).
+__global__ void sum_squares_kernel(double* partial, const float* g, int64_t n, bool vec) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t groups = (n + 3) / 4;
+  double s = 0.0;
+  for (int64_t q = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; q < groups; q += stride) {
+    const int64_t i = 4 * q;
+    if (vec && i + 4 <= n) {
+      float v[4];
+      load(v, g + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) s += double(v[k]) * v[k];
+    } else {
+      for (int k = 0; k < 4 && i + k < n; ++k) s += double(g[i + k]) * g[i + k];
+    }
+  }
+  __shared__ double shared[32];
+  s = block_sum(s, shared);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+// *total = sum of partial[count], in a fixed order.
+__global__ void sum_partials_kernel(double* total, const double* partial, int count) {
+  double s = 0.0;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) s += partial[i];
+  __shared__ double shared[32];
+  s = block_sum(s, shared);
+  if (threadIdx.x == 0) *total = s;
+}
+
+}  // namespace
+
+void adamw_update(float* param, const float* grad, float* m, float* v, long n, float lr, int step,
+                  bool decay, const ops::AdamWConfig& c, float grad_scale, bf16* param_bf16,
+                  cudaStream_t stream) {
+  DENDRITE_CHECK(step >= 1, "adamw_update: step counts from 1, got step=", step);
+  // As torch.optim.AdamW: p *= 1 - lr wd;  p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps)
+  const double bc1 = 1.0 - std::pow(static_cast<double>(c.beta1), step);
+  const double bc2 = 1.0 - std::pow(static_cast<double>(c.beta2), step);
+  AdamW op;
+  op.param = param, op.grad = grad, op.m = m, op.v = v, op.low = param_bf16;
+  op.b1 = c.beta1, op.b2 = c.beta2, op.a1 = 1.0f - c.beta1, op.a2 = 1.0f - c.beta2, op.eps = c.eps;
+  op.keep = decay ? 1.0f - lr * c.weight_decay : 1.0f;
+  op.step_size = static_cast<float>(lr / bc1);
+  op.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  op.grad_scale = grad_scale;
+  const bool vec = aligned_to(16, param, grad, m, v) && aligned_to(8, param_bf16);
+  launch_map(op, n, vec, stream, "adamw_update");
+}
+
+double sum_squares(const float* g, long n, void* scratch, cudaStream_t stream) {
+  if (n <= 0) return 0.0;
+  auto* partial = static_cast<double*>(scratch);  // [kReduceBlocks] block sums, then the total
+  double* total = partial + kReduceBlocks;
+  // The grid depends only on n, so the order of the sums does too.
+  const unsigned blocks = blocks_for((n + 3) / 4, kThreads, kReduceBlocks);
+  sum_squares_kernel<<<blocks, kThreads, 0, stream>>>(partial, g, n, aligned_to(16, g));
+  check_launch("sum_squares");
+  sum_partials_kernel<<<1, kThreads, 0, stream>>>(total, partial, int(blocks));
+  check_launch("sum_squares (sum of block sums)");
+  double result = 0.0;
+  check_cuda(cudaMemcpyAsync(&result, total, sizeof result, cudaMemcpyDeviceToHost, stream),
+             "cudaMemcpyAsync (sum_squares result to host)");
+  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (sum_squares)");
+  return result;
+}
+
+void scale(float* g, float s, long n, cudaStream_t stream) {
+  launch_map(Scale{g, s}, n, aligned_to(16, g), stream, "scale");
+}
+
+}  // namespace dendrite::cuda

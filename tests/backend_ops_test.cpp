@@ -1,0 +1,510 @@
+// The op harness: every op of the Backend seam (backend/backend.h), forward
+// and backward, on every backend this build has (the CPU always; CUDA when
+// built with it, as the `gpu` tests that run where a GPU is found), in fp32
+// and with bf16 operands, against the double-precision oracles of
+// ops/reference/ (or the formula, for data movement). Inputs go in with
+// upload and results come out with download, as the model moves them.
+// Tolerances, as |got - want| <= tol (|want| + rms(want)):
+//   fp32 elementwise and norms 1e-5; GEMMs and attention 1e-4 (fp32 sums
+//   over up to a few hundred terms; GPUs run them in full fp32 here, no
+//   TF32); bf16 operands are rounded on the host first and the oracle reads
+//   the rounded values, so the same bounds hold (the rounding is the
+//   precision's, not an error); conversions and data movement are exact.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dendrite/backend/backend.h"
+#include "dendrite/core/check.h"
+#include "dendrite/core/rng.h"
+#include "dendrite/ops/reference/attention.h"
+#include "dendrite/ops/reference/basic.h"
+#include "op_test_support.h"
+
+namespace dendrite::test {
+namespace {
+
+using Vb = std::vector<bf16>;
+
+Vb rounded(const Vf& x) {
+  Vb out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = to_bf16(x[i]);
+  return out;
+}
+Vf widened(const Vb& x) {
+  Vf out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = to_float(x[i]);
+  return out;
+}
+
+class BackendOps : public ::testing::TestWithParam<Device> {
+ protected:
+  void SetUp() override {
+    BackendOptions o;
+    o.tf32 = false;  // full fp32 GEMMs: the tolerances above
+    be_ = make_backend(GetParam(), o);
+  }
+  Backend& be() { return *be_; }
+  template <class T>
+  Buffer<T> put(const std::vector<T>& h) {
+    Buffer<T> b = be_->alloc<T>(int64_t(h.size()));
+    be_->upload(b.data(), h.data(), h.size() * sizeof(T));
+    return b;
+  }
+  template <class T>
+  Buffer<T> zeros(size_t n) {
+    return be_->alloc<T>(int64_t(n));
+  }
+  template <class T>
+  std::vector<T> get(const Buffer<T>& b) {
+    std::vector<T> h(b.size());
+    be_->download(h.data(), b.data(), h.size() * sizeof(T));
+    return h;
+  }
+  std::unique_ptr<Backend> be_;
+};
+
+std::string name(const ::testing::TestParamInfo<Device>& p) {
+  return p.param == Device::kCuda ? "cuda" : "cpu";
+}
+
+TEST_P(BackendOps, GemmInEveryLayoutAndPrecision) {
+  const int M = 37, N = 29, K = 83;
+  for (bool low : {false, true})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        Vf a = randn(M * K, 1), b = randn(K * N, 2), c = randn(M * N, 3);
+        if (low) a = widened(rounded(a)), b = widened(rounded(b));
+        const int lda = ta ? M : K, ldb = tb ? K : N;
+        Vd want = to_d(c);
+        const Vd ad = to_d(a), bd = to_d(b);
+        ref::gemm(ta, tb, M, N, K, 0.5, ad.data(), lda, bd.data(), ldb, 0.25, want.data(), N);
+        Buffer<float> C = put(c);
+        if (low) {
+          Buffer<bf16> A = put(rounded(a)), B = put(rounded(b));
+          be().gemm(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 0.25f, C.data(), N);
+        } else {
+          Buffer<float> A = put(a), B = put(b);
+          be().gemm(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 0.25f, C.data(), N);
+        }
+        expect_close(get(C), want, 1e-4,
+                     str("gemm ", ta ? "T" : "N", tb ? "T" : "N", low ? " bf16" : " fp32"));
+      }
+}
+
+TEST_P(BackendOps, LinearForwardAndBackward) {
+  const int m = 48, k = 64, n = 40;
+  for (bool low : {false, true}) {
+    Vf x = randn(m * k, 4), w = randn(n * k, 5), dy = randn(m * n, 6);
+    const Vf b = randn(n, 7);
+    if (low) x = widened(rounded(x)), w = widened(rounded(w)), dy = widened(rounded(dy));
+    const Vd xd = to_d(x), wd = to_d(w), bd = to_d(b), dyd = to_d(dy);
+    Vd y(m * n), dx(m * k), dw(n * k, 1.0), db(n, 0.0);
+    ref::linear_forward(y.data(), xd.data(), wd.data(), bd.data(), m, k, n);
+    ref::linear_backward(dx.data(), dw.data(), db.data(), dyd.data(), xd.data(), wd.data(), m, k,
+                         n);
+    Buffer<float> Y = zeros<float>(m * n), DX = zeros<float>(m * k), DW = put(Vf(n * k, 1.0f));
+    Buffer<float> Bb = put(b), DB = zeros<float>(n), DYf = put(dy);
+    Buffer<float> Xf = put(x), Wf = put(w);
+    Buffer<bf16> Xh = put(rounded(x)), Wh = put(rounded(w)), DYh = put(rounded(dy));
+    const Operand X = low ? Operand(Xh.data()) : Operand(Xf.data());
+    const Operand W = low ? Operand(Wh.data()) : Operand(Wf.data());
+    const Operand DY = low ? Operand(DYh.data()) : Operand(DYf.data());
+    be().linear_forward(Y.data(), X, W, Bb.data(), m, k, n);
+    be().linear_backward_input(DX.data(), DY, W, m, k, n, false);
+    be().linear_backward_weight(DW.data(), DY, X, m, k, n, true);
+    be().add_column_sums(DB.data(), DYf.data(), m, n);
+    const std::string p = low ? " bf16" : " fp32";
+    expect_close(get(Y), y, 1e-4, "linear y" + p);
+    expect_close(get(DX), dx, 1e-4, "linear dx" + p);
+    expect_close(get(DW), dw, 1e-4, "linear dw" + p);
+    expect_close(get(DB), db, 1e-5, "linear db" + p);
+  }
+}
+
+TEST_P(BackendOps, LayerNormAndRmsNormWholeAndSplit) {
+  const int m = 33, c = 96;
+  const Vf x = randn(m * c, 8, 2.0, 0.5), g = randn(c, 9, 0.2, 1.0), bt = randn(c, 10, 0.1),
+           dy = randn(m * c, 11);
+  const Vd xd = to_d(x), gd = to_d(g), btd = to_d(bt), dyd = to_d(dy);
+  // LayerNorm
+  Vd y(m * c), mean(m), rstd(m), dx(m * c), dg(c, 0.0), db(c, 0.0);
+  ref::layernorm_forward(y.data(), mean.data(), rstd.data(), xd.data(), gd.data(), btd.data(), m, c,
+                         1e-5);
+  ref::layernorm_backward(dx.data(), dg.data(), db.data(), dyd.data(), xd.data(), mean.data(),
+                          rstd.data(), gd.data(), m, c);
+  Buffer<float> X = put(x), G = put(g), Bt = put(bt), DY = put(dy);
+  Buffer<float> Y = zeros<float>(m * c), Mean = zeros<float>(m), Rstd = zeros<float>(m);
+  Buffer<float> DX = zeros<float>(m * c), DG = zeros<float>(c), DB = zeros<float>(c);
+  Buffer<double> S = zeros<double>(2 * m);
+  be().layernorm_row_sums(S.data(), X.data(), m, c);
+  be().layernorm_apply(Y.data(), Mean.data(), Rstd.data(), S.data(), X.data(), G.data(),
+                       Bt.data(), m, c, c, 1e-5f);
+  be().layernorm_backward_sums(S.data(), DY.data(), X.data(), Mean.data(), Rstd.data(), G.data(),
+                               m, c);
+  be().layernorm_backward_apply(DX.data(), DG.data(), DB.data(), S.data(), DY.data(), X.data(),
+                                Mean.data(), Rstd.data(), G.data(), m, c, c);
+  expect_close(get(Y), y, 1e-5, "layernorm y");
+  expect_close(get(DX), dx, 1e-5, "layernorm dx");
+  expect_close(get(DG), dg, 1e-5, "layernorm dgamma");
+  expect_close(get(DB), db, 1e-5, "layernorm dbeta");
+
+  // RMSNorm, its width split in two column halves as over X = 2: the row sums
+  // of each half added (the all-reduce), then each half applied.
+  Vd ry(m * c), rr(m), rdx(m * c), rdg(c, 0.0);
+  ref::rmsnorm_forward(ry.data(), rr.data(), xd.data(), gd.data(), m, c, 1e-5);
+  ref::rmsnorm_backward(rdx.data(), rdg.data(), dyd.data(), xd.data(), rr.data(), gd.data(), m, c);
+  const int h = c / 2;
+  Vf got_y(m * c), got_dx(m * c), got_dg(c);
+  std::vector<Vf> halves_x(2, Vf(m * h)), halves_dy(2, Vf(m * h));
+  for (int p = 0; p < 2; ++p)
+    for (int r = 0; r < m; ++r)
+      for (int j = 0; j < h; ++j) {
+        halves_x[p][r * h + j] = x[r * c + p * h + j];
+        halves_dy[p][r * h + j] = dy[r * c + p * h + j];
+      }
+  std::vector<Buffer<float>> HX, HDY, HG, HY, HDX, HDG;
+  Buffer<float> R = zeros<float>(m);
+  std::vector<double> sum(m, 0.0), bsum(m, 0.0);
+  for (int p = 0; p < 2; ++p) {
+    HX.push_back(put(halves_x[p]));
+    HDY.push_back(put(halves_dy[p]));
+    HG.push_back(put(Vf(g.begin() + p * h, g.begin() + (p + 1) * h)));
+    HY.push_back(zeros<float>(m * h));
+    HDX.push_back(zeros<float>(m * h));
+    HDG.push_back(zeros<float>(h));
+    Buffer<double> s = zeros<double>(m);
+    be().rmsnorm_row_sums(s.data(), HX[p].data(), m, h);
+    const std::vector<double> part = get(s);
+    for (int r = 0; r < m; ++r) sum[r] += part[r];
+  }
+  Buffer<double> S1 = put(sum);
+  for (int p = 0; p < 2; ++p) {
+    be().rmsnorm_apply(HY[p].data(), R.data(), S1.data(), HX[p].data(), HG[p].data(), m, h, c,
+                       1e-5f);
+    Buffer<double> s = zeros<double>(m);
+    be().rmsnorm_backward_sums(s.data(), HDY[p].data(), HX[p].data(), HG[p].data(), m, h);
+    const std::vector<double> part = get(s);
+    for (int r = 0; r < m; ++r) bsum[r] += part[r];
+  }
+  Buffer<double> S2 = put(bsum);
+  for (int p = 0; p < 2; ++p) {
+    be().rmsnorm_backward_apply(HDX[p].data(), HDG[p].data(), S2.data(), HDY[p].data(),
+                                HX[p].data(), R.data(), HG[p].data(), m, h, c);
+    const Vf yh = get(HY[p]), dxh = get(HDX[p]), dgh = get(HDG[p]);
+    for (int r = 0; r < m; ++r)
+      for (int j = 0; j < h; ++j) {
+        got_y[r * c + p * h + j] = yh[r * h + j];
+        got_dx[r * c + p * h + j] = dxh[r * h + j];
+      }
+    for (int j = 0; j < h; ++j) got_dg[p * h + j] = dgh[j];
+  }
+  expect_close(got_y, ry, 1e-5, "rmsnorm y (split)");
+  expect_close(get(R), rr, 1e-5, "rmsnorm rstd (split)");
+  expect_close(got_dx, rdx, 1e-5, "rmsnorm dx (split)");
+  expect_close(got_dg, rdg, 1e-5, "rmsnorm dgamma (split)");
+}
+
+TEST_P(BackendOps, ActivationsAndSums) {
+  const long n = 5000;
+  const Vf x = randn(n, 12, 2.0), u = randn(n, 13), dy = randn(n, 14);
+  const Vd xd = to_d(x), ud = to_d(u), dyd = to_d(dy);
+  Vd gy(n), gdx(n), sy(n), sdg(n), sdu(n);
+  ref::gelu_forward(gy.data(), xd.data(), n);
+  ref::gelu_backward(gdx.data(), dyd.data(), xd.data(), n);
+  ref::swiglu_forward(sy.data(), xd.data(), ud.data(), n);
+  ref::swiglu_backward(sdg.data(), sdu.data(), dyd.data(), xd.data(), ud.data(), n);
+  Buffer<float> X = put(x), U = put(u), DY = put(dy), Y = zeros<float>(n), D1 = zeros<float>(n),
+                D2 = zeros<float>(n);
+  be().gelu_forward(Y.data(), X.data(), n);
+  expect_close(get(Y), gy, 1e-5, "gelu");
+  be().gelu_backward(D1.data(), DY.data(), X.data(), n);
+  expect_close(get(D1), gdx, 1e-5, "gelu backward");
+  be().swiglu_forward(Y.data(), X.data(), U.data(), n);
+  expect_close(get(Y), sy, 1e-5, "swiglu");
+  be().swiglu_backward(D1.data(), D2.data(), DY.data(), X.data(), U.data(), n);
+  expect_close(get(D1), sdg, 1e-5, "swiglu dgate");
+  expect_close(get(D2), sdu, 1e-5, "swiglu dup");
+  Vd sum(n), acc(n);
+  for (long i = 0; i < n; ++i) sum[i] = xd[i] + ud[i], acc[i] = sum[i] + dyd[i];
+  be().add(Y.data(), X.data(), U.data(), n);
+  expect_close(get(Y), sum, 1e-6, "add");
+  be().add_inplace(Y.data(), DY.data(), n);
+  expect_close(get(Y), acc, 1e-6, "add_inplace");
+  double sq = 0;
+  for (double v : xd) sq += v * v;
+  EXPECT_NEAR(be().sum_squares(X.data(), n), sq, 1e-9 * sq);
+  be().scale(X.data(), 0.5f, n);
+  Vd half(n);
+  for (long i = 0; i < n; ++i) half[i] = 0.5 * xd[i];
+  expect_close(get(X), half, 0, "scale");
+}
+
+TEST_P(BackendOps, AttentionAndRopeInEitherPrecision) {
+  // GQA: 4 query heads share 2 KV heads; rows with strides wider than the heads.
+  const ops::AttentionShape s{2, 37, 4, 2, 16, 4 * 16 + 8, 2 * 16 + 4, 4 * 16};
+  const int rows = s.B * s.T;
+  for (bool low : {false, true}) {
+    Vf q = randn(rows * s.q_stride, 15), k = randn(rows * s.kv_stride, 16),
+       v = randn(rows * s.kv_stride, 17);
+    const Vf dout = randn(rows * s.out_stride, 18);
+    if (low) q = widened(rounded(q)), k = widened(rounded(k)), v = widened(rounded(v));
+    Vf out_want(rows * s.out_stride), lse_want(s.B * s.NH * s.T);
+    ref::attention_forward(out_want.data(), lse_want.data(), q.data(), k.data(), v.data(), s);
+    Vf dq_want(q.size()), dk_want(k.size()), dv_want(v.size());
+    ref::attention_backward(dq_want.data(), dk_want.data(), dv_want.data(), dout.data(), q.data(),
+                            k.data(), v.data(), s);
+    Buffer<float> Qf = put(q), Kf = put(k), Vf_ = put(v), DO = put(dout);
+    Buffer<bf16> Qh = put(rounded(q)), Kh = put(rounded(k)), Vh = put(rounded(v));
+    Buffer<float> O = zeros<float>(out_want.size()), L = zeros<float>(lse_want.size());
+    Buffer<float> DQ = put(q), DK = put(k), DV = put(v);  // heads' columns overwritten
+    const Operand Q = low ? Operand(Qh.data()) : Operand(Qf.data());
+    const Operand K = low ? Operand(Kh.data()) : Operand(Kf.data());
+    const Operand V = low ? Operand(Vh.data()) : Operand(Vf_.data());
+    be().attention_forward(O.data(), L.data(), Q, K, V, s);
+    const Vf out = get(O);
+    // The backward reads the saved output in the operands' precision (the
+    // oracle recomputes it in double).
+    Buffer<bf16> Oh = put(rounded(out));
+    be().attention_backward(DQ.data(), DK.data(), DV.data(), DO.data(),
+                            low ? Operand(Oh.data()) : Operand(O.data()), L.data(), Q, K, V, s);
+    const std::string p = low ? " bf16" : " fp32";
+    expect_close(out, to_d(out_want), 1e-4, "attention out" + p);
+    expect_close(get(L), to_d(lse_want), 1e-5, "attention lse" + p);
+    // bf16: the saved output is rounded, so D and with it the gradients carry
+    // its rounding (2^-9 relative): the bound widens to 1e-2.
+    const double tol = low ? 1e-2 : 1e-4;
+    auto heads = [&](const Vf& got, const Vf& want, int stride, int width, const std::string& w) {
+      Vf g, wv;
+      for (int r = 0; r < rows; ++r)
+        for (int j = 0; j < width; ++j) g.push_back(got[r * stride + j]), wv.push_back(want[r * stride + j]);
+      expect_close(g, to_d(wv), tol, w + p);
+    };
+    heads(get(DQ), dq_want, s.q_stride, s.NH * s.hs, "attention dq");
+    heads(get(DK), dk_want, s.kv_stride, s.NKV * s.hs, "attention dk");
+    heads(get(DV), dv_want, s.kv_stride, s.NKV * s.hs, "attention dv");
+  }
+  // Rope: forward then backward is the identity; forward is the oracle's.
+  const int B = 2, T = 9, nh = 3, hs = 8, stride = nh * hs + 5;
+  const Vf x = randn(B * T * stride, 19);
+  Vf want = x;
+  ref::rope_forward(want.data(), B, T, nh, hs, stride, 10000.0f);
+  Buffer<float> X = put(x);
+  be().rope_forward(X.data(), B, T, nh, hs, stride, 10000.0f);
+  expect_close(get(X), to_d(want), 1e-5, "rope");
+  be().rope_backward(X.data(), B, T, nh, hs, stride, 10000.0f);
+  expect_close(get(X), to_d(x), 1e-5, "rope backward of rope");
+}
+
+TEST_P(BackendOps, ConversionsAreExactToTheRoundingRule) {
+  Vf x = randn(3000, 20, 100.0);
+  const float specials[] = {0.0f, -0.0f, 1.0f, 1.00390625f /* a tie */, 1.01171875f /* a tie */,
+                            1e-40f /* denormal */, -1e-40f, std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(), 3.4e38f};
+  for (float f : specials) x.push_back(f);
+  Buffer<float> X = put(x), Back = zeros<float>(x.size());
+  Buffer<bf16> H = zeros<bf16>(x.size());
+  be().to_bf16(H.data(), X.data(), int64_t(x.size()));
+  be().to_float(Back.data(), H.data(), int64_t(x.size()));
+  const Vb got = get(H);
+  const Vf back = get(Back);
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(got[i].bits, to_bf16(x[i]).bits) << "to_bf16 of " << x[i];
+    const float w = to_float(got[i]);
+    ASSERT_EQ(std::memcmp(&back[i], &w, 4), 0) << "to_float of " << x[i];
+  }
+}
+
+TEST_P(BackendOps, CrossEntropyPiecesMatchTheSoftmaxLoss) {
+  const int rows = 19, V = 61, Vp = 64;
+  const Vf logits = randn(rows * Vp, 21, 3.0);
+  std::vector<int32_t> targets = random_tokens(rows, V, 22);
+  Vf weight(rows, 1.0f);
+  weight[3] = 0.0f, weight[7] = 0.5f;
+  Vd lg(rows * V);
+  for (int r = 0; r < rows; ++r)
+    for (int j = 0; j < V; ++j) lg[r * V + j] = logits[r * Vp + j];
+  Vd dl(rows * V);
+  const double denom = 17.5;
+  const double loss =
+      ref::softmax_cross_entropy(dl.data(), lg.data(), targets.data(), weight.data(), denom, rows, V);
+  // The vocabulary in two parts of 32 (as over Y = 2), stats combined.
+  Buffer<float> Lg = put(logits), Wt = put(weight);
+  Buffer<int32_t> Tg = put(targets);
+  Vf gathered(2 * rows * 2);
+  std::vector<Buffer<float>> parts;
+  for (int p = 0; p < 2; ++p) {
+    Vf part(rows * 32);
+    for (int r = 0; r < rows; ++r)
+      for (int j = 0; j < 32; ++j) part[r * 32 + j] = logits[r * Vp + p * 32 + j];
+    parts.push_back(put(part));
+    Buffer<float> st = zeros<float>(2 * rows);
+    be().ce_local_stats(st.data(), parts[p].data(), Tg.data(), Wt.data(), rows, 32, p * 32, V);
+    const Vf sv = get(st);
+    std::copy(sv.begin(), sv.end(), gathered.begin() + p * rows * 2);
+  }
+  Buffer<float> Ga = put(gathered), Lse = zeros<float>(rows);
+  const double got = be().ce_combine(Lse.data(), Ga.data(), Wt.data(), rows, 2) / denom;
+  EXPECT_NEAR(got, loss, 1e-5 * std::fabs(loss));
+  for (int p = 0; p < 2; ++p) {
+    be().ce_dlogits(parts[p].data(), Lse.data(), Tg.data(), Wt.data(), denom, rows, 32, p * 32, V);
+    const Vf d = get(parts[p]);
+    Vd want(rows * 32, 0.0);
+    for (int r = 0; r < rows; ++r)
+      for (int j = 0; j < 32; ++j)
+        if (p * 32 + j < V) want[r * 32 + j] = dl[r * V + p * 32 + j];
+    expect_close(d, want, 1e-5, str("ce dlogits part ", p));
+  }
+  // The gathered parts in id order, padding dropped.
+  Buffer<float> Out = zeros<float>(rows * V);
+  Vf part_major(rows * Vp);
+  for (int p = 0; p < 2; ++p)
+    for (int r = 0; r < rows; ++r)
+      for (int j = 0; j < 32; ++j) part_major[p * rows * 32 + r * 32 + j] = logits[r * Vp + p * 32 + j];
+  Buffer<float> PM = put(part_major);
+  be().interleave_vocab_parts(Out.data(), PM.data(), 2, rows, 32, V);
+  expect_close(get(Out), lg, 0, "interleave_vocab_parts");
+}
+
+TEST_P(BackendOps, EmbeddingsInRangesChunksAndPositions) {
+  const int B = 3, T = 7, C = 24, V = 40, m = B * T;
+  const Vf wte = randn(V * C, 23), wpe = randn(T * C, 24), dout = randn(m * C, 25);
+  const std::vector<int32_t> tokens = random_tokens(m, V, 26);
+  Vd want(m * C), dwte(V * C, 0.0), dwpe(T * C, 0.0);
+  const Vd wted = to_d(wte), wped = to_d(wpe), doutd = to_d(dout);
+  ref::embedding_forward(want.data(), tokens.data(), wted.data(), wped.data(), B, T, C);
+  ref::embedding_backward(dwte.data(), dwpe.data(), doutd.data(), tokens.data(), B, T, C);
+  Buffer<int32_t> Tk = put(tokens);
+  Buffer<float> Out = zeros<float>(m * C), Wpe = put(wpe), Do = put(dout);
+  // The vocabulary in two ranges of 20 rows, summed (as over Y = 2).
+  Vf sum(m * C, 0.0f), dw(V * C);
+  for (int p = 0; p < 2; ++p) {
+    Buffer<float> W = put(Vf(wte.begin() + p * 20 * C, wte.begin() + (p + 1) * 20 * C));
+    be().embedding_range_forward(Out.data(), Tk.data(), W.data(), p * 20, 20, m, C);
+    const Vf o = get(Out);
+    for (int i = 0; i < m * C; ++i) sum[i] += o[i];
+    Buffer<float> DW = zeros<float>(20 * C);
+    be().embedding_range_backward(DW.data(), Do.data(), Tk.data(), p * 20, 20, m, C);
+    const Vf d = get(DW);
+    std::copy(d.begin(), d.end(), dw.begin() + p * 20 * C);
+  }
+  Buffer<float> Sum = put(sum);
+  be().position_add(Sum.data(), Wpe.data(), m, T, C);
+  expect_close(get(Sum), want, 1e-6, "embedding + positions");
+  expect_close(dw, dwte, 1e-6, "embedding backward");
+  Buffer<float> DP = zeros<float>(T * C);
+  be().position_backward(DP.data(), Do.data(), m, T, C);
+  expect_close(get(DP), dwpe, 1e-6, "position backward");
+  // The whole table in three uneven chunks (as over Z = 3), bf16 storage.
+  const Vb low = rounded(wte);
+  const Vf lw = widened(low);
+  const Vd lwd = to_d(lw);
+  Vd want_low(m * C);
+  ref::embedding_forward(want_low.data(), tokens.data(), lwd.data(), nullptr, B, T, C);
+  const int64_t bounds[] = {0, 301, 650, int64_t(V) * C};
+  Vf csum(m * C, 0.0f), cdw(V * C, 0.0f);
+  for (int p = 0; p < 3; ++p) {
+    const int64_t c0 = bounds[p], n = bounds[p + 1] - bounds[p];
+    Buffer<bf16> Ch = put(Vb(low.begin() + c0, low.begin() + c0 + n));
+    be().embedding_chunk_forward(Out.data(), Tk.data(), Ch.data(), c0, n, 0, V, m, C);
+    const Vf o = get(Out);
+    for (int i = 0; i < m * C; ++i) csum[i] += o[i];
+    Buffer<float> DC = zeros<float>(n);
+    be().embedding_chunk_backward(DC.data(), Do.data(), Tk.data(), c0, n, 0, V, m, C);
+    const Vf d = get(DC);
+    std::copy(d.begin(), d.end(), cdw.begin() + c0);
+  }
+  expect_close(csum, want_low, 0, "embedding in chunks (bf16)");
+  expect_close(cdw, dwte, 1e-6, "embedding backward in chunks");
+}
+
+TEST_P(BackendOps, AdamWWithItsBf16CopyAndTheDataOps) {
+  const long n = 3000;
+  const Vf p = randn(n, 27), g = randn(n, 28), m0 = randn(n, 29, 0.1), v0 = randn(n, 30, 0.0, 0.01);
+  Vf v0abs(v0);
+  for (float& x : v0abs) x = std::fabs(x);
+  const ops::AdamWConfig c{0.9f, 0.95f, 1e-8f, 0.1f};
+  Vd pd = to_d(p), gd = to_d(g), md = to_d(m0), vd = to_d(v0abs);
+  for (double& x : gd) x *= 0.5;  // the grad_scale
+  ref::adamw_step(pd.data(), gd.data(), md.data(), vd.data(), n, 3e-4, 7, true, c);
+  Buffer<float> P = put(p), G = put(g), M = put(m0), V = put(v0abs);
+  Buffer<bf16> Low = zeros<bf16>(n);
+  be().adamw_update(P.data(), G.data(), M.data(), V.data(), n, 3e-4f, 7, true, c, 0.5f, Low.data());
+  const Vf got = get(P);
+  expect_close(got, pd, 1e-6, "adamw params");
+  expect_close(get(M), md, 1e-6, "adamw m");
+  expect_close(get(V), vd, 1e-6, "adamw v");
+  const Vb low = get(Low);
+  for (long i = 0; i < n; ++i) ASSERT_EQ(low[i].bits, to_bf16(got[i]).bits) << "bf16 copy " << i;
+
+  // fill, copy_rows, add_bias, count_nonfinite
+  Buffer<float> F = zeros<float>(1000);
+  be().fill(F.data(), 2.5f, 1000);
+  expect_close(get(F), Vd(1000, 2.5), 0, "fill");
+  const Vf src = randn(10 * 7, 31);
+  Buffer<float> Src = put(src), Dst = zeros<float>(5 * 3);
+  be().copy_rows(Dst.data(), Src.data() + 2, 5, 3, 14);
+  Vd rows_want;
+  for (int r = 0; r < 5; ++r)
+    for (int j = 0; j < 3; ++j) rows_want.push_back(src[r * 14 + 2 + j]);
+  expect_close(get(Dst), rows_want, 0, "copy_rows");
+  const Vf y = randn(6 * 5, 32), b = randn(5, 33);
+  Buffer<float> Y = put(y), Bb = put(b);
+  be().add_bias(Y.data(), Bb.data(), 6, 5);
+  Vd yb(30);
+  for (int r = 0; r < 6; ++r)
+    for (int j = 0; j < 5; ++j) yb[r * 5 + j] = double(y[r * 5 + j]) + b[j];
+  expect_close(get(Y), yb, 1e-7, "add_bias");
+  Vf bad = randn(100000, 34);
+  bad[5] = std::numeric_limits<float>::quiet_NaN();
+  bad[99999] = -std::numeric_limits<float>::infinity();
+  bad[70000] = std::numeric_limits<float>::infinity();
+  Buffer<float> Bad = put(bad);
+  EXPECT_EQ(be().count_nonfinite(Bad.data(), int64_t(bad.size())), 3);
+  EXPECT_EQ(be().count_nonfinite(Bad.data(), 5), 0);
+}
+
+TEST_P(BackendOps, BackwardsAreDeterministic) {
+  // The same inputs twice give the same bits (no atomics in any sum).
+  const ops::AttentionShape s{2, 64, 4, 2, 32, 128, 64, 128};
+  const int rows = s.B * s.T;
+  const Vf q = randn(rows * 128, 35), k = randn(rows * 64, 36), v = randn(rows * 64, 37),
+           dout = randn(rows * 128, 38);
+  Buffer<float> Q = put(q), K = put(k), V = put(v), DO = put(dout), O = zeros<float>(rows * 128),
+                L = zeros<float>(s.B * s.NH * s.T);
+  be().attention_forward(O.data(), L.data(), Q.data(), K.data(), V.data(), s);
+  std::vector<Vf> runs;
+  for (int i = 0; i < 2; ++i) {
+    Buffer<float> DQ = zeros<float>(rows * 128), DK = zeros<float>(rows * 64),
+                  DV = zeros<float>(rows * 64);
+    be().attention_backward(DQ.data(), DK.data(), DV.data(), DO.data(), O.data(), L.data(),
+                            Q.data(), K.data(), V.data(), s);
+    Vf all = get(DQ), dk = get(DK), dv = get(DV);
+    all.insert(all.end(), dk.begin(), dk.end());
+    all.insert(all.end(), dv.begin(), dv.end());
+    const int C = 32, Vv = 50;
+    const std::vector<int32_t> tokens = random_tokens(rows, 5, 39);  // many repeats
+    Buffer<int32_t> Tk = put(tokens);
+    Buffer<float> DW = zeros<float>(Vv * C), Dout = put(randn(rows * C, 40));
+    be().embedding_range_backward(DW.data(), Dout.data(), Tk.data(), 0, Vv, rows, C);
+    const Vf dw = get(DW);
+    all.insert(all.end(), dw.begin(), dw.end());
+    runs.push_back(all);
+  }
+  ASSERT_EQ(runs[0].size(), runs[1].size());
+  EXPECT_EQ(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * 4), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, BackendOps, ::testing::Values(Device::kCpu), name);
+#ifdef DENDRITE_HAVE_CUDA
+INSTANTIATE_TEST_SUITE_P(Cuda, BackendOps, ::testing::Values(Device::kCuda), name);
+#endif
+
+}  // namespace
+}  // namespace dendrite::test

@@ -1,0 +1,139 @@
+// The tiny GPT-2 and Llama on the CUDA backend against the CPU backend (tests
+// labelled gpu: built with the CUDA backend, run where a GPU is found): the
+// loss and every gradient of a first step, the losses of five AdamW steps,
+// and a checkpoint written from the GPU that the CPU resumes, and back.
+// Tolerances: both backends compute in fp32 (no TF32 here) with different
+// summation orders, so values agree to rounding: the first loss to 1e-5
+// relative, every gradient to 1e-3 of its tensor's largest value, and the
+// losses of later steps (AdamW amplifies the rounding of near-zero second
+// moments) to 1e-3 relative. A checkpoint holds fp32 global tensors, so the
+// weights it moves between backends are the same bits.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "dendrite/backend/backend.h"
+#include "dendrite/comm/self_communicator.h"
+#include "dendrite/core/rng.h"
+#include "dendrite/model/transformer.h"
+#include "dendrite/train/checkpoint.h"
+#include "dendrite/train/optimizer.h"
+
+namespace dendrite {
+namespace {
+
+constexpr int kB = 4, kT = 16, kSteps = 5;
+
+ModelConfig config(const std::string& arch) {
+  nlohmann::json j{{"arch", arch}, {"vocab_size", 96}, {"n_layer", 2}, {"n_embd", 64},
+                   {"n_head", 4},  {"block_size", 16}};
+  if (arch == "llama") j["n_kv_head"] = 2, j["ffn_hidden"] = 96;
+  return model_config_from_json(j);
+}
+
+// One process on one backend: its grid reaches the backend's memory through
+// the backend's transport.
+struct OneProcess {
+  explicit OneProcess(Device d, const ModelConfig& c) {
+    BackendOptions o;
+    o.tf32 = false;
+    be = make_backend(d, o);
+    grid = std::make_unique<ProcessGrid>(GridShape{}, be->transport(self));
+    model = std::make_unique<Transformer>(c, *grid, *be, kB, kT);
+    adam = std::make_unique<AdamW>(*be, model->table(), ops::AdamWConfig{});
+  }
+  std::vector<float> grads() {
+    std::vector<float> g(size_t(model->table().total()));
+    be->download(g.data(), model->grads(), g.size() * sizeof(float));
+    return g;
+  }
+  std::vector<float> params() {
+    std::vector<float> p(size_t(model->table().total()));
+    be->download(p.data(), std::as_const(*model).params(), p.size() * sizeof(float));
+    return p;
+  }
+  SelfCommunicator self{"world"};
+  std::unique_ptr<Backend> be;
+  std::unique_ptr<ProcessGrid> grid;
+  std::unique_ptr<Transformer> model;
+  std::unique_ptr<AdamW> adam;
+};
+
+void batch(int step, const ModelConfig& c, std::vector<int32_t>& in, std::vector<int32_t>& tg) {
+  in.resize(kB * kT), tg.resize(kB * kT);
+  for (int i = 0; i < kB * kT; ++i) {
+    in[i] = int32_t(random_bits(step, 1, i) % c.vocab_size);
+    tg[i] = int32_t(random_bits(step, 2, i) % c.vocab_size);
+  }
+}
+
+double step(OneProcess& r, int s, const ModelConfig& c) {
+  std::vector<int32_t> in, tg;
+  batch(s, c, in, tg);
+  r.model->zero_grads();
+  return r.model->forward_backward(in.data(), tg.data(), nullptr, double(kB) * kT, kB, kT);
+}
+
+class CudaModel : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaModel, MatchesTheCpuBackendStepByStep) {
+  const ModelConfig c = config(GetParam());
+  OneProcess cpu(Device::kCpu, c), gpu(Device::kCuda, c);
+  cpu.model->init(7);
+  gpu.model->init(7);
+  ASSERT_EQ(cpu.params(), gpu.params()) << "initial weights are made on the host";
+  for (int s = 0; s < kSteps; ++s) {
+    const double a = step(cpu, s, c), b = step(gpu, s, c);
+    EXPECT_NEAR(b, a, (s == 0 ? 1e-5 : 1e-3) * std::fabs(a)) << "loss of step " << s + 1;
+    if (s == 0) {
+      const std::vector<float> ga = cpu.grads(), gb = gpu.grads();
+      for (const ParamSpec& p : cpu.model->table().specs()) {
+        double largest = 0, worst = 0;
+        for (int64_t i = 0; i < p.numel; ++i) {
+          largest = std::max(largest, double(std::fabs(ga[p.offset + i])));
+          worst = std::max(worst, double(std::fabs(ga[p.offset + i] - gb[p.offset + i])));
+        }
+        EXPECT_LE(worst, 1e-3 * std::max(largest, 1e-6)) << "gradient of " << p.name;
+      }
+      EXPECT_NEAR(gpu.model->grad_norm(), cpu.model->grad_norm(), 1e-5 * cpu.model->grad_norm());
+    }
+    cpu.adam->step(*cpu.model, 1e-2f);
+    gpu.adam->step(*gpu.model, 1e-2f);
+  }
+}
+
+TEST_P(CudaModel, CheckpointsMoveBetweenTheGpuAndTheCpu) {
+  const ModelConfig c = config(GetParam());
+  const std::string dir = std::filesystem::temp_directory_path() /
+                          ("dendrite_cuda_ckpt_" + std::to_string(getpid()) + GetParam());
+  OneProcess gpu(Device::kCuda, c);
+  gpu.model->init(11);
+  step(gpu, 0, c);
+  gpu.adam->step(*gpu.model, 1e-2f);
+  const CheckpointContents contents{{{"model", to_json(c)}}, {{"step", 1}}, ""};
+  const std::string ckpt = save_checkpoint(dir, 1, *gpu.model, gpu.adam.get(), contents);
+  OneProcess cpu(Device::kCpu, c);
+  load_weights(ckpt, *cpu.model);
+  load_optimizer(ckpt, *cpu.model, *cpu.adam);
+  EXPECT_EQ(cpu.params(), gpu.params()) << "the GPU's weights, resumed on the CPU";
+  // And back: one more step on the CPU, saved, resumed on a fresh GPU model.
+  step(cpu, 1, c);
+  cpu.adam->step(*cpu.model, 1e-2f);
+  const std::string ckpt2 = save_checkpoint(dir, 2, *cpu.model, cpu.adam.get(), contents);
+  OneProcess gpu2(Device::kCuda, c);
+  load_weights(ckpt2, *gpu2.model);
+  EXPECT_EQ(gpu2.params(), cpu.params()) << "the CPU's weights, resumed on the GPU";
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaModel, ::testing::Values("gpt2", "llama"));
+
+}  // namespace
+}  // namespace dendrite

@@ -9,7 +9,7 @@
 #include "dendrite/eval/generate.h"
 #include "dendrite/model/transformer.h"
 #include "dendrite/train/checkpoint.h"
-#include "dendrite/train/tokenizer.h"
+#include "dendrite/io/tokenizer.h"
 
 namespace dendrite::app {
 

@@ -23,8 +23,8 @@
 #include "dendrite/eval/memorization.h"
 #include "dendrite/train/canaries.h"
 #include "dendrite/train/checkpoint.h"
-#include "dendrite/train/token_file.h"
-#include "dendrite/train/tokenizer.h"
+#include "dendrite/io/token_file.h"
+#include "dendrite/io/tokenizer.h"
 
 namespace dendrite::app {
 

@@ -1,6 +1,7 @@
 // `dendrite tokenize`: text files -> tokenizer.model, train.bin, val.bin.
 #include "apps/commands.h"
-#include "dendrite/train/tokenizer.h"
+#include "dendrite/io/tokenizer.h"
+#include "dendrite/train/tokenize.h"
 
 namespace dendrite::app {
 

@@ -157,6 +157,10 @@ static void add_optimizer_options(CLI::App& app, TrainOptions& opt) {
 static void add_run_options(CLI::App& app, TrainOptions& opt) {
   app.add_option("--out", opt.out, "Run folder for checkpoints (ckpt-<step>/ and latest)");
   app.add_option("--resume", opt.resume, "Continue from a run folder or checkpoint folder");
+  app.add_option("--init-from", opt.init_from,
+                 "Start from a Hugging Face model folder (GPT2LMHeadModel or LlamaForCausalLM: "
+                 "config.json and safetensors in fp32, bf16 or fp16); the model is the folder's "
+                 "(--model is not used), optimizer and schedule start fresh");
   app.add_option("--save-every", opt.save_every, "Checkpoint every N steps (0: at the end only)")
       ->capture_default_str();
   app.add_option("--keep", opt.keep,

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "dendrite/model/config.h"
-#include "dendrite/train/safetensors.h"
-#include "dendrite/train/token_file.h"
+#include "dendrite/io/safetensors.h"
+#include "dendrite/io/token_file.h"
 #include "dendrite/train/trainer.h"
 
 namespace fs = std::filesystem;

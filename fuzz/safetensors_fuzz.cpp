@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "dendrite/core/check.h"
-#include "dendrite/train/safetensors.h"
+#include "dendrite/io/safetensors.h"
 #include "fuzz_file.h"
 
 namespace {

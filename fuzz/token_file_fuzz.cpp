@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "dendrite/core/check.h"
-#include "dendrite/train/token_file.h"
+#include "dendrite/io/token_file.h"
 #include "fuzz_file.h"
 
 namespace {

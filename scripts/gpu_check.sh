@@ -61,7 +61,12 @@ bench() {  # model
       2> "$out/torch_${mode}_$1.err" || note "pytorch $mode $1 failed: $(tail -2 "$out/torch_${mode}_$1.err")"
   done
 }
-for m in gpt2-124m gpt2-350m; do bench "$m"; done
+for m in gpt2-124m gpt2-350m; do
+  bench "$m"
+  # The planner's memory estimate for the same run (any machine file: memory does not depend on it).
+  build-gpu/dendrite plan --model "$m" --batch 16 --seq 1024 --precision bf16 \
+    --machine machines/alps.json --json 2>/dev/null | tail -1 > "$out/plan_$m.json"
+done
 
 python3 - "$out" <<'PY' | tee -a "$summary"
 import json, os, sys
@@ -74,9 +79,12 @@ def load(name):
 for m in ("gpt2-124m", "gpt2-350m"):
     d = load(f"dendrite_{m}.json")
     row = [m]
+    p = load(f"plan_{m}.json")
     if d:
         row.append(f"dendrite {d['tokens_per_s']:.0f} tok/s, MFU {100 * d['mfu']:.1f}% of a "
                    f"{d['peak_gflops'] / 1e3:.0f} TFLOP/s bf16 GEMM, {d.get('device_peak_mb', 0):.0f} MB")
+        if p:
+            row.append(f"planner {p['ranked'][0]['memory_mb']:.0f} MB")
     for mode in ("eager", "compile"):
         t = load(f"torch_{mode}_{m}.json")
         if t:

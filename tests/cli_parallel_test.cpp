@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cli_support.h"
+#include "dendrite/io/token_file.h"
 
 namespace dendrite {
 namespace {
@@ -181,6 +182,37 @@ TEST_F(CliParallel, CheckpointOfAnotherModelIsRefusedOnEveryGrid) {
                                  (dir_ / "data").string() + " --steps 4 --batch 8 --seq 32 " +
                                  "--grid x=2,y=2 --resume " + run + " --out " + run),
                    "holds a model with");
+}
+
+// A Hugging Face folder (transformers' GPT2LMHeadModel, tests/data/hf/) as
+// the start of a run on a grid of 8: its weights load on every rank's shards,
+// and 20 steps on text tokenized within its vocabulary lower the loss.
+TEST_F(CliParallel, InitFromAHuggingFaceFolderTrainsOnAGridOf8) {
+  // The folder's vocabulary has 320 ids, fewer than a SentencePiece model with
+  // byte fallback needs for this text: the test's token files fold the 512
+  // ids of the suite's data into 320 (a text with structure all the same).
+  const fs::path data = dir_ / "data320", metrics = dir_ / "hf.jsonl";
+  fs::create_directories(data);
+  for (const char* f : {"train.bin", "val.bin"}) {
+    const TokenFile in((dir_ / "data" / f).string());
+    std::vector<int32_t> ids(in.size());
+    in.copy(0, in.size(), ids.data());
+    for (int32_t& id : ids) id %= 320;
+    write_token_file((data / f).string(), ids);
+  }
+  std::ofstream(data / "meta.json") << R"({"vocab_size": 320})";
+  const std::string folder = std::string(DENDRITE_SOURCE_DIR) + "/tests/data/hf/gpt2-tiny";
+  Result r = mpirun(8, "train --init-from " + folder + " --data " + data.string() +
+                           " --batch 8 --seq 32 --steps 20 --lr 3e-3 --warmup 2 --eval-every 0 " +
+                           "--grid x=2,y=2,z=2 --metrics " + metrics.string());
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("weights from " + folder), std::string::npos) << r.out;
+  const std::vector<double> l = losses(metrics);
+  ASSERT_EQ(l.size(), 20u);
+  EXPECT_LT(l.back(), l.front() - 0.5) << "first " << l.front() << ", last " << l.back();
+  expect_job_error(mpirun(2, "train --init-from " + folder + " --data " + (dir_ / "data").string() +
+                                 " --steps 2 --batch 8 --seq 32"),
+                   "tokenize the data with that model's tokenizer");
 }
 
 }  // namespace

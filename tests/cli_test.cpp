@@ -16,8 +16,8 @@
 
 #include "cli_support.h"
 #include "dendrite/backend/backend.h"
-#include "dendrite/train/safetensors.h"
-#include "dendrite/train/token_file.h"
+#include "dendrite/io/safetensors.h"
+#include "dendrite/io/token_file.h"
 
 namespace dendrite {
 namespace {

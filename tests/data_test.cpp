@@ -21,8 +21,9 @@
 
 #include "dendrite/core/check.h"
 #include "dendrite/core/rng.h"
-#include "dendrite/train/token_file.h"
-#include "dendrite/train/tokenizer.h"
+#include "dendrite/io/token_file.h"
+#include "dendrite/io/tokenizer.h"
+#include "dendrite/train/tokenize.h"
 
 namespace dendrite {
 namespace {

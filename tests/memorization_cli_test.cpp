@@ -10,8 +10,8 @@
 #include <string>
 
 #include "cli_support.h"
-#include "dendrite/train/token_file.h"
-#include "dendrite/train/tokenizer.h"
+#include "dendrite/io/token_file.h"
+#include "dendrite/io/tokenizer.h"
 
 namespace dendrite {
 namespace {

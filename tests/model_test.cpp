@@ -16,7 +16,7 @@
 #include "dendrite/ops/optim.h"
 #include "dendrite/train/checkpoint.h"
 #include "dendrite/train/optimizer.h"
-#include "dendrite/train/safetensors.h"
+#include "dendrite/io/safetensors.h"
 #include "dendrite/train/schedule.h"
 #include "backend_support.h"
 

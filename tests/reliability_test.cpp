@@ -29,8 +29,8 @@
 #include <vector>
 
 #include "cli_support.h"
-#include "dendrite/train/safetensors.h"
-#include "dendrite/train/token_file.h"
+#include "dendrite/io/safetensors.h"
+#include "dendrite/io/token_file.h"
 
 namespace dendrite {
 namespace {

@@ -3,7 +3,7 @@
 // the on-disk layout parsed independently, and that every kind of corrupt file
 // and every write failure is reported naming the file (and tensor).
 // No dimension letters: tensors here are small literal arrays.
-#include "dendrite/train/safetensors.h"
+#include "dendrite/io/safetensors.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -55,6 +55,8 @@ void ModelConfig::validate() const {
                  "; grouped-query attention needs whole groups");
   DENDRITE_CHECK(!gpt2() || n_kv_head == n_head, "model config: gpt2 has n_kv_head == n_head (",
                  n_head, "), got ", n_kv_head);
+  DENDRITE_CHECK(!gpt2() || tie_embeddings, "model config: gpt2 ties its LM head to the token ",
+                 "embedding; tie_embeddings false is for llama");
   DENDRITE_CHECK(gpt2() || head_size() % 2 == 0, "model config: rotary embedding needs an even ",
                  "head size, got ", head_size());
   DENDRITE_CHECK(norm_eps > 0 && rope_theta > 0 && init_std > 0,
@@ -78,7 +80,7 @@ int64_t ModelConfig::num_parameters() const {
     total = V * C + int64_t(block_size) * C + int64_t(n_layer) * per_layer + 2 * C;
   } else {
     per_layer = 2 * C + (q + kv + o) + 3 * F * C;
-    total = 2 * V * C + int64_t(n_layer) * per_layer + C;
+    total = (tie_embeddings ? 1 : 2) * V * C + int64_t(n_layer) * per_layer + C;
   }
   return total;
 }
@@ -108,6 +110,7 @@ ModelConfig gpt2(int L, int C, int NH, int V = 50257, int T = 1024) {
 ModelConfig llama(int L, int C, int NH, int NKV, int F, int V, int T) {
   ModelConfig c;
   c.arch = Arch::kLlama;
+  c.tie_embeddings = false;
   c.n_layer = L;
   c.n_embd = C;
   c.n_head = NH;
@@ -155,7 +158,7 @@ nlohmann::json to_json(const ModelConfig& c) {
           {"n_head", c.n_head},            {"n_kv_head", c.n_kv_head},
           {"ffn_hidden", c.ffn_hidden},    {"block_size", c.block_size},
           {"norm_eps", tidy(c.norm_eps)},  {"rope_theta", tidy(c.rope_theta)},
-          {"init_std", tidy(c.init_std)}};
+          {"init_std", tidy(c.init_std)},  {"tie_embeddings", c.tie_embeddings}};
 }
 
 // get<int>() of a JSON number outside int's range is undefined behaviour (found
@@ -188,9 +191,11 @@ ModelConfig model_config_from_json(const nlohmann::json& j) {
       else if (key == "norm_eps") c.norm_eps = value.get<float>();
       else if (key == "rope_theta") c.rope_theta = value.get<float>();
       else if (key == "init_std") c.init_std = value.get<float>();
+      else if (key == "tie_embeddings") c.tie_embeddings = value.get<bool>();
       else
         fail("model config: unknown key '", key, "'; known keys: arch, vocab_size, n_layer, ",
-             "n_embd, n_head, n_kv_head, ffn_hidden, block_size, norm_eps, rope_theta, init_std");
+             "n_embd, n_head, n_kv_head, ffn_hidden, block_size, norm_eps, rope_theta, init_std, ",
+             "tie_embeddings");
     } catch (const nlohmann::json::exception& e) {
       fail("model config: key '", key, "' has the wrong type (", e.what(), ")");
     }

@@ -25,6 +25,9 @@ struct ModelConfig {
   float norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
   float init_std = 0.02f;
+  // Whether the LM head is the token embedding (GPT-2 always; Llama by choice,
+  // JSON key tie_embeddings, Hugging Face's tie_word_embeddings).
+  bool tie_embeddings = true;
 
   int head_size() const { return n_embd / n_head; }
   // V rounded up to a multiple of 64 and of the Y extent that splits it.
@@ -34,7 +37,7 @@ struct ModelConfig {
     return (vocab_size + unit - 1) / unit * unit;
   }
   bool gpt2() const { return arch == Arch::kGpt2; }
-  bool tied_embeddings() const { return arch == Arch::kGpt2; }
+  bool tied_embeddings() const { return tie_embeddings; }
 
   // Throws dendrite::Error naming the problem and the fix.
   void validate() const;

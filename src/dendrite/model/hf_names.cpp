@@ -66,7 +66,7 @@ void llama_tensors(const ModelConfig& c, const ParamTable& tb, std::vector<HfTen
     out.push_back(make(tb, h + "mlp.down_proj.weight", {d + "down.weight"}));
   }
   out.push_back(make(tb, "model.norm.weight", {"norm_f.weight"}));
-  out.push_back(make(tb, "lm_head.weight", {"lm_head"}, false, c.vocab_size));
+  if (!c.tied_embeddings()) out.push_back(make(tb, "lm_head.weight", {"lm_head"}, false, c.vocab_size));
 }
 
 // Visits (row of the concatenation, pointer to that row of a global tensor).

@@ -13,7 +13,7 @@
 
 #include "dendrite/core/check.h"
 #include "dendrite/model/hf_names.h"
-#include "dendrite/train/safetensors.h"
+#include "dendrite/io/safetensors.h"
 
 namespace dendrite {
 
@@ -70,16 +70,15 @@ void add_tensors(SafetensorsWriter& writer, std::vector<std::vector<float>>& sto
 // Reads the tensors named prefix + name into the flat buffer `flat` (laid out
 // like the model's parameters, in its backend's memory): each rank's chunks,
 // cut on the host and uploaded.
-void read_tensors(const SafetensorsReader& reader, Transformer& model, float* flat,
-                  const std::string& prefix) {
+// The Hugging Face tensors of the model, read by `read(name, shape, out)`
+// (which checks the shape; names as hf_names.h gives them), into the flat
+// buffer `flat`.
+template <class Read>
+void read_hf_tensors(Transformer& model, float* flat, Read&& read) {
   std::vector<float> buf, chunk;
   for (const HfTensor& t : hf_tensors(model.config(), model.table())) {
-    const std::string name = prefix + t.name;
-    DENDRITE_CHECK(reader.has(name), "checkpoint ", reader.path(), ": tensor '", name,
-                   "' is missing; the file holds another model (this run's is ",
-                   arch_name(model.config().arch), ")");
     buf.resize(t.numel());
-    reader.read_f32(name, t.shape(), buf.data());
+    read(t.name, t.shape(), buf.data());
     GlobalTensors parts;
     import_hf_tensor(t, model.table(), buf.data(), parts);
     for (auto& [p, global] : parts) {
@@ -89,6 +88,18 @@ void read_tensors(const SafetensorsReader& reader, Transformer& model, float* fl
       model.backend().upload(flat + s.offset, chunk.data(), chunk.size() * sizeof(float));
     }
   }
+}
+
+void read_tensors(const SafetensorsReader& reader, Transformer& model, float* flat,
+                  const std::string& prefix) {
+  read_hf_tensors(model, flat, [&](const std::string& hf, const std::vector<int64_t>& shape,
+                                   float* out) {
+    const std::string name = prefix + hf;
+    DENDRITE_CHECK(reader.has(name), "checkpoint ", reader.path(), ": tensor '", name,
+                   "' is missing; the file holds another model (this run's is ",
+                   arch_name(model.config().arch), ")");
+    reader.read_f32(name, shape, out);
+  });
 }
 
 bool is_checkpoint_name(const std::string& n) {
@@ -243,6 +254,17 @@ void load_optimizer(const std::string& ckpt_dir, Transformer& model, AdamW& opti
   SafetensorsReader reader((fs::path(ckpt_dir) / "optimizer.safetensors").string());
   read_tensors(reader, model, optimizer.m(), "exp_avg.");
   read_tensors(reader, model, optimizer.v(), "exp_avg_sq.");
+}
+
+void load_hf_folder(const HfFolder& folder, Transformer& model) {
+  nlohmann::json mine = to_json(model.config()), theirs = to_json(folder.config());
+  for (const char* key : {"init_std"}) mine.erase(key), theirs.erase(key);
+  DENDRITE_CHECK(mine == theirs, "init-from: the model of ", folder.dir(), " is ", theirs.dump(),
+                 " but the model built is ", mine.dump());
+  read_hf_tensors(model, model.params(), [&](const std::string& name,
+                                             const std::vector<int64_t>& shape, float* out) {
+    folder.read(name, shape, out);
+  });
 }
 
 }  // namespace dendrite

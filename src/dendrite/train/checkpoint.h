@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "dendrite/io/hf_folder.h"
 #include "dendrite/model/transformer.h"
 #include "dendrite/train/hooks.h"
 #include "dendrite/train/optimizer.h"
@@ -48,5 +49,8 @@ void load_optimizer(const std::string& ckpt_dir, Transformer& model, AdamW& opti
 
 // Loads a Hugging Face-named safetensors file (weights only).
 void load_weights_file(const std::string& path, Transformer& model, const std::string& prefix = "");
+// The weights of a Hugging Face folder (io/hf_folder.h) into a model built
+// from its config (any grid, any backend); the optimizer is untouched.
+void load_hf_folder(const HfFolder& folder, Transformer& model);
 
 }  // namespace dendrite

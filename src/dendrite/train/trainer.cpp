@@ -22,7 +22,7 @@
 #include "dendrite/train/optimizer.h"
 #include "dendrite/train/progress.h"
 #include "dendrite/train/schedule.h"
-#include "dendrite/train/token_file.h"
+#include "dendrite/io/token_file.h"
 
 namespace dendrite {
 
@@ -53,7 +53,8 @@ std::string gemm_tuning_summary(const Backend& be) {
   X(model) X(data) X(steps) X(batch) X(seq) X(lr) X(min_lr) X(warmup) X(weight_decay) X(beta1) \
   X(beta2) X(adam_eps) X(grad_clip) X(seed) X(out) X(resume) X(save_every) X(stop_at) X(eval_every)       \
   X(eval_batches) X(log_every) X(metrics) X(threads) X(grid) X(keep_gathered) X(recompute) X(overlap) \
-  X(keep) X(on_nan) X(timeout) X(goldfish) X(gemm_tune) X(grad_accum) X(precision) X(device)
+  X(keep) X(on_nan) X(timeout) X(goldfish) X(gemm_tune) X(grad_accum) X(precision) X(device) \
+  X(init_from)
 
 nlohmann::json TrainOptions::to_json() const {
   nlohmann::json j;
@@ -155,6 +156,15 @@ void check_same_vocabulary(const TrainOptions& opt, const Data& data, const std:
 // The model config of this run: the checkpoint's when resuming (the run's
 // --model must agree), else the preset or file, with the data's vocabulary.
 ModelConfig resolve_model(const TrainOptions& opt, const Data& data, const std::string& ckpt) {
+  if (!opt.init_from.empty()) {  // the folder's model, its vocabulary included
+    DENDRITE_CHECK(ckpt.empty(), "train: --init-from starts a new run from a Hugging Face ",
+                   "folder and --resume continues a run; pass one of them");
+    const ModelConfig mc = HfFolder(opt.init_from).config();
+    DENDRITE_CHECK(data.vocab_size <= mc.vocab_size, "train: the data's tokenizer has ",
+                   data.vocab_size, " tokens but the model of ", opt.init_from, " only ",
+                   mc.vocab_size, "; tokenize the data with that model's tokenizer");
+    return mc;
+  }
   ModelConfig mc = load_model_config(opt.model);
   if (data.vocab_size > 0) mc.vocab_size = data.vocab_size;
   mc.validate();
@@ -358,6 +368,7 @@ Trainer::Trainer(TrainOptions opt, ProcessGrid& grid, Backend& backend, const Tr
   if (data_.val) data_.val->check_vocab(mc_.vocab_size);
   model_ = make_model(mc_, grid_, be_, opt_);
   model_->init(opt_.seed);
+  if (!opt_.init_from.empty()) load_hf_folder(HfFolder(opt_.init_from), *model_);
   adam_ = std::make_unique<AdamW>(be_, model_->table(),
                                   ops::AdamWConfig{float(opt_.beta1), float(opt_.beta2),
                                                    float(opt_.adam_eps), float(opt_.weight_decay)});
@@ -407,7 +418,8 @@ void Trainer::log_start() const {
                model_->activation_bytes() / 1e6, " MB activations per rank; ", data_.train->size(),
                " training tokens; batch ", opt_.batch, accum, "; grid ", grid_.shape().str(), ", ",
                omp_get_max_threads(), " threads per rank; device ", be_.describe(),
-               ckpt_.empty() ? "" : "; resuming from " + ckpt_ + " at step " + std::to_string(start_)));
+               ckpt_.empty() ? "" : "; resuming from " + ckpt_ + " at step " + std::to_string(start_),
+               opt_.init_from.empty() ? "" : "; weights from " + opt_.init_from));
   if (goldfish_.enabled())
     log_info("goldfish loss " + goldfish_.str() + ": about 1/" + std::to_string(goldfish_.k) +
              " of the target tokens leave the loss (validation keeps them all)");

@@ -29,6 +29,7 @@ struct TrainOptions {
   uint64_t seed = 1337;
   std::string out;     // run folder for checkpoints (empty: none)
   std::string resume;  // run or checkpoint folder
+  std::string init_from;  // a Hugging Face model folder to start from (replaces model)
   int64_t save_every = 0;  // 0: only at the end
   int64_t stop_at = 0;     // >0: stop (and save) after this step, as if interrupted
   int64_t eval_every = 100;

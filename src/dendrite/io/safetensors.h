@@ -65,6 +65,9 @@ class SafetensorsReader {
   // Copies an F32 tensor after checking its shape equals `shape`; the error
   // names the file, tensor, and both shapes.
   void read_f32(const std::string& name, const std::vector<int64_t>& shape, float* out) const;
+  // The same for a tensor of F32, BF16 or F16, widened to fp32 (exactly);
+  // another dtype is an error naming the file, the tensor and the dtype.
+  void read_float(const std::string& name, const std::vector<int64_t>& shape, float* out) const;
   const std::string& path() const { return path_; }
 
  private:

@@ -2,7 +2,7 @@
 // the deterministic batch sampler that reads training sequences out of them.
 // B: sequences per batch, T: tokens per sequence. A sequence is T + 1
 // consecutive tokens: T inputs and the same T shifted by one as targets.
-#include "dendrite/train/token_file.h"
+#include "dendrite/io/token_file.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

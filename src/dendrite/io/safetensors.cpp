@@ -5,7 +5,7 @@
 // tensor data starts 8-byte aligned in the file, and lays the tensors out in the
 // order they were added, contiguous. The reader accepts any safetensors file
 // (gaps between tensors, files without checksums); it rejects overlaps.
-#include "dendrite/train/safetensors.h"
+#include "dendrite/io/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -474,6 +474,58 @@ void SafetensorsReader::read_f32(const std::string& name, const std::vector<int6
                  "' has shape ", shape_str(t.shape), " but shape ", shape_str(shape),
                  " was expected; check the model config against the checkpoint");
   if (t.bytes > 0) std::memcpy(out, t.data, t.bytes);
+}
+
+namespace {
+
+// IEEE half -> float, exact (subnormals, infinities and NaN included).
+float half_to_float(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
+  if (exp == 0x1f) {
+    u = sign | 0x7f800000u | (man << 13);  // inf, NaN
+  } else if (exp == 0) {
+    if (man == 0) {
+      u = sign;
+    } else {  // subnormal: normalise
+      int e = -1;
+      do {
+        man <<= 1;
+        ++e;
+      } while (!(man & 0x400u));
+      u = sign | uint32_t(127 - 15 - e) << 23 | (man & 0x3ffu) << 13;
+    }
+  } else {
+    u = sign | (exp + 112) << 23 | man << 13;
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+}  // namespace
+
+void SafetensorsReader::read_float(const std::string& name, const std::vector<int64_t>& shape,
+                                   float* out) const {
+  const TensorInfo& t = info(name);
+  if (t.dtype == "F32") return read_f32(name, shape, out);
+  DENDRITE_CHECK(t.dtype == "BF16" || t.dtype == "F16", "safetensors: tensor '", name, "' of '",
+                 path_, "' has dtype ", t.dtype, "; weights must be F32, BF16 or F16");
+  DENDRITE_CHECK(t.shape == shape, "safetensors: tensor '", name, "' of '", path_, "' has shape ",
+                 shape_str(t.shape), " but shape ", shape_str(shape),
+                 " was expected; check the model config against the weights");
+  const size_t n = t.bytes / 2;
+  const bool bf16 = t.dtype == "BF16";
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t v;
+    std::memcpy(&v, t.data + 2 * i, 2);
+    if (bf16) {
+      const uint32_t u = uint32_t(v) << 16;
+      std::memcpy(out + i, &u, 4);
+    } else {
+      out[i] = half_to_float(v);
+    }
+  }
 }
 
 }  // namespace dendrite

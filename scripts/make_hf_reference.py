@@ -1,0 +1,375 @@
+#!/opt/hfref-venv/bin/python
+"""Hugging Face interoperability reference data: tiny checkpoints and tokenizers
+written by the real `transformers`, `tokenizers` and `sentencepiece` libraries.
+
+Writes under tests/data/hf/ (about 2 MB in all):
+
+  versions.json              exact library versions used (and the Debian text packages)
+  gpt2-tiny/                 random GPT2LMHeadModel, float32, one model.safetensors
+                             (vocab 320, 64 positions, width 64, 2 layers, 4 heads,
+                             gelu_new, tied embeddings; LayerNorm weights and every
+                             bias perturbed so that a wrong mapping shows)
+  gpt2-tiny-bf16/            the same weights cast to bfloat16 (config dtype bfloat16)
+  llama-tiny/                random LlamaForCausalLM, float32, SHARDED
+                             (model-0000N-of-0000M.safetensors + model.safetensors.index.json;
+                             width 64, ffn 176, 2 layers, 4 query heads, 2 kv heads (GQA),
+                             rope_theta 50000, untied lm_head, RMSNorm weights perturbed)
+  llama-tiny-fp16/           another random Llama with tied embeddings, float16, one file
+    each model folder holds the library's config.json, generation_config.json,
+    safetensors file(s), plus
+      reference.json         {"tokens": [[24 ids], [24 ids]], "logits_file": "logits.bin",
+                              "shape": [2, 24, 320], "dtype": "float32"}
+      logits.bin             logits [2, 24, 320], little-endian float32, from the folder
+                             loaded back with from_pretrained(dtype=float32,
+                             attn_implementation="eager") (so bf16/fp16 folders give the
+                             logits of their rounded weights, upcast to float32)
+  bpe/                       byte-level BPE (GPT-2 style: ByteLevel pre-tokenizer, decoder
+                             and post-processor, vocab 512, special "<|endoftext|>"),
+                             trained by `tokenizers`: vocab.json, merges.txt, tokenizer.json
+  sp/tokenizer.model         SentencePiece BPE, vocab 512, byte_fallback, Llama-style
+                             settings (identity normalization, add_dummy_prefix,
+                             remove_extra_whitespaces=false, split_digits,
+                             allow_whitespace_only_pieces), trained by `sentencepiece`
+  bpe/reference.json, sp/reference.json
+                             [{"text", "ids", "decoded"}] on held-out texts: BPE ids from
+                             tokenizers.Tokenizer.from_file("tokenizer.json").encode(text,
+                             add_special_tokens=False), decoded with
+                             decode(ids, skip_special_tokens=False); SentencePiece ids from
+                             SentencePieceProcessor.encode(text, out_type=int) and decode(ids).
+
+Tokenizer training text: KJV Genesis, Exodus and Matthew (Debian bible-kjv, via the
+`bible` command, verse references stripped) and the Jargon File 4.4.7 up to the
+entries for M (Debian jargon-text, /usr/share/doc/jargon-text/jargon.txt.gz).
+Held-out texts: verses from Psalms, John and Revelation, Jargon entries from the Y
+section, and hand-written edge cases (accents, emoji, runs of spaces, tabs,
+newlines, leading/trailing spaces, an empty string, the special token in text).
+
+Made with (versions.json records them; the script prints them):
+  torch 2.15.0 (PyPI wheel, +cu132, run on CPU), transformers 5.24.0,
+  tokenizers 0.23.3, sentencepiece 0.2.3, safetensors 0.8.0, numpy 2.4.6, Python 3.11.
+
+How to run (from the repository root; needs the Debian packages bible-kjv and
+jargon-text, and a venv outside the repository):
+  python3 -m venv /opt/hfref-venv
+  /opt/hfref-venv/bin/pip install torch transformers tokenizers sentencepiece safetensors numpy
+  /opt/hfref-venv/bin/python scripts/make_hf_reference.py
+
+Deterministic: fixed seeds, one CPU thread, single-threaded tokenizer training and
+sorted-key JSON, so a rerun with the same library versions rewrites byte-identical files.
+"""
+import os
+
+# Before any library import: no hub access, single-threaded everything.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+os.environ["TOKENIZERS_PARALLELISM"] = "false"
+os.environ["RAYON_NUM_THREADS"] = "1"
+os.environ["OMP_NUM_THREADS"] = "1"
+os.environ["MKL_NUM_THREADS"] = "1"
+
+import gzip
+import io
+import json
+import platform
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import safetensors
+import sentencepiece as spm
+import tokenizers
+import torch
+import transformers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "tests", "data", "hf")
+
+VOCAB = 320
+SEQS, SEQ_LEN = 2, 24
+TOKEN_SEED = 1234
+
+JARGON_GZ = "/usr/share/doc/jargon-text/jargon.txt.gz"
+KJV_TRAIN_RANGES = ["Gen1:1-Gen50:26", "Exo1:1-Exo40:38", "Mat1:1-Mat28:20"]
+KJV_HELDOUT = ["Psa23:1", "Psa23:4", "John1:1", "Rev21:4"]
+JARGON_TRAIN_END = "   :M: pref."      # training text is the file up to this line
+JARGON_HELDOUT = ["   :yak shaving:", "   :YAUN: /yawn/, n."]
+
+
+# ---------------------------------------------------------------- helpers
+
+def write_json(path, obj):
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        f.write(json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=True))
+        f.write("\n")
+
+
+def fresh_dir(name):
+    path = os.path.join(OUT, name)
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    os.makedirs(path)
+    return path
+
+
+def deb_version(pkg):
+    try:
+        return subprocess.run(["dpkg-query", "-W", "-f=${Version}", pkg], check=True,
+                              capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def versions():
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "tokenizers": tokenizers.__version__,
+        "sentencepiece": spm.__version__,
+        "safetensors": safetensors.__version__,
+        "numpy": np.__version__,
+        "debian_bible_kjv_text": deb_version("bible-kjv-text"),
+        "debian_jargon_text": deb_version("jargon-text"),
+    }
+
+
+# ---------------------------------------------------------------- models
+
+def perturb(model, seed, pred):
+    """Adds small seeded noise to the parameters selected by pred(name):
+    norm weights get 1 + 0.1*N(0,1) (init is 1), biases 0.05*N(0,1) (init is 0)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if not pred(name):
+                continue
+            noise = torch.randn(p.shape, generator=g, dtype=torch.float32)
+            if name.endswith("bias"):
+                p.copy_(p + 0.05 * noise)
+            else:
+                p.copy_(p + 0.1 * noise)
+
+
+def reference_tokens():
+    g = torch.Generator().manual_seed(TOKEN_SEED)
+    return torch.randint(0, VOCAB, (SEQS, SEQ_LEN), generator=g, dtype=torch.long)
+
+
+def write_reference(folder, cls, tokens):
+    """Loads the folder back through from_pretrained in float32 with eager attention
+    and writes reference.json + logits.bin."""
+    model = cls.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    with torch.no_grad():
+        logits = model(input_ids=tokens).logits
+    assert logits.dtype == torch.float32 and tuple(logits.shape) == (SEQS, SEQ_LEN, VOCAB)
+    arr = logits.numpy().astype("<f4", copy=False)
+    with open(os.path.join(folder, "logits.bin"), "wb") as f:
+        f.write(arr.tobytes(order="C"))
+    write_json(os.path.join(folder, "reference.json"), {
+        "tokens": tokens.tolist(),
+        "logits_file": "logits.bin",
+        "shape": [SEQS, SEQ_LEN, VOCAB],
+        "dtype": "float32",
+    })
+    return logits
+
+
+def make_gpt2(tokens):
+    torch.manual_seed(1)
+    config = GPT2Config(vocab_size=VOCAB, n_positions=64, n_embd=64, n_layer=2, n_head=4,
+                        activation_function="gelu_new", layer_norm_epsilon=1e-5,
+                        tie_word_embeddings=True)
+    model = GPT2LMHeadModel(config).to(torch.float32)
+    perturb(model, 11, lambda n: n.endswith("bias") or ".ln_" in n)
+    model.eval()
+
+    d32 = fresh_dir("gpt2-tiny")
+    model.save_pretrained(d32, safe_serialization=True)
+    write_reference(d32, GPT2LMHeadModel, tokens)
+
+    d16 = fresh_dir("gpt2-tiny-bf16")
+    model.to(torch.bfloat16).save_pretrained(d16, safe_serialization=True)
+    write_reference(d16, GPT2LMHeadModel, tokens)
+
+
+def llama_config(tied):
+    return LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=176,
+                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                       rms_norm_eps=1e-5, rope_theta=50000.0, max_position_embeddings=64,
+                       tie_word_embeddings=tied, attention_bias=False, mlp_bias=False,
+                       hidden_act="silu")
+
+
+def make_llama(tokens):
+    is_norm = lambda n: n.endswith("layernorm.weight") or n == "model.norm.weight"
+
+    torch.manual_seed(2)
+    model = LlamaForCausalLM(llama_config(tied=False)).to(torch.float32)
+    perturb(model, 22, is_norm)
+    model.eval()
+    d = fresh_dir("llama-tiny")
+    # ~535 kB of float32 weights: 200 kB shards give at least 2 files.
+    model.save_pretrained(d, safe_serialization=True, max_shard_size="200KB")
+    assert os.path.exists(os.path.join(d, "model.safetensors.index.json")), "not sharded"
+    write_reference(d, LlamaForCausalLM, tokens)
+
+    torch.manual_seed(3)
+    model = LlamaForCausalLM(llama_config(tied=True)).to(torch.float32)
+    perturb(model, 33, is_norm)
+    model.eval()
+    d = fresh_dir("llama-tiny-fp16")
+    model.to(torch.float16).save_pretrained(d, safe_serialization=True,
+                                            max_shard_size="100MB")
+    assert os.path.exists(os.path.join(d, "model.safetensors"))
+    write_reference(d, LlamaForCausalLM, tokens)
+
+
+# ---------------------------------------------------------------- tokenizers
+
+VERSE_REF = re.compile(r"^\S+?\d+:\d+ ")
+
+
+def bible(ref):
+    out = subprocess.run(["bible", "-f", ref], check=True, capture_output=True,
+                         text=True, encoding="utf-8").stdout
+    verses = []
+    for line in out.splitlines():
+        m = VERSE_REF.match(line)
+        if m:
+            verses.append(line[m.end():])
+    assert verses, f"bible printed no verses for {ref}"
+    return verses
+
+
+def jargon_lines():
+    with gzip.open(JARGON_GZ, "rt", encoding="utf-8") as f:
+        return f.read().split("\n")
+
+
+def jargon_entry(lines, head):
+    """The first paragraph of an entry, its wrapped lines joined by single spaces."""
+    i = lines.index(head) + 1
+    while not lines[i].strip():
+        i += 1
+    para = []
+    while lines[i].strip():
+        para.append(lines[i].strip())
+        i += 1
+    return " ".join(para)
+
+
+def corpus():
+    """Training lines (each a verse or a Jargon File line, no newline) and held-out texts."""
+    train = []
+    for r in KJV_TRAIN_RANGES:
+        train.extend(bible(r))
+    jl = jargon_lines()
+    end = jl.index(JARGON_TRAIN_END)
+    train.extend(line.rstrip() for line in jl[:end] if line.strip())
+
+    heldout = [bible(r)[0] for r in KJV_HELDOUT]
+    heldout += [jargon_entry(jl, h) for h in JARGON_HELDOUT]
+    heldout += [
+        "café naïve Ångström",
+        "🙂🚀 ok",
+        "a    b",
+        "line1\n\n  line2\t\tend",
+        "   leading and trailing spaces   ",
+        " ",
+        "",
+        "hello<|endoftext|>world",
+        "In 1611, 42 hackers paid $3.50 for 1,000 MIPS (ca. 99.9%).",
+        "Ünïcödé — “quotes” ‘and’ ·dots· 日本語 Ελληνικά",
+    ]
+    joined = "\n".join(train)
+    for t in heldout:
+        # every held-out text that is long enough to mean anything is absent from training
+        assert len(t) < 20 or t not in joined, f"held-out text is in the training text: {t!r}"
+    return train, heldout
+
+
+def make_bpe(train, heldout):
+    d = fresh_dir("bpe")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(vocab_size=512, min_frequency=2, show_progress=False,
+                                  special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([line + "\n" for line in train], trainer=trainer)
+    assert tok.get_vocab_size() == 512, tok.get_vocab_size()
+    tok.save(os.path.join(d, "tokenizer.json"))
+    tok.model.save(d)  # vocab.json, merges.txt
+
+    loaded = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+    ref = []
+    for text in heldout:
+        ids = loaded.encode(text, add_special_tokens=False).ids
+        ref.append({"text": text, "ids": ids,
+                    "decoded": loaded.decode(ids, skip_special_tokens=False)})
+    write_json(os.path.join(d, "reference.json"), ref)
+
+
+def make_sp(train, heldout):
+    d = fresh_dir("sp")
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(train), model_writer=buf,
+        model_type="bpe", vocab_size=512, byte_fallback=True,
+        character_coverage=0.9995, normalization_rule_name="identity",
+        add_dummy_prefix=True, remove_extra_whitespaces=False, split_digits=True,
+        allow_whitespace_only_pieces=True, num_threads=1, input_sentence_size=0,
+        shuffle_input_sentence=False, minloglevel=2)
+    with open(os.path.join(d, "tokenizer.model"), "wb") as f:
+        f.write(buf.getvalue())
+
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(d, "tokenizer.model"))
+    assert sp.get_piece_size() == 512, sp.get_piece_size()
+    ref = []
+    for text in heldout:
+        ids = sp.encode(text, out_type=int)
+        ref.append({"text": text, "ids": ids, "decoded": sp.decode(ids)})
+    write_json(os.path.join(d, "reference.json"), ref)
+
+
+# ---------------------------------------------------------------- main
+
+def main():
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    os.makedirs(OUT, exist_ok=True)
+
+    v = versions()
+    for k, val in v.items():
+        print(f"{k:22s} {val}")
+    write_json(os.path.join(OUT, "versions.json"), v)
+
+    tokens = reference_tokens()
+    make_gpt2(tokens)
+    make_llama(tokens)
+
+    train, heldout = corpus()
+    make_bpe(train, heldout)
+    make_sp(train, heldout)
+
+    total = 0
+    for dirpath, _, files in sorted(os.walk(OUT)):
+        for name in sorted(files):
+            p = os.path.join(dirpath, name)
+            size = os.path.getsize(p)
+            total += size
+            print(f"{size:9d}  {os.path.relpath(p, ROOT)}")
+    print(f"{total:9d}  total")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+// A Hugging Face model folder as `save_pretrained` writes it: config.json, and
+// the weights in model.safetensors or in shards that
+// model.safetensors.index.json lists. The config of a GPT2LMHeadModel or a
+// LlamaForCausalLM becomes Dendrite's ModelConfig; anything the model cannot
+// represent (another architecture, rope scaling, biases Llama lacks, ...) is
+// refused by name. Weights of F32, BF16 or F16 are read as fp32, each shard
+// memory-mapped when first needed.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "dendrite/io/safetensors.h"
+#include "dendrite/model/config.h"
+
+namespace dendrite {
+
+// The ModelConfig of a Hugging Face config.json (`where` names it in errors).
+ModelConfig model_config_from_hf(const nlohmann::json& config, const std::string& where);
+
+class HfFolder {
+ public:
+  // Reads config.json and the index (or finds model.safetensors); errors name
+  // the folder, the file and the key.
+  explicit HfFolder(const std::string& dir);
+  HfFolder(HfFolder&&) = default;
+  ~HfFolder();
+
+  const std::string& dir() const { return dir_; }
+  const ModelConfig& config() const { return config_; }
+  const nlohmann::json& raw_config() const { return raw_; }
+  // Whether the weights hold `name`, or the same name without GPT-2's
+  // "transformer." prefix (the original GPT-2 files lack it).
+  bool has(const std::string& name) const { return !resolve(name).empty(); }
+  // The tensor as fp32 into out, after checking its shape.
+  void read(const std::string& name, const std::vector<int64_t>& shape, float* out) const;
+
+ private:
+  std::string resolve(const std::string& name) const;  // the stored name, or ""
+  const SafetensorsReader& reader(const std::string& file) const;
+
+  std::string dir_;
+  nlohmann::json raw_;
+  ModelConfig config_;
+  std::map<std::string, std::string> file_of_;  // tensor -> shard file name
+  mutable std::map<std::string, std::unique_ptr<SafetensorsReader>> readers_;
+};
+
+}  // namespace dendrite

@@ -1,0 +1,170 @@
+// Hugging Face model folders (io/hf_folder.h) against the real library: the
+// tiny GPT-2 and Llama folders of tests/data/hf/ (fp32, bf16, fp16, one file
+// and shards, tied and untied heads), saved by transformers, load into
+// Dendrite with the logits transformers computed on the same tokens, within
+// 1e-5 relative (both compute in fp32; the folders in bf16 or fp16 hold
+// rounded weights that both sides widen exactly). Bad folders are refused
+// naming the file and the tensor or key.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backend_support.h"
+#include "dendrite/core/check.h"
+#include "dendrite/io/hf_folder.h"
+#include "dendrite/io/safetensors.h"
+#include "dendrite/model/transformer.h"
+#include "dendrite/train/checkpoint.h"
+#include "hf_support.h"
+
+namespace dendrite {
+namespace {
+
+namespace fs = std::filesystem;
+
+class HfFolders : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(HfFolders, LogitsMatchTransformers) {
+  const HfFolder folder(test::hf_dir(GetParam()));
+  const test::HfReference ref = test::load_hf_reference(GetParam());
+  ASSERT_EQ(folder.config().vocab_size, ref.V);
+  auto grid = ProcessGrid::single();
+  Transformer model(folder.config(), *grid, test::cpu_backend(), ref.B, ref.T);
+  load_hf_folder(folder, model);
+  std::vector<float> logits(size_t(ref.B) * ref.T * ref.V);
+  model.logits(ref.tokens.data(), ref.B, ref.T, logits.data());
+  EXPECT_LE(test::worst_logit_error(logits, ref, 0, ref.B * ref.T, 1e-5), 1.0) << GetParam();
+}
+
+INSTANTIATE_TEST_SUITE_P(Reference, HfFolders,
+                         ::testing::Values("gpt2-tiny", "gpt2-tiny-bf16", "llama-tiny",
+                                           "llama-tiny-fp16"),
+                         [](const auto& p) {
+                           std::string n = p.param;
+                           for (char& c : n)
+                             if (c == '-') c = '_';
+                           return n;
+                         });
+
+TEST(HfFolder, ConfigsTranslateAsTransformersDefinesThem) {
+  const ModelConfig g = HfFolder(test::hf_dir("gpt2-tiny")).config();
+  EXPECT_TRUE(g.gpt2());
+  EXPECT_EQ(g.n_embd, 64);
+  EXPECT_EQ(g.ffn_hidden, 256);  // n_inner null: 4 n_embd
+  EXPECT_EQ(g.block_size, 64);
+  const ModelConfig l = HfFolder(test::hf_dir("llama-tiny")).config();
+  EXPECT_FALSE(l.gpt2());
+  EXPECT_EQ(l.n_kv_head, 2);
+  EXPECT_EQ(l.ffn_hidden, 176);
+  EXPECT_FLOAT_EQ(l.rope_theta, 50000.0f);  // from rope_parameters (transformers 5)
+  EXPECT_FALSE(l.tied_embeddings());
+  EXPECT_TRUE(HfFolder(test::hf_dir("llama-tiny-fp16")).config().tied_embeddings());
+}
+
+// A copy of a reference folder in a temporary folder, to break.
+class BrokenFolder : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("dendrite_hf_" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path copy(const std::string& name) {
+    const fs::path d = dir_ / name;
+    fs::create_directories(d);
+    for (const auto& e : fs::directory_iterator(test::hf_dir(name))) fs::copy(e.path(), d);
+    return d;
+  }
+  static nlohmann::json config(const fs::path& d) {
+    std::ifstream in(d / "config.json");
+    return nlohmann::json::parse(in);
+  }
+  static void write_config(const fs::path& d, const nlohmann::json& c) {
+    std::ofstream(d / "config.json") << c.dump(2);
+  }
+  static void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
+    try {
+      f();
+      ADD_FAILURE() << "no error; expected one naming " << parts[0];
+    } catch (const Error& e) {
+      for (const std::string& p : parts)
+        EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+    }
+  }
+  // Loads d into a model built from its config.
+  static void load(const fs::path& d) {
+    const HfFolder f(d.string());
+    auto grid = ProcessGrid::single();
+    Transformer model(f.config(), *grid, test::cpu_backend(), 1, 8);
+    load_hf_folder(f, model);
+  }
+  fs::path dir_;
+};
+
+TEST_F(BrokenFolder, MissingPiecesAreNamed) {
+  const fs::path l = copy("llama-tiny");
+  fs::remove(l / "model-00002-of-00003.safetensors");
+  expect_error([&] { HfFolder f(l.string()); }, {"model-00002-of-00003.safetensors", "missing"});
+  const fs::path g = copy("gpt2-tiny");
+  fs::remove(g / "config.json");
+  expect_error([&] { HfFolder f(g.string()); }, {"config.json"});
+  expect_error([&] { HfFolder f((dir_ / "nowhere").string()); }, {"nowhere", "not a folder"});
+}
+
+TEST_F(BrokenFolder, ConfigsTheModelCannotRepresentAreRefusedByKey) {
+  const fs::path d = copy("llama-tiny");
+  const nlohmann::json good = config(d);
+  auto refused = [&](const char* key, const nlohmann::json& value, const std::string& named) {
+    nlohmann::json c = good;
+    c[key] = value;
+    write_config(d, c);
+    expect_error([&] { HfFolder f(d.string()); }, {"config.json", named});
+  };
+  refused("architectures", {"BertForMaskedLM"}, "BertForMaskedLM");
+  refused("rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}, "rope_scaling");
+  refused("rope_parameters", {{"rope_type", "llama3"}, {"rope_theta", 5e5}}, "rope_parameters");
+  refused("attention_bias", true, "attention_bias");
+  refused("hidden_act", "gelu", "hidden_act");
+  refused("head_dim", 32, "head_dim");
+  refused("num_key_value_heads", 3, "n_kv_head");
+  refused("hidden_size", "wide", "hidden_size");
+  nlohmann::json c = good;
+  c.erase("vocab_size");
+  write_config(d, c);
+  expect_error([&] { HfFolder f(d.string()); }, {"vocab_size", "missing"});
+}
+
+TEST_F(BrokenFolder, TensorsOfTheWrongShapeOrDtypeAreNamed) {
+  // A config wider than the weights: the first tensor read names both shapes.
+  const fs::path d = copy("gpt2-tiny");
+  nlohmann::json c = config(d);
+  c["n_embd"] = 128;
+  write_config(d, c);
+  expect_error([&] { load(d); }, {"transformer.wte.weight", "[320, 64]", "[320, 128]"});
+  // A weight stored as integers.
+  const fs::path g = copy("gpt2-tiny-bf16");
+  const SafetensorsReader orig((g / "model.safetensors").string());
+  SafetensorsWriter w;
+  std::vector<std::vector<uint8_t>> keep;
+  for (const std::string& name : orig.names()) {
+    const TensorInfo& t = orig.info(name);
+    keep.emplace_back(t.data, t.data + t.bytes);
+    if (name == "transformer.h.0.ln_1.weight") {
+      keep.back().resize(t.bytes * 4);
+      w.add(name, "I64", t.shape, keep.back().data(), keep.back().size());
+    } else {
+      w.add(name, t.dtype, t.shape, keep.back().data(), t.bytes);
+    }
+  }
+  fs::remove(g / "model.safetensors");
+  w.write((g / "model.safetensors").string());
+  expect_error([&] { load(g); }, {"transformer.h.0.ln_1.weight", "I64", "F32, BF16 or F16"});
+}
+
+}  // namespace
+}  // namespace dendrite

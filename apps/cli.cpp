@@ -42,6 +42,10 @@ int dendrite_main(int argc, char** argv, const TrainHooks* hooks) {
         [&](CLI::App& s) { return dendrite::app::add_plan(s, env); });
     add("calibrate", "Measure this machine (GEMM rates, collectives, memory) into a machine file",
         [&](CLI::App& s) { return dendrite::app::add_calibrate(s, env); });
+    add("export", "Write a checkpoint as a Hugging Face model folder (transformers loads it)",
+        [&](CLI::App& s) { return dendrite::app::add_export(s, env); });
+    add("score", "Write the logits a checkpoint or Hugging Face folder gives token sequences",
+        [&](CLI::App& s) { return dendrite::app::add_score(s, env); });
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -29,6 +29,8 @@ Runner add_memorization(CLI::App& app, MpiEnv& env);  // apps/memorization_cmd.c
 Runner add_bench(CLI::App& app, MpiEnv& env);
 Runner add_plan(CLI::App& app, MpiEnv& env);       // apps/plan_cmd.cpp
 Runner add_calibrate(CLI::App& app, MpiEnv& env);  // apps/plan_cmd.cpp
+Runner add_export(CLI::App& app, MpiEnv& env);
+Runner add_score(CLI::App& app, MpiEnv& env);
 
 // The process grid over every rank of `world` from a --grid text ("x=2,y=2,d=2").
 ProcessGrid make_grid(Communicator& world, const std::string& text);

@@ -25,16 +25,21 @@ int run_generate(const GenerateOptions& o, int rank) {
   if (rank != 0) return 0;  // generation runs on one process
   const std::string dir = resolve_checkpoint(o.checkpoint);
   ModelConfig mc = model_config_from_json(read_checkpoint_config(dir).at("model"));
-  std::string tok_path = o.tokenizer.empty() ? (std::filesystem::path(dir) / "tokenizer.model").string()
-                                             : o.tokenizer;
+  const std::string tok_path = o.tokenizer.empty() ? checkpoint_tokenizer(dir) : o.tokenizer;
   DENDRITE_CHECK(std::filesystem::exists(tok_path), "generate: no tokenizer at ", tok_path,
-                 "; pass --tokenizer FILE.model (the one the training data was made with)");
-  Tokenizer tok(tok_path);
-  DENDRITE_CHECK(tok.vocab_size() == mc.vocab_size, "generate: the tokenizer ", tok_path, " has ",
-                 tok.vocab_size(), " tokens but the checkpoint's model has ", mc.vocab_size,
-                 "; use the tokenizer the model was trained with");
-  std::vector<int32_t> ids = tok.encode(o.prompt);
-  if (ids.empty()) ids.push_back(tok.eos_id() >= 0 ? tok.eos_id() : 0);
+                 "; pass --tokenizer FILE.model or a Hugging Face tokenizer folder (the one the "
+                 "training data was made with)");
+  std::unique_ptr<TextTokenizer> tok = open_tokenizer(tok_path);
+  // Dendrite's own models size the model's vocabulary exactly; a Hugging Face
+  // model may pad its embedding beyond the tokenizer's ids.
+  const bool padded_ok = tok->format() != "sentencepiece";
+  DENDRITE_CHECK(
+      tok->vocab_size() == mc.vocab_size || (padded_ok && tok->vocab_size() < mc.vocab_size),
+      "generate: the tokenizer ", tok_path, " has ", tok->vocab_size(),
+      " tokens but the checkpoint's model has ", mc.vocab_size,
+      "; use the tokenizer the model was trained with");
+  std::vector<int32_t> ids = tok->encode(o.prompt);
+  if (ids.empty()) ids.push_back(tok->eos_id() >= 0 ? tok->eos_id() : 0);
   int max_T = std::min<int>(mc.block_size, int(ids.size()) + o.tokens);
   std::unique_ptr<Backend> backend = make_backend(resolve_device(o.device));
   SelfCommunicator self("world");  // one process; its collectives through the backend's transport
@@ -43,11 +48,15 @@ int run_generate(const GenerateOptions& o, int rank) {
   load_weights(dir, model);
   std::fputs(o.prompt.c_str(), stdout);
   std::fflush(stdout);
+  // The new text follows the prompt: no leading space is dropped, and a
+  // character split over byte-level tokens is printed once complete.
+  std::unique_ptr<TokenStream> text = tok->stream(/*continuing=*/true);
   generate(model, ids, o.tokens, o.sample, [&](int32_t id) {
-    std::fputs(tok.piece_text(id).c_str(), stdout);
+    if (id >= tok->vocab_size()) return;  // a padding row of the embedding: no text
+    std::fputs(text->next(id).c_str(), stdout);
     std::fflush(stdout);
   });
-  std::fputs("\n", stdout);
+  std::fputs((text->finish() + "\n").c_str(), stdout);
   return 0;
 }
 
@@ -65,7 +74,9 @@ Runner add_generate(CLI::App& app, MpiEnv& env) {
       ->capture_default_str();
   app.add_flag_callback("--greedy", [o] { o->sample.temperature = 0; }, "Greedy decoding");
   app.add_option("--seed", o->sample.seed, "Sampling seed")->capture_default_str();
-  app.add_option("--tokenizer", o->tokenizer, "Tokenizer .model (default: the checkpoint's)");
+  app.add_option("--tokenizer", o->tokenizer,
+                 "Tokenizer: a FILE.model or a Hugging Face tokenizer folder (default: the "
+                 "checkpoint's)");
   return [o, &env] { return run_generate(*o, env.rank()); };
 }
 

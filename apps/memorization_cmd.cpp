@@ -102,13 +102,13 @@ SampleSets gather_samples(const MemorizationOptions& o, const std::string& ckpt_
   if (!canaries.empty())
     add("canaries", "distinct canary", canary_samples(read_canaries_json(canaries), train, o.prefix, o.suffix));
   if (!o.control.empty() && !is_token_file(o.control)) {
-    Tokenizer tok((fs::path(ckpt_dir) / "tokenizer.model").string());
+    const std::unique_ptr<TextTokenizer> tok = open_tokenizer(checkpoint_tokenizer(ckpt_dir));
     std::ifstream in(o.control);
     DENDRITE_CHECK(in.good(), "memorization: cannot open --control ", o.control);
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     std::vector<Sample> v;
     for (const std::string& passage : split_passages(text)) {
-      Ids ids = tok.encode(passage);
+      Ids ids = tok->encode(passage);
       if (int(ids.size()) > o.prefix) v.push_back(passage_sample(ids, o.prefix, o.suffix));
     }
     out.control_source = o.control + " (text passages)";

@@ -1,4 +1,4 @@
-// `dendrite tokenize`: text files -> tokenizer.model, train.bin, val.bin.
+// `dendrite tokenize`: text files -> the tokenizer's files, train.bin, val.bin, meta.json.
 #include "apps/commands.h"
 #include "dendrite/io/tokenizer.h"
 #include "dendrite/train/tokenize.h"
@@ -8,12 +8,18 @@ namespace dendrite::app {
 Runner add_tokenize(CLI::App& app) {
   auto opt = std::make_shared<TokenizeOptions>();
   app.add_option("--input", opt->inputs, "Text files to tokenize")->required()->expected(1, -1);
-  app.add_option("--out", opt->out_dir, "Folder for tokenizer.model, train.bin, val.bin, meta.json")
+  app.add_option("--out", opt->out_dir,
+                 "Folder for the tokenizer's files, train.bin, val.bin, meta.json")
       ->required();
   app.add_option("--vocab-size", opt->vocab_size, "Vocabulary size of the BPE model to train")
       ->capture_default_str()
       ->check(CLI::Range(64, 1 << 20));
-  app.add_option("--tokenizer", opt->model, "Use this SentencePiece .model instead of training one");
+  app.add_option("--tokenizer", opt->model,
+                 "Use this tokenizer instead of training one: a SentencePiece FILE.model "
+                 "(Dendrite's, encoded line by line), or a Hugging Face tokenizer folder "
+                 "(tokenizer.json or vocab.json + merges.txt: GPT-2 style byte-level BPE; "
+                 "tokenizer.model: SentencePiece, encoded as that library does); its files "
+                 "are copied into --out");
   app.add_option("--val-fraction", opt->val_fraction, "Fraction of tokens kept for validation")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 0.5));

@@ -20,6 +20,7 @@
 #include "dendrite/io/safetensors.h"
 #include "dendrite/model/transformer.h"
 #include "dendrite/train/checkpoint.h"
+#include "dendrite/train/export.h"
 #include "hf_support.h"
 
 namespace dendrite {
@@ -164,6 +165,36 @@ TEST_F(BrokenFolder, TensorsOfTheWrongShapeOrDtypeAreNamed) {
   fs::remove(g / "model.safetensors");
   w.write((g / "model.safetensors").string());
   expect_error([&] { load(g); }, {"transformer.h.0.ln_1.weight", "I64", "F32, BF16 or F16"});
+}
+
+// `dendrite export` (train/export.h): a checkpoint becomes a folder that
+// reads back as the same model with the same logits (bit for bit: the same
+// fp32 weights), whose config.json is transformers'; an existing folder is
+// refused and left alone. (scripts/check_hf_export.py loads such folders in
+// transformers itself.)
+TEST_F(BrokenFolder, ExportedCheckpointsReadBackAsTheSameModel) {
+  for (const char* name : {"gpt2-tiny", "llama-tiny"}) {
+    const HfFolder src(test::hf_dir(name));
+    const test::HfReference ref = test::load_hf_reference(name);
+    auto grid = ProcessGrid::single();
+    Transformer model(src.config(), *grid, test::cpu_backend(), ref.B, ref.T);
+    load_hf_folder(src, model);
+    const CheckpointContents contents{{{"model", to_json(src.config())}}, {{"step", 1}}, ""};
+    const std::string ckpt = save_checkpoint((dir_ / name).string(), 1, model, nullptr, contents);
+    const fs::path out = dir_ / (std::string(name) + "-hf");
+    export_hf(ckpt, out.string());
+    const HfFolder back(out.string());
+    EXPECT_EQ(to_json(back.config()), to_json(src.config())) << name;
+    EXPECT_EQ(back.raw_config().at("architectures")[0], src.raw_config().at("architectures")[0]);
+    Transformer again(back.config(), *grid, test::cpu_backend(), ref.B, ref.T);
+    load_hf_folder(back, again);
+    std::vector<float> a(size_t(ref.B) * ref.T * ref.V), b(a.size());
+    model.logits(ref.tokens.data(), ref.B, ref.T, a.data());
+    again.logits(ref.tokens.data(), ref.B, ref.T, b.data());
+    EXPECT_EQ(a, b) << name;
+    expect_error([&] { export_hf(ckpt, out.string()); }, {out.string(), "exists"});
+    EXPECT_TRUE(fs::exists(out / "model.safetensors"));
+  }
 }
 
 }  // namespace

@@ -120,6 +120,47 @@ ModelConfig model_config_from_hf(const nlohmann::json& c, const std::string& whe
   return m;
 }
 
+nlohmann::json hf_config(const ModelConfig& m, int bos_id, int eos_id) {
+  nlohmann::json c;
+  const auto id = [](int v) { return v >= 0 ? nlohmann::json(v) : nlohmann::json(); };
+  if (m.gpt2()) {
+    c = {{"architectures", {"GPT2LMHeadModel"}},
+         {"model_type", "gpt2"},
+         {"vocab_size", m.vocab_size},
+         {"n_positions", m.block_size},
+         {"n_ctx", m.block_size},
+         {"n_embd", m.n_embd},
+         {"n_layer", m.n_layer},
+         {"n_head", m.n_head},
+         {"n_inner", m.ffn_hidden},
+         {"activation_function", "gelu_new"},
+         {"layer_norm_epsilon", m.norm_eps},
+         {"tie_word_embeddings", true},
+         {"scale_attn_weights", true}};
+  } else {
+    c = {{"architectures", {"LlamaForCausalLM"}},
+         {"model_type", "llama"},
+         {"vocab_size", m.vocab_size},
+         {"hidden_size", m.n_embd},
+         {"intermediate_size", m.ffn_hidden},
+         {"num_hidden_layers", m.n_layer},
+         {"num_attention_heads", m.n_head},
+         {"num_key_value_heads", m.n_kv_head},
+         {"head_dim", m.head_size()},
+         {"max_position_embeddings", m.block_size},
+         {"rms_norm_eps", m.norm_eps},
+         {"rope_theta", m.rope_theta},
+         {"tie_word_embeddings", m.tied_embeddings()},
+         {"hidden_act", "silu"},
+         {"attention_bias", false},
+         {"mlp_bias", false}};
+  }
+  c["bos_token_id"] = id(bos_id);
+  c["eos_token_id"] = id(eos_id);
+  c["dtype"] = "float32";
+  return c;
+}
+
 HfFolder::HfFolder(const std::string& dir) : dir_(dir) {
   const fs::path d(dir);
   DENDRITE_CHECK(fs::is_directory(d), "hugging face folder: ", dir, " is not a folder; pass ",

@@ -20,6 +20,9 @@ namespace dendrite {
 
 // The ModelConfig of a Hugging Face config.json (`where` names it in errors).
 ModelConfig model_config_from_hf(const nlohmann::json& config, const std::string& where);
+// The inverse: the config.json of a GPT2LMHeadModel or LlamaForCausalLM of
+// this model, with the token ids that begin and end text (-1: none).
+nlohmann::json hf_config(const ModelConfig& m, int bos_id, int eos_id);
 
 class HfFolder {
  public:

@@ -188,6 +188,8 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, Transforme
     write_text((tmp_dir / "config.json").string(), contents.config.dump(2) + "\n");
     if (!contents.tokenizer_path.empty() && fs::exists(contents.tokenizer_path))
       fs::copy_file(contents.tokenizer_path, tmp_dir / "tokenizer.model");
+    for (const std::string& f : contents.tokenizer_files)
+      fs::copy_file(f, tmp_dir / fs::path(f).filename());
     fsync_path(tmp_dir.string());
     // Replace an older folder of the same step (a re-run) only once the new one is complete.
     const fs::path old_dir = fs::path(run_dir) / (std::string(".") + name + ".old");

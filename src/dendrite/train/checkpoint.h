@@ -24,6 +24,9 @@ struct CheckpointContents {
   nlohmann::json config;         // resolved configuration, "model" key holds the model's
   nlohmann::json trainer_state;  // at least "step"
   std::string tokenizer_path;    // copied in when not empty
+  // The tokenizer files of a Hugging Face tokenizer the data was made with
+  // (tokenizer.json, vocab.json, ...), copied in under their names.
+  std::vector<std::string> tokenizer_files = {};
 };
 
 // Writes <run_dir>/ckpt-<step, 8 digits> and points <run_dir>/latest at it.

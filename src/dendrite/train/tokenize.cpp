@@ -1,5 +1,7 @@
 // The `dendrite tokenize` job (tokenize.h): text files into train.bin and
-// val.bin with a SentencePiece tokenizer, canaries inserted on request.
+// val.bin with a SentencePiece tokenizer trained here or any tokenizer
+// open_tokenizer reads, canaries inserted on request. The tokenizer's files
+// are copied into the output folder, so that the data carries them.
 #include "dendrite/train/tokenize.h"
 
 #include <sys/stat.h>
@@ -73,27 +75,50 @@ void rename_or_fail(const std::string& from, const std::string& to) {
   DENDRITE_CHECK(!ec, "tokenize: cannot rename ", from, " to ", to, ": ", ec.message());
 }
 
-// Trains (or copies) the tokenizer into staged(out_dir/tokenizer.model).
-void stage_tokenizer(const TokenizeOptions& opt, const std::string& model_path) {
+// The name a tokenizer file takes in the output folder: Dendrite's model is
+// always tokenizer.model; a Hugging Face folder's files keep their names.
+std::string output_name(const TextTokenizer& tok, size_t i) {
+  const std::string name = fs::path(tok.files()[i]).filename().string();
+  if (i > 0) return name;  // config files
+  if (tok.format() == "hf-bpe" && name != "vocab.json") return "tokenizer.json";
+  if (tok.format() == "hf-bpe") return name;
+  return "tokenizer.model";
+}
+
+// Opens opt.model and copies its files into staged(out_dir/NAME), or trains
+// a model into staged(out_dir/tokenizer.model). Returns the tokenizer and
+// the names of its files in the output folder (the first is the main one).
+std::unique_ptr<TextTokenizer> stage_tokenizer(const TokenizeOptions& opt,
+                                               std::vector<std::string>& names) {
+  const std::string dir = opt.out_dir + "/";
   if (!opt.model.empty()) {
-    Tokenizer check(opt.model);  // fails clearly if it is not a loadable model
-    std::error_code ec;
-    fs::copy_file(opt.model, staged(model_path), fs::copy_options::overwrite_existing, ec);
-    DENDRITE_CHECK(!ec, "tokenize: cannot copy ", opt.model, " to ", staged(model_path), ": ",
-                   ec.message());
-    return;
+    std::unique_ptr<TextTokenizer> tok = open_tokenizer(opt.model);  // fails clearly if unreadable
+    const std::vector<std::string> files = tok->files();
+    for (size_t i = 0; i < files.size(); ++i) {
+      names.push_back(output_name(*tok, i));
+      std::error_code ec;
+      fs::copy_file(files[i], staged(dir + names.back()), fs::copy_options::overwrite_existing, ec);
+      DENDRITE_CHECK(!ec, "tokenize: cannot copy ", files[i], " to ", staged(dir + names.back()),
+                     ": ", ec.message());
+    }
+    log_info(str("tokenize: using the ", tok->format(), " tokenizer ", opt.model, " (",
+                 tok->vocab_size(), " tokens, eos id ", tok->eos_id(), ")"));
+    return tok;
   }
   auto t0 = std::chrono::steady_clock::now();
-  const std::string prefix = opt.out_dir + "/tokenizer";
+  const std::string prefix = dir + "tokenizer";
   Tokenizer::train(opt.inputs, opt.vocab_size, staged(prefix), opt.seed);
-  rename_or_fail(staged(prefix) + ".model", staged(model_path));
+  rename_or_fail(staged(prefix) + ".model", staged(prefix + ".model"));
   rename_or_fail(staged(prefix) + ".vocab", staged(prefix + ".vocab"));
   log_info(str("tokenize: trained a ", opt.vocab_size, "-piece BPE tokenizer in ",
                fixed(seconds_since(t0), 2), " s"));
+  names = {"tokenizer.model", "tokenizer.vocab"};
+  return std::make_unique<Tokenizer>(staged(prefix + ".model"));
 }
 
 // All inputs encoded back to back, files separated by the eos id if there is one.
-std::vector<int32_t> encode_inputs(const Tokenizer& tok, const std::vector<std::string>& inputs) {
+std::vector<int32_t> encode_inputs(const TextTokenizer& tok,
+                                   const std::vector<std::string>& inputs) {
   std::vector<int32_t> all;
   for (size_t f = 0; f < inputs.size(); ++f) {
     auto t0 = std::chrono::steady_clock::now();
@@ -108,8 +133,8 @@ std::vector<int32_t> encode_inputs(const Tokenizer& tok, const std::vector<std::
 }
 
 // Inserts the canary passages into the training tokens; writes their locations.
-void stage_canaries(const TokenizeOptions& opt, const Tokenizer& tok, std::vector<int32_t>& train,
-                    const std::string& json_path) {
+void stage_canaries(const TokenizeOptions& opt, const TextTokenizer& tok,
+                    std::vector<int32_t>& train, const std::string& json_path) {
   std::vector<std::string> texts = split_passages(read_text(opt.canaries));
   DENDRITE_CHECK(!texts.empty(), "tokenize: the canary file ", opt.canaries, " holds no passages; ",
                  "separate passages by empty lines or lines holding only '%'");
@@ -144,32 +169,39 @@ void check_options(const TokenizeOptions& opt) {
 void run_tokenize(const TokenizeOptions& opt) {
   check_options(opt);
   const std::string dir = opt.out_dir + "/";
-  const std::vector<std::string> outputs = {dir + "tokenizer.model", dir + "tokenizer.vocab",
-                                            dir + "train.bin", dir + "val.bin",
-                                            dir + "canaries.json",
-                                            dir + "meta.json"};  // meta.json last: the run is done
+  // Every tokenizer file name, so that a stale one of an earlier run goes too;
+  // meta.json last: the run is done.
+  std::vector<std::string> outputs;
+  for (const std::string& name : tokenizer_file_names()) outputs.push_back(dir + name);
+  const std::string train_bin = dir + "train.bin", val_bin = dir + "val.bin",
+                    canaries_json = dir + "canaries.json", meta_json = dir + "meta.json";
+  outputs.insert(outputs.end(), {train_bin, val_bin, canaries_json, meta_json});
   try {
-    stage_tokenizer(opt, outputs[0]);
-    Tokenizer tok(staged(outputs[0]));
-    std::vector<int32_t> all = encode_inputs(tok, opt.inputs);
+    std::vector<std::string> tokenizer_names;
+    std::unique_ptr<TextTokenizer> tok = stage_tokenizer(opt, tokenizer_names);
+    std::vector<int32_t> all = encode_inputs(*tok, opt.inputs);
     DENDRITE_CHECK(!all.empty(), "tokenize: the inputs hold no text");
     auto n_val = static_cast<size_t>(std::llround(all.size() * opt.val_fraction));
     size_t n_train = all.size() - n_val;
-    write_token_file(staged(outputs[3]), std::vector<int32_t>(all.begin() + n_train, all.end()));
+    write_token_file(staged(val_bin), std::vector<int32_t>(all.begin() + n_train, all.end()));
     all.resize(n_train);
-    if (!opt.canaries.empty()) stage_canaries(opt, tok, all, staged(outputs[4]));
+    if (!opt.canaries.empty()) stage_canaries(opt, *tok, all, staged(canaries_json));
     n_train = all.size();
-    write_token_file(staged(outputs[2]), all);
-    nlohmann::json meta = {{"vocab_size", tok.vocab_size()},
+    write_token_file(staged(train_bin), all);
+    nlohmann::json meta = {{"vocab_size", tok->vocab_size()},
                            {"train_tokens", n_train},
                            {"val_tokens", n_val},
                            {"inputs", opt.inputs},
-                           {"tokenizer", "tokenizer.model"}};
+                           {"tokenizer", tokenizer_names.front()},
+                           {"tokenizer_format", tok->format()},
+                           {"tokenizer_files", tokenizer_names},
+                           {"eos_id", tok->eos_id()}};
+    if (!opt.model.empty()) meta["tokenizer_source"] = opt.model;
     if (!opt.canaries.empty()) {
       meta["canaries"] = opt.canaries;
       meta["canary_repeat"] = opt.canary_repeat;
     }
-    write_text_file(staged(outputs.back()), meta.dump(2) + "\n");
+    write_text_file(staged(meta_json), meta.dump(2) + "\n");
     std::error_code ec;
     for (const std::string& out : outputs) {
       if (fs::exists(staged(out)))
@@ -178,7 +210,7 @@ void run_tokenize(const TokenizeOptions& opt) {
         fs::remove(out, ec);  // e.g. a stale tokenizer.vocab when a model was given
     }
     log_info(str("tokenize: wrote ", n_train, " train and ", n_val, " val tokens (vocab ",
-                 tok.vocab_size(), ") to ", opt.out_dir));
+                 tok->vocab_size(), ") to ", opt.out_dir));
   } catch (...) {
     std::error_code ec;
     for (const std::string& out : outputs) fs::remove(staged(out), ec);

@@ -1,5 +1,6 @@
-// The `dendrite tokenize` job: train (or load) a SentencePiece tokenizer,
-// encode text files, split train / validation, write the token files.
+// The `dendrite tokenize` job: train a SentencePiece tokenizer (or open one:
+// a .model file or a Hugging Face tokenizer folder), encode text files, split
+// train / validation, write the token files.
 #pragma once
 
 #include <cstdint>
@@ -10,17 +11,21 @@ namespace dendrite {
 
 struct TokenizeOptions {
   std::vector<std::string> inputs;  // text files
-  std::string out_dir;              // writes tokenizer.model, train.bin, val.bin, meta.json
-  std::string model;                // existing .model to use instead of training one
+  std::string out_dir;              // writes the tokenizer's files, train.bin, val.bin, meta.json
+  // A tokenizer to use instead of training one (open_tokenizer: a .model
+  // file or a Hugging Face folder); its files are copied into out_dir.
+  std::string model;
   int vocab_size = 8192;
-  double val_fraction = 0.005;      // last fraction of the text goes to validation
+  double val_fraction = 0.005;  // last fraction of the text goes to validation
   uint64_t seed = 1337;
-  std::string canaries;  // text file of passages to insert into train.bin (canaries.h)
+  std::string canaries;   // text file of passages to insert into train.bin (canaries.h)
   int canary_repeat = 1;  // copies of each passage
 };
 
-// The `dendrite tokenize` job: train (or load) the tokenizer, encode every
-// input, split train / validation, write the token files. Prints progress.
+// The `dendrite tokenize` job: train (or open) the tokenizer, encode every
+// input, split train / validation, write the token files and meta.json
+// (vocab_size, token counts, and the tokenizer: its main file, format, files
+// and eos id). Prints progress.
 void run_tokenize(const TokenizeOptions& opt);
 
 }  // namespace dendrite

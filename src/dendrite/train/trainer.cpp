@@ -104,6 +104,7 @@ namespace {
 struct Data {
   std::unique_ptr<TokenFile> train, val;
   std::string tokenizer;
+  std::vector<std::string> hf_tokenizer;  // a Hugging Face tokenizer's files, when it made the data
   int vocab_size = 0;
 };
 
@@ -125,6 +126,9 @@ Data open_data(const std::string& dir) {
   }
   if (fs::exists(fs::path(dir) / "tokenizer.model"))
     d.tokenizer = (fs::path(dir) / "tokenizer.model").string();
+  for (const char* f : {"tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json",
+                        "special_tokens_map.json"})
+    if (fs::exists(fs::path(dir) / f)) d.hf_tokenizer.push_back((fs::path(dir) / f).string());
   return d;
 }
 
@@ -459,7 +463,8 @@ void Trainer::save(int64_t step) {
   CheckpointContents c{
       resolved_,
       {{"step", step}, {"seed", opt_.seed}, {"optimizer_steps", adam_->steps_taken()}},
-      data_.tokenizer};
+      data_.tokenizer,
+      data_.hf_tokenizer};
   result_.last_checkpoint = save_checkpoint(opt_.out, step, *model_, adam_.get(), c, hooks_);
 }
 

@@ -16,7 +16,7 @@
 // into shared memory.
 #include <cstdint>
 
-#include "dendrite/backend/cuda/common.cuh"
+#include "dendrite/backend/cuda/vector.cuh"
 #include "dendrite/core/check.h"
 
 namespace dendrite::cuda {
@@ -33,35 +33,10 @@ void check_split(const char* op, int m, int c, int c_total) {
                  " local width c=", c, "; pass the unsplit model width");
 }
 
-// Whether every pointer is a multiple of `bytes` (null counts as aligned).
-template <class... P>
-bool aligned_to(uintptr_t bytes, const P*... p) {
-  return ((reinterpret_cast<uintptr_t>(p) % bytes == 0) && ...);
-}
-
 // Rows of c floats at these pointers allow 16-byte accesses.
 template <class... P>
 bool rows_aligned(int c, const P*... p) {
   return c % 4 == 0 && aligned_to(16, p...);
-}
-
-template <int W>
-__device__ __forceinline__ void load(float (&v)[W], const float* p) {
-  if constexpr (W == 4) {
-    const float4 t = *reinterpret_cast<const float4*>(p);
-    v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
-  } else {
-    v[0] = *p;
-  }
-}
-
-template <int W>
-__device__ __forceinline__ void store(float* p, const float (&v)[W]) {
-  if constexpr (W == 4) {
-    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
-  } else {
-    *p = v[0];
-  }
 }
 
 // ---- row sums

@@ -27,6 +27,7 @@
 #include "dendrite/io/unicode_classes.h"
 #include "dendrite/io/utf8.h"
 #include "dendrite/train/tokenize.h"
+#include "file_support.h"
 
 namespace dendrite {
 namespace {
@@ -36,49 +37,15 @@ namespace fs = std::filesystem;
 const std::string kBpeDir = DENDRITE_SOURCE_DIR "/tests/data/hf/bpe";
 const std::string kSpDir = DENDRITE_SOURCE_DIR "/tests/data/hf/sp";
 
-class TempDir {
+using test::expect_error;
+using test::read_bytes;
+using test::write_bytes;
+
+// A temporary folder for one test.
+class TempDir : public test::TempDir {
  public:
-  TempDir() {
-    char tmpl[] = "/tmp/dendrite_hf_tokenizer_test_XXXXXX";
-    char* made = mkdtemp(tmpl);
-    if (made == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = made;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  TempDir() : test::TempDir("dendrite_hf_tokenizer_test") {}
 };
-
-// Runs fn and checks it throws dendrite::Error whose message holds every word.
-void expect_error(const std::function<void()>& fn, const std::vector<std::string>& words) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    std::string what = e.what();
-    for (const std::string& w : words)
-      EXPECT_NE(what.find(w), std::string::npos) << "message lacks \"" << w << "\": " << what;
-    return;
-  }
-  ADD_FAILURE() << "expected a dendrite::Error";
-}
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  return buf.str();
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 
 struct Reference {
   std::string text, decoded;

@@ -210,17 +210,17 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, Transforme
 }
 
 std::string resolve_checkpoint(const std::string& path) {
-  DENDRITE_CHECK(fs::exists(path), "resume: ", path, " does not exist; pass a run folder (--out ",
+  DENDRITE_CHECK(fs::exists(path), "checkpoint: ", path, " does not exist; pass a run folder (--out ",
                  "of an earlier run) or one of its ckpt-* folders");
   if (fs::exists(fs::path(path) / "model.safetensors")) return path;
   const fs::path latest = fs::path(path) / "latest";
-  DENDRITE_CHECK(fs::exists(latest), "resume: ", path, " holds no checkpoint (no model.safetensors ",
+  DENDRITE_CHECK(fs::exists(latest), "checkpoint: ", path, " holds no checkpoint (no model.safetensors ",
                  "and no 'latest' file)");
   std::ifstream in(latest);
   std::string name;
   in >> name;
   const fs::path dir = fs::path(path) / name;
-  DENDRITE_CHECK(fs::exists(dir / "model.safetensors"), "resume: ", latest.string(), " names ",
+  DENDRITE_CHECK(fs::exists(dir / "model.safetensors"), "checkpoint: ", latest.string(), " names ",
                  name, ", which holds no model.safetensors");
   return dir.string();
 }

@@ -1,6 +1,8 @@
 // `dendrite bench step`: warm up, time training steps of a model on random
 // tokens, and print tokens/s, GFLOP/s against the measured FMA peak, MFU and
 // peak memory.
+// `dendrite bench generate`: time greedy generation from random prompts with
+// the key/value cache and without it, side by side.
 #include <omp.h>
 #include <sys/resource.h>
 
@@ -13,7 +15,9 @@
 
 #include "apps/commands.h"
 #include "dendrite/backend/backend.h"
+#include "dendrite/core/check.h"
 #include "dendrite/core/rng.h"
+#include "dendrite/eval/generate.h"
 #include "dendrite/model/transformer.h"
 #include "dendrite/train/optimizer.h"
 #include "dendrite/train/trainer.h"
@@ -207,6 +211,85 @@ int run_bench_step(const BenchOptions& o, MpiEnv& env) {
   return 0;
 }
 
+// Generation: the model options are train's (--batch is the number of
+// sequences generated together).
+struct GenerateBenchOptions {
+  TrainOptions run = [] {
+    TrainOptions o;
+    o.model = "gpt2-124m";
+    o.batch = 1;
+    return o;
+  }();
+  int prompt = 64, tokens = 256;
+  std::string mode = "both";  // both, cache, no-cache
+  bool json = false;
+};
+
+int run_bench_generate(const GenerateBenchOptions& o, MpiEnv& env) {
+  TrainOptions r = o.run;
+  if (r.threads > 0) omp_set_num_threads(r.threads);
+  DENDRITE_CHECK(o.mode == "both" || o.mode == "cache" || o.mode == "no-cache",
+                 "bench generate: --mode must be both, cache or no-cache, got '", o.mode, "'");
+  DENDRITE_CHECK(o.prompt >= 1 && o.tokens >= 1, "bench generate: --prompt and --tokens must be "
+                 "positive, got ", o.prompt, " and ", o.tokens);
+  ModelConfig mc = load_model_config(r.model);
+  std::unique_ptr<Backend> backend = make_rank_backend(r.device, env.world());
+  ProcessGrid grid = make_grid(backend->transport(env.world()), r.grid);
+  r.seq = std::min(mc.block_size, o.prompt + o.tokens - 1);
+  r.grad_accum = 1;
+  std::unique_ptr<Transformer> model = make_model(mc, grid, *backend, r);
+  model->init(1);
+  std::vector<Ids> prompts(size_t(r.batch), Ids(size_t(o.prompt)));
+  for (int b = 0; b < r.batch; ++b)
+    for (int i = 0; i < o.prompt; ++i)
+      prompts[b][i] = int32_t(random_bits(7, uint64_t(b), uint64_t(i)) % uint64_t(mc.vocab_size));
+  const TokenPicker greedy = greedy_picker(mc.vocab_size);
+  struct Run {
+    const char* name;
+    bool cache;
+    double secs = 0;
+    std::vector<Ids> out;
+  };
+  std::vector<Run> runs;
+  if (o.mode != "no-cache") runs.push_back({"cache", true, 0, {}});
+  if (o.mode != "cache") runs.push_back({"no-cache", false, 0, {}});
+  for (Run& run : runs) {
+    generate_batch(*model, prompts, std::min(o.tokens, 4), greedy, run.cache);  // warm-up
+    grid.world().barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    run.out = generate_batch(*model, prompts, o.tokens, greedy, run.cache);
+    grid.world().barrier();
+    run.secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  if (grid.rank() != 0) return 0;
+  const double new_tokens = double(r.batch) * o.tokens;
+  nlohmann::json j = {{"model", r.model}, {"precision", r.precision}, {"batch", r.batch},
+                      {"prompt", o.prompt}, {"tokens", o.tokens},
+                      {"threads", omp_get_max_threads()}, {"grid", grid.shape().str()},
+                      {"device", backend->describe()}};
+  for (const Run& run : runs)
+    j[run.name] = {{"seconds", run.secs}, {"tokens_per_s", new_tokens / run.secs},
+                   {"ms_per_token", run.secs * 1e3 / o.tokens}};
+  if (runs.size() == 2) {
+    j["speedup"] = runs[1].secs / runs[0].secs;
+    j["same_tokens"] = runs[0].out == runs[1].out;
+  }
+  if (o.json) {
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("%s %s B=%d, prompt %d + %d new tokens, threads=%d, grid %s:\n", r.model.c_str(),
+              r.precision.c_str(), r.batch, o.prompt, o.tokens, omp_get_max_threads(),
+              grid.shape().str().c_str());
+  for (const Run& run : runs)
+    std::printf("  %-8s %8.2f s  %8.2f new tokens/s  %8.1f ms/token\n", run.name, run.secs,
+                new_tokens / run.secs, run.secs * 1e3 / o.tokens);
+  if (runs.size() == 2)
+    std::printf("  the cache is %.1fx faster; tokens %s\n", runs[1].secs / runs[0].secs,
+                runs[0].out == runs[1].out ? "identical" : "DIFFER");
+  return 0;
+}
+
 }  // namespace
 
 Runner add_bench(CLI::App& app, MpiEnv& env) {
@@ -234,7 +317,23 @@ Runner add_bench(CLI::App& app, MpiEnv& env) {
   step->add_flag("--keep-gathered", r.keep_gathered,
                  "Keep Z-gathered weights from the forward for the backward");
   step->add_option("--grid", r.grid, "Process grid under mpirun, e.g. x=2,y=2 (default: data-parallel)");
-  return [o, &env] { return run_bench_step(*o, env); };
+  auto g = std::make_shared<GenerateBenchOptions>();
+  CLI::App* gen = app.add_subcommand(
+      "generate", "Time greedy generation with the key/value cache and without it");
+  TrainOptions& gr = g->run;
+  gen->add_option("--model", gr.model, "Preset or model JSON file")->capture_default_str();
+  gen->add_option("--batch", gr.batch, "Sequences generated together")->capture_default_str();
+  gen->add_option("--prompt", g->prompt, "Prompt tokens (random ids)")->capture_default_str();
+  gen->add_option("--tokens", g->tokens, "New tokens per sequence")->capture_default_str();
+  gen->add_option("--mode", g->mode, "both, cache or no-cache")->capture_default_str();
+  gen->add_option("--precision", gr.precision, "fp32 or bf16 (as train)")->capture_default_str();
+  gen->add_option("--device", gr.device, "cpu, cuda or auto (as train)")->capture_default_str();
+  gen->add_option("--threads", gr.threads, "Threads (default: OMP_NUM_THREADS or all cores)");
+  gen->add_option("--grid", gr.grid, "Process grid under mpirun, e.g. x=2,y=2 (default: data-parallel)");
+  gen->add_flag("--json", g->json, "Print one JSON object");
+  return [o, g, step, gen, &env] {
+    return step->parsed() ? run_bench_step(*o, env) : run_bench_generate(*g, env);
+  };
 }
 
 }  // namespace dendrite::app

@@ -38,7 +38,7 @@ struct MemorizationOptions {
   std::string checkpoint, data, canaries, control, grid, device = "auto";
   int prefix = 32, suffix = 32, samples = 100, batch = 16, threads = 0;
   uint64_t seed = 1234;
-  bool json = false;
+  bool json = false, no_cache = false;
 };
 
 // n samples at seeded offsets of a token file (fewer when it is short).
@@ -163,7 +163,7 @@ int run_memorization(const MemorizationOptions& o, MpiEnv& env) {
   for (auto& [sc, samples] : sets.sets) {
     std::vector<Ids> prompts;
     for (const Sample& x : samples) prompts.push_back(x.prefix);
-    std::vector<Ids> got = greedy_continuations(model, prompts, o.suffix, o.batch);
+    std::vector<Ids> got = greedy_continuations(model, prompts, o.suffix, o.batch, !o.no_cache);
     sc = score_set(sc.name, sc.unit, samples, got);
   }
   if (grid.rank() != 0) return 0;
@@ -205,6 +205,9 @@ Runner add_memorization(CLI::App& app, MpiEnv& env) {
   app.add_option("--threads", o->threads, "Threads per rank (default: OMP_NUM_THREADS or all cores)");
   app.add_option("--device", o->device, "cpu, cuda or auto (as train)")->capture_default_str();
   app.add_flag("--json", o->json, "Print one JSON object instead of the table");
+  app.add_flag("--no-cache", o->no_cache,
+               "Run each decoded token over the whole sequence instead of the key/value cache "
+               "(slower; the same tokens)");
   return [o, &env] { return run_memorization(*o, env); };
 }
 

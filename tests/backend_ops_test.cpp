@@ -301,6 +301,65 @@ TEST_P(BackendOps, AttentionAndRopeInEitherPrecision) {
   expect_close(get(X), to_d(x), 1e-5, "rope backward of rope");
 }
 
+// Generation: the prompt's rows, then one row at a time, through the cache
+// equal the oracle's attention over the whole sequence (the rows at those
+// positions), and the cache holds every key and value written.
+TEST_P(BackendOps, AttentionOverACacheEqualsTheWholeSequence) {
+  const int B = 2, T = 23, NH = 4, NKV = 2, hs = 16, T_cache = 30, p = 17;
+  const int qs = NH * hs + 8, kvs = NKV * hs + 4, kvd = NKV * hs;
+  const ops::AttentionShape whole{B, T, NH, NKV, hs, qs, kvs, NH * hs};
+  const Vf q = randn(B * T * qs, 31), k = randn(B * T * kvs, 32), v = randn(B * T * kvs, 33);
+  Vf want(B * T * NH * hs), lse(B * NH * T);
+  ref::attention_forward(want.data(), lse.data(), q.data(), k.data(), v.data(), whole);
+  Buffer<float> KC = zeros<float>(B * T_cache * kvd), VC = zeros<float>(B * T_cache * kvd);
+  Vf got_all(want.size());
+  // Rows [t0, t0 + n) of every sequence: the prompt (t0 = 0, n = p), then one at a time.
+  for (int t0 = 0; t0 < T; t0 += t0 == 0 ? p : 1) {
+    const int n = t0 == 0 ? p : 1;
+    auto rows = [&](const Vf& x, int stride) {
+      Vf out;
+      for (int b = 0; b < B; ++b)
+        out.insert(out.end(), x.begin() + (b * T + t0) * stride, x.begin() + (b * T + t0 + n) * stride);
+      return out;
+    };
+    Buffer<float> Q = put(rows(q, qs)), K = put(rows(k, kvs)), V = put(rows(v, kvs));
+    Buffer<float> O = zeros<float>(B * n * NH * hs);
+    const ops::CachedAttentionShape s{B, n, t0, T_cache, NH, NKV, hs, qs, kvs, NH * hs};
+    be().attention_cached(O.data(), Q.data(), K.data(), V.data(), KC.data(), VC.data(), s);
+    const Vf o = get(O);
+    for (int b = 0; b < B; ++b)
+      for (int r = 0; r < n * NH * hs; ++r)
+        got_all[(b * T + t0) * NH * hs + r] = o[b * n * NH * hs + r];
+  }
+  expect_close(got_all, to_d(want), 1e-4, "cached attention");
+  const Vf kc = get(KC), vc = get(VC);
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int i = 0; i < kvd; ++i) {
+        ASSERT_EQ(kc[(b * T_cache + t) * kvd + i], k[(b * T + t) * kvs + i]) << b << " " << t;
+        ASSERT_EQ(vc[(b * T_cache + t) * kvd + i], v[(b * T + t) * kvs + i]) << b << " " << t;
+      }
+  // More rows than the cache holds are refused.
+  Buffer<float> Q1 = put(randn(B * qs, 34)), K1 = put(randn(B * kvs, 35)), O1 = zeros<float>(B * NH * hs);
+  EXPECT_THROW(be().attention_cached(O1.data(), Q1.data(), K1.data(), K1.data(), KC.data(), VC.data(),
+                                     {B, 1, T_cache, T_cache, NH, NKV, hs, qs, kvs, NH * hs}),
+               Error);
+  // Rope from position pos0 rotates as the rows at those positions of a longer sequence.
+  const int Tr = 11, pos0 = 6, n = Tr - pos0, nh = 3, rs = nh * hs + 2;
+  const Vf x = randn(B * Tr * rs, 36);
+  Vf long_want = x;
+  ref::rope_forward(long_want.data(), B, Tr, nh, hs, rs, 10000.0f);
+  Vf tail, tail_want;
+  for (int b = 0; b < B; ++b) {
+    tail.insert(tail.end(), x.begin() + (b * Tr + pos0) * rs, x.begin() + (b * Tr + Tr) * rs);
+    tail_want.insert(tail_want.end(), long_want.begin() + (b * Tr + pos0) * rs,
+                     long_want.begin() + (b * Tr + Tr) * rs);
+  }
+  Buffer<float> X = put(tail);
+  be().rope_forward(X.data(), B, n, nh, hs, rs, 10000.0f, pos0);
+  expect_close(get(X), to_d(tail_want), 1e-5, "rope from a position");
+}
+
 TEST_P(BackendOps, ConversionsAreExactToTheRoundingRule) {
   Vf x = randn(3000, 20, 100.0);
   const float specials[] = {0.0f, -0.0f, 1.0f, 1.00390625f /* a tie */, 1.01171875f /* a tie */,

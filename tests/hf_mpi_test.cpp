@@ -29,6 +29,15 @@ TEST_P(HfOnEveryGrid, LogitsMatchTransformers) {
   int world = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   int tested = 0;
+  // The bytes one process reads: every element once.
+  int64_t whole = 0;
+  {
+    auto one = ProcessGrid::single();
+    Transformer model(c, *one, test::cpu_backend(), ref.B, ref.T);
+    const int64_t before = folder.bytes_read();
+    load_hf_folder(folder, model);
+    whole = folder.bytes_read() - before;
+  }
   for (int P : {1, 2, 4, 8}) {
     if (world % P != 0) continue;
     const auto sub = test::group_of(P);
@@ -38,7 +47,13 @@ TEST_P(HfOnEveryGrid, LogitsMatchTransformers) {
         continue;
       ProcessGrid grid(g, *sub);
       Transformer model(c, grid, test::cpu_backend(), ref.B, ref.T);
+      const int64_t before = folder.bytes_read();
       load_hf_folder(folder, model);
+      // Each rank reads the elements of its shards: the x y z model-parallel
+      // ranks share the matrices; the vectors (norms, biases), a few percent
+      // of these models, are split over X or Y only.
+      const double share = double(folder.bytes_read() - before) / double(whole);
+      EXPECT_LE(share, 1.0 / (g.x * g.y * g.z) + 0.1) << GetParam() << " on grid " << g.str();
       const int B_loc = model.local_batch(ref.B), first = model.first_sequence(ref.B);
       std::vector<float> logits(size_t(B_loc) * ref.T * ref.V);
       model.logits(ref.tokens.data() + size_t(first) * ref.T, ref.B, ref.T, logits.data());

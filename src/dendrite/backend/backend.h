@@ -137,8 +137,13 @@ class Backend : public Allocator {
   virtual void attention_backward(float* dq, float* dk, float* dv, const float* dout, Operand out,
                                   const float* lse, Operand q, Operand k, Operand v,
                                   const ops::AttentionShape& s) = 0;
-  virtual void rope_forward(float* x, int B, int T, int nheads, int hs, int stride,
-                            float theta) = 0;
+  // Generation: writes the new keys and values into the caches, then attends (fp32).
+  virtual void attention_cached(float* out, const float* q, const float* k_new,
+                                const float* v_new, float* k_cache, float* v_cache,
+                                const ops::CachedAttentionShape& s) = 0;
+  // Rows b*T + t at position pos0 + t.
+  virtual void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, float theta,
+                            int pos0 = 0) = 0;
   virtual void rope_backward(float* dx, int B, int T, int nheads, int hs, int stride,
                              float theta) = 0;
 

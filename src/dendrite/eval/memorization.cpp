@@ -73,43 +73,20 @@ SetScores score_set(const std::string& name, const std::string& unit,
 }
 
 std::vector<Ids> greedy_continuations(Transformer& model, const std::vector<Ids>& prompts, int s,
-                                      int B) {
-  ProcessGrid& grid = model.grid();
-  const int V = model.config().vocab_size, N = int(prompts.size());
+                                      int B, bool use_cache) {
+  const int N = int(prompts.size());
   if (N == 0 || s <= 0) return std::vector<Ids>(N);
-  const int p = int(prompts[0].size());
+  const size_t p = prompts[0].size();
   DENDRITE_CHECK(p >= 1, "memorization: the prompts are empty; use --prefix of at least 1");
-  const int B_loc = model.local_batch(B), first = model.first_sequence(B);
-  std::vector<Ids> out(N);
-  std::vector<int32_t> seqs(size_t(B) * (p + s));  // [B, p+s], only the first T of each used
-  std::vector<int32_t> inputs;
-  std::vector<float> logits(size_t(B_loc) * V);
-  std::vector<double> next(B);
+  const TokenPicker greedy = greedy_picker(model.config().vocab_size);
+  std::vector<Ids> out(N), batch(B);
   for (int n0 = 0; n0 < N; n0 += B) {
     for (int b = 0; b < B; ++b) {  // a short last batch repeats its last prompt
-      const Ids& prompt = prompts[std::min(n0 + b, N - 1)];
-      DENDRITE_CHECK(int(prompt.size()) == p, "memorization: prompts differ in length");
-      std::copy(prompt.begin(), prompt.end(), seqs.begin() + size_t(b) * (p + s));
+      batch[b] = prompts[std::min(n0 + b, N - 1)];
+      DENDRITE_CHECK(batch[b].size() == p, "memorization: prompts differ in length");
     }
-    for (int i = 0; i < s; ++i) {
-      const int T = p + i;
-      inputs.resize(size_t(B) * T);
-      for (int b = 0; b < B; ++b)
-        std::copy_n(seqs.begin() + size_t(b) * (p + s), T, inputs.begin() + size_t(b) * T);
-      model.last_position_logits(inputs.data() + size_t(first) * T, B, T, logits.data());
-      // Each rank picks the tokens of its sequences; a sum over the ranks of
-      // different data (Z and D) gives every rank all of them.
-      std::fill(next.begin(), next.end(), 0.0);
-      for (int b = 0; b < B_loc; ++b) {
-        const float* row = logits.data() + size_t(b) * V;
-        next[first + b] = double(std::max_element(row, row + V) - row);
-      }
-      grid.Z().all_reduce(next.data(), B);
-      grid.D().all_reduce(next.data(), B);
-      for (int b = 0; b < B; ++b) seqs[size_t(b) * (p + s) + T] = int32_t(next[b]);
-    }
-    for (int b = 0; b < B && n0 + b < N; ++b)
-      out[n0 + b].assign(seqs.begin() + size_t(b) * (p + s) + p, seqs.begin() + size_t(b + 1) * (p + s));
+    std::vector<Ids> got = generate_batch(model, batch, s, greedy, use_cache);
+    for (int b = 0; b < B && n0 + b < N; ++b) out[n0 + b].assign(got[b].begin() + p, got[b].end());
   }
   return out;
 }

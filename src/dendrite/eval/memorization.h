@@ -11,11 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "dendrite/eval/generate.h"
 #include "dendrite/model/transformer.h"
 
 namespace dendrite {
-
-using Ids = std::vector<int32_t>;
 
 // Scores of one continuation against its reference (pred is cut to the
 // reference's length). An empty reference scores 1 against an empty
@@ -45,9 +44,10 @@ SetScores score_set(const std::string& name, const std::string& unit,
                     const std::vector<Sample>& samples, const std::vector<Ids>& continuations);
 
 // Greedy continuations of s tokens of every prompt (all of the same length p),
-// B sequences at a time on the model's grid (B divisible by Gd * Gz); every
-// rank returns all of them. The model must be sized for B x (p + s - 1).
+// B sequences at a time on the model's grid (B divisible by Gd * Gz;
+// generate_batch, with or without the key/value cache); every rank returns
+// all of them. The model must be sized for B x (p + s - 1).
 std::vector<Ids> greedy_continuations(Transformer& model, const std::vector<Ids>& prompts, int s,
-                                      int B);
+                                      int B, bool use_cache = true);
 
 }  // namespace dendrite

@@ -208,14 +208,31 @@ std::string HfFolder::resolve(const std::string& name) const {
   return "";
 }
 
-void HfFolder::read(const std::string& name, const std::vector<int64_t>& shape, float* out) const {
-  const std::string stored = resolve(name);
+const SafetensorsReader& HfFolder::holder(const std::string& name, std::string& stored) const {
+  stored = resolve(name);
   DENDRITE_CHECK(!stored.empty(), "hugging face folder ", dir_, ": tensor '", name,
                  "' is missing from its weights");
   const SafetensorsReader& r = reader(file_of_.at(stored));
   DENDRITE_CHECK(r.has(stored), "hugging face folder ", dir_, ": the index puts tensor '", stored,
                  "' in ", file_of_.at(stored), ", which does not hold it");
-  r.read_float(stored, shape, out);
+  return r;
+}
+
+void HfFolder::read(const std::string& name, const std::vector<int64_t>& shape, float* out) const {
+  std::string stored;
+  holder(name, stored).read_float(stored, shape, out);
+}
+
+void HfFolder::gather(const std::string& name, const std::vector<int64_t>& shape,
+                      const int64_t* idx, int64_t n, float* out) const {
+  std::string stored;
+  holder(name, stored).gather_float(stored, shape, idx, n, out);
+}
+
+int64_t HfFolder::bytes_read() const {
+  int64_t n = 0;
+  for (const auto& [file, r] : readers_) n += r->bytes_read();
+  return n;
 }
 
 }  // namespace dendrite

@@ -40,9 +40,16 @@ class HfFolder {
   bool has(const std::string& name) const { return !resolve(name).empty(); }
   // The tensor as fp32 into out, after checking its shape.
   void read(const std::string& name, const std::vector<int64_t>& shape, float* out) const;
+  // Its elements at flat indices idx[0..n) (SafetensorsReader::gather_float).
+  void gather(const std::string& name, const std::vector<int64_t>& shape, const int64_t* idx,
+              int64_t n, float* out) const;
+  // Bytes of weights read so far, over the shards opened.
+  int64_t bytes_read() const;
 
  private:
   std::string resolve(const std::string& name) const;  // the stored name, or ""
+  // The reader of the shard holding `name` (which must exist), and its stored name.
+  const SafetensorsReader& holder(const std::string& name, std::string& stored) const;
   const SafetensorsReader& reader(const std::string& file) const;
 
   std::string dir_;

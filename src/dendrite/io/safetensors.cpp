@@ -474,6 +474,7 @@ void SafetensorsReader::read_f32(const std::string& name, const std::vector<int6
                  "' has shape ", shape_str(t.shape), " but shape ", shape_str(shape),
                  " was expected; check the model config against the checkpoint");
   if (t.bytes > 0) std::memcpy(out, t.data, t.bytes);
+  bytes_read_ += int64_t(t.bytes);
 }
 
 namespace {
@@ -505,15 +506,22 @@ float half_to_float(uint16_t h) {
 
 }  // namespace
 
-void SafetensorsReader::read_float(const std::string& name, const std::vector<int64_t>& shape,
-                                   float* out) const {
+const TensorInfo& SafetensorsReader::float_tensor(const std::string& name,
+                                                 const std::vector<int64_t>& shape) const {
   const TensorInfo& t = info(name);
-  if (t.dtype == "F32") return read_f32(name, shape, out);
-  DENDRITE_CHECK(t.dtype == "BF16" || t.dtype == "F16", "safetensors: tensor '", name, "' of '",
-                 path_, "' has dtype ", t.dtype, "; weights must be F32, BF16 or F16");
+  DENDRITE_CHECK(t.dtype == "F32" || t.dtype == "BF16" || t.dtype == "F16", "safetensors: tensor '",
+                 name, "' of '", path_, "' has dtype ", t.dtype,
+                 "; weights must be F32, BF16 or F16");
   DENDRITE_CHECK(t.shape == shape, "safetensors: tensor '", name, "' of '", path_, "' has shape ",
                  shape_str(t.shape), " but shape ", shape_str(shape),
                  " was expected; check the model config against the weights");
+  return t;
+}
+
+void SafetensorsReader::read_float(const std::string& name, const std::vector<int64_t>& shape,
+                                   float* out) const {
+  const TensorInfo& t = float_tensor(name, shape);
+  if (t.dtype == "F32") return read_f32(name, shape, out);
   const size_t n = t.bytes / 2;
   const bool bf16 = t.dtype == "BF16";
   for (size_t i = 0; i < n; ++i) {
@@ -526,6 +534,34 @@ void SafetensorsReader::read_float(const std::string& name, const std::vector<in
       out[i] = half_to_float(v);
     }
   }
+  bytes_read_ += int64_t(t.bytes);
+}
+
+void SafetensorsReader::gather_float(const std::string& name, const std::vector<int64_t>& shape,
+                                     const int64_t* idx, int64_t n, float* out) const {
+  const TensorInfo& t = float_tensor(name, shape);
+  const int64_t size = t.dtype == "F32" ? 4 : 2, count = int64_t(t.bytes) / size;
+  for (int64_t i = 0; i < n; ++i)
+    DENDRITE_CHECK(idx[i] >= 0 && idx[i] < count, "safetensors: element ", idx[i], " of tensor '",
+                   name, "' of '", path_, "' is out of its ", count, " elements");
+  if (t.dtype == "F32") {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) std::memcpy(out + i, t.data + 4 * idx[i], 4);
+  } else {
+    const bool bf16 = t.dtype == "BF16";
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t v;
+      std::memcpy(&v, t.data + 2 * idx[i], 2);
+      if (bf16) {
+        const uint32_t u = uint32_t(v) << 16;
+        std::memcpy(out + i, &u, 4);
+      } else {
+        out[i] = half_to_float(v);
+      }
+    }
+  }
+  bytes_read_ += n * size;
 }
 
 }  // namespace dendrite

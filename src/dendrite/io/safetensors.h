@@ -68,9 +68,19 @@ class SafetensorsReader {
   // The same for a tensor of F32, BF16 or F16, widened to fp32 (exactly);
   // another dtype is an error naming the file, the tensor and the dtype.
   void read_float(const std::string& name, const std::vector<int64_t>& shape, float* out) const;
+  // The elements at flat indices idx[0..n) of a tensor of F32, BF16 or F16
+  // (checked as read_float checks it), widened to fp32: only the pages of the
+  // mapped file holding those elements are touched (a rank reading its shard).
+  void gather_float(const std::string& name, const std::vector<int64_t>& shape, const int64_t* idx,
+                    int64_t n, float* out) const;
+  // Bytes of tensor data read so far by read_f32, read_float and gather_float.
+  int64_t bytes_read() const { return bytes_read_; }
   const std::string& path() const { return path_; }
 
  private:
+  // The tensor of read_float's checks (dtype F32, BF16 or F16, and shape).
+  const TensorInfo& float_tensor(const std::string& name, const std::vector<int64_t>& shape) const;
+  mutable int64_t bytes_read_ = 0;
   std::string path_;
   void* map_ = nullptr;
   size_t map_bytes_ = 0;

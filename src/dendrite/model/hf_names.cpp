@@ -105,17 +105,4 @@ void export_hf_tensor(const HfTensor& t, const ParamTable& table, const GlobalTe
   });
 }
 
-void import_hf_tensor(const HfTensor& t, const ParamTable& table, const float* in,
-                      GlobalTensors& out) {
-  for (auto& p : t.parts) {
-    const ParamSpec& s = table.find(p);
-    auto& v = out[p];
-    if (v.empty()) v.assign(size_t(s.global_rows() * s.global_cols()), 0.0f);
-  }
-  for_each_row(t, table, out, [&](int64_t row, float* dst) {
-    for (int64_t j = 0; j < t.cols; ++j)
-      dst[j] = t.transpose ? in[j * t.rows + row] : in[row * t.cols + j];
-  });
-}
-
 }  // namespace dendrite

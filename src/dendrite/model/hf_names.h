@@ -34,9 +34,7 @@ using GlobalTensors = std::map<std::string, std::vector<float>>;
 // out [numel] = the Hugging Face tensor built from Dendrite's global tensors.
 void export_hf_tensor(const HfTensor& t, const ParamTable& table, const GlobalTensors& in,
                       float* out);
-// The inverse: fills the global tensors of t's parts (created zero-filled at
-// their global shape when missing) from a Hugging Face tensor.
-void import_hf_tensor(const HfTensor& t, const ParamTable& table, const float* in,
-                      GlobalTensors& out);
+// The inverse, a rank's chunks read from a Hugging Face tensor element by
+// element, is read_hf_tensors in train/checkpoint.cpp.
 
 }  // namespace dendrite

@@ -272,6 +272,7 @@ size_t Transformer::activation_bytes() const {
   for (const Buffer<float>* b : {&normf_, &meanf_, &rstdf_, &tmp_c_, &dnorm_, &dres_, &dq_, &dk_,
                                  &dv_, &datt_, &dup_, &dgate_, &dact_, &recompute_out_})
     n += b->size();
+  for (size_t l = 0; l < k_cache_.size(); ++l) n += k_cache_[l].size() + v_cache_[l].size();
   size_t low = 0;  // bf16 elements
   for (auto& a : acts_)
     for (const Buffer<bf16>* b : {&a.norm1h, &a.qh, &a.kh, &a.vh, &a.atth, &a.norm2h, &a.acth})

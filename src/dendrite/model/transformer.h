@@ -68,6 +68,8 @@ class Transformer {
               const ModelOptions& options = {});
 
   const ModelConfig& config() const { return cfg_; }
+  int max_batch() const { return max_B_; }
+  int max_sequence() const { return max_T_; }
   ProcessGrid& grid() { return grid_; }
   Backend& backend() { return be_; }
   const ParamTable& table() const { return table_; }
@@ -125,6 +127,21 @@ class Transformer {
   // logits [V] of the last position of one sequence of T tokens (a grid with Gd = Gz = 1).
   void last_logits(const int32_t* inputs, int T, float* out);
 
+  // Generation with a key/value cache: each layer keeps the keys and values
+  // (after RoPE) of up to max_T positions of this rank's max_B / (Gd Gz)
+  // sequences, so that each new token runs the model over one position.
+  // start_generation empties the cache (allocated at first use, and counted
+  // by activation_bytes from then on).
+  void start_generation();
+  // Runs the next T tokens of each of this rank's sequences of a global batch
+  // of B (inputs [B_loc*T], at positions cached_positions() ..
+  // cached_positions()+T-1; B the same since start_generation), keeps their
+  // keys and values, and writes to host memory the logits [B_loc, V] of the
+  // last of them: what last_position_logits gives on the whole sequences, up
+  // to the rounding of products over fewer rows. Every rank of the grid calls it.
+  void generation_logits(const int32_t* inputs, int B, int T, float* out);
+  int cached_positions() const { return cache_len_; }
+
  private:
   struct Layer {
     int64_t norm1_w = -1, norm1_b = -1, norm2_w = -1, norm2_b = -1;
@@ -160,11 +177,18 @@ class Transformer {
   // The same for the loss weights (null stays null).
   const float* upload_weights(const float* host, int64_t m);
   // The kinds of pass whose gathers the weight stream records (one order each).
-  enum Pass { kPassStep, kPassLoss, kPassLogits, kPassLastLogits, kPassLastPosition };
-  void forward(const int32_t* inputs, int B_loc, int T, int pass);
+  enum Pass {
+    kPassStep, kPassLoss, kPassLogits, kPassLastLogits, kPassLastPosition, kPassPrefill,
+    kPassDecode
+  };
+  // pos: the position of the first of the T tokens; caching (generation): the
+  // layers' attention reads and extends the key/value cache.
+  void forward(const int32_t* inputs, int B_loc, int T, int pass, int pos = 0,
+               bool caching = false);
   // The end of a pass: the last prefetch dropped, then the parameters' fence.
   void end_pass();
-  void layer_forward(int l, const float* x, float* out, int B_loc, int T);
+  void layer_forward(int l, const float* x, float* out, int B_loc, int T, int pos = 0,
+                     bool caching = false);
   // The saved activations of layer l (one shared set when recomputing).
   LayerActs& acts(int l) { return acts_[opt_.recompute ? 0 : l]; }
   void layer_backward(int l, float* dres, int B_loc, int T);
@@ -232,6 +256,10 @@ class Transformer {
   // other tensors' (embedding, head, final norm), merged where adjacent.
   std::vector<Range> layer_chunked_, layer_replicated_, rest_chunked_, rest_replicated_;
   std::vector<Request> dp_pending_;
+  // Generation: per layer the keys and values [B_loc, max_T, kvd/Gy] of the
+  // cached positions; the positions filled and the global batch they hold.
+  std::vector<Buffer<float>> k_cache_, v_cache_;
+  int cache_len_ = 0, cache_B_ = 0;
 };
 
 }  // namespace dendrite

@@ -3,6 +3,7 @@
 // the overlaps of section 5. Letters as in transformer.h.
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "dendrite/core/check.h"
 #include "dendrite/model/transformer.h"
@@ -40,16 +41,17 @@ Operand Transformer::operand(const float* x, Buffer<bf16>& low, int64_t n) const
   return low.data();
 }
 
-void Transformer::forward(const int32_t* inputs, int B_loc, int T, int pass) {
+void Transformer::forward(const int32_t* inputs, int B_loc, int T, int pass, int pos,
+                          bool caching) {
   check_batch(inputs, B_loc, T);
   const Operand stored = stored_params();
   params_fence();
   stream_.begin_pass(pass);
   const int m = B_loc * T;
   const int32_t* tokens = upload_ids(tokens_, inputs, m);
-  embedding_.forward(residual_[0].data(), tokens, inputs, m, T, stored, stream_);
+  embedding_.forward(residual_[0].data(), tokens, inputs, m, T, stored, stream_, pos);
   for (int l = 0; l < cfg_.n_layer; ++l)
-    layer_forward(l, residual_[l].data(), residual_[l + 1].data(), B_loc, T);
+    layer_forward(l, residual_[l].data(), residual_[l + 1].data(), B_loc, T, pos, caching);
   norm_f_.forward(normf_.data(), meanf_.data(), rstdf_.data(), residual_[cfg_.n_layer].data(), m,
                   params_->data(), sums_);
 }
@@ -58,7 +60,8 @@ void Transformer::forward(const int32_t* inputs, int B_loc, int T, int pass) {
 // q, k, v included) are rounded to bf16 where they are made and saved so
 // (LayerActs); their fp32 values then pass through the backward's scratch
 // (tmp_c_, dq_, dk_, dv_, datt_, dact_: free until this layer's backward).
-void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, int T) {
+void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, int T, int pos,
+                                bool caching) {
   Layer& L = layers_[l];
   LayerActs& a = acts(l);
   const float* P = params_->data();
@@ -81,12 +84,26 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
   L.k.forward(k, h1, m, P, stream_);
   L.v.forward(v, h1, m, P, stream_);
   if (!cfg_.gpt2()) {
-    be_.rope_forward(q, B_loc, T, nh_, hs_, qd_, cfg_.rope_theta);
-    be_.rope_forward(k, B_loc, T, nkv_, hs_, kvd_, cfg_.rope_theta);
+    be_.rope_forward(q, B_loc, T, nh_, hs_, qd_, cfg_.rope_theta, pos);
+    be_.rope_forward(k, B_loc, T, nkv_, hs_, kvd_, cfg_.rope_theta, pos);
   }
-  const ops::AttentionShape s{B_loc, T, nh_, nkv_, hs_, qd_, kvd_, qd_};
-  be_.attention_forward(att, a.lse.data(), operand(q, a.qh, long(m) * qd_),
-                        operand(k, a.kh, long(m) * kvd_), operand(v, a.vh, long(m) * kvd_), s);
+  if (caching) {
+    // The cache is fp32; under bf16 precision q, k and v take the values the
+    // training forward's attention reads (their bf16 rounding).
+    if (low) {
+      for (auto [x, h, n] : {std::tuple{q, &a.qh, long(m) * qd_}, std::tuple{k, &a.kh, long(m) * kvd_},
+                             std::tuple{v, &a.vh, long(m) * kvd_}}) {
+        be_.to_bf16(h->data(), x, n);
+        be_.to_float(x, h->data(), n);
+      }
+    }
+    const ops::CachedAttentionShape s{B_loc, T, pos, max_T_, nh_, nkv_, hs_, qd_, kvd_, qd_};
+    be_.attention_cached(att, q, k, v, k_cache_[l].data(), v_cache_[l].data(), s);
+  } else {
+    const ops::AttentionShape s{B_loc, T, nh_, nkv_, hs_, qd_, kvd_, qd_};
+    be_.attention_forward(att, a.lse.data(), operand(q, a.qh, long(m) * qd_),
+                          operand(k, a.kh, long(m) * kvd_), operand(v, a.vh, long(m) * kvd_), s);
+  }
   L.o.forward(tmp_c_.data(), operand(att, a.atth, long(m) * qd_), m, P, stream_);
   be_.add(a.mid.data(), x, tmp_c_.data(), mC);
 
@@ -318,6 +335,37 @@ void Transformer::last_logits(const int32_t* inputs, int T, float* out) {
   forward(inputs, 1, T, kPassLastLogits);
   Buffer<float> logits = be_.alloc<float>(cfg_.vocab_size);
   head_.logits(logits.data(), operand(normf_.data() + long(T - 1) * c_, normf_h_, c_), 1, stream_,
+               tied_head());
+  end_pass();
+  be_.download(out, logits.data(), logits.size() * sizeof(float));
+}
+
+void Transformer::start_generation() {
+  if (k_cache_.empty()) {
+    const int64_t n = int64_t(std::max(1, local_batch(max_B_))) * max_T_ * kvd_;
+    for (int l = 0; l < cfg_.n_layer; ++l) {
+      k_cache_.push_back(be_.alloc<float>(n));
+      v_cache_.push_back(be_.alloc<float>(n));
+    }
+  }
+  cache_len_ = 0;
+  cache_B_ = 0;
+}
+
+void Transformer::generation_logits(const int32_t* inputs, int B, int T, float* out) {
+  DENDRITE_CHECK(!k_cache_.empty(), "generation: call start_generation first");
+  DENDRITE_CHECK(cache_B_ == 0 || cache_B_ == B, "generation: the cache holds a batch of ",
+                 cache_B_, " sequences, not ", B, "; start a new generation for another batch");
+  DENDRITE_CHECK(cache_len_ + T <= max_T_, "generation: ", T, " new positions after ", cache_len_,
+                 " exceed the ", max_T_, " the model was sized for");
+  const int B_loc = local_batch(B);
+  forward(inputs, B_loc, T, T == 1 ? kPassDecode : kPassPrefill, cache_len_, /*caching=*/true);
+  cache_len_ += T;
+  cache_B_ = B;
+  Buffer<float> last = be_.alloc<float>(int64_t(B_loc) * c_);  // [B_loc, C/Gx]
+  be_.copy_rows(last.data(), normf_.data() + int64_t(T - 1) * c_, B_loc, c_, int64_t(T) * c_);
+  Buffer<float> logits = be_.alloc<float>(int64_t(B_loc) * cfg_.vocab_size);
+  head_.logits(logits.data(), operand(last.data(), normf_h_, int64_t(B_loc) * c_), B_loc, stream_,
                tied_head());
   end_pass();
   be_.download(out, logits.data(), logits.size() * sizeof(float));

@@ -34,12 +34,31 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                         const float* lse, const bf16* q, const bf16* k, const bf16* v,
                         const AttentionShape& s);
 
+// Attention over a key/value cache, for generation: each of B sequences has
+// Tq new rows at positions pos .. pos+Tq-1. q [B*Tq rows, q_stride], and the
+// new keys and values k_new, v_new [B*Tq rows, kv_stride]. The op first writes
+// the new keys and values into rows pos .. pos+Tq-1 of each sequence of the
+// caches k_cache, v_cache [B, T_cache, NKV*hs] (rows 0 .. pos-1 hold the
+// earlier positions), then
+//   out[b,t,h,:] = sum_{s<=pos+t} softmax_s(q[b,t,h]·k_cache[b,s,g] / sqrt(hs)) v_cache[b,s,g]
+// which for pos = 0 is attention_forward's output. Under bf16 precision the
+// caller passes q, k and v rounded to bf16 (and widened back), as the
+// training forward reads them.
+struct CachedAttentionShape {
+  int B, Tq, pos, T_cache, NH, NKV, hs;
+  int q_stride, kv_stride, out_stride;  // floats between rows of q, k_new/v_new, out
+};
+void attention_cached(float* out, const float* q, const float* k_new, const float* v_new,
+                      float* k_cache, float* v_cache, const CachedAttentionShape& s);
+
 // Rotary embedding in the Hugging Face Llama convention ("rotate half"): for
 // position t and i < hs/2, with f = theta^(-2i/hs):
 //   x'[i]        = x[i] cos(t f) - x[i+hs/2] sin(t f)
 //   x'[i+hs/2]   = x[i+hs/2] cos(t f) + x[i] sin(t f)
 // applied in place to x [B*T rows, nheads * hs] with the given row stride.
-void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, float theta);
+// Row b*T + t sits at position pos0 + t (pos0 > 0: new rows after a cache).
+void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, float theta,
+                  int pos0 = 0);
 // The inverse rotation, applied in place to the gradient.
 void rope_backward(float* dx, int B, int T, int nheads, int hs, int stride, float theta);
 

@@ -58,7 +58,7 @@ VocabEmbedding::VocabEmbedding(ProcessGrid& grid, Backend& backend, const ParamS
     : grid_(&grid), be_(&backend), table_(&table), pos_(positions), keep_(keep_gathered && grid.shape().z > 1) {}
 
 void VocabEmbedding::forward(float* out, const int32_t* tokens, const int32_t* host_tokens, int m,
-                             int T, Operand stored, WeightStream& stream) {
+                             int T, Operand stored, WeightStream& stream, int pos0) {
   const int C = int(table_->block_cols);
   const int v0 = int(table_->row_offset), rows = int(table_->block_rows);
   if (lookup_in_chunks(m)) {
@@ -87,7 +87,8 @@ void VocabEmbedding::forward(float* out, const int32_t* tokens, const int32_t* h
     be_->ready_for_host();
   }
   grid_->Y().all_reduce(out, int64_t(m) * C);
-  if (pos_) be_->position_add(out, stream.gather(*pos_), m, T, C);  // positions [T_max, C/Gx]
+  if (pos_)  // positions [T_max, C/Gx], from pos0 on
+    be_->position_add(out, stream.gather(*pos_).plus(int64_t(pos0) * C), m, T, C);
 }
 
 void VocabEmbedding::backward(const float* dout, const int32_t* tokens, int m, int T, float* grads,

@@ -61,9 +61,9 @@ class VocabEmbedding {
   // and a host copy, host_tokens, for the Z gather of the chunked lookup); the
   // table's block (and the positions') from the stream. stored: the
   // parameters in the stream's element type (fp32, or the bf16 copy), for the
-  // lookup in this rank's chunk.
+  // lookup in this rank's chunk. Row b*T + t sits at position pos0 + t.
   void forward(float* out, const int32_t* tokens, const int32_t* host_tokens, int m, int T,
-               Operand stored, WeightStream& stream);
+               Operand stored, WeightStream& stream, int pos0 = 0);
   // Adds the gradients of the table and positions for dout [m, C/Gx] into
   // grads (their dW blocks reduce-scattered over Z through the stream).
   void backward(const float* dout, const int32_t* tokens, int m, int T, float* grads,

@@ -115,9 +115,4 @@ void gather_global(ProcessGrid& grid, const ParamSpec& s, const float* flat, flo
   }
 }
 
-void scatter_global(const ParamSpec& s, const float* global, float* out) {
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < s.numel; ++i) out[i] = global[s.global_index(i)];
-}
-
 }  // namespace dendrite

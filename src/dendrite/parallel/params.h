@@ -97,8 +97,5 @@ class ParamTable {
 // every rank, from every rank's stored chunk in `flat` (laid out like the
 // parameters; the backend's memory, read by an all-gather over the world).
 void gather_global(ProcessGrid& grid, const ParamSpec& s, const float* flat, float* global);
-// This rank's chunk of s from the whole global tensor (host memory; no
-// communication), into `chunk` [s.numel] (host memory).
-void scatter_global(const ParamSpec& s, const float* global, float* chunk);
 
 }  // namespace dendrite

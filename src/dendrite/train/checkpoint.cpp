@@ -67,38 +67,49 @@ void add_tensors(SafetensorsWriter& writer, std::vector<std::vector<float>>& sto
   }
 }
 
-// Reads the tensors named prefix + name into the flat buffer `flat` (laid out
-// like the model's parameters, in its backend's memory): each rank's chunks,
-// cut on the host and uploaded.
-// The Hugging Face tensors of the model, read by `read(name, shape, out)`
-// (which checks the shape; names as hf_names.h gives them), into the flat
-// buffer `flat`.
-template <class Read>
-void read_hf_tensors(Transformer& model, float* flat, Read&& read) {
-  std::vector<float> buf, chunk;
-  for (const HfTensor& t : hf_tensors(model.config(), model.table())) {
-    buf.resize(t.numel());
-    read(t.name, t.shape(), buf.data());
-    GlobalTensors parts;
-    import_hf_tensor(t, model.table(), buf.data(), parts);
-    for (auto& [p, global] : parts) {
-      const ParamSpec& s = model.table().find(p);
-      chunk.resize(size_t(s.numel));
-      scatter_global(s, global.data(), chunk.data());
+// The Hugging Face tensors of the model (names as hf_names.h gives them) into
+// the flat buffer `flat` (laid out like the model's parameters, in its
+// backend's memory). Each rank reads only the elements of its own chunks:
+// gather(name, shape, idx, n, out) reads the elements at flat indices idx of
+// the tensor, after checking its shape; the chunks are filled on the host and
+// uploaded. Rows past the tensor's (a padded vocabulary) are zeros.
+template <class Gather>
+void read_hf_tensors(Transformer& model, float* flat, Gather&& gather) {
+  const ParamTable& table = model.table();
+  std::vector<int64_t> idx, at;
+  std::vector<float> values, chunk;
+  for (const HfTensor& t : hf_tensors(model.config(), table)) {
+    int64_t row0 = 0;  // the part's first row in the concatenation of the parts
+    for (const std::string& p : t.parts) {
+      const ParamSpec& s = table.find(p);
+      const int64_t cols = s.global_cols();
+      idx.clear(), at.clear();
+      for (int64_t i = 0; i < s.numel; ++i) {
+        const int64_t g = s.global_index(i), row = row0 + g / cols, col = g % cols;
+        if (row >= t.rows) continue;
+        idx.push_back(t.transpose ? col * t.rows + row : row * t.cols + col);
+        at.push_back(i);
+      }
+      values.resize(idx.size());
+      gather(t.name, t.shape(), idx.data(), int64_t(idx.size()), values.data());
+      chunk.assign(size_t(s.numel), 0.0f);
+      for (size_t k = 0; k < at.size(); ++k) chunk[size_t(at[k])] = values[k];
       model.backend().upload(flat + s.offset, chunk.data(), chunk.size() * sizeof(float));
+      row0 += s.global_rows();
     }
   }
 }
 
+// Reads the tensors named prefix + name into `flat` (read_hf_tensors).
 void read_tensors(const SafetensorsReader& reader, Transformer& model, float* flat,
                   const std::string& prefix) {
   read_hf_tensors(model, flat, [&](const std::string& hf, const std::vector<int64_t>& shape,
-                                   float* out) {
+                                   const int64_t* idx, int64_t n, float* out) {
     const std::string name = prefix + hf;
     DENDRITE_CHECK(reader.has(name), "checkpoint ", reader.path(), ": tensor '", name,
                    "' is missing; the file holds another model (this run's is ",
                    arch_name(model.config().arch), ")");
-    reader.read_f32(name, shape, out);
+    reader.gather_float(name, shape, idx, n, out);
   });
 }
 
@@ -263,10 +274,11 @@ void load_hf_folder(const HfFolder& folder, Transformer& model) {
   for (const char* key : {"init_std"}) mine.erase(key), theirs.erase(key);
   DENDRITE_CHECK(mine == theirs, "init-from: the model of ", folder.dir(), " is ", theirs.dump(),
                  " but the model built is ", mine.dump());
-  read_hf_tensors(model, model.params(), [&](const std::string& name,
-                                             const std::vector<int64_t>& shape, float* out) {
-    folder.read(name, shape, out);
-  });
+  read_hf_tensors(model, model.params(),
+                  [&](const std::string& name, const std::vector<int64_t>& shape,
+                      const int64_t* idx, int64_t n, float* out) {
+                    folder.gather(name, shape, idx, n, out);
+                  });
 }
 
 }  // namespace dendrite

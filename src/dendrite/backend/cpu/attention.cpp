@@ -202,36 +202,38 @@ float row_max(const float* S, int n) {
   return mx;
 }
 
-// One (b, h): out rows and lse [T]; q, out at the head's row 0, k and v at
-// its KV head's row 0.
+// One (b, h): out rows and lse [Tq] of the queries at positions pos ..
+// pos+Tq-1, over the w.T keys 0 .. pos+Tq-1 (the training forward: pos = 0,
+// Tq = T); q, out at the head's row 0, k and v at its KV head's row 0. lse
+// may be null (generation keeps none).
 template <typename In>
-void forward_head(float* out, float* lse, const In* q, const In* k, const In* v,
-                  const AttentionShape& s, Scratch& w) {
-  w.load(nullptr, w.kt.data(), k, s.kv_stride);
-  w.load(w.vc.data(), nullptr, v, s.kv_stride);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(s.hs));
-  for (int t0 = 0; t0 < s.T; t0 += kR) {
-    const int n = std::min(kR, s.T - t0), ncols = t0 + n;
-    w.load_tile(w.q_tile.data(), q, s.q_stride, t0, n, scale);
+void forward_head(float* out, float* lse, const In* q, const In* k, const In* v, int Tq, int pos,
+                  int q_stride, int kv_stride, int out_stride, int hs, Scratch& w) {
+  w.load(nullptr, w.kt.data(), k, kv_stride);
+  w.load(w.vc.data(), nullptr, v, kv_stride);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  for (int t0 = 0; t0 < Tq; t0 += kR) {
+    const int n = std::min(kR, Tq - t0), ncols = pos + t0 + n;
+    w.load_tile(w.q_tile.data(), q, q_stride, t0, n, scale);
     tile_times_transposed(w.s.data(), w.q_tile.data(), w.kt.data(), w.hsp, ncols, w.Tp);
     float inv_sum[kR] = {};
     for (int r = 0; r < kR; ++r) {
       float* P = w.p.data() + static_cast<long>(r) * w.Tp;
       const float* S = w.s.data() + static_cast<long>(r) * w.Tp;
-      if (r >= n) {  // past the end of the sequence
+      if (r >= n) {  // past the last query
         std::fill(P, P + ncols, 0.0f);
         continue;
       }
-      const int t = t0 + r;
+      const int t = pos + t0 + r;  // the query's position: keys 0..t
       const float mx = row_max(S, t + 1);
       const float sum = exp_row(P, S, mx, t, ncols);
       inv_sum[r] = 1.0f / sum;
-      lse[t] = mx + std::log(sum);
+      if (lse) lse[t0 + r] = mx + std::log(sum);
     }
     tile_times_rows(w.o_tile.data(), w.p.data(), w.vc.data(), w.hsp, ncols, w.Tp);
     for (int r = 0; r < n; ++r)
-      for (int i = 0; i < s.hs; ++i)
-        out[static_cast<long>(t0 + r) * s.out_stride + i] = w.o_tile[r * w.hsp + i] * inv_sum[r];
+      for (int i = 0; i < hs; ++i)
+        out[static_cast<long>(t0 + r) * out_stride + i] = w.o_tile[r * w.hsp + i] * inv_sum[r];
   }
 }
 
@@ -249,7 +251,8 @@ void forward_all(float* out, float* lse, const In* q, const In* k, const In* v,
       const long row0 = static_cast<long>(b) * s.T;
       forward_head(out + row0 * s.out_stride + h * s.hs, lse + static_cast<long>(bh) * s.T,
                    q + row0 * s.q_stride + h * s.hs, k + row0 * s.kv_stride + g * s.hs,
-                   v + row0 * s.kv_stride + g * s.hs, s, w);
+                   v + row0 * s.kv_stride + g * s.hs, s.T, 0, s.q_stride, s.kv_stride,
+                   s.out_stride, s.hs, w);
     }
   }
 }
@@ -344,19 +347,20 @@ void backward_all(float* dq, float* dk, float* dv, const float* dout, const In* 
 
 // Rotates every head of every row by +angle (sign = 1) or -angle (sign = -1).
 void rope_apply(float* x, int B, int T, int nheads, int hs, int stride, float theta, float sign,
-                const char* op) {
+                int pos0, const char* op) {
   DENDRITE_CHECK(B > 0 && T > 0 && nheads > 0 && hs > 0 && hs % 2 == 0, op,
                  ": need positive sizes and an even head size, got B=", B, " T=", T,
                  " nheads=", nheads, " hs=", hs);
   DENDRITE_CHECK(stride >= nheads * hs, op, ": stride=", stride,
                  " must be at least nheads*hs=", nheads * hs);
   DENDRITE_CHECK(theta > 0.0f, op, ": theta=", theta, " must be positive (typically 10000)");
+  DENDRITE_CHECK(pos0 >= 0, op, ": the first position ", pos0, " is negative");
   const int half = hs / 2;
   std::vector<float> cos_t(static_cast<size_t>(T) * half), sin_t(cos_t.size());  // [T, hs/2]
 #pragma omp parallel for schedule(static)
   for (int t = 0; t < T; ++t) {
     for (int i = 0; i < half; ++i) {
-      const double angle = t * std::pow(static_cast<double>(theta), -2.0 * i / hs);
+      const double angle = (pos0 + t) * std::pow(static_cast<double>(theta), -2.0 * i / hs);
       cos_t[static_cast<size_t>(t) * half + i] = static_cast<float>(std::cos(angle));
       sin_t[static_cast<size_t>(t) * half + i] = sign * static_cast<float>(std::sin(angle));
     }
@@ -407,12 +411,44 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
   backward_all(dq, dk, dv, dout, out, lse, q, k, v, s);
 }
 
-void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, float theta) {
-  rope_apply(x, B, T, nheads, hs, stride, theta, 1.0f, "rope_forward");
+void attention_cached(float* out, const float* q, const float* k_new, const float* v_new,
+                      float* k_cache, float* v_cache, const CachedAttentionShape& s) {
+  const AttentionShape keys{s.B, s.pos + s.Tq, s.NH, s.NKV, s.hs, s.q_stride, s.kv_stride,
+                            s.out_stride};
+  check_shape(keys, "attention_cached");
+  DENDRITE_CHECK(s.pos >= 0 && s.Tq >= 1 && s.pos + s.Tq <= s.T_cache, "attention_cached: ",
+                 s.Tq, " new positions after ", s.pos, " do not fit the cache of ", s.T_cache,
+                 " positions");
+  const int kvd = s.NKV * s.hs;
+  const long rows = static_cast<long>(s.B) * s.Tq;
+#pragma omp parallel for schedule(static)
+  for (long r = 0; r < rows; ++r) {
+    const long at = (r / s.Tq * s.T_cache + s.pos + r % s.Tq) * kvd;
+    std::copy_n(k_new + r * s.kv_stride, kvd, k_cache + at);
+    std::copy_n(v_new + r * s.kv_stride, kvd, v_cache + at);
+  }
+  const int group = s.NH / s.NKV;
+  const int pairs = s.B * s.NH;
+#pragma omp parallel
+  {
+    Scratch w(keys, false);  // sized for the pos + Tq keys
+#pragma omp for schedule(static)
+    for (int bh = 0; bh < pairs; ++bh) {
+      const int b = bh / s.NH, h = bh % s.NH, g = h / group;
+      const long q0 = static_cast<long>(b) * s.Tq, c0 = static_cast<long>(b) * s.T_cache * kvd;
+      forward_head(out + q0 * s.out_stride + h * s.hs, static_cast<float*>(nullptr),
+                   q + q0 * s.q_stride + h * s.hs, k_cache + c0 + g * s.hs,
+                   v_cache + c0 + g * s.hs, s.Tq, s.pos, s.q_stride, kvd, s.out_stride, s.hs, w);
+    }
+  }
+}
+
+void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, float theta, int pos0) {
+  rope_apply(x, B, T, nheads, hs, stride, theta, 1.0f, pos0, "rope_forward");
 }
 
 void rope_backward(float* dx, int B, int T, int nheads, int hs, int stride, float theta) {
-  rope_apply(dx, B, T, nheads, hs, stride, theta, -1.0f, "rope_backward");
+  rope_apply(dx, B, T, nheads, hs, stride, theta, -1.0f, 0, "rope_backward");
 }
 
 }  // namespace dendrite::ops

@@ -173,8 +173,13 @@ class CpuBackend final : public Backend {
     else
       ops::attention_backward(dq, dk, dv, dout, out.f32, lse, q.f32, k.f32, v.f32, s);
   }
-  void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, float theta) override {
-    ops::rope_forward(x, B, T, nheads, hs, stride, theta);
+  void attention_cached(float* out, const float* q, const float* k_new, const float* v_new,
+                        float* k_cache, float* v_cache, const ops::CachedAttentionShape& s) override {
+    ops::attention_cached(out, q, k_new, v_new, k_cache, v_cache, s);
+  }
+  void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, float theta,
+                    int pos0) override {
+    ops::rope_forward(x, B, T, nheads, hs, stride, theta, pos0);
   }
   void rope_backward(float* dx, int B, int T, int nheads, int hs, int stride,
                      float theta) override {

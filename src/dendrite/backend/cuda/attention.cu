@@ -24,6 +24,10 @@
 // D is computed where it is needed (per row, by a warp, in one fixed order,
 // so dq and dk/dv see the same bits) and needs no scratch buffer.
 //
+// Generation (attention_cached): the new keys and values are copied into
+// the caches, then one warp per query row walks the cached keys in runs of
+// 32, one key per lane (online softmax, fixed-order warp reductions).
+//
 // No [T,T] matrix exists anywhere; sums run in a fixed order and there are
 // no atomics, so the same inputs give the same bits on every run. Causal
 // work grows with the query tile, so the forward and dq grids start with the
@@ -441,14 +445,14 @@ __global__ void __launch_bounds__(DkvTiles<D>::kThreads)
 
 // ---- rope: one thread per (row, i < hs/2), every head of the row.
 __global__ void rope_kernel(float* x, int B, int T, int nheads, int hs, int64_t stride, float theta,
-                            float sign) {
+                            float sign, int pos0) {
   const int half = hs / 2;
   const int64_t n = int64_t(B) * T * half;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
        e += int64_t(gridDim.x) * blockDim.x) {
     const int i = int(e % half);
     const int64_t row = e / half;
-    const int t = int(row % T);
+    const int t = pos0 + int(row % T);
     // The angle in double and cos/sin rounded to float, as the CPU table.
     const double angle = t * pow(static_cast<double>(theta), -2.0 * i / hs);
     const float c = static_cast<float>(cos(angle));
@@ -461,6 +465,91 @@ __global__ void rope_kernel(float* x, int B, int T, int nheads, int hs, int64_t 
       p[half] = __fadd_rn(__fmul_rn(bb, c), __fmul_rn(a, sn));
     }
   }
+}
+
+// ---- attention over a cache (generation)
+
+// Writes the new keys and values into the caches: one thread per float.
+__global__ void cache_write_kernel(float* k_cache, float* v_cache, const float* k_new,
+                                   const float* v_new, ops::CachedAttentionShape s) {
+  const int kvd = s.NKV * s.hs;
+  const int64_t n = int64_t(s.B) * s.Tq * kvd;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = e / kvd, i = e % kvd;  // row b*Tq + t of the new ones
+    const int64_t at = ((r / s.Tq) * s.T_cache + s.pos + r % s.Tq) * kvd + i;
+    k_cache[at] = k_new[r * s.kv_stride + i];
+    v_cache[at] = v_new[r * s.kv_stride + i];
+  }
+}
+
+constexpr int kCachedWarps = 4;  // warps per block of the cached attention
+
+// One warp per query (b, h, t) at position pos + t, over keys 0 .. pos+t in
+// runs of 32: lane j scores key s0 + j (the whole dot product over hs, q from
+// shared memory), the run's maximum and sum come from fixed-order warp
+// reductions (butterflies, which leave every lane the same bits), and the
+// running output (lane owns head columns lane, lane+32, ..) is rescaled and
+// accumulated key by key in order. C = ceil(hs / 32) columns per lane.
+template <int C>
+__global__ void cached_attention_kernel(float* out, const float* q, const float* k_cache,
+                                        const float* v_cache, ops::CachedAttentionShape s,
+                                        float scale) {
+  __shared__ float qs[kCachedWarps][C * 32];
+  const int warp_in_block = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t w = int64_t(blockIdx.x) * kCachedWarps + warp_in_block;
+  if (w >= int64_t(s.B) * s.NH * s.Tq) return;  // the whole warp
+  const int t = int(w % s.Tq);
+  const int64_t bh = w / s.Tq;
+  const int h = int(bh % s.NH), b = int(bh / s.NH);
+  const int g = h / (s.NH / s.NKV);
+  const int64_t kvd = int64_t(s.NKV) * s.hs;
+  const float* qrow = q + (int64_t(b) * s.Tq + t) * s.q_stride + int64_t(h) * s.hs;
+  float* qw = qs[warp_in_block];
+#pragma unroll
+  for (int c = 0; c < C; ++c)
+    qw[c * 32 + lane] = c * 32 + lane < s.hs ? qrow[c * 32 + lane] * scale : 0.0f;
+  __syncwarp();
+  const float* kb = k_cache + int64_t(b) * s.T_cache * kvd + int64_t(g) * s.hs;
+  const float* vb = v_cache + int64_t(b) * s.T_cache * kvd + int64_t(g) * s.hs;
+  const int nkeys = s.pos + t + 1;
+  float m = -INFINITY, l = 0.0f, acc[C];
+#pragma unroll
+  for (int c = 0; c < C; ++c) acc[c] = 0.0f;
+  for (int s0 = 0; s0 < nkeys; s0 += 32) {
+    const int key = s0 + lane;
+    float score = -INFINITY;
+    if (key < nkeys) {
+      const float* krow = kb + int64_t(key) * kvd;
+      float dot = 0.0f;
+      for (int i = 0; i < s.hs; ++i) dot += qw[i] * krow[i];
+      score = dot;
+    }
+    float run_max = score;
+    for (int o = 16; o > 0; o >>= 1) run_max = fmaxf(run_max, __shfl_xor_sync(0xffffffffu, run_max, o));
+    const float m_new = fmaxf(m, run_max);  // finite: key s0 < nkeys
+    const float corr = expf(m - m_new);     // 0 on the first run (m = -inf)
+    const float p = key < nkeys ? expf(score - m_new) : 0.0f;
+    float run_sum = p;
+    for (int o = 16; o > 0; o >>= 1) run_sum += __shfl_xor_sync(0xffffffffu, run_sum, o);
+    l = l * corr + run_sum;
+#pragma unroll
+    for (int c = 0; c < C; ++c) acc[c] *= corr;
+    const int n = min(32, nkeys - s0);
+    for (int j = 0; j < n; ++j) {
+      const float pj = __shfl_sync(0xffffffffu, p, j);
+      const float* vrow = vb + int64_t(s0 + j) * kvd;
+#pragma unroll
+      for (int c = 0; c < C; ++c)
+        if (c * 32 + lane < s.hs) acc[c] += pj * vrow[c * 32 + lane];
+    }
+    m = m_new;
+  }
+  float* orow = out + (int64_t(b) * s.Tq + t) * s.out_stride + int64_t(h) * s.hs;
+  const float inv = 1.0f / l;
+#pragma unroll
+  for (int c = 0; c < C; ++c)
+    if (c * 32 + lane < s.hs) orow[c * 32 + lane] = acc[c] * inv;
 }
 
 // ---- host side
@@ -557,16 +646,30 @@ void backward_any(float* dq, float* dk, float* dv, const float* dout, const In* 
     backward_launch<128>(dq, dk, dv, dout, out, lse, q, k, v, s, stream);
 }
 
+template <int C>
+void cached_launch(float* out, const float* q, const float* k_cache, const float* v_cache,
+                   const ops::CachedAttentionShape& s, cudaStream_t stream) {
+  const int64_t warps = int64_t(s.B) * s.NH * s.Tq;
+  const int64_t blocks = (warps + kCachedWarps - 1) / kCachedWarps;
+  DENDRITE_CHECK(blocks <= int64_t(0x7fffffff), "attention_cached: ", warps,
+                 " query rows exceed the kernel's grid");
+  cached_attention_kernel<C><<<unsigned(blocks), kCachedWarps * 32, 0, stream>>>(
+      out, q, k_cache, v_cache, s, inv_sqrt_hs(s.hs));
+  check_launch("attention_cached");
+}
+
 void rope_launch(float* x, int B, int T, int nheads, int hs, int stride, float theta, float sign,
-                 const char* op, cudaStream_t stream) {
+                 int pos0, const char* op, cudaStream_t stream) {
   DENDRITE_CHECK(B > 0 && T > 0 && nheads > 0 && hs > 0 && hs % 2 == 0, op,
                  ": need positive sizes and an even head size, got B=", B, " T=", T,
                  " nheads=", nheads, " hs=", hs);
   DENDRITE_CHECK(stride >= nheads * hs, op, ": stride=", stride,
                  " must be at least nheads*hs=", nheads * hs);
   DENDRITE_CHECK(theta > 0.0f, op, ": theta=", theta, " must be positive (typically 10000)");
+  DENDRITE_CHECK(pos0 >= 0, op, ": the first position ", pos0, " is negative");
   const int64_t n = int64_t(B) * T * (hs / 2);
-  rope_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, B, T, nheads, hs, stride, theta, sign);
+  rope_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, B, T, nheads, hs, stride, theta, sign,
+                                                      pos0);
   check_launch(op);
 }
 
@@ -594,14 +697,34 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
   backward_any(dq, dk, dv, dout, out, lse, q, k, v, s, stream);
 }
 
-void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, float theta,
+void attention_cached(float* out, const float* q, const float* k_new, const float* v_new,
+                      float* k_cache, float* v_cache, const ops::CachedAttentionShape& s,
+                      cudaStream_t stream) {
+  const ops::AttentionShape keys{s.B, s.pos + s.Tq, s.NH, s.NKV, s.hs, s.q_stride, s.kv_stride,
+                                 s.out_stride};
+  check_shape(keys, "attention_cached");
+  DENDRITE_CHECK(s.pos >= 0 && s.Tq >= 1 && s.pos + s.Tq <= s.T_cache, "attention_cached: ",
+                 s.Tq, " new positions after ", s.pos, " do not fit the cache of ", s.T_cache,
+                 " positions");
+  const int64_t n = int64_t(s.B) * s.Tq * s.NKV * s.hs;
+  cache_write_kernel<<<blocks_for(n), kThreads, 0, stream>>>(k_cache, v_cache, k_new, v_new, s);
+  check_launch("attention_cached (cache write)");
+  switch ((s.hs + 31) / 32) {
+    case 1: cached_launch<1>(out, q, k_cache, v_cache, s, stream); break;
+    case 2: cached_launch<2>(out, q, k_cache, v_cache, s, stream); break;
+    case 3: cached_launch<3>(out, q, k_cache, v_cache, s, stream); break;
+    default: cached_launch<4>(out, q, k_cache, v_cache, s, stream); break;
+  }
+}
+
+void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, float theta, int pos0,
                   cudaStream_t stream) {
-  rope_launch(x, B, T, nheads, hs, stride, theta, 1.0f, "rope_forward", stream);
+  rope_launch(x, B, T, nheads, hs, stride, theta, 1.0f, pos0, "rope_forward", stream);
 }
 
 void rope_backward(float* dx, int B, int T, int nheads, int hs, int stride, float theta,
                    cudaStream_t stream) {
-  rope_launch(dx, B, T, nheads, hs, stride, theta, -1.0f, "rope_backward", stream);
+  rope_launch(dx, B, T, nheads, hs, stride, theta, -1.0f, 0, "rope_backward", stream);
 }
 
 }  // namespace dendrite::cuda

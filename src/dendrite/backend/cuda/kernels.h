@@ -81,7 +81,10 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const bf16* out,
                         const float* lse, const bf16* q, const bf16* k, const bf16* v,
                         const ops::AttentionShape& s, cudaStream_t stream);
-void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, float theta,
+void attention_cached(float* out, const float* q, const float* k_new, const float* v_new,
+                      float* k_cache, float* v_cache, const ops::CachedAttentionShape& s,
+                      cudaStream_t stream);
+void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, float theta, int pos0,
                   cudaStream_t stream);
 void rope_backward(float* dx, int B, int T, int nheads, int hs, int stride, float theta,
                    cudaStream_t stream);

@@ -429,6 +429,41 @@ void attention_cached(float* out, const float* q, const float* k_new, const floa
   }
   const int group = s.NH / s.NKV;
   const int pairs = s.B * s.NH;
+  if (s.Tq == 1) {  // one new row (a generation step): straight from the cache rows
+    const int n = s.pos + 1;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(s.hs));
+#pragma omp parallel
+    {
+      std::vector<float> p(n), acc(s.hs);
+#pragma omp for schedule(static)
+      for (int bh = 0; bh < pairs; ++bh) {
+        const int b = bh / s.NH, h = bh % s.NH, g = h / group;
+        const float* qh = q + static_cast<long>(b) * s.q_stride + h * s.hs;
+        const long c0 = static_cast<long>(b) * s.T_cache * kvd + g * s.hs;
+        float mx = -INFINITY;
+        for (int j = 0; j < n; ++j) {
+          const float* kj = k_cache + c0 + static_cast<long>(j) * kvd;
+          float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+          for (int i = 0; i < s.hs; ++i) dot += qh[i] * kj[i];
+          p[j] = dot * scale;
+          mx = std::max(mx, p[j]);
+        }
+        float sum = 0.0f;
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (int j = 0; j < n; ++j) {
+          const float e = std::exp(p[j] - mx);
+          sum += e;
+          const float* vj = v_cache + c0 + static_cast<long>(j) * kvd;
+#pragma omp simd
+          for (int i = 0; i < s.hs; ++i) acc[i] += e * vj[i];
+        }
+        float* o = out + static_cast<long>(b) * s.out_stride + h * s.hs;
+        for (int i = 0; i < s.hs; ++i) o[i] = acc[i] / sum;
+      }
+    }
+    return;
+  }
 #pragma omp parallel
   {
     Scratch w(keys, false);  // sized for the pos + Tq keys

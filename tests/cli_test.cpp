@@ -18,6 +18,7 @@
 #include "dendrite/backend/backend.h"
 #include "dendrite/io/safetensors.h"
 #include "dendrite/io/token_file.h"
+#include "dendrite/io/tokenizer.h"
 
 namespace dendrite {
 namespace {
@@ -248,6 +249,39 @@ TEST_F(Cli, GenerateStreamsTextFromACheckpoint) {
   EXPECT_GT(g.out.size(), std::string("And God said").size() + 5);
   Result again = dendrite("generate --checkpoint " + run + " --prompt 'And God said' --tokens 20 --greedy");
   EXPECT_EQ(again.out, g.out);  // greedy decoding is deterministic
+  // Without the key/value cache: the same text; sampled, the same with and without.
+  Result slow = dendrite("generate --checkpoint " + run +
+                         " --prompt 'And God said' --tokens 20 --greedy --no-cache");
+  EXPECT_EQ(slow.out, g.out);
+  const std::string sampled = "generate --checkpoint " + run + " --prompt 'In the' --tokens 30 --seed 5";
+  Result s1 = dendrite(sampled), s2 = dendrite(sampled + " --no-cache");
+  ASSERT_EQ(s1.rc, 0) << s1.out;
+  EXPECT_EQ(s1.out, s2.out);
+  // Several samples of one prompt, each printed whole; the first is the single one's.
+  Result three = dendrite(sampled + " --samples 3");
+  ASSERT_EQ(three.rc, 0) << three.out;
+  EXPECT_NE(three.out.find("--- sample 3 ---\nIn the"), std::string::npos) << three.out;
+  EXPECT_NE(three.out.find("--- sample 1 ---\n" + s1.out), std::string::npos) << three.out;
+  expect_error(dendrite("generate --checkpoint " + run + " --samples 0"), "--samples");
+}
+
+TEST_F(Cli, CheckpointKeepsAHuggingFaceSentencePieceTokenizer) {
+  // tests/data/hf/sp holds a tokenizer.model alone, which the library encodes whole
+  // (not line by line as Dendrite's own): the checkpoint must say so.
+  const std::string sp = std::string(DENDRITE_SOURCE_DIR) + "/tests/data/hf/sp";
+  const fs::path data = dir_ / "sp-data", run = dir_ / "sp-run";
+  Result t = dendrite("tokenize --tokenizer " + sp + " --input " + (dir_ / "genesis.txt").string() +
+                      " --out " + data.string());
+  ASSERT_EQ(t.rc, 0) << t.out;
+  Result a = dendrite("train" + model("gpt2.json") + " --data " + data.string() +
+                      " --steps 1 --batch 2 --seq 16 --out " + run.string());
+  ASSERT_EQ(a.rc, 0) << a.out;
+  const std::string ckpt = (run / "ckpt-00000001").string();
+  std::unique_ptr<TextTokenizer> theirs = open_tokenizer(sp),
+                                 kept = open_tokenizer(checkpoint_tokenizer(ckpt));
+  EXPECT_EQ(kept->format(), "hf-sentencepiece");
+  const std::string text = "And God said,\n  Let there be light.\n\n";
+  EXPECT_EQ(kept->encode(text), theirs->encode(text));
 }
 
 }  // namespace

@@ -414,6 +414,11 @@ TEST(OpenTokenizer, BadFilesAreErrorsNamingTheFile) {
 TEST(OpenTokenizer, CheckpointFolders) {
   TempDir dir;
   EXPECT_EQ(checkpoint_tokenizer(dir.path()), dir.file("tokenizer.model"));  // Dendrite's
+  write_bytes(dir.file("tokenizer_meta.json"), R"({"tokenizer_format": "sentencepiece"})");
+  EXPECT_EQ(checkpoint_tokenizer(dir.path()), dir.file("tokenizer.model"));
+  write_bytes(dir.file("tokenizer_meta.json"), R"({"tokenizer_format": "hf-sentencepiece"})");
+  EXPECT_EQ(checkpoint_tokenizer(dir.path()), dir.path());  // a Hugging Face tokenizer.model alone
+  fs::remove(dir.file("tokenizer_meta.json"));
   write_bytes(dir.file("tokenizer_config.json"), "{}");
   EXPECT_EQ(checkpoint_tokenizer(dir.path()), dir.path());  // a Hugging Face tokenizer's files
 }

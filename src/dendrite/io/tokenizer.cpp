@@ -344,6 +344,11 @@ std::string checkpoint_tokenizer(const std::string& dir) {
   for (const char* hf :
        {"tokenizer.json", "vocab.json", "tokenizer_config.json", "special_tokens_map.json"})
     if (fs::exists(fs::path(dir) / hf)) return dir;
+  // A Hugging Face tokenizer.model alone: the folder opens it as the library encodes.
+  const fs::path meta = fs::path(dir) / "tokenizer_meta.json";
+  if (fs::exists(meta) &&
+      read_tokenizer_json(meta.string()).value("tokenizer_format", "") == "hf-sentencepiece")
+    return dir;
   return (fs::path(dir) / "tokenizer.model").string();
 }
 

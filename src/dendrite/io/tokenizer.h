@@ -57,8 +57,9 @@ std::unique_ptr<TextTokenizer> open_tokenizer(const std::string& path);
 
 // The tokenizer of a checkpoint folder, for open_tokenizer: the folder when
 // it holds a Hugging Face tokenizer's files (tokenizer.json, vocab.json,
-// tokenizer_config.json, special_tokens_map.json), else its tokenizer.model
-// (Dendrite's own). The path need not exist.
+// tokenizer_config.json, special_tokens_map.json) or its tokenizer_meta.json
+// says "hf-sentencepiece" (a Hugging Face tokenizer.model alone), else its
+// tokenizer.model (Dendrite's own). The path need not exist.
 std::string checkpoint_tokenizer(const std::string& dir);
 
 // Every file name a tokenizer of open_tokenizer's kinds may be made of, as

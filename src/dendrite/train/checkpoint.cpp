@@ -201,6 +201,9 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, Transforme
       fs::copy_file(contents.tokenizer_path, tmp_dir / "tokenizer.model");
     for (const std::string& f : contents.tokenizer_files)
       fs::copy_file(f, tmp_dir / fs::path(f).filename());
+    if (!contents.tokenizer_format.empty())
+      write_text((tmp_dir / "tokenizer_meta.json").string(),
+                 nlohmann::json{{"tokenizer_format", contents.tokenizer_format}}.dump(2) + "\n");
     fsync_path(tmp_dir.string());
     // Replace an older folder of the same step (a re-run) only once the new one is complete.
     const fs::path old_dir = fs::path(run_dir) / (std::string(".") + name + ".old");

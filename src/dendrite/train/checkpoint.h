@@ -27,6 +27,11 @@ struct CheckpointContents {
   // The tokenizer files of a Hugging Face tokenizer the data was made with
   // (tokenizer.json, vocab.json, ...), copied in under their names.
   std::vector<std::string> tokenizer_files = {};
+  // The data's tokenizer format (meta.json's tokenizer_format), written to
+  // tokenizer_meta.json when not empty: a Hugging Face tokenizer.model
+  // without config files ("hf-sentencepiece") encodes otherwise than
+  // Dendrite's own, and checkpoint_tokenizer reads it back.
+  std::string tokenizer_format = {};
 };
 
 // Writes <run_dir>/ckpt-<step, 8 digits> and points <run_dir>/latest at it.

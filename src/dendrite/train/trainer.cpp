@@ -105,6 +105,7 @@ struct Data {
   std::unique_ptr<TokenFile> train, val;
   std::string tokenizer;
   std::vector<std::string> hf_tokenizer;  // a Hugging Face tokenizer's files, when it made the data
+  std::string tokenizer_format;           // meta.json's, when it says
   int vocab_size = 0;
 };
 
@@ -119,7 +120,9 @@ Data open_data(const std::string& dir) {
   if (fs::exists(meta)) {
     std::ifstream in(meta);
     try {
-      d.vocab_size = nlohmann::json::parse(in).at("vocab_size").get<int>();
+      const nlohmann::json j = nlohmann::json::parse(in);
+      d.vocab_size = j.at("vocab_size").get<int>();
+      d.tokenizer_format = j.value("tokenizer_format", "");
     } catch (const nlohmann::json::exception& e) {
       fail("train: ", meta.string(), " is not valid (", e.what(), "); re-run `dendrite tokenize`");
     }
@@ -464,7 +467,8 @@ void Trainer::save(int64_t step) {
       resolved_,
       {{"step", step}, {"seed", opt_.seed}, {"optimizer_steps", adam_->steps_taken()}},
       data_.tokenizer,
-      data_.hf_tokenizer};
+      data_.hf_tokenizer,
+      data_.tokenizer_format};
   result_.last_checkpoint = save_checkpoint(opt_.out, step, *model_, adam_.get(), c, hooks_);
 }
 

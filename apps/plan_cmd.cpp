@@ -68,11 +68,21 @@ nlohmann::json prediction_json(const StepPrediction& p) {
           {"tokens_per_s", p.tokens_per_s}};
 }
 
+// train's --overlap auto on the machine planned for: all when each of a
+// node's ranks has a core to spare for its progress engine beside its threads
+// (or the machine file gives no core count), else none; other values as given.
+std::string planned_overlap(const std::string& overlap, const Machine& m) {
+  if (overlap != "auto") return overlap;
+  return m.cores_per_node == 0 || m.cores_per_node >= m.ranks_per_node * (m.threads_per_rank + 1)
+             ? "all"
+             : "none";
+}
+
 void print_plan_table(const PlanCmd& o, const Machine& mach, const Plan& plan) {
   std::printf("plan: %s, B=%d T=%d on %d ranks of %s (%d ranks per node), overlap %s, "
               "node-local Z/D collectives over %s\n",
               o.model.c_str(), o.batch, o.seq, o.world, mach.name.c_str(), mach.ranks_per_node,
-              Overlap::parse(o.overlap).str().c_str(),
+              Overlap::parse(planned_overlap(o.overlap, mach)).str().c_str(),
               o.no_shared_memory ? "messages (--no-shared-memory)"
               : mach.has_shm     ? "shared memory"
                                  : "messages (the machine file has no shm figures)");
@@ -146,7 +156,7 @@ int run_plan(const PlanCmd& o, const MpiEnv& env) {
   const ModelConfig mc = load_model_config(o.model);
   PlanOptions po;
   po.B = o.batch, po.T = o.seq, po.keep_gathered = o.keep_gathered, po.recompute = o.recompute;
-  po.overlap = Overlap::parse(o.overlap);
+  po.overlap = Overlap::parse(planned_overlap(o.overlap, mach));
   po.shared_memory = !o.no_shared_memory && env.options().shared_memory;
   po.precision = parse_precision(o.precision);
   if (po.precision == Precision::kBF16 && mach.gemm_bf16.empty() && env.rank() == 0)
@@ -501,8 +511,9 @@ Runner add_plan(CLI::App& app, MpiEnv& env) {
   app.add_flag("--keep-gathered", o->keep_gathered, "Model --keep-gathered runs");
   app.add_flag("--recompute", o->recompute, "Model --recompute runs");
   app.add_option("--overlap", o->overlap,
-                 "Communication hidden behind compute: none, all or a list of oar, ors, oag, dp "
-                 "(as train --overlap, and its default)")
+                 "Communication hidden behind compute: none, all or a list of oar, ors, oag, dp; "
+                 "or auto, all where the machine has a core per rank to spare (as train "
+                 "--overlap, and its default)")
       ->capture_default_str();
   app.add_option("--precision", o->precision,
                  "fp32 or bf16 (as train --precision): bf16 GEMMs at the machine's bf16 rates, "

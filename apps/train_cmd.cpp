@@ -85,7 +85,8 @@ static std::string auto_grid(const TrainOptions& opt, const std::string& machine
   po.B = opt.batch / std::max(1, opt.grad_accum), po.T = opt.seq;
   po.keep_gathered = opt.keep_gathered;
   po.precision = parse_precision(opt.precision);
-  po.recompute = opt.recompute, po.overlap = Overlap::parse(opt.overlap);
+  po.recompute = opt.recompute;
+  po.overlap = Overlap::parse(resolve_overlap(opt.overlap, comm.ranks_on_node(), threads));
   const Plan plan = plan_grids(load_model_config(opt.model), mach, world, po);
   DENDRITE_CHECK(!plan.ranked.empty(), "train --grid auto: no grid of ", world, " ranks runs ",
                  opt.model, " with batch ", opt.batch, " (",
@@ -213,7 +214,8 @@ static void add_parallel_options(CLI::App& app, TrainOptions& opt, std::string& 
                  "Communication hidden behind computation, a list of: oar (backward all-reduce of "
                  "dx behind the dW product), ors (dW reduce-scatter over z behind earlier layers), "
                  "oag (z all-gather of the next layer's weights posted ahead), dp (gradient sum "
-                 "over d per layer during the backward); or all, none")
+                 "over d per layer during the backward); or all, none; or auto: all when each "
+                 "rank on the node has a core to spare for its progress engine, else none")
       ->capture_default_str();
   app.add_option("--grid", opt.grid,
                  "Process grid, e.g. x=2,y=2,z=1,d=2 (axes left out are 1; d fills the job "

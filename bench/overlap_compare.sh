@@ -1,44 +1,51 @@
 #!/usr/bin/env bash
-# Compares --overlap none with the default overlaps on one grid and prints, per
-# axis and kind of collective, total / exposed / hidden ms per step, the step
-# time, the CPU time per rank and the share of communication hidden
-# (docs/overlap.md); an overlap listed several times (alternating) gets a line
-# of medians.
-# Usage: bench/overlap_compare.sh [BUILD] [GRID] [RANKS] [OVERLAPS...]
-#   default: build y=2,z=2 4 none all
+# The step time with and without each overlap, side by side (docs/overlap.md).
+# Runs `bench step --json` on one grid for every overlap setting in turn,
+# ROUNDS times (alternating, so drift hits all alike), and prints per setting
+# the median step time and its gain over `none`, then rank 0's communication
+# per step: the time the collectives took (comm: blocking calls' durations,
+# engine tasks' run times), every second the rank was blocked in them or
+# waiting for them, queues included (exposed), the rest (hidden = comm -
+# exposed), and the CPU time of the progress engine's thread.
+# Usage: bench/overlap_compare.sh [BUILD] [GRID] [RANKS] [ROUNDS] [OVERLAPS...]
+#   default: build y=2,z=2 4 3 none oar ors oag dp all
+#   MODEL (gpt2-124m), BATCH (4), SEQ (64), THREADS (1 per rank), STEPS (4)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUILD=${1:-build}; GRID=${2:-y=2,z=2}; RANKS=${3:-4}; shift $(( $# < 3 ? $# : 3 )) || true
-OVERLAPS=("$@"); [ ${#OVERLAPS[@]} -eq 0 ] && OVERLAPS=(none all)
+BUILD=${1:-build}; GRID=${2:-y=2,z=2}; RANKS=${3:-4}; ROUNDS=${4:-3}
+shift $(( $# < 4 ? $# : 4 )) || true
+OVERLAPS=("$@"); [ ${#OVERLAPS[@]} -eq 0 ] && OVERLAPS=(none oar ors oag dp all)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-for ov in "${OVERLAPS[@]}"; do
-  mpirun -np "$RANKS" --oversubscribe --bind-to none --mca btl self,vader \
-    "$BUILD/dendrite" bench step --model "${MODEL:-gpt2-124m}" --batch 4 --seq 64 --threads 1 \
-    --grid "$GRID" --steps "${STEPS:-4}" --overlap "$ov" --json
+for ((round = 1; round <= ROUNDS; ++round)); do
+  for ov in "${OVERLAPS[@]}"; do
+    mpirun -np "$RANKS" --oversubscribe --bind-to none --mca btl self,vader \
+      "$BUILD/dendrite" bench step --model "${MODEL:-gpt2-124m}" --batch "${BATCH:-4}" \
+      --seq "${SEQ:-64}" --threads "${THREADS:-1}" --grid "$GRID" --steps "${STEPS:-4}" \
+      --overlap "$ov" --json
+  done
 done | /usr/bin/python3 -c '
 import json, statistics, sys
 runs = {}
-print("| overlap | tokens/s | step ms | cpu ms (user+sys) | compute ms | comm total ms | exposed | hidden | hidden % | per axis.kind total/exposed |")
-print("|---|---|---|---|---|---|---|---|---|---|")
 for line in sys.stdin:
     d = json.loads(line)
-    items = [(a + "." + k, v) for a, kk in d["comm"].items() for k, v in kk.items()]
-    tot = sum(v["total_ms"] for _, v in items); exp = sum(v["exposed_ms"] for _, v in items)
-    per = ", ".join("%s %.0f/%.0f" % (n, v["total_ms"], v["exposed_ms"]) for n, v in items)
-    print("| %s | %.1f | %.0f | %.0f+%.0f | %.0f | %.0f | %.0f | %.0f | %.0f%% | %s |" % (
-        d["overlap"] if "overlap" in d else "?", d["tokens_per_s"], d["step_ms"],
-        d["cpu_user_ms"], d["cpu_sys_ms"], d["compute_ms"],
-        tot, exp, tot - exp, 100 * (tot - exp) / tot if tot else 0, per))
-    runs.setdefault(d["overlap"], []).append(
-        (d["step_ms"], d["cpu_user_ms"] + d["cpu_sys_ms"], tot, exp, d["context_switches"]))
-# Repeated overlaps (list one several times, alternating): medians, and the
-# share hidden over all their runs.
-for ov, r in runs.items():
-    if len(r) < 2: continue
-    med = lambda i: statistics.median(x[i] for x in r)
-    hidden = sum(x[2] - x[3] for x in r) / max(sum(x[2] for x in r), 1e-9)
-    print("median of %d runs, %s: step %.0f ms (%.0f-%.0f), cpu %.0f ms/rank, comm total %.0f, "
-          "exposed %.0f, hidden %.1f%%, %.0f context switches/rank" % (
-              len(r), ov, med(0), min(x[0] for x in r), max(x[0] for x in r), med(1), med(2),
-              med(3), 100 * hidden, med(4)))
+    runs.setdefault(d["overlap"], []).append(d)
+med = lambda rs, k: statistics.median(r[k] for r in rs)
+base = med(runs["none"], "step_ms") if "none" in runs else None
+first = next(iter(runs.values()))[0]
+print("%s, grid %s, B=%d T=%d, %d thread(s) per rank; medians of %d runs each, alternating" % (
+    first["model"], first["grid"], first["batch"], first["seq"], first["threads"],
+    min(len(r) for r in runs.values())))
+print()
+print("| overlap | step ms | range | vs none | comm ms | exposed | hidden | exposed + hidden | engine CPU ms | CPU ms/rank |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for ov, rs in runs.items():
+    step = med(rs, "step_ms")
+    gain = "" if base is None or ov == "none" else "%+.1f%%" % (100 * (step - base) / base)
+    r = sorted(rs, key=lambda x: x["step_ms"])[(len(rs) - 1) // 2]  # the median run: one consistent row
+    print("| %s | %.0f | %.0f-%.0f | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |" % (
+        ov, step, min(x["step_ms"] for x in rs), max(x["step_ms"] for x in rs), gain,
+        r["comm_ms"], r["exposed_ms"], r["hidden_ms"], r["exposed_ms"] + r["hidden_ms"],
+        r["engine_cpu_ms"], r["cpu_user_ms"] + r["cpu_sys_ms"]))
+print()
+print("comm, exposed, hidden, engine CPU: rank 0 per step, from the median run of each setting")
 '

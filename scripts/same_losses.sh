@@ -37,6 +37,8 @@ for l in open(sys.argv[1]): j=json.loads(l); print(repr(j["loss"]), repr(j["grad
 for model in gpt2 llama; do
   for r in "${runs[@]}"; do
     read -r ranks grid opts <<< "$r"
+    # The overlaps are on unless a run says otherwise (train's default, auto, picks per machine).
+    [[ "$opts" == *--overlap* ]] || opts="$opts --overlap all"
     for which in old new; do
       bin=$old; [[ $which == new ]] && bin=$new
       mpirun -np "$ranks" --oversubscribe --bind-to none --mca btl self,vader "$bin" train \

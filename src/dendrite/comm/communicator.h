@@ -34,15 +34,23 @@ struct CommStats {
   int64_t bytes[static_cast<int>(Collective::kCount)] = {};
   int64_t calls[static_cast<int>(Collective::kCount)] = {};
   double wait_seconds = 0;  // time spent blocked in waits and blocking calls
-  // Per kind: total = from the call (or post) until the rank saw it complete;
-  // exposed = the part of it the rank spent blocked. total - exposed is the
-  // time a non-blocking collective was in flight while the rank computed (an
-  // upper bound on what it hid: it may have finished before the wait).
+  // Per kind: total = the time the collectives took: a blocking call's
+  // duration, a progress-engine task's run time on the engine (start to
+  // finish), an MPI request's time from post until the rank saw it complete.
+  // exposed = every second the rank spent blocked in the call or in the wait
+  // for it, whatever it waited behind: a task queued behind others on the
+  // engine waits for them too, and that wait is charged to the task waited
+  // for. Summed over the kinds, total - exposed is the communication time
+  // the rank did not pay (hidden); per kind it can be negative (a kind
+  // waited for behind others).
   double total_seconds[static_cast<int>(Collective::kCount)] = {};
   double exposed_seconds[static_cast<int>(Collective::kCount)] = {};
   // Progress-engine tasks only: from the post until the engine started it
-  // (tasks ahead of it in the queue, or the engine thread waiting for a core).
+  // (tasks ahead of it in the queue, or the engine thread waiting for a
+  // core), and the CPU time its thread used running them (what the overlap
+  // costs the cores that compute).
   double queued_seconds[static_cast<int>(Collective::kCount)] = {};
+  double engine_cpu_seconds = 0;
 };
 
 // n elements of one DType per rank that every rank of a group can read in

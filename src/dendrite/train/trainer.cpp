@@ -1,6 +1,7 @@
 #include "dendrite/train/trainer.h"
 
 #include <omp.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
@@ -10,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -279,13 +281,37 @@ bool state_is_finite(Transformer& model, const AdamW& adam) {
 
 }  // namespace
 
+std::string resolve_overlap(const std::string& overlap, int ranks_on_node, int threads,
+                            std::string* why) {
+  if (overlap != "auto") return overlap;
+  // The cores this process may run on: all of the node's unless the launcher
+  // bound each rank to its own (then they are this rank's alone).
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int online = int(std::max(1u, std::thread::hardware_concurrency()));
+  const int mine = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : online;
+  const bool bound = mine < online;
+  const int cores = bound ? mine : online, sharing = bound ? 1 : std::max(1, ranks_on_node);
+  const bool spare = cores >= sharing * (threads + 1);
+  if (why)
+    *why = str(sharing, sharing == 1 ? " rank" : " ranks", " x ", threads, " thread(s) on ", cores,
+               " core(s): ", spare ? "a core to spare for each progress engine"
+                                   : "no core to spare for the progress engines");
+  return spare ? "all" : "none";
+}
+
 std::unique_ptr<Transformer> make_model(const ModelConfig& mc, ProcessGrid& grid,
                                         Backend& backend, const TrainOptions& opt) {
   check_batch_split(opt, grid.shape());
   ModelOptions mo;
   mo.keep_gathered = opt.keep_gathered;
   mo.recompute = opt.recompute;
-  mo.set_overlap(opt.overlap);
+  std::string why;
+  const std::string overlap =
+      resolve_overlap(opt.overlap, grid.world().ranks_on_node(), omp_get_max_threads(), &why);
+  if (overlap != opt.overlap && grid.rank() == 0 && grid.shape().size() > 1)
+    log_info(str("overlap auto: ", overlap, " (", why, ")"));
+  mo.set_overlap(overlap);
   mo.precision = parse_precision(opt.precision);
   if (mo.precision == Precision::kBF16 && !backend.bf16_native() && grid.rank() == 0)
     log_info(str("warning: --precision bf16: this CPU lacks ", backend.bf16_missing(),

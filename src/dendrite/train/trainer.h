@@ -43,7 +43,9 @@ struct TrainOptions {
   bool gemm_tune = false;      // time each GEMM shape's ways at its first call, keep the fastest
   std::string precision = "fp32";  // fp32 or bf16 (core/precision.h)
   std::string device = "auto";     // cpu, cuda or auto (backend/backend.h: resolve_device)
-  std::string overlap = "all";  // communication to hide: oar, ors, oag, dp, all, none (ModelOptions)
+  // Communication to hide: oar, ors, oag, dp, all, none (ModelOptions), or
+  // auto (resolve_overlap).
+  std::string overlap = "auto";
   int keep = 0;                // keep only the newest N checkpoints of --out (0: all)
   std::string on_nan = "stop";  // a non-finite loss or gradient norm: stop, or skip-step
   double timeout = 600;         // seconds a collective may block before the job fails (0: off)
@@ -77,6 +79,15 @@ void check_batch_split(const TrainOptions& opt, const GridShape& grid);
 // The model of a run (`train`, `bench step`) on grid: sized for the run's
 // micro-batch and sequence, with its overlap, kept gathers, recomputation
 // and GEMM tuning.
+// The overlaps `auto` stands for on this machine: all when every rank on the
+// node has a core to spare for its progress engine beside its `threads`
+// compute threads, else none (on a full node the engine's copies and sums
+// take the computing cores' cycles, and the step measured slower with
+// overlap: docs/overlap.md). Other values are returned as given. why, when
+// not null, gets the reason in words.
+std::string resolve_overlap(const std::string& overlap, int ranks_on_node, int threads,
+                            std::string* why = nullptr);
+
 std::unique_ptr<Transformer> make_model(const ModelConfig& mc, ProcessGrid& grid,
                                         Backend& backend, const TrainOptions& opt);
 

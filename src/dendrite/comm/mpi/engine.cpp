@@ -49,14 +49,22 @@ void ProgressEngine::run() {
     }
     TaskState& s = *task.second;
     s.start = steady_seconds();
+    const double cpu0 = thread_cpu_seconds();
     try {
       task.first();
     } catch (...) {
       s.error = std::current_exception();
     }
+    s.cpu = thread_cpu_seconds() - cpu0;
     s.finish = steady_seconds();
     mark_done(s);
   }
+}
+
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
 }
 
 double steady_seconds() {

@@ -33,12 +33,15 @@ struct TaskState {
   std::atomic<uint32_t> done{0};  // 1 once finished; a futex word the waiter sleeps on
   uint32_t waiters = 0;           // threads asleep on it (atomic_ref)
   double posted = 0, start = 0, finish = 0;  // seconds (steady clock): queued, ran
+  double cpu = 0;  // CPU seconds of the engine thread while it ran the task
   std::exception_ptr error;
 };
 
 // Seconds on a steady clock (the engine does not call MPI_Wtime: MPI is not
 // initialised for threads).
 double steady_seconds();
+// CPU seconds used by the calling thread.
+double thread_cpu_seconds();
 
 // The engine thread and its FIFO of tasks; the destructor finishes the queue
 // and joins the thread.

@@ -85,7 +85,7 @@ class TaskRequest final : public Request::Impl {
   [[noreturn]] void abort_job() noexcept override;
 
  private:
-  void finish();
+  void finish();  // charges the stats
   CommStats& stats_;
   const Communicator& group_;
   int kind_;

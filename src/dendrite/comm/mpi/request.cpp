@@ -49,9 +49,11 @@ TaskRequest::TaskRequest(CommStats& stats, const Communicator& group, Collective
       spin_(spin) {}
 
 // A short spin, then the waiter sleeps until the engine marks the task done.
-// Its total time is the time it ran on the engine; what the caller waited for
-// is exposed. The watchdog applies as to MPI requests: a task stuck (its
-// barrier waiting for a dead or stuck peer) fails after the group's timeout.
+// Every second of the wait is exposed, including the time the task sat in
+// the engine's queue behind earlier ones: the rank paid it. Its total is its
+// run time on the engine. The watchdog applies as to MPI requests: a task
+// stuck (its barrier waiting for a dead or stuck peer) fails after the
+// group's timeout.
 void TaskRequest::wait() {
   if (!pending()) return;
   TaskState& t = *task_;
@@ -59,16 +61,17 @@ void TaskRequest::wait() {
   if (!wait_done(t, timeout, spin_))
     fail_timeout(collective_name(static_cast<Collective>(kind_)), group_, steady_seconds() - start,
                  true);
-  const double waited = std::min(steady_seconds() - start, t.finish - t.start);
-  finish();
+  const double waited = steady_seconds() - start;
   stats_.wait_seconds += waited;
   stats_.exposed_seconds[kind_] += waited;
+  finish();
 }
 
 void TaskRequest::finish() {
   std::shared_ptr<TaskState> t = std::move(task_);
   stats_.total_seconds[kind_] += t->finish - t->start;
   stats_.queued_seconds[kind_] += t->start - t->posted;
+  stats_.engine_cpu_seconds += t->cpu;
   if (t->error) std::rethrow_exception(t->error);
 }
 

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -140,15 +141,17 @@ void check_overlaps(const std::string& what, const ModelConfig& cfg, ProcessGrid
 }
 
 // Runs check(grid, shape) on every grid of 1, 2, 4 and 8 ranks that divides
-// cfg (each rank in the group of P ranks it belongs to); returns how many.
+// cfg (each rank in the group of P ranks it belongs to, communicating as
+// `options` say); returns how many.
 template <typename Check>
-int for_every_grid(const ModelConfig& cfg, Check check) {
+int for_every_grid(const ModelConfig& cfg, Check check,
+                   const CommOptions& options = comm_options_from_environment()) {
   int world_size = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   int tested = 0;
   for (int P : {1, 2, 4, 8}) {
     if (world_size % P != 0) continue;
-    const auto sub = test::group_of(P);
+    const auto sub = test::group_of(P, options);
     for (const GridShape& g : test::grids_of(P)) {
       if (!divides(cfg, g)) continue;
       ProcessGrid grid(g, *sub);
@@ -259,6 +262,36 @@ TEST(MessagesOnly, OverlapsOverMpiMatchOneProcess) {
   }
   unsetenv("DENDRITE_SHARED_MEMORY");
 }
+
+// Several nodes on one machine (CommOptions::ranks_per_node): with nodes of
+// 1, 2 and 4 ranks, the groups inside a node use shared memory and the ones
+// that cross nodes use messages, in every mix the grids make (Z on a node
+// while D or Y crosses, and the reverse). Every grid of 1-8 ranks, every
+// overlap on, matches one process, for GPT-2 and Llama.
+class SimulatedNodes : public ::testing::TestWithParam<int> {};
+
+TEST_P(SimulatedNodes, EveryGridMatchesOneProcess) {
+  CommOptions nodes = comm_options_from_environment();
+  nodes.ranks_per_node = GetParam();
+  for (const char* arch : {"gpt2", "llama"}) {
+    const ModelConfig cfg = std::string(arch) == "gpt2" ? gpt2_config() : llama_config();
+    auto single = ProcessGrid::single();
+    const Record want = train(cfg, *single);
+    ModelOptions overlapped;
+    overlapped.oar = overlapped.dp = overlapped.ors = overlapped.oag = true;
+    const std::string what = std::string(arch) + " on nodes of " + std::to_string(GetParam());
+    const int tested = for_every_grid(
+        cfg,
+        [&](ProcessGrid& grid, const GridShape& g) {
+          EXPECT_EQ(grid.world().ranks_on_node(), std::min(GetParam(), g.size())) << what;
+          compare(what, cfg, g, train(cfg, grid, overlapped), want, overlapped);
+        },
+        nodes);
+    EXPECT_EQ(tested, std::string(arch) == "gpt2" ? 35 : 34) << what;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(RanksPerNode, SimulatedNodes, ::testing::Values(1, 2, 4));
 
 // A vocabulary block at least four times a layer's puts the head's dW block
 // in the weight stream's big slots, beside the layers' small ones (parallel/

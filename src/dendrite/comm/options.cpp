@@ -4,12 +4,22 @@
 #include <cstdlib>
 #include <string>
 
+#include "dendrite/core/check.h"
+
 namespace dendrite {
 
 CommOptions comm_options_from_environment() {
   CommOptions o;
   const char* v = std::getenv("DENDRITE_SHARED_MEMORY");
   o.shared_memory = !v || std::string(v) != "0";
+  if (const char* n = std::getenv("DENDRITE_RANKS_PER_NODE"); n && *n) {
+    char* end = nullptr;
+    const long k = std::strtol(n, &end, 10);
+    DENDRITE_CHECK(*end == '\0' && k >= 1 && k <= 1 << 20, "DENDRITE_RANKS_PER_NODE='", n,
+                   "' is not a positive number of ranks per simulated node; unset it, or give "
+                   "e.g. 2");
+    o.ranks_per_node = int(k);
+  }
   return o;
 }
 

@@ -22,10 +22,17 @@ struct CommOptions {
   // nodes). DENDRITE_SHARED_MEMORY=0 turns it off.
   bool shared_memory = true;
   SpinPolicy spin = SpinPolicy::kAuto;
+  // > 0: the ranks act as if each node held this many consecutive ranks of
+  // MPI_COMM_WORLD (within the real nodes): groups that cross those bounds
+  // use messages instead of shared memory, and ranks_on_node() (the
+  // planner's ranks per node, the spin policy) counts the simulated node.
+  // Multi-node topologies on one machine. DENDRITE_RANKS_PER_NODE=N sets it.
+  int ranks_per_node = 0;
 };
 
 // The options the environment gives: DENDRITE_SHARED_MEMORY=0 turns shared
-// memory off. Read once, by the program's main.
+// memory off; DENDRITE_RANKS_PER_NODE=N simulates nodes of N ranks (a bad
+// value is an error naming it). Read once, by the program's main.
 CommOptions comm_options_from_environment();
 
 }  // namespace dendrite

@@ -223,7 +223,11 @@ void Transformer::reduce_bucket(const Range& chunked, const Range& replicated) {
   be_.ready_for_host();
   stream_.post_pending();
   grid_.Z().all_reduce(G + replicated.begin, replicated.end - replicated.begin);
-  if (!grads_->shared() || !params_->shared()) stream_.finish_reductions();
+  // The D sums read the layer's dW chunks that its Z reduce-scatters, still
+  // pending, write: run in post order on the engine (shared memory, or rings
+  // of messages across nodes) they follow them; as MPI requests they would
+  // not, so those wait for them first.
+  if (!grid_.Z().in_post_order() || !grid_.D().in_post_order()) stream_.finish_reductions();
   for (const Range& r : {chunked, replicated})
     dp_pending_.push_back(post_dp_sum(r));
 }

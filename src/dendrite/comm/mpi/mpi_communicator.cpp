@@ -103,10 +103,18 @@ void fail_timeout(const char* kind, const Communicator& group, double waited, bo
        "raise --timeout if a step takes that long");
 }
 
-int ranks_on_node(MPI_Comm comm) {
+int ranks_on_node(MPI_Comm comm, int simulated) {
   MPI_Comm node;
   check_mpi(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
             "MPI_Comm_split_type");
+  if (simulated > 0) {  // within the real node, the ranks of this simulated one
+    int world_rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    MPI_Comm part;
+    check_mpi(MPI_Comm_split(node, world_rank / simulated, 0, &part), "MPI_Comm_split");
+    MPI_Comm_free(&node);
+    node = part;
+  }
   int n = 0;
   MPI_Comm_size(node, &n);
   MPI_Comm_free(&node);
@@ -146,7 +154,7 @@ std::unique_ptr<Communicator> make_mpi_world(MPI_Comm base, const CommOptions& o
   check_mpi(MPI_Comm_dup(base, &comm), "MPI_Comm_dup");
   auto world = std::make_shared<MpiWorldState>();
   world->options = options;
-  world->spin = resolve_spin(options.spin, ranks_on_node(comm));
+  world->spin = resolve_spin(options.spin, ranks_on_node(comm, options.ranks_per_node));
   return std::make_unique<MpiCommunicator>(comm, std::move(name), std::move(world));
 }
 
@@ -157,7 +165,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name,
     : Communicator(std::move(name)), comm_(comm), world_(std::move(world)) {
   check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
-  node_ranks_ = dendrite::ranks_on_node(comm_);
+  node_ranks_ = dendrite::ranks_on_node(comm_, world_->options.ranks_per_node);
   make_channels();
   int level = 0;
   MPI_Query_thread(&level);

@@ -46,8 +46,9 @@ void wait_or_timeout(MPI_Request* req, const char* kind, const Communicator& gro
                                bool shared_memory);
 
 // How many ranks of comm share this rank's node (collective over comm): the
-// one place that asks.
-int ranks_on_node(MPI_Comm comm);
+// one place that asks. simulated > 0: nodes of that many consecutive ranks of
+// MPI_COMM_WORLD within the real ones (CommOptions::ranks_per_node).
+int ranks_on_node(MPI_Comm comm, int simulated);
 
 MPI_Datatype mpi_type(DType t);
 
@@ -121,6 +122,9 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   int ranks_on_node() const override { return node_ranks_; }
+  bool in_post_order() const override {
+    return engine_.window != nullptr || engine_comm_ != MPI_COMM_NULL;
+  }
   std::unique_ptr<Communicator> split(int color, int key, std::string name) override;
   using Communicator::all_reduce;
   void all_reduce(void* buf, int64_t n, DType t) override;

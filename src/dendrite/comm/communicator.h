@@ -133,12 +133,6 @@ class Communicator {
   const std::string& name() const { return name_; }  // "x", "y", "z", "d", "world", ...
   // How many ranks of this group share this rank's node (1 for a group of one).
   virtual int ranks_on_node() const = 0;
-  // Whether this group's non-blocking collectives of floats run in post order
-  // after every one posted before them in this process (the progress engine's
-  // FIFO), or complete when posted. Otherwise (MPI requests, where MPI lacks
-  // MPI_THREAD_MULTIPLE across nodes) they touch their buffers at once, and a
-  // caller must first wait for what still writes them.
-  virtual bool in_post_order() const { return true; }
 
   // The ranks passing the same color form one new group, ordered by key (ties
   // by rank here), with this group's backend and settings. Collective.

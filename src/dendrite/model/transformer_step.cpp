@@ -223,11 +223,14 @@ void Transformer::reduce_bucket(const Range& chunked, const Range& replicated) {
   be_.ready_for_host();
   stream_.post_pending();
   grid_.Z().all_reduce(G + replicated.begin, replicated.end - replicated.begin);
-  // The D sums read the layer's dW chunks that its Z reduce-scatters, still
-  // pending, write: run in post order on the engine (shared memory, or rings
-  // of messages across nodes) they follow them; as MPI requests they would
-  // not, so those wait for them first.
-  if (!grid_.Z().in_post_order() || !grid_.D().in_post_order()) stream_.finish_reductions();
+  // Where Z or D crosses nodes, the layer's pending Z reduce-scatters are
+  // waited for before its D sums are posted. Where MPI lacks
+  // MPI_THREAD_MULTIPLE the D sums are MPI requests that read the dW chunks
+  // at once, so the wait is needed. Where the sums are rings on the engine
+  // (which would run them after the reduce-scatters anyway), the wait still
+  // measured faster: it keeps the long D rings from queueing between the Z
+  // gathers the next layers need (docs/overlap.md, simulated nodes).
+  if (!grads_->shared() || !params_->shared()) stream_.finish_reductions();
   for (const Range& r : {chunked, replicated})
     dp_pending_.push_back(post_dp_sum(r));
 }

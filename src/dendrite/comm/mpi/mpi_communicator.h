@@ -122,9 +122,7 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   int ranks_on_node() const override { return node_ranks_; }
-  bool in_post_order() const override {
-    return engine_.window != nullptr || engine_comm_ != MPI_COMM_NULL;
-  }
+
   std::unique_ptr<Communicator> split(int color, int key, std::string name) override;
   using Communicator::all_reduce;
   void all_reduce(void* buf, int64_t n, DType t) override;

@@ -124,8 +124,6 @@ class Transformer {
   // logits [B_loc, V] of the last position of each of this rank's sequences of
   // a global batch of B sequences of T tokens (on every X and Y rank; any grid).
   void last_position_logits(const int32_t* inputs, int B, int T, float* out);
-  // logits [V] of the last position of one sequence of T tokens (a grid with Gd = Gz = 1).
-  void last_logits(const int32_t* inputs, int T, float* out);
 
   // Generation with a key/value cache: each layer keeps the keys and values
   // (after RoPE) of up to max_T positions of this rank's max_B / (Gd Gz)
@@ -178,13 +176,16 @@ class Transformer {
   const float* upload_weights(const float* host, int64_t m);
   // The kinds of pass whose gathers the weight stream records (one order each).
   enum Pass {
-    kPassStep, kPassLoss, kPassLogits, kPassLastLogits, kPassLastPosition, kPassPrefill,
+    kPassStep, kPassLoss, kPassLogits, kPassLastPosition, kPassPrefill,
     kPassDecode
   };
   // pos: the position of the first of the T tokens; caching (generation): the
   // layers' attention reads and extends the key/value cache.
   void forward(const int32_t* inputs, int B_loc, int T, int pass, int pos = 0,
                bool caching = false);
+  // After a forward of B_loc sequences of T rows: the logits of each one's
+  // last row into host memory out [B_loc, V], and the pass ended.
+  void finish_last_positions(int B_loc, int T, float* out);
   // The end of a pass: the last prefetch dropped, then the parameters' fence.
   void end_pass();
   void layer_forward(int l, const float* x, float* out, int B_loc, int T, int pos = 0,

@@ -327,21 +327,14 @@ void Transformer::logits(const int32_t* inputs, int B, int T, float* out) {
 void Transformer::last_position_logits(const int32_t* inputs, int B, int T, float* out) {
   const int B_loc = local_batch(B);
   forward(inputs, B_loc, T, kPassLastPosition);
+  finish_last_positions(B_loc, T, out);
+}
+
+void Transformer::finish_last_positions(int B_loc, int T, float* out) {
   Buffer<float> last = be_.alloc<float>(int64_t(B_loc) * c_);  // [B_loc, C/Gx]
   be_.copy_rows(last.data(), normf_.data() + int64_t(T - 1) * c_, B_loc, c_, int64_t(T) * c_);
   Buffer<float> logits = be_.alloc<float>(int64_t(B_loc) * cfg_.vocab_size);
   head_.logits(logits.data(), operand(last.data(), normf_h_, int64_t(B_loc) * c_), B_loc, stream_,
-               tied_head());
-  end_pass();
-  be_.download(out, logits.data(), logits.size() * sizeof(float));
-}
-
-void Transformer::last_logits(const int32_t* inputs, int T, float* out) {
-  DENDRITE_CHECK(grid_.shape().d == 1 && grid_.shape().z == 1,
-                 "generate: runs on grids with d = z = 1 (one sequence), got ", grid_.shape().str());
-  forward(inputs, 1, T, kPassLastLogits);
-  Buffer<float> logits = be_.alloc<float>(cfg_.vocab_size);
-  head_.logits(logits.data(), operand(normf_.data() + long(T - 1) * c_, normf_h_, c_), 1, stream_,
                tied_head());
   end_pass();
   be_.download(out, logits.data(), logits.size() * sizeof(float));
@@ -369,13 +362,7 @@ void Transformer::generation_logits(const int32_t* inputs, int B, int T, float* 
   forward(inputs, B_loc, T, T == 1 ? kPassDecode : kPassPrefill, cache_len_, /*caching=*/true);
   cache_len_ += T;
   cache_B_ = B;
-  Buffer<float> last = be_.alloc<float>(int64_t(B_loc) * c_);  // [B_loc, C/Gx]
-  be_.copy_rows(last.data(), normf_.data() + int64_t(T - 1) * c_, B_loc, c_, int64_t(T) * c_);
-  Buffer<float> logits = be_.alloc<float>(int64_t(B_loc) * cfg_.vocab_size);
-  head_.logits(logits.data(), operand(last.data(), normf_h_, int64_t(B_loc) * c_), B_loc, stream_,
-               tied_head());
-  end_pass();
-  be_.download(out, logits.data(), logits.size() * sizeof(float));
+  finish_last_positions(B_loc, T, out);
 }
 
 }  // namespace dendrite

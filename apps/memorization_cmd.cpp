@@ -41,13 +41,13 @@ struct MemorizationOptions {
   bool json = false, no_cache = false;
 };
 
-// n samples at seeded offsets of a token file (fewer when it is short).
-std::vector<Sample> sample_tokens(const TokenFile& f, int n, int p, int s, uint64_t seed) {
+// n samples at seeded offsets of a token file (fewer when it is short), none
+// overlapping the spans to avoid (sample_starts).
+std::vector<Sample> sample_tokens(const TokenFile& f, int n, int p, int s, uint64_t seed,
+                                  std::vector<Span> avoid = {}) {
   std::vector<Sample> out;
-  if (f.size() < uint64_t(p + s)) return out;
-  const uint64_t span = f.size() - (p + s) + 1;
-  for (int i = 0; i < n; ++i) {
-    const uint64_t at = random_bits(seed, kSampleStream, i) % span;
+  for (const uint64_t at :
+       sample_starts(f.size(), uint64_t(p + s), n, seed, kSampleStream, std::move(avoid))) {
     Sample x{Ids(p), Ids(s)};
     f.copy(at, p, x.prefix.data());
     f.copy(at + p, s, x.suffix.data());
@@ -96,11 +96,19 @@ SampleSets gather_samples(const MemorizationOptions& o, const std::string& ckpt_
   auto add = [&](const char* name, const char* unit, std::vector<Sample> v) {
     out.sets.push_back({SetScores{name, unit, 0, {}, {}, {}}, std::move(v)});
   };
-  add("train", "sample", sample_tokens(train, o.samples, o.prefix, o.suffix, o.seed));
   std::string canaries = o.canaries;
   if (canaries.empty() && fs::exists(folder / "canaries.json")) canaries = (folder / "canaries.json").string();
-  if (!canaries.empty())
-    add("canaries", "distinct canary", canary_samples(read_canaries_json(canaries), train, o.prefix, o.suffix));
+  if (canaries.empty()) {
+    add("train", "sample", sample_tokens(train, o.samples, o.prefix, o.suffix, o.seed));
+  } else {
+    // The training text itself: windows that touch no canary copy.
+    const CanaryFile c = read_canaries_json(canaries);
+    std::vector<Span> copies;
+    for (const CanaryOccurrence& w : c.where) copies.push_back({w.offset, w.offset + uint64_t(w.length)});
+    add("train", "non-canary sample",
+        sample_tokens(train, o.samples, o.prefix, o.suffix, o.seed, std::move(copies)));
+    add("canaries", "distinct canary", canary_samples(c, train, o.prefix, o.suffix));
+  }
   if (!o.control.empty() && !is_token_file(o.control)) {
     const std::unique_ptr<TextTokenizer> tok = open_tokenizer(checkpoint_tokenizer(ckpt_dir));
     std::ifstream in(o.control);
@@ -129,7 +137,7 @@ nlohmann::json interval_json(const Interval& i) { return {{"value", i.value}, {"
 void print_table(const MemorizationOptions& o, const std::string& ckpt, const SampleSets& s) {
   std::printf("memorization of %s: greedy, prefix %d, suffix %d tokens; 95%% intervals\n",
               ckpt.c_str(), o.prefix, o.suffix);
-  std::printf("%-9s %-16s %5s  %-22s %-22s %-22s\n", "set", "unit", "n", "exact match",
+  std::printf("%-9s %-18s %5s  %-22s %-22s %-22s\n", "set", "unit", "n", "exact match",
               "token match", "ROUGE-L");
   auto cell = [](const Interval& i) {
     char b[64];
@@ -137,7 +145,7 @@ void print_table(const MemorizationOptions& o, const std::string& ckpt, const Sa
     return std::string(b);
   };
   for (const auto& [sc, samples] : s.sets)
-    std::printf("%-9s %-16s %5lld  %-22s %-22s %-22s\n", sc.name.c_str(), sc.unit.c_str(),
+    std::printf("%-9s %-18s %5lld  %-22s %-22s %-22s\n", sc.name.c_str(), sc.unit.c_str(),
                 static_cast<long long>(sc.n), cell(sc.exact).c_str(), cell(sc.token).c_str(),
                 cell(sc.rouge).c_str());
   if (!s.control_source.empty()) std::printf("control: %s\n", s.control_source.c_str());

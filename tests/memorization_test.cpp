@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "dendrite/core/rng.h"
@@ -114,6 +115,28 @@ TEST(Canaries, InsertedCopiesSitWhereTheLocationsSay) {
   std::vector<int32_t> again = original;
   auto other = insert_canaries(again, passages, 5, 8, 0);
   EXPECT_NE(other[0].offset, where[0].offset);
+}
+
+// Training samples avoid the canary copies: every window misses every span,
+// every free start can be drawn, and with nothing to avoid the starts are
+// the plain seeded ones.
+TEST(SampleStarts, WindowsMissTheSpansAndCoverTheRest) {
+  const uint64_t size = 60, w = 5;
+  const std::vector<Span> avoid = {{30, 32}, {10, 20}, {31, 35}, {58, 60}};
+  std::set<uint64_t> free;  // by brute force
+  for (uint64_t at = 0; at + w <= size; ++at) {
+    bool clear = true;
+    for (const Span& a : avoid) clear = clear && (at + w <= a.begin || at >= a.end);
+    if (clear) free.insert(at);
+  }
+  const std::vector<uint64_t> got = sample_starts(size, w, 3000, 7, 9, avoid);
+  ASSERT_EQ(got.size(), 3000u);
+  EXPECT_EQ(std::set<uint64_t>(got.begin(), got.end()), free);
+  EXPECT_EQ(got, sample_starts(size, w, 3000, 7, 9, avoid));  // seeded
+  const std::vector<uint64_t> plain = sample_starts(size, w, 20, 7, 9);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(plain[i], random_bits(7, 9, uint64_t(i)) % (size - w + 1));
+  EXPECT_TRUE(sample_starts(size, w, 5, 7, 9, {{0, 60}}).empty());
+  EXPECT_TRUE(sample_starts(4, w, 5, 7, 9).empty());
 }
 
 TEST(GreedyDecoding, MatchesGenerateOnOneProcess) {

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "dendrite/core/check.h"
+#include "dendrite/core/rng.h"
 
 namespace dendrite {
 
@@ -52,6 +53,38 @@ Interval mean_interval(const std::vector<double>& xs, double z) {
   const double sd = xs.size() > 1 ? std::sqrt(var / (xs.size() - 1)) : 0.0;
   const double half = z * sd / std::sqrt(double(xs.size()));
   return {mean, std::max(0.0, mean - half), std::min(1.0, mean + half)};
+}
+
+std::vector<uint64_t> sample_starts(uint64_t size, uint64_t w, int n, uint64_t seed,
+                                    uint64_t stream, std::vector<Span> avoid) {
+  if (w == 0 || size < w || n <= 0) return {};
+  const uint64_t span = size - w + 1;  // starts 0 .. span-1
+  // The free starts as runs [begin, end): a window at `at` overlaps [b, e)
+  // when at < e and at + w > b.
+  std::sort(avoid.begin(), avoid.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  std::vector<Span> free;
+  uint64_t cursor = 0;
+  for (const Span& a : avoid) {
+    const uint64_t lo = a.begin + 1 > w ? a.begin + 1 - w : 0, hi = std::min(span, a.end);
+    if (lo > cursor) free.push_back({cursor, std::min(lo, span)});
+    cursor = std::max(cursor, hi);
+    if (cursor >= span) break;
+  }
+  if (cursor < span) free.push_back({cursor, span});
+  std::vector<uint64_t> before;  // free starts in the runs before each
+  uint64_t total = 0;
+  for (const Span& f : free) {
+    before.push_back(total);
+    total += f.end - f.begin;
+  }
+  std::vector<uint64_t> out;
+  if (total == 0) return out;
+  for (int i = 0; i < n; ++i) {
+    const uint64_t r = random_bits(seed, stream, uint64_t(i)) % total;
+    const size_t k = size_t(std::upper_bound(before.begin(), before.end(), r) - before.begin()) - 1;
+    out.push_back(free[k].begin + (r - before[k]));
+  }
+  return out;
 }
 
 SetScores score_set(const std::string& name, const std::string& unit,

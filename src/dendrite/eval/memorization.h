@@ -35,6 +35,19 @@ struct Sample {
   Ids prefix, suffix;  // [p], [<= s]
 };
 
+// Token positions [begin, end) of a stream.
+struct Span {
+  uint64_t begin = 0, end = 0;
+};
+
+// n seeded starts of windows of w tokens in a stream of `size`, uniform over
+// the starts whose window overlaps none of `avoid` (the canary copies of a
+// training stream); none when no start is free. Start i is the
+// random_bits(seed, stream, i)-th free one, so with nothing to avoid it is
+// random_bits(seed, stream, i) % (size - w + 1).
+std::vector<uint64_t> sample_starts(uint64_t size, uint64_t w, int n, uint64_t seed,
+                                    uint64_t stream, std::vector<Span> avoid = {});
+
 struct SetScores {
   std::string name, unit;  // "canaries", "distinct canary"
   int64_t n = 0;

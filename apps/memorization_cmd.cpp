@@ -10,6 +10,7 @@
 // or, with --json, one JSON object.
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -63,11 +64,14 @@ Sample passage_sample(const Ids& ids, int p, int s) {
   return {Ids(ids.begin(), ids.begin() + p), Ids(ids.begin() + p, ids.begin() + end)};
 }
 
-std::vector<Sample> canary_samples(const CanaryFile& c, const TokenFile& train, int p, int s) {
+// One sample per distinct passage (of those with `copies` copies; 0: all).
+std::vector<Sample> canary_samples(const CanaryFile& c, const TokenFile& train, int p, int s,
+                                   int copies = 0) {
   std::vector<Sample> out;
   std::vector<bool> seen(c.texts.size(), false);
+  const std::vector<int> n = c.copies();
   for (const CanaryOccurrence& o : c.where) {
-    if (seen[o.index] || o.length <= p) continue;
+    if (seen[o.index] || o.length <= p || (copies > 0 && n[o.index] != copies)) continue;
     seen[o.index] = true;
     Ids ids(o.length);
     train.copy(o.offset, o.length, ids.data());
@@ -93,7 +97,7 @@ SampleSets gather_samples(const MemorizationOptions& o, const std::string& ckpt_
   const std::string train_path = fs::is_directory(data) ? (data / "train.bin").string() : o.data;
   TokenFile train(train_path);
   SampleSets out;
-  auto add = [&](const char* name, const char* unit, std::vector<Sample> v) {
+  auto add = [&](const std::string& name, const char* unit, std::vector<Sample> v) {
     out.sets.push_back({SetScores{name, unit, 0, {}, {}, {}}, std::move(v)});
   };
   std::string canaries = o.canaries;
@@ -108,6 +112,14 @@ SampleSets gather_samples(const MemorizationOptions& o, const std::string& ckpt_
     add("train", "non-canary sample",
         sample_tokens(train, o.samples, o.prefix, o.suffix, o.seed, std::move(copies)));
     add("canaries", "distinct canary", canary_samples(c, train, o.prefix, o.suffix));
+    // Passages inserted different numbers of times (tokenize --canary-repeat
+    // 1,2,4,...): each count on its own too, "canaries x4".
+    std::vector<int> counts = c.copies();
+    std::sort(counts.begin(), counts.end());
+    counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+    if (counts.size() > 1)
+      for (int n : counts)
+        add(str("canaries x", n), "distinct canary", canary_samples(c, train, o.prefix, o.suffix, n));
   }
   if (!o.control.empty() && !is_token_file(o.control)) {
     const std::unique_ptr<TextTokenizer> tok = open_tokenizer(checkpoint_tokenizer(ckpt_dir));
@@ -137,7 +149,7 @@ nlohmann::json interval_json(const Interval& i) { return {{"value", i.value}, {"
 void print_table(const MemorizationOptions& o, const std::string& ckpt, const SampleSets& s) {
   std::printf("memorization of %s: greedy, prefix %d, suffix %d tokens; 95%% intervals\n",
               ckpt.c_str(), o.prefix, o.suffix);
-  std::printf("%-9s %-18s %5s  %-22s %-22s %-22s\n", "set", "unit", "n", "exact match",
+  std::printf("%-12s %-18s %5s  %-22s %-22s %-22s\n", "set", "unit", "n", "exact match",
               "token match", "ROUGE-L");
   auto cell = [](const Interval& i) {
     char b[64];
@@ -145,7 +157,7 @@ void print_table(const MemorizationOptions& o, const std::string& ckpt, const Sa
     return std::string(b);
   };
   for (const auto& [sc, samples] : s.sets)
-    std::printf("%-9s %-18s %5lld  %-22s %-22s %-22s\n", sc.name.c_str(), sc.unit.c_str(),
+    std::printf("%-12s %-18s %5lld  %-22s %-22s %-22s\n", sc.name.c_str(), sc.unit.c_str(),
                 static_cast<long long>(sc.n), cell(sc.exact).c_str(), cell(sc.token).c_str(),
                 cell(sc.rouge).c_str());
   if (!s.control_source.empty()) std::printf("control: %s\n", s.control_source.c_str());

@@ -35,6 +35,7 @@ double seconds_since(Clock::time_point t0) {
 struct PlanCmd {
   std::string model = "gpt2-124m", machine;
   int batch = 4, seq = 64, world = 1, top = 0, ranks_per_node = 0;
+  int simulate_nodes = 0;  // also DENDRITE_RANKS_PER_NODE, as the trainer
   bool json = false, keep_gathered = false, recompute = false, sweep = false;
   bool batch_given = false, seq_given = false;
   bool no_shared_memory = false;  // also when DENDRITE_SHARED_MEMORY=0, as the trainer
@@ -81,7 +82,7 @@ std::string planned_overlap(const std::string& overlap, const Machine& m) {
 void print_plan_table(const PlanCmd& o, const Machine& mach, const Plan& plan) {
   std::printf("plan: %s, B=%d T=%d on %d ranks of %s (%d ranks per node), overlap %s, "
               "node-local Z/D collectives over %s\n",
-              o.model.c_str(), o.batch, o.seq, o.world, mach.name.c_str(), mach.ranks_per_node,
+              o.model.c_str(), o.batch, o.seq, o.world, mach.name.c_str(), mach.node_span(),
               Overlap::parse(planned_overlap(o.overlap, mach)).str().c_str(),
               o.no_shared_memory ? "messages (--no-shared-memory)"
               : mach.has_shm     ? "shared memory"
@@ -153,6 +154,8 @@ int run_sweep(const PlanCmd& o, const Machine& mach, PlanOptions po, int rank) {
 int run_plan(const PlanCmd& o, const MpiEnv& env) {
   Machine mach = load_machine(o.machine);
   if (o.ranks_per_node > 0) mach.ranks_per_node = o.ranks_per_node;
+  mach.simulated_ranks_per_node =
+      o.simulate_nodes > 0 ? o.simulate_nodes : env.options().ranks_per_node;
   const ModelConfig mc = load_model_config(o.model);
   PlanOptions po;
   po.B = o.batch, po.T = o.seq, po.keep_gathered = o.keep_gathered, po.recompute = o.recompute;
@@ -175,6 +178,7 @@ int run_plan(const PlanCmd& o, const MpiEnv& env) {
   for (auto& [g, why] : plan.excluded) excluded.push_back({{"grid", grid_str(g)}, {"reason", why}});
   nlohmann::json j = {{"model", o.model}, {"batch", o.batch}, {"seq", o.seq}, {"world", o.world},
                       {"machine", mach.name}, {"ranks_per_node", mach.ranks_per_node},
+                      {"node_span", mach.node_span()},
                       {"shared_memory", po.shared_memory && mach.has_shm},
                       {"precision", o.precision},
                       {"ranked", ranked}, {"excluded", excluded}};
@@ -302,62 +306,122 @@ double calibrate_optimizer(Communicator& world, Backend& be) {
   return time_call(world, fn, 0.5, 3) / n;
 }
 
-// Fits latency and bandwidth of one collective kind over comm (a group of g):
-// per-call time t = latency + f (g-1)/g bytes / bandwidth at a small and a
-// large message, bytes counted as step_volume counts them.
-LinkCost calibrate_collective(Communicator& world, Communicator& comm, const std::string& kind) {
+// Payload sizes (floats per call, as step_volume counts bytes) at which the
+// collectives are timed: 256 B per rank up to 256 MB, as a step's calls range
+// from a layer's activations to a whole model's gradients. The middle sizes
+// matter: MPI changes algorithm with the size, so they do not lie on the line
+// through the two ends.
+std::vector<int64_t> collective_sizes(int g, bool quick) {
+  std::vector<int64_t> n = {64 * g};
+  for (int e = 10; e <= 26; e += 2) n.push_back(int64_t(1) << e);  // 4 KB to 256 MB, x4
+  if (quick) n = {64 * g, int64_t(1) << 18};
+  for (int64_t& v : n) v = std::max<int64_t>(g, v / g * g);
+  return n;
+}
+
+// The points (bytes, seconds per call) of one kind over a group of g ranks,
+// and latency and bandwidth of the line through the last two (the smallest
+// call's time where that is below the line).
+LinkCost fit_points(const std::vector<int64_t>& sizes, const std::vector<double>& t, int g,
+                    const std::string& kind) {
+  const double coef = (kind == "all_reduce" ? 2.0 : 1.0) * (g - 1.0) / g * 4.0;
+  LinkCost c;
+  c.group = g;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const double b = 4.0 * double(sizes[i]);
+    // Seconds never fall as bytes grow (timing noise on a busy node can say so).
+    const double s = std::max(t[i], c.points.empty() ? 0.0 : c.points.back().second);
+    c.points.push_back({b, std::max(s, 1e-9)});
+  }
+  const size_t k = sizes.size() - 1;
+  c.bandwidth = coef * double(sizes[k] - sizes[k - 1]) /
+                std::max(c.points[k].second - c.points[k - 1].second, 1e-9);
+  c.latency = std::max(0.0, c.points[0].second - coef * double(sizes[0]) / c.bandwidth);
+  return c;
+}
+
+// A collective as a training step meets it: right after a GEMM of the step's
+// size (a GPT-2 linear of 256 rows, about a millisecond or two). A call in a
+// step costs more than the same call repeated in a tight loop: the ranks
+// arrive apart (each rank's GEMM takes a little more or less), and a waiting
+// rank may have slept. Measured on the 2-core machine: 0.09 ms per call of
+// 192 KB in a step against 0.04 ms in a loop, as `bench step` found for the
+// activation sums. So each size is timed both ways and the larger kept: the
+// GEMM and the call, less the GEMM alone.
+struct StepContext {
+  Backend* be = nullptr;
+  Buffer<float> A, B, C;
+  double alone = 0;  // seconds of the GEMM alone
+  static constexpr int m = 256, n = 768, k = 768;
+  void gemm() {
+    be->gemm(false, true, m, n, k, 1.0f, A.data(), k, B.data(), k, 0.0f, C.data(), n);
+    be->ready_for_host();
+  }
+  StepContext(Communicator& world, Backend& backend)
+      : be(&backend), A(backend.alloc<float>(m * k)), B(backend.alloc<float>(n * k)),
+        C(backend.alloc<float>(m * n)) {
+    be->fill(A.data(), 0.01f, A.size());
+    be->fill(B.data(), 0.02f, B.size());
+    alone = time_call(world, [&] { gemm(); }, 0.3, 5);
+  }
+  // Seconds of one call of fn in a step: max(loop, GEMM + call - GEMM alone);
+  // calls of 16 MB and more take long enough for the loop to tell.
+  template <typename Fn>
+  double seconds(Communicator& world, Fn&& fn, int64_t bytes) {
+    const double loop = time_call(world, fn, 0.2, 5);
+    if (bytes >= (int64_t(16) << 20)) return loop;
+    const double with = time_call(world, [&] { gemm(); fn(); }, 0.3, 5);
+    return std::max(loop, with - alone);
+  }
+};
+
+// Times one collective kind over comm (a group of g) at every size of
+// collective_sizes, as a step meets it (StepContext): MPI messages (or the
+// node's shared-memory channel for an all-reduce of private arrays, where the
+// trainer uses it).
+LinkCost calibrate_collective(Communicator& world, Communicator& comm, const std::string& kind,
+                              bool quick, StepContext& step) {
   const int g = comm.size();
-  const double f = kind == "all_reduce" ? 2.0 : 1.0;
-  auto per_call = [&](int64_t n) {  // n floats of payload as counted by step_volume
-    std::vector<float> in(n, 1.0f), out(n);
+  const std::vector<int64_t> sizes = collective_sizes(g, quick);
+  std::vector<float> in(sizes.back(), 1.0f), out(sizes.back());
+  std::vector<double> t;
+  for (int64_t n : sizes) {
     const int64_t part = n / g;
     auto fn = [&] {
       if (kind == "all_reduce") comm.all_reduce(in.data(), n, DType::kF32);
       if (kind == "all_gather") comm.all_gather(in.data(), out.data(), part, DType::kF32);
       if (kind == "reduce_scatter") comm.reduce_scatter(in.data(), out.data(), part, DType::kF32);
     };
-    return time_call(world, fn, 0.2, 5);
-  };
-  const int64_t small = 64 * g, large = (16 << 20) / g * g;  // 256 B per rank, 64 MB
-  const double ts = per_call(small), tl = per_call(large);
-  const double coef = f * (g - 1.0) / g * 4.0;
-  LinkCost c;
-  c.bandwidth = coef * (large - small) / std::max(tl - ts, 1e-9);
-  c.latency = std::max(0.0, ts - coef * small / c.bandwidth);
-  return c;
+    t.push_back(step.seconds(world, fn, 4 * n));
+  }
+  return fit_points(sizes, t, g, kind);
 }
 
-// The same fit for the collectives over a SharedArray (shared_array.cpp) of a
+// The same for the collectives over a SharedArray (shared_array.cpp) of a
 // group inside one node: all-gather of n/g floats per rank, reduce-scatter of
 // n per rank to n/g, all-reduce of n in place. Returns false (and writes
 // nothing) when the group's array is not shared (DENDRITE_SHARED_MEMORY=0).
 bool calibrate_shm_collective(Communicator& world, Communicator& comm, const std::string& kind,
-                              LinkCost& c) {
+                              bool quick, StepContext& step, LinkCost& c) {
   const int g = comm.size();
-  const double f = kind == "all_reduce" ? 2.0 : 1.0;
-  auto per_call = [&](int64_t n) {  // n floats of payload as counted by step_volume
+  const std::vector<int64_t> sizes = collective_sizes(g, quick);
+  std::vector<double> t;
+  for (int64_t n : sizes) {
     const int64_t part = n / g;
     // Zero-filled: repeated sums stay finite.
     std::unique_ptr<SharedArray> a = comm.allocate_shared(kind == "all_gather" ? part : n);
     comm.barrier();
+    if (!a->shared()) return false;
     std::vector<float> out(kind == "all_gather" ? n : part);
     auto fn = [&] {
       if (kind == "all_reduce") comm.all_reduce(*a, 0, n);
       if (kind == "all_gather") comm.all_gather(*a, 0, out.data(), part);
       if (kind == "reduce_scatter") comm.reduce_scatter(*a, 0, out.data(), part, false);
     };
-    const bool shared = a->shared();
-    const double t = shared ? time_call(world, fn, 0.2, 5) : 0.0;
+    t.push_back(step.seconds(world, fn, 4 * n));
     comm.barrier();
-    return std::pair{shared, t};
-  };
-  const int64_t small = 64 * g, large = (16 << 20) / g * g;  // 256 B per rank, 64 MB
-  const auto [shared, ts] = per_call(small);
-  if (!shared) return false;
-  const double tl = per_call(large).second;
-  const double coef = f * (g - 1.0) / g * 4.0;
-  c.bandwidth = coef * (large - small) / std::max(tl - ts, 1e-9);
-  c.latency = std::max(0.0, ts - coef * small / c.bandwidth);
+  }
+  c = fit_points(sizes, t, g, kind);
   return true;
 }
 
@@ -404,33 +468,55 @@ struct CalibrateCmd {
   bool quick = false;
 };
 
-void calibrate_links(Communicator& world, ProcessGrid& world_grid, Machine& mach, int P) {
+void print_link(const char* level, const char* kind, int g, const LinkCost& c) {
+  std::string pts;
+  for (auto [b, t] : c.points) pts += str(" ", b >= 1048576 ? str(std::lround(b / 1048576), "M")
+                                                            : str(std::lround(b / 1024), "K"),
+                                          ":", std::lround(t * 1e6));
+  std::printf("calibrate: %-8s %-14s g=%d  latency %.1f us, bandwidth %.2f GB/s; us per call at"
+              "%s\n", level, kind, g, c.latency * 1e6, c.bandwidth / 1e9, pts.c_str());
+}
+
+// messages: the same ranks with shared memory off (every collective an MPI
+// message), as DENDRITE_SHARED_MEMORY=0 and simulated node bounds run them.
+void calibrate_links(Communicator& world, Communicator& messages, Backend& be, Machine& mach,
+                     int P, bool quick) {
   const char* kinds[] = {"all_reduce", "all_gather", "reduce_scatter"};
+  StepContext step(world, be);
   for (int g = 2; g <= P; ++g) {  // the largest group within the node is kept
     if (P % g != 0 || g > mach.ranks_per_node) continue;
     ProcessGrid sub = make_grid(world, str("x=", g, ",d=", P / g));
     for (const char* kind : kinds) {
-      LinkCost c = calibrate_collective(world_grid.world(), sub.X(), kind);
+      LinkCost c = calibrate_collective(world, sub.X(), kind, quick, step);
       mach.node.by_kind[kind] = c;
-      if (world_grid.rank() == 0)
-        std::printf("calibrate: %-14s g=%d  latency %.1f us, bandwidth %.2f GB/s\n", kind, g,
-                    c.latency * 1e6, c.bandwidth / 1e9);
+      if (world.rank() == 0) print_link("node", kind, g, c);
     }
     for (const char* kind : kinds) {  // the same over shared memory, where it is on
       LinkCost c;
-      if (!calibrate_shm_collective(world_grid.world(), sub.X(), kind, c)) continue;
+      if (!calibrate_shm_collective(world, sub.X(), kind, quick, step, c)) continue;
       mach.shm.by_kind[kind] = c;
       mach.has_shm = true;
-      if (world_grid.rank() == 0)
-        std::printf("calibrate: shm %-10s g=%d  latency %.1f us, bandwidth %.2f GB/s\n", kind, g,
-                    c.latency * 1e6, c.bandwidth / 1e9);
+      if (world.rank() == 0) print_link("shm", kind, g, c);
+    }
+    ProcessGrid msub = make_grid(messages, str("x=", g, ",d=", P / g));
+    for (const char* kind : kinds) {
+      LinkCost c = calibrate_collective(messages, msub.X(), kind, quick, step);
+      mach.messages.by_kind[kind] = c;
+      mach.has_messages = true;
+      if (world.rank() == 0) print_link("messages", kind, g, c);
     }
   }
   if (mach.has_shm) mach.shm.all = mach.shm.get("all_reduce");
   if (mach.node.by_kind.empty()) mach.node.by_kind["all_reduce"] = {1e12, 0};  // one rank: free
   mach.node.all = mach.node.by_kind["all_reduce"];
-  // One node cannot measure the network: the node's figures stand in for it.
-  mach.network = mach.node;
+  // One node cannot measure the network: its ranks' MPI messages stand in (what
+  // simulated nodes use; a real network is slower).
+  if (mach.has_messages) {
+    mach.messages.all = mach.messages.get("all_reduce");
+    mach.network = mach.messages;
+  } else {
+    mach.network = mach.node;
+  }
 }
 
 // calibrate --penalty-from FILE: run oversubscribed, measure only the per-call
@@ -477,12 +563,19 @@ int run_calibrate(const CalibrateCmd& o, MpiEnv& env) {
   mach.gemm = calibrate_gemm(grid.world(), be, o.quick, Precision::kF32);
   // Where bf16 would only be widened to fp32, its rates are the fp32 ones: none written.
   if (be.bf16_native()) mach.gemm_bf16 = calibrate_gemm(grid.world(), be, o.quick, Precision::kBF16);
-  calibrate_links(env.world(), grid, mach, P);
+  {
+    // The same ranks with shared memory off: the messages level.
+    CommOptions off = env.options();
+    off.shared_memory = false;
+    std::unique_ptr<Communicator> messages = env.make_world(off);
+    calibrate_links(grid.world(), *messages, be, mach, P, o.quick);
+  }
   if (mach.oversubscription() > 1)
     mach.oversubscribed_call_penalty_s =
         calibrate_penalty(grid.world(), be, mach.node.get("all_reduce").latency);
   mach.notes = str("measured by `dendrite calibrate` with ", P, " ranks of ", mach.threads_per_rank,
-                   " threads in ", std::lround(seconds_since(t0)), " s; network = node (one node)");
+                   " threads in ", std::lround(seconds_since(t0)),
+                   " s; network = the node's MPI messages (one node)");
   if (grid.rank() == 0) {
     save_machine(mach, o.out);
     std::printf("calibrate: peak %.1f GFLOP/s, bandwidth %.2f GB/s per rank, %zu GEMM shapes "
@@ -525,6 +618,11 @@ Runner add_plan(CLI::App& app, MpiEnv& env) {
   app.add_flag("--no-shared-memory", o->no_shared_memory,
                "Model runs with DENDRITE_SHARED_MEMORY=0: node-local Z and D collectives as MPI "
                "messages (also when that variable is 0 here)");
+  app.add_option("--simulate-nodes", o->simulate_nodes,
+                 "Model runs with DENDRITE_RANKS_PER_NODE=N (nodes of N ranks simulated on the "
+                 "machine's): groups crossing them use the network figures, oversubscription "
+                 "still counts the physical node (also when that variable is set here)")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--json", o->json, "Print one JSON object");
   return [o, batch, seq, &env] {
     o->batch_given = batch->count() > 0;

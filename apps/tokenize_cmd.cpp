@@ -29,7 +29,10 @@ Runner add_tokenize(CLI::App& app) {
                  "Text file of passages (separated by empty lines or lines holding only '%', as "
                  "in fortune files) to insert into train.bin (never val.bin) at seeded positions; "
                  "their locations go to canaries.json");
-  app.add_option("--canary-repeat", opt->canary_repeat, "Copies of each canary passage")
+  app.add_option("--canary-repeat", opt->canary_repeat,
+                 "Copies of each canary passage; a list (e.g. 1,2,4,8,16,32) gives passage i the "
+                 "(i mod length)-th count, for dose experiments")
+      ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
   return [opt] {

@@ -117,6 +117,32 @@ TEST(Canaries, InsertedCopiesSitWhereTheLocationsSay) {
   EXPECT_NE(other[0].offset, where[0].offset);
 }
 
+// Per-passage counts (tokenize --canary-repeat 1,2,4): passage i gets its own
+// number of copies, CanaryFile::copies() counts them back from canaries.json,
+// and one count for all gives the same places as the single-count call.
+TEST(Canaries, DifferentCountsPerPassage) {
+  std::vector<int32_t> stream;
+  for (int i = 0; i < 3000; ++i) stream.push_back(i % 40 == 39 ? 0 : 1 + int32_t(random_bits(2, 1, i) % 90));
+  const std::vector<int32_t> original = stream;
+  const std::vector<std::vector<int32_t>> passages = {{100, 101}, {200, 201, 202}, {300}};
+  auto where = insert_canaries(stream, passages, std::vector<int>{1, 2, 4}, 7, 0);
+  ASSERT_EQ(where.size(), 7u);
+  EXPECT_EQ(stream.size(), original.size() + 1 * 3 + 2 * 4 + 4 * 2);
+  for (const CanaryOccurrence& c : where)
+    EXPECT_TRUE(std::equal(passages[c.index].begin(), passages[c.index].end(),
+                           stream.begin() + c.offset));
+  const std::string path = ::testing::TempDir() + "dose_canaries.json";
+  write_canaries_json(path, {"a", "b", "c"}, where, {1, 2, 4}, 7);
+  const CanaryFile f = read_canaries_json(path);
+  EXPECT_EQ(f.copies(), (std::vector<int>{1, 2, 4}));
+  std::vector<int32_t> a = original, b = original;
+  auto one = insert_canaries(a, passages, 3, 9, 0);
+  auto same = insert_canaries(b, passages, std::vector<int>{3, 3, 3}, 9, 0);
+  EXPECT_EQ(a, b);
+  ASSERT_EQ(one.size(), same.size());
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(one[i].offset, same[i].offset);
+}
+
 // Training samples avoid the canary copies: every window misses every span,
 // every free start can be drawn, and with nothing to avoid the starts are
 // the plain seeded ones.

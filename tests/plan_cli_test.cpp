@@ -194,5 +194,45 @@ TEST_F(PlanCli, Bf16PrecisionHalvesTheGathersAndUsesItsRates) {
   EXPECT_NE(bad.out.find("unknown precision 'fp8'"), std::string::npos) << bad.out;
 }
 
+// `calibrate` on 2 ranks times every collective at several sizes over the
+// node's path, shared memory and plain MPI messages (the messages level, the
+// network's stand-in); `plan --simulate-nodes 1` (or DENDRITE_RANKS_PER_NODE=1)
+// then puts each pair across nodes: the same bytes, the network's figures.
+TEST_F(PlanCli, CalibratedPointsAndSimulatedNodes) {
+  const std::string machine = (dir_ / "calibrated.json").string();
+  Result cal = mpirun(2, "calibrate --quick --threads 1 --out " + machine);
+  ASSERT_EQ(cal.rc, 0) << cal.out;
+  nlohmann::json m = nlohmann::json::parse(std::ifstream(machine));
+  for (const char* level : {"node", "shm", "messages", "network"})
+    for (const char* kind : {"all_reduce", "all_gather", "reduce_scatter"}) {
+      const nlohmann::json& l = m["collectives"][level][kind];
+      ASSERT_EQ(l["points"].size(), 2u) << level << " " << kind;
+      EXPECT_EQ(l["group"], 2);
+      EXPECT_GT(l["points"][1][1].get<double>(), 0.0);
+    }
+  EXPECT_EQ(m["collectives"]["network"], m["collectives"]["messages"]);
+  auto z2 = [&](const std::string& env, const std::string& flag) {
+    Result r = test::run_command(env + kEnv + DENDRITE_BINARY + " plan --model gpt2-124m --world 2 "
+                                 "--json --machine " + machine + flag);
+    EXPECT_EQ(r.rc, 0) << r.out;
+    nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+    for (auto& p : j["ranked"])
+      if (p["grid"] == "x=1,y=1,z=2,d=1") return std::pair{j["node_span"].get<int>(), p};
+    ADD_FAILURE() << "no z=2 in " << r.out;
+    return std::pair{0, nlohmann::json{}};
+  };
+  const auto [span, one_node] = z2("", "");
+  const auto [span1, split] = z2("", " --simulate-nodes 1");
+  const auto [span_env, split_env] = z2("DENDRITE_RANKS_PER_NODE=1 ", "");
+  EXPECT_EQ(span, 2);
+  EXPECT_EQ(span1, 1);
+  EXPECT_EQ(span_env, 1);
+  EXPECT_EQ(one_node["comm_bytes"], split["comm_bytes"]);
+  EXPECT_NE(one_node["comm_ms"]["z"], split["comm_ms"]["z"]);
+  EXPECT_EQ(split["step_ms"], split_env["step_ms"]);
+  Result bad = dendrite("plan --world 2 --machine " + machine + " --simulate-nodes 0");
+  EXPECT_NE(bad.rc, 0);
+}
+
 }  // namespace
 }  // namespace dendrite

@@ -514,5 +514,79 @@ TEST(SharedMemory, EngineWorkChargedToComputeWithoutSpareCore) {
   EXPECT_NEAR(dp.engine_s, kEngineWorkFraction * dp.hidden_s.at("d"), 1e-12);
 }
 
+
+// Measured points: a call's seconds interpolated between them, extended at the
+// link's bandwidth beyond the largest, and looked up for other group sizes at
+// the bytes that put as much on each link.
+TEST(LinkPoints, InterpolateExtendAndScaleByGroup) {
+  LinkCost l(1e9, 0);
+  l.group = 2;
+  l.points = {{1e3, 10e-6}, {1e5, 50e-6}, {1e7, 5e-3}};
+  EXPECT_DOUBLE_EQ(l.seconds(500, 2, 2), 10e-6);              // below: the smallest call's time
+  EXPECT_DOUBLE_EQ(l.seconds(1e3, 2, 2), 10e-6);
+  EXPECT_NEAR(l.seconds(50500, 2, 2), 30e-6, 1e-15);         // halfway between 1e3 and 1e5
+  EXPECT_NEAR(l.seconds(1e7, 2, 2), 5e-3, 1e-15);
+  // Beyond the largest: + f (group-1)/group extra bytes / bandwidth = 2 * 1/2 * 1e7 / 1e9.
+  EXPECT_NEAR(l.seconds(2e7, 2, 2), 5e-3 + 1e-2, 1e-12);
+  // Four ranks move (3/4) / (1/2) = 1.5 times the bytes per link: 1e5 bytes look up 1.5e5.
+  EXPECT_NEAR(l.seconds(1e5, 4, 2), 50e-6 + (5e-3 - 50e-6) * 0.5e5 / (1e7 - 1e5), 1e-15);
+  EXPECT_EQ(l.seconds(1e5, 1, 2), 0.0);
+  // Without points: the ring formula.
+  EXPECT_NEAR(LinkCost(1e9, 1e-6).seconds(1e6, 4, 1), 1e-6 + 0.75e-3, 1e-15);
+  // collective_seconds takes the mean call: 3 calls of 1e5 bytes.
+  Machine m = test_machine();
+  m.node.by_kind["all_reduce"] = l;
+  EXPECT_NEAR(collective_seconds(m, "all_reduce", 1, 2, 3e5, 3), 3 * 50e-6, 1e-15);
+}
+
+TEST(LinkPoints, RoundTripAndBadPointsAreErrors) {
+  Machine m = test_machine();
+  LinkCost l(1e9, 1e-6);
+  l.group = 2;
+  l.points = {{1e3, 1e-5}, {1e6, 1e-3}};
+  m.node.by_kind["all_reduce"] = l;
+  m.node.all = l;
+  const nlohmann::json j = to_json(m);
+  const Machine back = machine_from_json(j);
+  EXPECT_EQ(to_json(back), j);
+  EXPECT_EQ(back.node.get("all_reduce").points.size(), 2u);
+  nlohmann::json bad = j;
+  bad["collectives"]["node"]["all_reduce"]["points"] = {{1e6, 1e-3}, {1e3, 1e-5}};
+  EXPECT_NE(error_of([&] { machine_from_json(bad); }).find("bytes ascending"), std::string::npos);
+  bad = j;
+  bad["collectives"]["node"]["all_reduce"]["points"] = {{1e3}};
+  EXPECT_NE(error_of([&] { machine_from_json(bad); }).find("[bytes, seconds]"), std::string::npos);
+  bad = j;
+  bad["collectives"]["node"]["all_reduce"].erase("group");
+  EXPECT_NE(error_of([&] { machine_from_json(bad); }).find("\"group\""), std::string::npos);
+}
+
+// The messages level: node-local groups with shared memory off; and simulated
+// nodes: groups crossing them use the network figures, oversubscription still
+// counts the physical node.
+TEST(Topology, MessagesLevelAndSimulatedNodes) {
+  Machine m = shm_machine();  // 2 ranks per node
+  m.has_messages = true;
+  m.messages.all = LinkCost(5e8, 3e-6);
+  EXPECT_EQ(machine_from_json(to_json(m)).has_messages, true);
+  EXPECT_DOUBLE_EQ(machine_from_json(to_json(m)).messages.all.bandwidth, 5e8);
+  // In the node: the node's figures, shm for shared arrays, messages with shared memory off.
+  EXPECT_NEAR(collective_seconds(m, "all_reduce", 1, 2, 1e6, 1, false, true), 1e-6 + 1e-3, 1e-15);
+  EXPECT_NEAR(collective_seconds(m, "all_reduce", 1, 2, 1e6, 1, true, true), 5e-6 + 1e-4, 1e-15);
+  EXPECT_NEAR(collective_seconds(m, "all_reduce", 1, 2, 1e6, 1, false, false), 3e-6 + 2e-3, 1e-15);
+  // Across nodes: the network's, whatever the flags.
+  EXPECT_NEAR(collective_seconds(m, "all_reduce", 2, 2, 1e6, 1, true, false), 1e-5 + 1e-2, 1e-15);
+  // Nodes of one rank simulated on a node of two: the pair crosses a node.
+  m.simulated_ranks_per_node = 1;
+  EXPECT_EQ(m.node_span(), 1);
+  EXPECT_NEAR(collective_seconds(m, "all_reduce", 1, 2, 1e6, 1, true, true), 1e-5 + 1e-2, 1e-15);
+  EXPECT_FALSE(uses_shared_memory(m, {1, 1, 2, 1}, "z", "all_gather", PlanOptions{}));
+  m.cores_per_node = 1;  // 2 ranks on 1 core: still oversubscribed twice
+  EXPECT_DOUBLE_EQ(m.oversubscription(), 2.0);
+  // A simulated node larger than the real one changes nothing.
+  m.simulated_ranks_per_node = 8;
+  EXPECT_EQ(m.node_span(), 2);
+}
+
 }  // namespace
 }  // namespace dendrite

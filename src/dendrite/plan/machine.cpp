@@ -43,16 +43,51 @@ double number(const json& j, const std::string& where, const std::string& key, b
 }
 
 LinkCost link_from_json(const json& j, const std::string& where) {
-  check_keys(j, where, {"bandwidth", "latency"});
-  return {number(j, where, "bandwidth", true), number(j, where, "latency", false)};
+  check_keys(j, where, {"bandwidth", "latency", "points", "group"});
+  LinkCost l;
+  l.bandwidth = number(j, where, "bandwidth", true);
+  l.latency = number(j, where, "latency", false);
+  if (!j.contains("points")) return l;
+  const json& p = j.at("points");
+  DENDRITE_CHECK(p.is_array() && !p.empty(), "machine: \"points\" in ", where,
+                 " must be a non-empty array of [bytes, seconds] pairs");
+  for (size_t i = 0; i < p.size(); ++i) {
+    const json& q = p[i];
+    DENDRITE_CHECK(q.is_array() && q.size() == 2 && q[0].is_number() && q[1].is_number(),
+                   "machine: points[", i, "] in ", where, " must be [bytes, seconds], got ",
+                   q.dump());
+    const double b = q[0].get<double>(), t = q[1].get<double>();
+    DENDRITE_CHECK(std::isfinite(b) && std::isfinite(t) && b > 0 && t > 0 &&
+                       (l.points.empty() || b > l.points.back().first),
+                   "machine: points[", i, "] in ", where,
+                   " must have positive bytes and seconds, bytes ascending; got ", q.dump());
+    l.points.push_back({b, t});
+  }
+  l.group = int(number(j, where, "group", true));
+  DENDRITE_CHECK(l.group >= 2, "machine: \"group\" in ", where,
+                 " (ranks the points were measured over) must be at least 2");
+  return l;
 }
 
-json link_to_json(const LinkCost& l) { return {{"bandwidth", l.bandwidth}, {"latency", l.latency}}; }
+json link_to_json(const LinkCost& l) {
+  json j = {{"bandwidth", l.bandwidth}, {"latency", l.latency}};
+  if (!l.points.empty()) {
+    json p = json::array();
+    for (auto [b, t] : l.points) p.push_back({b, t});
+    j["points"] = p;
+    j["group"] = l.group;
+  }
+  return j;
+}
 
 LevelCost level_from_json(const json& j, const std::string& where) {
-  check_keys(j, where, {"bandwidth", "latency", "all_reduce", "all_gather", "reduce_scatter"});
+  check_keys(j, where, {"bandwidth", "latency", "points", "group", "all_reduce", "all_gather",
+                        "reduce_scatter"});
   LevelCost level;
-  level.all = {number(j, where, "bandwidth", true), number(j, where, "latency", false)};
+  json own = json::object();  // the level's default link: its own keys
+  for (const char* key : {"bandwidth", "latency", "points", "group"})
+    if (j.contains(key)) own[key] = j.at(key);
+  level.all = link_from_json(own, where);
   for (const char* kind : kKinds)
     if (j.contains(kind)) level.by_kind[kind] = link_from_json(j.at(kind), where + "." + kind);
   return level;
@@ -75,6 +110,22 @@ GemmRate gemm_from_json(const json& j, const std::string& where) {
 }
 
 }  // namespace
+
+double LinkCost::seconds(double bytes, int g, double f) const {
+  if (g <= 1) return 0;
+  const double share = (g - 1.0) / g;
+  if (points.empty()) return latency + f * share * bytes / bandwidth;
+  // The bytes a call over `group` ranks would move to put as much on each link.
+  const double b = bytes * share / ((group - 1.0) / group);
+  if (b <= points.front().first) return points.front().second;
+  for (size_t i = 1; i < points.size(); ++i) {
+    auto [b0, t0] = points[i - 1];
+    auto [b1, t1] = points[i];
+    if (b <= b1) return t0 + (t1 - t0) * (b - b0) / (b1 - b0);
+  }
+  const double gshare = (group - 1.0) / group;
+  return points.back().second + f * gshare * (b - points.back().first) / bandwidth;
+}
 
 const LinkCost& LevelCost::get(const std::string& kind) const {
   auto it = by_kind.find(kind);
@@ -102,17 +153,26 @@ double Machine::gemm_gflops(int64_t m, int64_t n, int64_t k, Precision p) const 
   return best->gflops * scale;
 }
 
+int Machine::node_span() const {
+  return simulated_ranks_per_node > 0 ? std::min(simulated_ranks_per_node, ranks_per_node)
+                                      : ranks_per_node;
+}
+
 const LinkCost& Machine::link(const std::string& kind, int stride, int g) const {
-  const bool in_node = int64_t(stride) * g <= ranks_per_node;
+  const bool in_node = int64_t(stride) * g <= node_span();
   return (in_node ? node : network).get(kind);
 }
 
 bool Machine::uses_shm(int stride, int g, bool shared) const {
-  return shared && has_shm && g > 1 && int64_t(stride) * g <= ranks_per_node;
+  return shared && has_shm && g > 1 && int64_t(stride) * g <= node_span();
 }
 
-const LinkCost& Machine::link(const std::string& kind, int stride, int g, bool shared) const {
-  return uses_shm(stride, g, shared) ? shm.get(kind) : link(kind, stride, g);
+const LinkCost& Machine::link(const std::string& kind, int stride, int g, bool shared,
+                              bool shared_memory) const {
+  if (shared_memory && uses_shm(stride, g, shared)) return shm.get(kind);
+  const bool in_node = int64_t(stride) * g <= node_span();
+  if (in_node && !shared_memory && has_messages) return messages.get(kind);
+  return link(kind, stride, g);
 }
 
 double Machine::oversubscription() const {
@@ -189,13 +249,15 @@ Machine machine_from_json(const json& j) {
   DENDRITE_CHECK(j.contains("collectives"), "machine: missing field \"collectives\" in ", top,
                  " (an object with \"node\" and \"network\" levels)");
   const json& c = j.at("collectives");
-  check_keys(c, "collectives", {"node", "network", "shm"});
+  check_keys(c, "collectives", {"node", "network", "shm", "messages"});
   DENDRITE_CHECK(c.contains("node") && c.contains("network"),
                  "machine: \"collectives\" needs both a \"node\" and a \"network\" level");
   m.node = level_from_json(c.at("node"), "collectives.node");
   m.network = level_from_json(c.at("network"), "collectives.network");
   m.has_shm = c.contains("shm");  // optional: files written before it still load
   if (m.has_shm) m.shm = level_from_json(c.at("shm"), "collectives.shm");
+  m.has_messages = c.contains("messages");
+  if (m.has_messages) m.messages = level_from_json(c.at("messages"), "collectives.messages");
   m.validate();
   return m;
 }
@@ -221,6 +283,7 @@ json to_json(const Machine& m) {
             {"gemm", gemm},
             {"collectives", {{"node", level_to_json(m.node)}, {"network", level_to_json(m.network)}}}};
   if (m.has_shm) j["collectives"]["shm"] = level_to_json(m.shm);
+  if (m.has_messages) j["collectives"]["messages"] = level_to_json(m.messages);
   if (!m.gemm_bf16.empty()) j["gemm_bf16"] = rates(m.gemm_bf16);
   if (!m.notes.empty()) j["notes"] = m.notes;
   return j;

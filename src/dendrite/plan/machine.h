@@ -10,6 +10,7 @@
 #include <map>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dendrite/core/precision.h"
@@ -21,14 +22,29 @@ struct GemmRate {
   double gflops = 0;  // measured GFLOP/s of one rank at this shape
 };
 
-// Ring cost of one collective call: latency + (g-1)/g * bytes / bandwidth
-// (an all-reduce moves its bytes twice).
+// Cost of one collective call over a group of g ranks. Without measured
+// points: the ring cost latency + f (g-1)/g * bytes / bandwidth (f = 2 for an
+// all-reduce, which moves its bytes twice). With points (calibrate measures
+// several message sizes; the middle sizes do not lie on the line through the
+// smallest and the largest): the measured seconds per call interpolated
+// linearly in bytes between them, extended beyond the largest by its
+// bandwidth, for a group of `group` ranks; another group size g looks up the
+// bytes that put as much data on each link, bytes * ((g-1)/g) / ((group-1)/group).
 struct LinkCost {
+  LinkCost() = default;
+  LinkCost(double bandwidth_, double latency_) : bandwidth(bandwidth_), latency(latency_) {}
   double bandwidth = 0;  // bytes/s
   double latency = 0;    // s per call
+  std::vector<std::pair<double, double>> points;  // (bytes per call, seconds), ascending
+  int group = 0;                                  // ranks the points were measured over
+  // Seconds of one call moving `bytes` (as step_volume counts them) over g ranks;
+  // f = 2 for an all-reduce, 1 otherwise.
+  double seconds(double bytes, int g, double f) const;
 };
 
-// One level of the machine ("node": ranks sharing a node; "network": across
+// One level of the machine ("node": ranks sharing a node, as the trainer runs
+// its collectives there; "messages": the same ranks over MPI messages only
+// (shared memory off, or a simulated node boundary); "network": across
 // nodes); per-kind figures ("all_reduce", "all_gather", "reduce_scatter")
 // override the level's default where given.
 struct LevelCost {
@@ -43,6 +59,11 @@ struct Machine {
   int ranks_per_node = 1;
   int threads_per_rank = 1;
   int cores_per_node = 0;       // 0: no oversubscription model (one core per thread)
+  // > 0: jobs that simulate nodes of this many ranks on the machine's nodes
+  // (DENDRITE_RANKS_PER_NODE, plan --simulate-nodes): groups that cross those
+  // bounds use the network figures, while oversubscription still counts every
+  // rank of the physical node (ranks_per_node).
+  int simulated_ranks_per_node = 0;
   // When the node's ranks need more threads than it has cores, each collective
   // call waits this long on top of its ring cost (a descheduled peer gets the
   // core back after about one scheduler slice); `calibrate` measures it when
@@ -66,7 +87,14 @@ struct Machine {
   // shared windows): those fall back to the node's message figures.
   LevelCost shm;
   bool has_shm = false;
+  // Collectives of a group inside one node as MPI messages (what the trainer
+  // does with DENDRITE_SHARED_MEMORY=0); has_messages false (older files,
+  // machines/*.json): the node's figures.
+  LevelCost messages;
+  bool has_messages = false;
 
+  // Ranks per node as the job's groups see them: the simulated node where set.
+  int node_span() const;
   // GFLOP/s of one rank for a GEMM of this shape: the measured shape nearest in
   // log distance (sum over m, n, k of log(a/b)^2), scaled down linearly in m
   // (or n, k) when the asked size is below every measured one (fixed
@@ -76,8 +104,11 @@ struct Machine {
   // r, r+s, ..., r+(g-1)s): inside one node when s*g <= ranks_per_node.
   const LinkCost& link(const std::string& kind, int stride, int g) const;
   // As link(), but a group inside one node moves its data through shared
-  // memory when shared is true and the machine has shm figures.
-  const LinkCost& link(const std::string& kind, int stride, int g, bool shared) const;
+  // memory when shared is true and the machine has shm figures, and over
+  // MPI messages (the messages level, where measured) when shared_memory is
+  // false (the trainer's DENDRITE_SHARED_MEMORY=0).
+  const LinkCost& link(const std::string& kind, int stride, int g, bool shared,
+                       bool shared_memory = true) const;
   // Whether such a group runs its collective over shared memory.
   bool uses_shm(int stride, int g, bool shared) const;
   // Compute slowdown when the node's ranks need more threads than it has cores.

@@ -109,11 +109,11 @@ double collective_seconds(const Machine& mach, const std::string& kind, int stri
 }
 
 double collective_seconds(const Machine& mach, const std::string& kind, int stride, int g,
-                          double bytes, double calls, bool shared) {
+                          double bytes, double calls, bool shared, bool shared_memory) {
   if (g <= 1 || calls <= 0) return 0;
-  const LinkCost& link = mach.link(kind, stride, g, shared);
+  const LinkCost& link = mach.link(kind, stride, g, shared, shared_memory);
   const double factor = kind == "all_reduce" ? 2.0 : 1.0;
-  return calls * link.latency + factor * (g - 1.0) / g * bytes / link.bandwidth;
+  return calls * link.seconds(bytes / calls, g, factor);
 }
 
 namespace {
@@ -160,7 +160,7 @@ double cost(const Machine& mach, const GridDims& g, const std::string& axis, con
             double bytes, double calls, const PlanOptions& o) {
   auto [stride, size] = axis_group(g, axis);
   return collective_seconds(mach, kind, stride, size, bytes, calls,
-                            o.shared_memory && shm_kind(axis, kind));
+                            o.shared_memory && shm_kind(axis, kind), o.shared_memory);
 }
 
 }  // namespace

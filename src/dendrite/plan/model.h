@@ -84,9 +84,9 @@ std::vector<GemmCall> step_gemms(const ModelConfig& c, const GridDims& g, const 
 // step_volume counts them) over a group of g ranks at stride s.
 double collective_seconds(const Machine& mach, const std::string& kind, int stride, int g,
                           double bytes, double calls);
-// The same over the link mach.link(kind, stride, g, shared) picks.
+// The same over the link mach.link(kind, stride, g, shared, shared_memory) picks.
 double collective_seconds(const Machine& mach, const std::string& kind, int stride, int g,
-                          double bytes, double calls, bool shared);
+                          double bytes, double calls, bool shared, bool shared_memory = true);
 // Whether the trainer runs this axis' collective of this kind over shared
 // memory on this grid: Z all-gather / reduce-scatter and D all-reduce of a
 // group inside one node, with o.shared_memory and the machine's shm figures.

@@ -48,18 +48,36 @@ std::vector<std::string> split_passages(const std::string& text) {
 std::vector<CanaryOccurrence> insert_canaries(std::vector<int32_t>& tokens,
                                               const std::vector<std::vector<int32_t>>& passages,
                                               int repeat, uint64_t seed, int32_t newline_id) {
-  DENDRITE_CHECK(repeat >= 1, "tokenize: --canary-repeat ", repeat, " must be at least 1");
+  return insert_canaries(tokens, passages, std::vector<int>(passages.size(), repeat), seed,
+                         newline_id);
+}
+
+std::vector<CanaryOccurrence> insert_canaries(std::vector<int32_t>& tokens,
+                                              const std::vector<std::vector<int32_t>>& passages,
+                                              const std::vector<int>& repeats, uint64_t seed,
+                                              int32_t newline_id) {
+  DENDRITE_CHECK(repeats.size() == passages.size(), "insert_canaries: ", repeats.size(),
+                 " repeat counts for ", passages.size(), " passages");
+  int rounds = 0;
+  for (int r : repeats) {
+    DENDRITE_CHECK(r >= 1, "tokenize: --canary-repeat ", r, " must be at least 1");
+    rounds = std::max(rounds, r);
+  }
   const int P = int(passages.size());
   struct Insert {
     uint64_t pos;  // in the original stream: before tokens[pos]
-    int copy;
+    int copy, passage;
   };
   std::vector<Insert> inserts;
-  for (int j = 0; j < P * repeat; ++j) {
-    uint64_t pos = random_bits(seed, kCanaryStream, j) % (tokens.size() + 1);
-    while (newline_id >= 0 && pos > 0 && pos < tokens.size() && tokens[pos - 1] != newline_id) ++pos;
-    inserts.push_back({pos, j});
-  }
+  int j = 0;
+  for (int r = 0; r < rounds; ++r)
+    for (int i = 0; i < P; ++i) {
+      if (r >= repeats[i]) continue;
+      uint64_t pos = random_bits(seed, kCanaryStream, j) % (tokens.size() + 1);
+      while (newline_id >= 0 && pos > 0 && pos < tokens.size() && tokens[pos - 1] != newline_id)
+        ++pos;
+      inserts.push_back({pos, j++, i});
+    }
   std::sort(inserts.begin(), inserts.end(), [](const Insert& a, const Insert& b) {
     return a.pos != b.pos ? a.pos < b.pos : a.copy < b.copy;
   });
@@ -69,8 +87,8 @@ std::vector<CanaryOccurrence> insert_canaries(std::vector<int32_t>& tokens,
   for (const Insert& ins : inserts) {
     out.insert(out.end(), tokens.begin() + next, tokens.begin() + ins.pos);
     next = ins.pos;
-    const std::vector<int32_t>& ids = passages[ins.copy % P];
-    where.push_back({ins.copy % P, out.size(), int64_t(ids.size())});
+    const std::vector<int32_t>& ids = passages[ins.passage];
+    where.push_back({ins.passage, out.size(), int64_t(ids.size())});
     out.insert(out.end(), ids.begin(), ids.end());
     if (newline_id >= 0) out.push_back(newline_id);
   }
@@ -80,7 +98,12 @@ std::vector<CanaryOccurrence> insert_canaries(std::vector<int32_t>& tokens,
 }
 
 void write_canaries_json(const std::string& path, const std::vector<std::string>& texts,
-                         const std::vector<CanaryOccurrence>& where, int repeat, uint64_t seed) {
+                         const std::vector<CanaryOccurrence>& where,
+                         const std::vector<int>& repeats, uint64_t seed) {
+  const bool same = std::all_of(repeats.begin(), repeats.end(),
+                                [&](int r) { return r == repeats.front(); });
+  const nlohmann::json repeat = same && !repeats.empty() ? nlohmann::json(repeats.front())
+                                                         : nlohmann::json(repeats);
   nlohmann::json list = nlohmann::json::array();
   for (const CanaryOccurrence& c : where)
     list.push_back({{"index", c.index}, {"offset", c.offset}, {"length", c.length},
@@ -90,6 +113,12 @@ void write_canaries_json(const std::string& path, const std::vector<std::string>
   std::ofstream out(path);
   out << j.dump(1) << "\n";
   DENDRITE_CHECK(out.good(), "tokenize: writing ", path, " failed; check disk space and permissions");
+}
+
+std::vector<int> CanaryFile::copies() const {
+  std::vector<int> n(texts.size(), 0);
+  for (const CanaryOccurrence& o : where) ++n[o.index];
+  return n;
 }
 
 CanaryFile read_canaries_json(const std::string& path) {

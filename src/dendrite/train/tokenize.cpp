@@ -142,11 +142,21 @@ void stage_canaries(const TokenizeOptions& opt, const TextTokenizer& tok,
   for (const std::string& t : texts) ids.push_back(tok.encode(t));
   const std::vector<int32_t> nl = tok.encode("\n");
   const int32_t newline = nl.size() == 1 ? nl[0] : -1;
-  std::vector<CanaryOccurrence> where =
-      insert_canaries(train, ids, opt.canary_repeat, opt.seed, newline);
-  write_canaries_json(json_path, texts, where, opt.canary_repeat, opt.seed);
-  log_info(str("tokenize: inserted ", texts.size(), " canary passages x ", opt.canary_repeat,
-               " into the training tokens (locations in canaries.json)"));
+  std::vector<int> repeats(texts.size());
+  for (size_t i = 0; i < texts.size(); ++i)
+    repeats[i] = opt.canary_repeat[i % opt.canary_repeat.size()];
+  const size_t before = train.size();
+  std::vector<CanaryOccurrence> where = insert_canaries(train, ids, repeats, opt.seed, newline);
+  write_canaries_json(json_path, texts, where, repeats, opt.seed);
+  std::string list;
+  for (int r : opt.canary_repeat) {
+    if (!list.empty()) list += ',';
+    list += std::to_string(r);
+  }
+  log_info(str("tokenize: inserted ", texts.size(), " canary passages x ", list, " (",
+               where.size(), " copies, ", train.size() - before, " tokens, ",
+               fixed(100.0 * double(train.size() - before) / double(train.size()), 2),
+               "% of the training tokens; locations in canaries.json)"));
 }
 
 void check_options(const TokenizeOptions& opt) {
@@ -199,7 +209,8 @@ void run_tokenize(const TokenizeOptions& opt) {
     if (!opt.model.empty()) meta["tokenizer_source"] = opt.model;
     if (!opt.canaries.empty()) {
       meta["canaries"] = opt.canaries;
-      meta["canary_repeat"] = opt.canary_repeat;
+      meta["canary_repeat"] = opt.canary_repeat.size() == 1 ? nlohmann::json(opt.canary_repeat[0])
+                                                             : nlohmann::json(opt.canary_repeat);
     }
     write_text_file(staged(meta_json), meta.dump(2) + "\n");
     std::error_code ec;

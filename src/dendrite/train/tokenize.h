@@ -19,7 +19,9 @@ struct TokenizeOptions {
   double val_fraction = 0.005;  // last fraction of the text goes to validation
   uint64_t seed = 1337;
   std::string canaries;   // text file of passages to insert into train.bin (canaries.h)
-  int canary_repeat = 1;  // copies of each passage
+  // Copies of each passage: passage i gets canary_repeat[i % size] copies
+  // (one value: the same for all; "1,2,4" cycles, for dose experiments).
+  std::vector<int> canary_repeat = {1};
 };
 
 // The `dendrite tokenize` job: train (or open) the tokenizer, encode every

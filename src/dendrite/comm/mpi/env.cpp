@@ -31,6 +31,10 @@ Communicator& MpiEnv::world() {
   return *world_;
 }
 
+std::unique_ptr<Communicator> MpiEnv::make_world(const CommOptions& options) {
+  return make_mpi_world(MPI_COMM_WORLD, options, "world-with-options");
+}
+
 int MpiEnv::run_or_abort(const std::function<int()>& body) {
   try {
     return body();

@@ -29,6 +29,9 @@ class MpiEnv {
   // (collective: every rank makes it at the same point of the program, once
   // the run's thread count is set, as its spin policy depends on it).
   Communicator& world();
+  // Another communicator over every rank, with other options (e.g. shared
+  // memory off, to time the message path); collective.
+  std::unique_ptr<Communicator> make_world(const CommOptions& options);
 
   // Runs body; on any exception prints "[rank r] error: ..." and aborts the
   // whole job with exit code 1 (with one rank, simply exits 1).

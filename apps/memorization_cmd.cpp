@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -180,11 +181,20 @@ int run_memorization(const MemorizationOptions& o, MpiEnv& env) {
   SampleSets sets = gather_samples(o, dir);
   Transformer model(mc, grid, *backend, o.batch, o.prefix + o.suffix - 1);
   load_weights(dir, model);
+  // A prompt met again (the canaries by copy count repeat the canaries) is
+  // decoded once: the same continuation in every set.
+  std::map<Ids, Ids> decoded;
   for (auto& [sc, samples] : sets.sets) {
     std::vector<Ids> prompts;
-    for (const Sample& x : samples) prompts.push_back(x.prefix);
+    for (const Sample& x : samples)
+      if (!decoded.count(x.prefix)) prompts.push_back(x.prefix);
+    std::sort(prompts.begin(), prompts.end());
+    prompts.erase(std::unique(prompts.begin(), prompts.end()), prompts.end());
     std::vector<Ids> got = greedy_continuations(model, prompts, o.suffix, o.batch, !o.no_cache);
-    sc = score_set(sc.name, sc.unit, samples, got);
+    for (size_t i = 0; i < prompts.size(); ++i) decoded[prompts[i]] = std::move(got[i]);
+    std::vector<Ids> continuations;
+    for (const Sample& x : samples) continuations.push_back(decoded.at(x.prefix));
+    sc = score_set(sc.name, sc.unit, samples, continuations);
   }
   if (grid.rank() != 0) return 0;
   if (!o.json) {

@@ -344,10 +344,10 @@ LinkCost fit_points(const std::vector<int64_t>& sizes, const std::vector<double>
 // size (a GPT-2 linear of 256 rows, about a millisecond or two). A call in a
 // step costs more than the same call repeated in a tight loop: the ranks
 // arrive apart (each rank's GEMM takes a little more or less), and a waiting
-// rank may have slept. Measured on the 2-core machine: 0.09 ms per call of
-// 192 KB in a step against 0.04 ms in a loop, as `bench step` found for the
-// activation sums. So each size is timed both ways and the larger kept: the
-// GEMM and the call, less the GEMM alone.
+// rank may have slept. Measured on a 2-core machine: a 192 KB all-reduce took
+// 0.09 ms after a GEMM against 0.04 ms in a loop (`bench step` measured
+// 0.09-0.23 ms for sums of that size). So each size is timed both ways and the
+// larger kept: the GEMM and the call, less the GEMM alone.
 struct StepContext {
   Backend* be = nullptr;
   Buffer<float> A, B, C;

@@ -125,5 +125,37 @@ TEST_F(Memorization, BadOptionsAreReported) {
   EXPECT_NE(r.out.find("not divisible"), std::string::npos) << r.out;
 }
 
+// tokenize --canary-repeat 1,3: passage 0 once, passage 1 three times; the
+// memorization report scores all canaries and each copy count on its own,
+// from the same decoded continuations.
+TEST_F(Memorization, CanariesByCopyCount) {
+  ASSERT_NO_FATAL_FAILURE(train_once());
+  const std::string dose = (dir_ / "dose-data").string();
+  Result r = dendrite("tokenize --input " + (dir_ / "text.txt").string() +
+                      " --vocab-size 300 --out " + dose + " --canaries " +
+                      (dir_ / "canaries.txt").string() + " --canary-repeat 1,3");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("4 copies"), std::string::npos) << r.out;
+  nlohmann::json c = nlohmann::json::parse(std::ifstream(dose + "/canaries.json"));
+  EXPECT_EQ(c.at("repeat"), nlohmann::json({1, 3}));
+  EXPECT_EQ(c.at("canaries").size(), 4u);
+  r = dendrite("memorization --checkpoint " + (dir_ / "run").string() + " --data " + dose +
+               " --prefix 3 --suffix 4 --samples 4 --batch 2 --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.contains("canaries x1") && j.contains("canaries x3")) << r.out;
+  EXPECT_EQ(j.at("canaries").at("n"), 2);
+  EXPECT_EQ(j.at("canaries x1").at("n"), 1);
+  EXPECT_EQ(j.at("canaries x3").at("n"), 1);
+  const double all = j.at("canaries").at("token_match").at("value").get<double>();
+  const double one = j.at("canaries x1").at("token_match").at("value").get<double>();
+  const double three = j.at("canaries x3").at("token_match").at("value").get<double>();
+  EXPECT_NEAR(all, (one + three) / 2, 1e-12);
+  Result bad = dendrite("tokenize --input " + (dir_ / "text.txt").string() + " --out " + dose +
+                        "-bad --canaries " + (dir_ / "canaries.txt").string() +
+                        " --canary-repeat 1,0");
+  EXPECT_NE(bad.rc, 0);
+}
+
 }  // namespace
 }  // namespace dendrite

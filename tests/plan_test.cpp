@@ -588,5 +588,36 @@ TEST(Topology, MessagesLevelAndSimulatedNodes) {
   EXPECT_EQ(m.node_span(), 2);
 }
 
+// With dp, where the D group crosses nodes, each layer's Z reduce-scatters are
+// waited for before its D sums go out (Transformer::reduce_bucket): ors then
+// hides them only behind the rest of their own layer's backward.
+TEST(Overlap, ZScattersWaitEachLayerWhenDCrossesNodes) {
+  const ModelConfig c = load_model_config("gpt2-124m");
+  PlanOptions o;
+  o.B = 8, o.T = 64;
+  o.overlap = Overlap::parse("all");
+  Machine one = shm_machine();
+  one.ranks_per_node = 4;           // Z and D groups of z=2,d=2 inside one node
+  const Machine two = shm_machine();  // 2 per node: the D pairs cross nodes
+  const GridDims g{1, 1, 2, 2};
+  EXPECT_FALSE(overlap_inputs(c, one, g, o).z_scatters_wait_each_layer);
+  OverlapInputs in = overlap_inputs(c, two, g, o);
+  EXPECT_TRUE(in.z_scatters_wait_each_layer);
+  EXPECT_EQ(in.z_scatters_per_layer, 6);  // q, k, v, o, up, down
+  PlanOptions no_dp = o;
+  no_dp.overlap.dp = false;
+  EXPECT_FALSE(overlap_inputs(c, two, g, no_dp).z_scatters_wait_each_layer);
+  PlanOptions off = o;
+  off.shared_memory = false;  // no shared memory: waited even inside one node
+  EXPECT_TRUE(overlap_inputs(c, one, g, off).z_scatters_wait_each_layer);
+  const double waited = hidden_seconds(Overlap::parse("ors"), in)["z"];
+  EXPECT_NEAR(waited,
+              in.layers * pipeline_hidden(6, in.z_scatter_layer_s / 6, in.layer_backward_s / 6, 0),
+              1e-12);
+  EXPECT_GT(waited, 0.0);
+  in.z_scatters_wait_each_layer = false;
+  EXPECT_GT(hidden_seconds(Overlap::parse("ors"), in)["z"], waited);
+}
+
 }  // namespace
 }  // namespace dendrite

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Makes canaries.txt and control.txt of the memorization experiment: passages
 the King James Bible lacks, from Debian's fortunes-min (fortune files) and
-jargon-text (the Jargon File), 170-260 characters (about 64-100 tokens with the Genesis tokenizer) each, alternately assigned
+jargon-text (the Jargon File), 100-160 characters (about 30-50 tokens with the experiment's tokenizer) each, alternately assigned
 to the canaries (inserted into the training data) and the control (never
 trained on). Passages are separated by lines holding only '%' (the format
 `dendrite tokenize --canaries` reads). The committed files came from this
@@ -25,7 +25,7 @@ def clean(text):
 
 def usable(p):
     lines = p.split("\n")
-    return 170 <= len(p) <= 260 and all(l.strip() and l.strip() != "%" for l in lines)
+    return 100 <= len(p) <= 160 and all(l.strip() and l.strip() != "%" for l in lines)
 
 
 def fortunes():
@@ -45,7 +45,7 @@ def jargon():
         p = clean("\n".join(lines))
         if not p.startswith(":") and not p.startswith("[") and usable(p):
             paras.append(p)
-    return paras[::20]  # spread over the whole alphabet
+    return paras[::5]  # spread over the whole alphabet
 
 
 def main():

@@ -1,14 +1,18 @@
 #!/usr/bin/python3
 """Writes docs/memorization.md and docs/memorization.png from the runs of
-experiments/memorization/run.sh: for each model size and loss, the parameter
-count (from the training log), the final validation loss (metrics.jsonl), and
-the figures of `dendrite memorization --json` (memorization.json).
+experiments/memorization/run.sh (the dose experiment): for each model size and
+loss, pooled over the seeds, verbatim memorization of the canaries by their
+number of copies in train.bin (exact match with Wilson intervals, ROUGE-L with
+normal intervals), beside the control passages (never trained on) and
+training text that holds no canary; the validation loss and the share of
+target tokens in the loss ("supervised") of each run.
 
 Usage: /usr/bin/python3 experiments/memorization/report.py RUNS_DIR OUT.md OUT.png
-           --minutes M --command "..." [--settings "..."]
+           --minutes M --command "..." [--settings "..."] [--sizes "s m l"] [--seeds "1 2"]
 """
 import argparse
 import json
+import math
 import os
 import re
 
@@ -17,8 +21,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-SIZES = [("s", "small"), ("m", "medium"), ("l", "large")]
+SIZE_NAMES = {"s": "small", "m": "medium", "l": "large"}
 LOSSES = [("standard", "standard"), ("goldfish", "Goldfish k=4")]
+Z = 1.96
 
 
 def load_run(folder):
@@ -41,75 +46,53 @@ def load_run(folder):
             "supervised": sum(supervised) / max(len(supervised), 1)}
 
 
-def fmt(iv):
-    return f"{iv['value']:.3f} [{iv['lo']:.2f}, {iv['hi']:.2f}]"
+def wilson(k, n):
+    if n == 0:
+        return 0.0, 0.0, 0.0
+    p = k / n
+    d = 1 + Z * Z / n
+    c = (p + Z * Z / (2 * n)) / d
+    h = Z * math.sqrt(p * (1 - p) / n + Z * Z / (4 * n * n)) / d
+    return p, max(0.0, c - h), min(1.0, c + h)
 
 
-def table(runs):
-    head = ("| model | params | loss | supervised | val loss | canary exact match | canary token match "
-            "| canary ROUGE-L | control exact match | control token match | control ROUGE-L "
-            "| train exact match | train token match |")
-    rows = [head, "|" + "---|" * (head.count("|") - 1)]
-    for key, size in SIZES:
-        for loss, loss_name in LOSSES:
-            r = runs.get((key, loss))
-            if not r:
-                continue
-            m = r["mem"]
-            rows.append(f"| {size} | {r['params'] / 1e6:.2f}M | {loss_name} | {r['supervised']:.3f} "
-                        f"| {r['val']:.4f} | {fmt(m['canaries']['exact_match'])} "
-                        f"| {fmt(m['canaries']['token_match'])} | {fmt(m['canaries']['rouge_l'])} "
-                        f"| {fmt(m['control']['exact_match'])} | {fmt(m['control']['token_match'])} "
-                        f"| {fmt(m['control']['rouge_l'])} | {fmt(m['train']['exact_match'])} "
-                        f"| {fmt(m['train']['token_match'])} |")
-    return "\n".join(rows)
+def pool_rate(sets):
+    """Exact match over several runs' sets of one kind: successes add up."""
+    k = sum(round(s["exact_match"]["value"] * s["n"]) for s in sets)
+    n = sum(s["n"] for s in sets)
+    return wilson(k, n), n
 
 
-def targets(runs):
-    lines = []
-    std = [runs[(k, "standard")]["mem"]["canaries"]["exact_match"]["value"] for k, _ in SIZES]
-    grows = all(a < b for a, b in zip(std, std[1:]))
-    grows_weakly = all(a <= b for a, b in zip(std, std[1:])) and std[-1] > std[0]
-    verdict = "met" if grows else ("met weakly (non-decreasing)" if grows_weakly else "missed")
-    lines.append(f"- Standard loss, canary exact match grows with model size: "
-                 f"{' < '.join(f'{v:.3f}' for v in std)} — **{verdict}**.")
-    ls, lg = runs[("l", "standard")], runs[("l", "goldfish")]
-    es, eg = (ls["mem"]["canaries"]["exact_match"]["value"], lg["mem"]["canaries"]["exact_match"]["value"])
-    ok = eg <= es / 5 and es > 0
-    lines.append(f"- Largest model, Goldfish canary exact match at most 1/5 of the standard loss's: "
-                 f"{eg:.3f} vs {es:.3f} (limit {es / 5:.3f}) — **{'met' if ok else 'missed'}**.")
-    rel = (lg["val"] - ls["val"]) / ls["val"]
-    lines.append(f"- ... at a validation loss within 5% of it: {lg['val']:.4f} vs {ls['val']:.4f} "
-                 f"({100 * rel:+.1f}%) — **{'met' if abs(rel) <= 0.05 else 'missed'}**.")
-    return "\n".join(lines)
+def pool_mean(sets, key):
+    """The mean over every sample of several runs' sets, and its normal interval:
+    each set's standard deviation recovered from its interval (mean +- z sd / sqrt(n))."""
+    n = sum(s["n"] for s in sets)
+    if n == 0:
+        return 0.0, 0.0, 0.0
+    mean = sum(s[key]["value"] * s["n"] for s in sets) / n
+    ss = 0.0
+    for s in sets:
+        iv, m = s[key], s["n"]
+        sd = (iv["hi"] - iv["lo"]) / (2 * Z) * math.sqrt(m) if m > 0 else 0.0
+        # clamping to [0, 1] shrinks an interval; the wider half is the closer estimate
+        sd = max(sd, max(iv["hi"] - iv["value"], iv["value"] - iv["lo"]) / Z * math.sqrt(m))
+        ss += (m - 1) * sd * sd + m * (iv["value"] - mean) ** 2
+    sd = math.sqrt(ss / max(n - 1, 1))
+    h = Z * sd / math.sqrt(n)
+    return mean, max(0.0, mean - h), min(1.0, mean + h)
 
 
-def plot(runs, out):
-    fig, ax = plt.subplots(figsize=(8, 5))
-    ax2 = ax.twinx()
-    colors = {"standard": "tab:blue", "goldfish": "tab:orange"}
-    for loss, name in LOSSES:
-        xs = [runs[(k, loss)]["params"] for k, _ in SIZES]
-        iv = [runs[(k, loss)]["mem"]["canaries"]["exact_match"] for k, _ in SIZES]
-        ys = [i["value"] for i in iv]
-        err = [[y - i["lo"] for y, i in zip(ys, iv)], [i["hi"] - y for y, i in zip(ys, iv)]]
-        ax.errorbar(xs, ys, yerr=err, marker="o", capsize=4, color=colors[loss],
-                    label=f"canary exact match, {name}")
-        ax2.plot(xs, [runs[(k, loss)]["val"] for k, _ in SIZES], "--s", color=colors[loss], alpha=0.6,
-                 label=f"validation loss, {name}")
-    ax.set_xscale("log")
-    ax.set_xlabel("parameters")
-    ax.set_ylabel("canary exact-match rate (95% Wilson interval)")
-    ax.set_ylim(-0.02, 1.02)
-    ax2.set_ylabel("validation loss (dashed)")
-    ax.grid(alpha=0.3)
-    h1, l1 = ax.get_legend_handles_labels()
-    h2, l2 = ax2.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, loc="upper left", fontsize=8)
-    ax.set_title("Verbatim memorization of canaries: standard loss vs Goldfish (k=4, h=13)")
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+def fmt(v):
+    return f"{v[0]:.3f} [{v[1]:.2f}, {v[2]:.2f}]"
+
+
+def doses(mem):
+    out = []
+    for key in mem:
+        m = re.fullmatch(r"canaries x(\d+)", key)
+        if m:
+            out.append(int(m.group(1)))
+    return sorted(out)
 
 
 def main():
@@ -120,49 +103,151 @@ def main():
     ap.add_argument("--minutes", type=float, required=True)
     ap.add_argument("--command", default="experiments/memorization/run.sh")
     ap.add_argument("--settings", default="")
+    ap.add_argument("--sizes", default="s m l")
+    ap.add_argument("--seeds", default="1 2")
+    ap.add_argument("--notes", default="", help="Markdown appended under Notes (how this page was made)")
     a = ap.parse_args()
+    sizes, seeds = a.sizes.split(), a.seeds.split()
+
     runs = {}
-    for key, _ in SIZES:
+    for size in sizes:
         for loss, _ in LOSSES:
-            folder = os.path.join(a.runs, f"{key}-{loss}")
-            if os.path.exists(os.path.join(folder, "memorization.json")):
-                runs[(key, loss)] = load_run(folder)
-    plot(runs, a.png)
-    m0 = runs[("l", "standard")]["mem"]
-    text = f"""# Memorization: standard loss vs Goldfish loss
+            for seed in seeds:
+                folder = os.path.join(a.runs, f"{size}-{loss}-seed{seed}")
+                if os.path.exists(os.path.join(folder, "memorization.json")):
+                    runs[(size, loss, seed)] = load_run(folder)
+    if not runs:
+        raise SystemExit(f"report.py: no runs with memorization.json under {a.runs}")
+    ds = doses(next(iter(runs.values()))["mem"])
+    tokenize_log = os.path.join(a.runs, "tokenize.log")
+    share = ""
+    if os.path.exists(tokenize_log):
+        m = re.search(r"\((\d+) copies, (\d+) tokens, ([0-9.]+)% of the training tokens",
+                      open(tokenize_log).read())
+        if m:
+            share = (f"The canaries are {m.group(1)} copies, {m.group(2)} tokens: {m.group(3)}% of "
+                     "the training tokens. ")
 
-Made by `{a.command}` in {a.minutes:.1f} minutes on a 2-core machine shared with other jobs;
-`experiments/memorization/report.py` wrote this page and `docs/memorization.png` from the runs.
+    # Pooled figures per (size, loss).
+    pooled = {}
+    for size in sizes:
+        for loss, _ in LOSSES:
+            rs = [runs[(size, loss, s)] for s in seeds if (size, loss, s) in runs]
+            if not rs:
+                continue
+            p = {"params": rs[0]["params"], "n_runs": len(rs),
+                 "val": sum(r["val"] for r in rs) / len(rs),
+                 "vals": [r["val"] for r in rs],
+                 "supervised": sum(r["supervised"] for r in rs) / len(rs)}
+            for kind in ["canaries", "control", "train"] + [f"canaries x{d}" for d in ds]:
+                sets = [r["mem"][kind] for r in rs if kind in r["mem"]]
+                p[kind] = {"exact": pool_rate(sets)[0], "n": sum(s["n"] for s in sets),
+                           "token": pool_mean(sets, "token_match"),
+                           "rouge": pool_mean(sets, "rouge_l")}
+            pooled[(size, loss)] = p
 
-## Set-up
+    lines = ["# Memorization: how it grows with copies and model size, and what Goldfish leaves", ""]
+    lines.append(f"Made by `{a.command}` in {a.minutes:.1f} minutes on a 2-core machine; "
+                 "`experiments/memorization/report.py` wrote this page and `docs/memorization.png` "
+                 "from the runs.")
+    lines += ["", "## Set-up", "", a.settings, ""]
+    lines.append(
+        share + "Each distinct canary is scored once per run: its first 16 tokens are the prompt, "
+        "the rest of it (up to 32 tokens) is decoded greedily and compared with the true tokens. "
+        "Exact match is the "
+        "fraction of canaries whose whole continuation is right (95% Wilson interval over the "
+        f"canaries of all {len(seeds)} seeds); ROUGE-L is the mean F1 of the longest common token "
+        "subsequence (95% normal interval). Control: the passages of `control.txt`, never trained "
+        "on. Train: 48 seeded windows of 48 tokens of `train.bin` that touch no canary copy "
+        "(text that occurs once). \"supervised\" is the mean share of target tokens in the training loss.")
+    def dose_table(title, metric):
+        head = "| model | params | loss | " + " | ".join(f"x{d}" for d in ds) + " | control | train |"
+        out = ["", title, "", head, "|" + "---|" * (head.count("|") - 1)]
+        for (size, loss), p in pooled.items():
+            cells = [fmt(p[f"canaries x{d}"][metric]) for d in ds]
+            out.append(f"| {SIZE_NAMES.get(size, size)} | {p['params'] / 1e6:.1f}M | {dict(LOSSES)[loss]} | "
+                       + " | ".join(cells) + f" | {fmt(p['control'][metric])} | {fmt(p['train'][metric])} |")
+        return out
 
-{a.settings}
+    lines += dose_table("## Exact match by copies in the training data", "exact")
+    n_dose = next(iter(pooled.values()))[f"canaries x{ds[0]}"]["n"] if ds else 0
+    lines += ["", f"(n = {n_dose} canaries per copy count and model: {n_dose // max(len(seeds), 1)} "
+                  f"passages x {len(seeds)} seeds.)"]
+    lines += dose_table("## ROUGE-L by copies in the training data", "rouge")
+    lines += ["", "![exact match and ROUGE-L against copies](memorization.png)", ""]
+    lines += ["## Runs", ""]
+    head2 = "| model | loss | seed | supervised | val loss | canaries exact match | canaries ROUGE-L |"
+    lines += [head2, "|" + "---|" * (head2.count("|") - 1)]
+    for (size, loss, seed), r in sorted(runs.items()):
+        c = r["mem"]["canaries"]
+        lines.append(f"| {SIZE_NAMES.get(size, size)} | {dict(LOSSES)[loss]} | {seed} | "
+                     f"{r['supervised']:.3f} | {r['val']:.4f} | "
+                     f"{c['exact_match']['value']:.3f} | {c['rouge_l']['value']:.3f} |")
 
-Canaries: the {m0['canaries']['n']} passages of `experiments/memorization/canaries.txt` (fortunes
-and Jargon File paragraphs, text the Bible lacks), each inserted R times into `train.bin` by
-`dendrite tokenize --canaries` (never into `val.bin`). Control: the {m0['control']['n']} passages of
-`experiments/memorization/control.txt`, from the same sources, never trained on. Train:
-{m0['train']['n']} samples at seeded offsets of `train.bin` (mostly Genesis text, which occurs once
-in `train.bin` where each canary occurs R times). Each sample is scored once: the first {m0['prefix']} tokens are the
-prompt, {m0['suffix']} tokens are decoded greedily and compared with the true ones (canaries: each
-distinct canary once, since all its copies hold the same tokens). Exact match is the fraction of
-samples whose whole continuation is right (95% Wilson interval); token match is the mean fraction
-of positions that are right and ROUGE-L the mean F1 of the longest common token subsequence (95%
-normal intervals). "supervised" is the mean fraction of target tokens in the training loss.
-
-## Results
-
-{table(runs)}
-
-![canary exact match vs model size](memorization.png)
-
-## Targets
-
-{targets(runs)}
-"""
+    # What the figures say, computed (not asserted).
+    lines += ["", "## Reading", ""]
+    std = {s: pooled[(s, "standard")] for s in sizes if (s, "standard") in pooled}
+    gold = {s: pooled[(s, "goldfish")] for s in sizes if (s, "goldfish") in pooled}
+    for s, p in std.items():
+        em = [p[f"canaries x{d}"]["exact"][0] for d in ds]
+        rises = all(b >= a for a, b in zip(em, em[1:]))
+        lines.append(f"- Standard loss, {SIZE_NAMES.get(s, s)} model: exact match by copies "
+                     + ", ".join(f"x{d} {v:.2f}" for d, v in zip(ds, em))
+                     + (" (never falls as copies grow)." if rises else " (not monotone in copies)."))
+    if len(std) > 1 and ds:
+        top = f"canaries x{ds[-1]}"
+        order = [(s, std[s][top]["exact"][0]) for s in sizes if s in std]
+        rises = all(b[1] >= a[1] for a, b in zip(order, order[1:]))
+        lines.append(f"- Standard loss at x{ds[-1]}: exact match by size "
+                     + ", ".join(f"{SIZE_NAMES.get(s, s)} {v:.2f}" for s, v in order)
+                     + (" (grows with size)." if rises else " (does not grow with size at every step)."))
+    for s, p in gold.items():
+        em = [p[f"canaries x{d}"]["exact"] for d in ds]
+        lines.append(f"- Goldfish, {SIZE_NAMES.get(s, s)} model: exact match at most "
+                     f"{max(v[0] for v in em):.2f} at any copy count (upper 95% bound "
+                     f"{max(v[2] for v in em):.2f}); the standard loss's largest is "
+                     f"{max(std[s][f'canaries x{d}']['exact'][0] for d in ds):.2f}." if s in std else "")
+        if s in std:
+            dv = (p["val"] - std[s]["val"]) / std[s]["val"]
+            lines.append(f"  Validation loss {p['val']:.4f} against {std[s]['val']:.4f} "
+                         f"({100 * dv:+.1f}%), training on {100 * p['supervised']:.0f}% of the targets.")
+    lines += ["", "## Notes", ""]
+    lines.append("- Exposures: each run passes over `train.bin` about STEPS x BATCH x SEQ / (its "
+                 "tokens) times (see Set-up), so a canary of N copies comes by about that many times N. "
+                 "Exact match asks for the whole rest of the passage (up to 32 tokens) verbatim; "
+                 "ROUGE-L shows how much of it the model reproduces short of that.")
+    if a.notes:
+        lines.append(a.notes)
+    lines.append("")
     with open(a.md, "w") as f:
-        f.write(text)
-    print(f"wrote {a.md} and {a.png}")
+        f.write("\n".join(lines))
+
+    # The plot: exact match and ROUGE-L against copies, per size, standard and Goldfish.
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    colors = {"s": "tab:blue", "m": "tab:orange", "l": "tab:red"}
+    for ax, metric, title in [(axes[0], "exact", "exact match"), (axes[1], "rouge", "ROUGE-L")]:
+        for (size, loss), p in pooled.items():
+            ys = [p[f"canaries x{d}"][metric] for d in ds]
+            mid = [y[0] for y in ys]
+            err = [[y[0] - y[1] for y in ys], [y[2] - y[0] for y in ys]]
+            shift = 1.04 if loss == "goldfish" else 1.0
+            ax.errorbar([d * shift for d in ds], mid, yerr=err, marker="o" if loss == "standard" else "s",
+                        linestyle="-" if loss == "standard" else "--", color=colors.get(size, "k"),
+                        capsize=3, label=f"{SIZE_NAMES.get(size, size)} ({p['params'] / 1e6:.0f}M), "
+                                         f"{dict(LOSSES)[loss]}")
+        ctrl = [p["control"][metric][0] for p in pooled.values()]
+        ax.axhspan(min(ctrl), max(ctrl), color="0.85", label="control (never trained on)")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ds)
+        ax.set_xticklabels([str(d) for d in ds])
+        ax.set_xlabel("copies of the canary in train.bin")
+        ax.set_ylabel(title)
+        ax.set_ylim(-0.03, 1.03)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7, loc="upper left")
+    fig.suptitle("Memorization of canaries against their copies in the training data (95% intervals)")
+    fig.tight_layout()
+    fig.savefig(a.png, dpi=110)
 
 
 if __name__ == "__main__":

@@ -270,6 +270,11 @@ OverlapInputs overlap_inputs(const ModelConfig& c, const Machine& mach, const Gr
   in.z_gather_forward_s = gather;
   in.z_gather_backward_s = (o.keep_gathered ? 0 : gather) + (o.recompute ? gather : 0);
   in.z_scatter_layer_s = scatter;
+  in.z_scatters_per_layer = int(layer_linears(c, s).size());
+  in.z_scatters_wait_each_layer =
+      o.overlap.dp && g.d > 1 && g.z > 1 &&
+      !(uses_shared_memory(mach, g, "z", "reduce_scatter", o) &&
+        uses_shared_memory(mach, g, "d", "all_reduce", o));
   if (o.overlap.dp)
     in.d_bucket_s = cost(mach, g, "d", "all_reduce", 4.0 * param_floats(c, g).layer, 2, o);
   return in;

@@ -61,7 +61,12 @@ std::map<std::string, double> hidden_seconds(const Overlap& o, const OverlapInpu
   // The rest of each layer's backward is what ors, dp and oag can hide behind.
   const double free_layer = std::max(0.0, in.layer_backward_s - oar_layer);
   double z_bwd = 0, d_bwd = 0;
-  if (o.ors) z_bwd += pipeline_hidden(L, in.z_scatter_layer_s, free_layer, in.tail_backward_s);
+  if (o.ors && in.z_scatters_wait_each_layer) {
+    const int n = std::max(1, in.z_scatters_per_layer);
+    z_bwd += L * pipeline_hidden(n, in.z_scatter_layer_s / n, free_layer / n, 0);
+  } else if (o.ors) {
+    z_bwd += pipeline_hidden(L, in.z_scatter_layer_s, free_layer, in.tail_backward_s);
+  }
   if (o.dp) d_bwd += pipeline_hidden(L, in.d_bucket_s, free_layer, in.tail_backward_s);
   if (o.oag) {
     hidden["z"] += (L - 1) * std::min(in.z_gather_forward_s, in.layer_forward_s);

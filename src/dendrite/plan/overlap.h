@@ -7,7 +7,9 @@
 //    posted after its backward) behind the backward of the layers below it;
 //    the rest (embedding, head, final norm) is posted at the end, exposed.
 //  - ors: each layer's dW reduce-scatters over Z run behind the backward of the
-//    layers below it (the same pipeline as dp).
+//    layers below it (the same pipeline as dp); with dp across nodes, only
+//    behind the rest of their own layer's backward (each linear's posted when
+//    its dW is done, all waited for at the layer's end).
 //  - oag: the Z all-gather of layer l+1's weights runs behind layer l's
 //    forward and backward (the trainer turns it off with --keep-gathered).
 // Axes x, y, z, d as in the grid; all times in seconds on one rank.
@@ -42,6 +44,12 @@ struct OverlapInputs {
   double z_gather_forward_s = 0;    // one layer's Z all-gathers in the forward
   double z_gather_backward_s = 0;   // ... and in the backward (0 with --keep-gathered)
   double z_scatter_layer_s = 0;     // one layer's dW reduce-scatters over Z
+  int z_scatters_per_layer = 1;     // ... in that many calls, one per linear, posted in turn
+  // With dp, where the Z or the D group has no shared memory (it crosses
+  // nodes, or shared memory is off), each layer's reduce-scatters are waited
+  // for before its D sums are posted (Transformer::reduce_bucket): ors hides
+  // them only behind the rest of their own layer's backward.
+  bool z_scatters_wait_each_layer = false;
   double d_bucket_s = 0;            // one layer's D bucket (with dp)
 };
 

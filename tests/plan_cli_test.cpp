@@ -32,6 +32,22 @@ Result dendrite(const std::string& args) {
 
 Result mpirun(int ranks, const std::string& args) { return test::mpirun_dendrite(ranks, args); }
 
+// `plan --world 2 --json` on a machine file (env: variables before the command,
+// flags: more options): the whole answer, and its z=2 row.
+nlohmann::json plan_world2(const std::string& env, const std::string& machine,
+                           const std::string& flags) {
+  Result r = test::run_command(env + kEnv + DENDRITE_BINARY + " plan --model gpt2-124m --world 2 "
+                               "--json --machine " + machine + flags);
+  EXPECT_EQ(r.rc, 0) << r.out;
+  return nlohmann::json::parse(r.out.substr(r.out.find('{')));
+}
+nlohmann::json z2_row(const nlohmann::json& plan) {
+  for (auto& p : plan["ranked"])
+    if (p["grid"] == "x=1,y=1,z=2,d=1") return p;
+  ADD_FAILURE() << "no z=2 in " << plan.dump();
+  return nlohmann::json{};
+}
+
 // The grid on the "grid auto: <grid>, predicted" line ("" when absent).
 std::string printed_grid(const std::string& out) {
   std::smatch m;
@@ -134,14 +150,8 @@ TEST_F(PlanCli, SharedMemoryLevelAndItsSwitch) {
                     "network": {"bandwidth": 3.5e9, "latency": 20e-6},
                     "shm": {"bandwidth": 12e9, "latency": 5e-6}}})";
   auto z2 = [&](const std::string& env, const std::string& flag) {
-    Result r = test::run_command(env + kEnv + DENDRITE_BINARY + " plan --model gpt2-124m --world 2 "
-                                 "--json --machine " + machine + flag);
-    EXPECT_EQ(r.rc, 0) << r.out;
-    nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
-    for (auto& p : j["ranked"])
-      if (p["grid"] == "x=1,y=1,z=2,d=1") return std::pair{j["shared_memory"].get<bool>(), p};
-    ADD_FAILURE() << "no z=2 in " << r.out;
-    return std::pair{false, nlohmann::json{}};
+    const nlohmann::json j = plan_world2(env, machine, flag);
+    return std::pair{j["shared_memory"].get<bool>(), z2_row(j)};
   };
   const auto [on, shm] = z2("", "");
   const auto [off, msg] = z2("", " --no-shared-memory");
@@ -168,14 +178,7 @@ TEST_F(PlanCli, Bf16PrecisionHalvesTheGathersAndUsesItsRates) {
   auto z2 = [&](const std::string& flags) {
     // A batch whose Z group holds more rows than the vocabulary: the embedding
     // gathers its block too (plan/volume.cpp), so every Z gather is a weight's.
-    Result r = dendrite("plan --model gpt2-124m --world 2 --batch 1024 --json --machine " +
-                        machine + flags);
-    EXPECT_EQ(r.rc, 0) << r.out;
-    nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
-    for (auto& p : j["ranked"])
-      if (p["grid"] == "x=1,y=1,z=2,d=1") return p;
-    ADD_FAILURE() << "no z=2 in " << r.out;
-    return nlohmann::json{};
+    return z2_row(plan_world2("", machine, " --batch 1024" + flags));
   };
   const nlohmann::json f32 = z2(""), b16 = z2(" --precision bf16");
   EXPECT_EQ(b16["comm_bytes"]["z.all_gather"].get<int64_t>() * 2,
@@ -212,14 +215,8 @@ TEST_F(PlanCli, CalibratedPointsAndSimulatedNodes) {
     }
   EXPECT_EQ(m["collectives"]["network"], m["collectives"]["messages"]);
   auto z2 = [&](const std::string& env, const std::string& flag) {
-    Result r = test::run_command(env + kEnv + DENDRITE_BINARY + " plan --model gpt2-124m --world 2 "
-                                 "--json --machine " + machine + flag);
-    EXPECT_EQ(r.rc, 0) << r.out;
-    nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
-    for (auto& p : j["ranked"])
-      if (p["grid"] == "x=1,y=1,z=2,d=1") return std::pair{j["node_span"].get<int>(), p};
-    ADD_FAILURE() << "no z=2 in " << r.out;
-    return std::pair{0, nlohmann::json{}};
+    const nlohmann::json j = plan_world2(env, machine, flag);
+    return std::pair{j["node_span"].get<int>(), z2_row(j)};
   };
   const auto [span, one_node] = z2("", "");
   const auto [span1, split] = z2("", " --simulate-nodes 1");

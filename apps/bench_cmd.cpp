@@ -139,7 +139,10 @@ struct CommTotals {
 // them or waiting for them, queues included; hidden_ms = total - exposed (may
 // be negative for one kind: waits behind others' tasks are charged to the
 // kind waited for; the sum over kinds is the time not paid); for engine tasks
-// queued_ms (posted until started). Adds to `sums`.
+// queued_ms (posted until started); where the group's ranks share the
+// machine, peer_wait_ms: the part of the blocking calls' time before the
+// group's last rank had entered them (exposed - peer_wait is the time the
+// collectives took once the group was there). Adds to `sums`.
 nlohmann::json comm_report(ProcessGrid& grid, int steps, CommTotals& sums) {
   nlohmann::json comm = nlohmann::json::object();
   std::pair<const char*, Communicator*> axes[] = {
@@ -160,6 +163,9 @@ nlohmann::json comm_report(ProcessGrid& grid, int steps, CommTotals& sums) {
                                                     {"exposed_ms", exposed},
                                                     {"hidden_ms", total - exposed},
                                                     {"queued_ms", s.queued_seconds[k] * 1e3 / steps}};
+      if (s.peer_wait_measured)
+        comm[name][collective_name(Collective(k))]["peer_wait_ms"] =
+            s.peer_wait_seconds[k] * 1e3 / steps;
     }
   }
   return comm;
@@ -170,7 +176,7 @@ int run_bench_step(const BenchOptions& o, MpiEnv& env) {
   if (r.threads > 0) omp_set_num_threads(r.threads);
   const int threads = omp_get_max_threads();
   ModelConfig mc = load_model_config(r.model);
-  std::unique_ptr<Backend> backend = make_rank_backend(r.device, env.world());
+  std::unique_ptr<Backend> backend = make_rank_backend(r.device, env);
   ProcessGrid grid = make_grid(backend->transport(env.world()), r.grid);
   std::unique_ptr<Transformer> model = make_model(mc, grid, *backend, r);
   model->init(1);
@@ -251,7 +257,7 @@ int run_bench_generate(const GenerateBenchOptions& o, MpiEnv& env) {
   DENDRITE_CHECK(o.prompt >= 1 && o.tokens >= 1, "bench generate: --prompt and --tokens must be "
                  "positive, got ", o.prompt, " and ", o.tokens);
   ModelConfig mc = load_model_config(r.model);
-  std::unique_ptr<Backend> backend = make_rank_backend(r.device, env.world());
+  std::unique_ptr<Backend> backend = make_rank_backend(r.device, env);
   ProcessGrid grid = make_grid(backend->transport(env.world()), r.grid);
   r.seq = std::min(mc.block_size, o.prompt + o.tokens - 1);
   r.grad_accum = 1;

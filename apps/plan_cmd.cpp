@@ -340,38 +340,74 @@ LinkCost fit_points(const std::vector<int64_t>& sizes, const std::vector<double>
   return c;
 }
 
+// The seconds a group's blocking calls spent waiting for their last rank to
+// arrive, summed over the kinds (CommStats::peer_wait_seconds); -1 where the
+// communicator does not measure it.
+double peer_wait(const Communicator& comm) {
+  const CommStats& s = comm.stats();
+  if (!s.peer_wait_measured) return -1;
+  double w = 0;
+  for (double x : s.peer_wait_seconds) w += x;
+  return w;
+}
+
+// Seconds per call of fn (collectives on comm) once comm's ranks have all
+// arrived: each call timed on its own (after `before`, untimed, when given),
+// less the time it waited for the group's last rank (arrival stamps; the
+// whole call where they are not measured). The fastest of 5 batches of about
+// min_seconds/5, averaged over the ranks.
+template <typename Before, typename Fn>
+double after_arrival(Communicator& world, Communicator& comm, Before&& before, Fn&& fn,
+                     double min_seconds) {
+  const double trial = slowest_trial(world, [&] { before(); fn(); }, true);
+  const int batches = 5;
+  const int reps = std::max(2, int(std::min(1e6, min_seconds / batches / trial)));
+  double best = 1e30;
+  for (int b = 0; b < batches; ++b) {
+    world.barrier();
+    comm.reset_stats();
+    double calls = 0;
+    for (int r = 0; r < reps; ++r) {
+      before();
+      auto t0 = Clock::now();
+      fn();
+      calls += seconds_since(t0);
+    }
+    const double wait = peer_wait(comm);
+    best = std::min(best, (calls - std::max(wait, 0.0)) / reps);
+  }
+  comm.reset_stats();
+  return mean_over(world, std::max(best, 1e-9));
+}
+
 // A collective as a training step meets it: right after a GEMM of the step's
-// size (a GPT-2 linear of 256 rows, about a millisecond or two). A call in a
-// step costs more than the same call repeated in a tight loop: the ranks
-// arrive apart (each rank's GEMM takes a little more or less), and a waiting
-// rank may have slept. Measured on a 2-core machine: a 192 KB all-reduce took
-// 0.09 ms after a GEMM against 0.04 ms in a loop (`bench step` measured
-// 0.09-0.23 ms for sums of that size). So each size is timed both ways and the
-// larger kept: the GEMM and the call, less the GEMM alone.
+// size (a GPT-2 linear of 256 rows, about a millisecond or two), timed from
+// the moment the group's last rank arrived (the wait before it, the ranks'
+// drift or a descheduled peer, is not the collective's: bench step reports it
+// apart as peer_wait_ms). The call after a GEMM still costs more than in a
+// tight loop (its buffers are out of cache, a waiting rank may have slept),
+// so each size is timed both ways and the larger kept.
 struct StepContext {
   Backend* be = nullptr;
   Buffer<float> A, B, C;
-  double alone = 0;  // seconds of the GEMM alone
   static constexpr int m = 256, n = 768, k = 768;
   void gemm() {
     be->gemm(false, true, m, n, k, 1.0f, A.data(), k, B.data(), k, 0.0f, C.data(), n);
     be->ready_for_host();
   }
-  StepContext(Communicator& world, Backend& backend)
+  explicit StepContext(Backend& backend)
       : be(&backend), A(backend.alloc<float>(m * k)), B(backend.alloc<float>(n * k)),
         C(backend.alloc<float>(m * n)) {
     be->fill(A.data(), 0.01f, A.size());
     be->fill(B.data(), 0.02f, B.size());
-    alone = time_call(world, [&] { gemm(); }, 0.3, 5);
   }
-  // Seconds of one call of fn in a step: max(loop, GEMM + call - GEMM alone);
-  // calls of 16 MB and more take long enough for the loop to tell.
+  // Seconds of one call of fn (on comm) in a step: calls of 16 MB and more
+  // take long enough for the loop to tell.
   template <typename Fn>
-  double seconds(Communicator& world, Fn&& fn, int64_t bytes) {
-    const double loop = time_call(world, fn, 0.2, 5);
+  double seconds(Communicator& world, Communicator& comm, Fn&& fn, int64_t bytes) {
+    const double loop = after_arrival(world, comm, [] {}, fn, 0.2);
     if (bytes >= (int64_t(16) << 20)) return loop;
-    const double with = time_call(world, [&] { gemm(); fn(); }, 0.3, 5);
-    return std::max(loop, with - alone);
+    return std::max(loop, after_arrival(world, comm, [&] { gemm(); }, fn, 0.3));
   }
 };
 
@@ -392,7 +428,7 @@ LinkCost calibrate_collective(Communicator& world, Communicator& comm, const std
       if (kind == "all_gather") comm.all_gather(in.data(), out.data(), part, DType::kF32);
       if (kind == "reduce_scatter") comm.reduce_scatter(in.data(), out.data(), part, DType::kF32);
     };
-    t.push_back(step.seconds(world, fn, 4 * n));
+    t.push_back(step.seconds(world, comm, fn, 4 * n));
   }
   return fit_points(sizes, t, g, kind);
 }
@@ -418,7 +454,7 @@ bool calibrate_shm_collective(Communicator& world, Communicator& comm, const std
       if (kind == "all_gather") comm.all_gather(*a, 0, out.data(), part);
       if (kind == "reduce_scatter") comm.reduce_scatter(*a, 0, out.data(), part, false);
     };
-    t.push_back(step.seconds(world, fn, 4 * n));
+    t.push_back(step.seconds(world, comm, fn, 4 * n));
     comm.barrier();
   }
   c = fit_points(sizes, t, g, kind);
@@ -482,7 +518,7 @@ void print_link(const char* level, const char* kind, int g, const LinkCost& c) {
 void calibrate_links(Communicator& world, Communicator& messages, Backend& be, Machine& mach,
                      int P, bool quick) {
   const char* kinds[] = {"all_reduce", "all_gather", "reduce_scatter"};
-  StepContext step(world, be);
+  StepContext step(be);
   for (int g = 2; g <= P; ++g) {  // the largest group within the node is kept
     if (P % g != 0 || g > mach.ranks_per_node) continue;
     ProcessGrid sub = make_grid(world, str("x=", g, ",d=", P / g));

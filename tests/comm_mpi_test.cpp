@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <unistd.h>
+
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -534,6 +536,52 @@ TEST(ProcessGridMpi, RequestsCompleteOnWaitMoveAndDestruction) {
       EXPECT_EQ(c.stats().calls[static_cast<int>(Collective::kAllReduce)], s > 1 ? 3 : 0);
     }
   });
+}
+
+// The wait for peers (CommStats::peer_wait_seconds): in groups of 2, the odd
+// rank arrives 150 ms late at each blocking kind, over messages and over
+// shared memory; the even rank's calls charge about that wait to the kind,
+// the late rank's almost none, and a barrier charges no kind.
+TEST(ProcessGridMpi, PeerWaitIsTheTimeBeforeTheLastRankArrived) {
+  for (bool shared : {true, false}) {
+    CommOptions o;
+    o.shared_memory = shared;
+    const std::unique_ptr<Communicator> c = test::group_of(2, o);
+    const bool late = c->rank() == 1;
+    const double delay = 0.15;
+    std::unique_ptr<SharedArray> a = c->allocate_shared(2 * kN);
+    std::vector<float> buf(2 * kN, 1.0f), out(2 * kN);
+    const std::vector<std::pair<Collective, std::function<void()>>> calls = {
+        {Collective::kAllReduce, [&] { c->all_reduce(buf.data(), kN); }},
+        {Collective::kAllGather, [&] { c->all_gather(buf.data(), out.data(), kN, DType::kF32); }},
+        {Collective::kReduceScatter,
+         [&] { c->reduce_scatter(buf.data(), out.data(), kN, DType::kF32); }},
+        {Collective::kAllReduce, [&] { c->all_reduce(*a, 0, kN); }},
+        {Collective::kReduceScatter, [&] { c->reduce_scatter(*a, 0, out.data(), kN, false); }},
+    };
+    for (const auto& [kind, call] : calls) {
+      SCOPED_TRACE(std::string(collective_name(kind)) + (shared ? ", shared memory" : ", messages"));
+      c->barrier();
+      c->reset_stats();
+      if (late) usleep(useconds_t(delay * 1e6));
+      call();
+      c->barrier();
+      const CommStats& s = c->stats();
+      ASSERT_TRUE(s.peer_wait_measured);
+      const double wait = s.peer_wait_seconds[int(kind)];
+      if (late) {
+        EXPECT_LT(wait, 0.05);
+      } else {
+        EXPECT_GT(wait, 0.8 * delay);
+        EXPECT_LE(wait, s.total_seconds[int(kind)] + 1e-6);
+      }
+      for (int k = 0; k < int(Collective::kCount); ++k) {
+        if (k != int(kind)) {
+          EXPECT_EQ(s.peer_wait_seconds[k], 0.0) << collective_name(Collective(k));
+        }
+      }
+    }
+  }
 }
 
 TEST(ProcessGridMpi, BadCountsAndRootsThrowWithoutCounting) {

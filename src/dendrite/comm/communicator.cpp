@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "dendrite/comm/self_communicator.h"
 #include "dendrite/core/check.h"
 #include "dendrite/core/log.h"
 
@@ -58,6 +59,10 @@ const char* dtype_name(DType t) {
   return "unknown";
 }
 
+std::unique_ptr<Communicator> Communicator::group_of_one(std::string name) {
+  return std::make_unique<SelfCommunicator>(std::move(name));
+}
+
 void check_summable(const char* op, const Communicator& c, DType t) {
   DENDRITE_CHECK(t != DType::kBF16, op, " on ", c.name(), ": bf16 elements cannot be summed ",
                  "(partial sums and gradients are f32); sum f32 values and convert after");
@@ -102,15 +107,22 @@ bool Request::pending() const { return impl_ && impl_->pending(); }
 
 bool Request::needs_polling() const { return impl_ && impl_->needs_polling(); }
 
-int node_rank(Communicator& world) {
+NodePlace node_place(Communicator& world) {
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   const int64_t mine = int64_t(std::hash<std::string>{}(host) & 0x7fffffffffffffff);
   std::vector<int64_t> all(size_t(world.size()));
   world.all_gather(&mine, all.data(), 1, DType::kI64);
-  int before = 0;
-  for (int r = 0; r < world.rank(); ++r) before += all[size_t(r)] == mine;
-  return before;
+  NodePlace p;
+  p.ranks = 0;
+  for (int r = 0; r < world.size(); ++r) {
+    if (all[size_t(r)] != mine) continue;
+    if (r < world.rank()) ++p.rank;
+    ++p.ranks;
+  }
+  return p;
 }
+
+int node_rank(Communicator& world) { return node_place(world).rank; }
 
 }  // namespace dendrite

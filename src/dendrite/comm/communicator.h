@@ -51,6 +51,16 @@ struct CommStats {
   // costs the cores that compute).
   double queued_seconds[static_cast<int>(Collective::kCount)] = {};
   double engine_cpu_seconds = 0;
+  // Blocking calls only, per kind: the part of the call before the last rank
+  // of the group had entered it (the wait for peers: their compute, their
+  // drift, or their turn on an oversubscribed core), from arrival stamps the
+  // ranks leave in shared memory. exposed - peer_wait is then the time the
+  // collective took once the whole group had arrived. The MPI backend stamps
+  // where the group's ranks share a machine (whatever the shared-memory
+  // option or the simulated nodes); peer_wait_measured says whether any call
+  // since the last reset did.
+  double peer_wait_seconds[static_cast<int>(Collective::kCount)] = {};
+  bool peer_wait_measured = false;
 };
 
 // n elements of one DType per rank that every rank of a group can read in
@@ -137,6 +147,11 @@ class Communicator {
   // The ranks passing the same color form one new group, ordered by key (ties
   // by rank here), with this group's backend and settings. Collective.
   virtual std::unique_ptr<Communicator> split(int color, int key, std::string name) = 0;
+  // A group of this rank alone with this group's transport (the process
+  // grid's axes of extent 1). Local, not collective. The default is a
+  // SelfCommunicator (host memory); a transport that moves device memory
+  // returns one of its own that does.
+  virtual std::unique_ptr<Communicator> group_of_one(std::string name);
 
   // In place, sum over the group: buf[n] (not kBF16).
   virtual void all_reduce(void* buf, int64_t n, DType t) = 0;
@@ -208,5 +223,11 @@ void check_summable(const char* op, const Communicator& c, DType t);
 // This rank's index among the ranks of `world` on its node (by host name),
 // in rank order. Collective over world.
 int node_rank(Communicator& world);
+// That index and the number of world's ranks on this rank's host (real
+// nodes, whatever the simulated ones). Collective over world.
+struct NodePlace {
+  int rank = 0, ranks = 1;
+};
+NodePlace node_place(Communicator& world);
 
 }  // namespace dendrite

@@ -1,7 +1,7 @@
 // The 4D process grid (DESIGN.md section 1): parsing "--grid x=2,y=2,z=1,d=2",
 // a rank's coordinates (x fastest, then y, z, d), and one communicator per axis
 // split from the base communicator, plus a duplicate of the base as "world".
-// Axes of extent 1 get a SelfCommunicator and cost no collective.
+// Axes of extent 1 get the base's group of one and cost no collective.
 #include "dendrite/comm/grid.h"
 
 #include <algorithm>
@@ -131,7 +131,7 @@ ProcessGrid::ProcessGrid(const GridShape& shape, Communicator& base) : shape_(sh
   // rank, so skipping its split keeps the ranks' collectives matched.
   const auto split = [&](int extent, int coord, int color,
                          const char* name) -> std::unique_ptr<Communicator> {
-    if (extent == 1) return std::make_unique<SelfCommunicator>(name);
+    if (extent == 1) return base.group_of_one(name);
     auto c = base.split(color, coord, name);
     DENDRITE_CHECK(c->size() == extent && c->rank() == coord, "ProcessGrid: axis ", name,
                    " has rank ", c->rank(), " of ", c->size(), ", expected ", coord, " of ",

@@ -46,11 +46,16 @@ int checked_count(const char* op, const std::string& comm, int64_t n) {
   return static_cast<int>(n);
 }
 
-// Times one blocking call into wait_seconds.
+// Times one blocking call into wait_seconds, and its wait for peers from the
+// arrival stamps.
 class BlockTimer {
  public:
-  BlockTimer(CommStats& stats, Collective kind)
-      : stats_(stats), kind_(static_cast<int>(kind)), start_(MPI_Wtime()) {}
+  BlockTimer(MpiCommunicator& comm, CommStats& stats, Collective kind)
+      : comm_(comm),
+        stats_(stats),
+        kind_(static_cast<int>(kind)),
+        start_(MPI_Wtime()),
+        arrived_(comm.stamp()) {}
   ~BlockTimer() {
     const double t = MPI_Wtime() - start_;
     stats_.wait_seconds += t;
@@ -58,12 +63,14 @@ class BlockTimer {
       stats_.total_seconds[kind_] += t;
       stats_.exposed_seconds[kind_] += t;
     }
+    comm_.settle(static_cast<Collective>(kind_), arrived_);
   }
 
  private:
+  MpiCommunicator& comm_;
   CommStats& stats_;
   int kind_;
-  double start_;
+  double start_, arrived_;
 };
 
 }  // namespace
@@ -166,6 +173,8 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name,
   check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
   node_ranks_ = dendrite::ranks_on_node(comm_, world_->options.ranks_per_node);
+  machine_ranks_ = world_->options.ranks_per_node > 0 ? dendrite::ranks_on_node(comm_, 0)
+                                                      : node_ranks_;
   make_channels();
   int level = 0;
   MPI_Query_thread(&level);
@@ -348,7 +357,7 @@ void MpiCommunicator::all_reduce(void* buf, int64_t n, DType t) {
   checked_count("all_reduce", name_, n);
   check_summable("all_reduce", *this, t);
   record(Collective::kAllReduce, n * dtype_size(t));
-  BlockTimer timer(stats_, Collective::kAllReduce);
+  BlockTimer timer(*this, stats_, Collective::kAllReduce);
   if (own_.window && t != DType::kI64) {  // the ranks share a node
     if (!shm_all_reduce(own_, buf, n, t, timeout_s_))
       fail_timeout("all_reduce", *this, timeout_s_, false);
@@ -384,7 +393,7 @@ void MpiCommunicator::all_gather(const void* in, void* out, int64_t n, DType t) 
   const size_t bytes = n * dtype_size(t);
   record(Collective::kAllGather, size_ * bytes);
   const bool in_place = in == static_cast<char*>(out) + rank_ * bytes;
-  BlockTimer timer(stats_, Collective::kAllGather);
+  BlockTimer timer(*this, stats_, Collective::kAllGather);
   if (t == DType::kF32 && !in_place && int64_t(size_) * n * 4 >= (1 << 16)) {
     Ring{comm_, size_, rank_, ring_acc_, ring_recv_, *this, false, world_->spin}.all_gather(
         in, out, k, DType::kF32);
@@ -417,7 +426,7 @@ void MpiCommunicator::reduce_scatter(const void* in, void* out, int64_t n, DType
   const int k = checked_count("reduce_scatter", name_, n);
   check_summable("reduce_scatter", *this, t);
   record(Collective::kReduceScatter, size_ * n * dtype_size(t));
-  BlockTimer timer(stats_, Collective::kReduceScatter);
+  BlockTimer timer(*this, stats_, Collective::kReduceScatter);
   if (t == DType::kF32 && in != out && int64_t(size_) * n * 4 >= (1 << 16)) {
     Ring{comm_, size_, rank_, ring_acc_, ring_recv_, *this, false, world_->spin}.reduce_scatter(
         static_cast<const float*>(in), static_cast<float*>(out), k, false);
@@ -448,14 +457,14 @@ void MpiCommunicator::broadcast(void* buf, int64_t n, DType t, int root) {
   DENDRITE_CHECK(root >= 0 && root < size_, "broadcast on ", name_, ": root ", root,
                  " is outside the group of ", size_, " ranks; pass a root in [0, ", size_, ")");
   record(Collective::kBroadcast, n * dtype_size(t));
-  BlockTimer timer(stats_, Collective::kBroadcast);
+  BlockTimer timer(*this, stats_, Collective::kBroadcast);
   MPI_Request req;
   check_mpi(MPI_Ibcast(buf, k, mpi_type(t), root, comm_, &req), "MPI_Ibcast");
   wait_or_timeout(&req, "broadcast", *this);
 }
 
 void MpiCommunicator::barrier() {
-  BlockTimer timer(stats_, Collective::kCount);
+  BlockTimer timer(*this, stats_, Collective::kCount);
   if (own_.window) {
     if (!shm_barrier(own_.window->peers(), size_, rank_, own_.generation, timeout_s_, world_->spin))
       fail_timeout("barrier", *this, timeout_s_, false);

@@ -145,6 +145,13 @@ class MpiCommunicator final : public Communicator {
                           bool accumulate) override;
   Request iall_reduce(SharedArray& a, int64_t offset, int64_t n) override;
 
+  // Arrival stamps of the blocking calls (arrivals_): stamp() at the start of
+  // a blocking call returns this rank's arrival time (steady seconds; -1 for
+  // a call nested in another or a group without a board); settle() at its
+  // end charges to kind c the time until the last peer arrived.
+  double stamp();
+  void settle(Collective c, double arrived);
+
  private:
   // Where the group's ranks share a node: per thread that synchronises the
   // group, one shared window per rank holding a 64-byte barrier slot and two
@@ -158,7 +165,10 @@ class MpiCommunicator final : public Communicator {
     int slot = 0;                         // the data slot the next piece uses
   };
 
-  std::unique_ptr<SharedArray> make_window(int64_t n, DType t);
+  // A window where every rank of the group is on this node (DENDRITE's
+  // shared-memory option and simulated nodes decide, unless `machine`: then
+  // only whether the ranks share this machine); else a private array.
+  std::unique_ptr<SharedArray> make_window(int64_t n, DType t, bool machine = false);
   // The calling thread's and the engine's channels, when the group shares a node.
   void make_channels();
   // Sums buf[n] (f32 or f64) over the group through ch, in rank order (the
@@ -167,8 +177,9 @@ class MpiCommunicator final : public Communicator {
   // Records the payload of one collective (only on groups larger than one).
   void record(Collective c, int64_t bytes);
   // Charges the blocking collective that began at `start` (MPI_Wtime) with the
-  // counters' wait_seconds then at `wait_before` (barriers inside it count once).
-  void charge(Collective c, double start, double wait_before);
+  // counters' wait_seconds then at `wait_before` (barriers inside it count
+  // once), and settles its arrival stamp (stamp() at its start).
+  void charge(Collective c, double start, double wait_before, double arrived);
   // Queues fn on the progress engine as collective c of `bytes` (counted now).
   Request post(Collective c, int64_t bytes, std::function<void()> fn);
   // The non-blocking collectives of a private (not shared) array, where the
@@ -180,7 +191,7 @@ class MpiCommunicator final : public Communicator {
 
   MPI_Comm comm_;
   std::shared_ptr<MpiWorldState> world_;
-  int rank_ = 0, size_ = 1, node_ranks_ = 1;
+  int rank_ = 0, size_ = 1, node_ranks_ = 1, machine_ranks_ = 1;
   std::vector<float> ring_acc_, ring_recv_;  // scratch of the calling thread's rings
   // The engine's duplicate of comm_ (MPI_THREAD_MULTIPLE only) and its scratch.
   MPI_Comm engine_comm_ = MPI_COMM_NULL;
@@ -190,6 +201,15 @@ class MpiCommunicator final : public Communicator {
   std::vector<int> counts_;
   ShmChannel own_;     // the calling thread's shared-memory channel
   ShmChannel engine_;  // the engine's: its tasks run in post order on every rank
+  // Where the group's ranks share a machine: per rank kArrivalSlots stamps
+  // (the call's sequence number, then its arrival time), in a window of their
+  // own. Every rank makes the same outermost blocking calls in the same order,
+  // so the n-th call has sequence number n everywhere; a peer cannot be
+  // kArrivalSlots calls ahead of a rank still in one of them.
+  static constexpr int kArrivalSlots = 8;
+  std::unique_ptr<WindowArray> arrivals_;
+  int64_t arrival_seq_ = 0;
+  int arrival_depth_ = 0;
 };
 
 }  // namespace dendrite

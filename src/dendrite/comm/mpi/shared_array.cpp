@@ -12,6 +12,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -50,7 +51,8 @@ const WindowArray& window(const SharedArray& a) { return static_cast<const Windo
 
 }  // namespace
 
-void MpiCommunicator::charge(Collective c, double start, double wait_before) {
+void MpiCommunicator::charge(Collective c, double start, double wait_before, double arrived) {
+  settle(c, arrived);
   const double t = MPI_Wtime() - start;
   stats_.wait_seconds = wait_before + t;
   stats_.total_seconds[static_cast<int>(c)] += t;
@@ -82,10 +84,59 @@ void MpiCommunicator::make_channels() {
     own_.window.reset();
     engine_.window.reset();
   }
+  std::unique_ptr<SharedArray> board =
+      make_window(int64_t(kArrivalSlots) * 2, DType::kF64, /*machine=*/true);
+  if (board->shared()) arrivals_.reset(static_cast<WindowArray*>(board.release()));
 }
 
-std::unique_ptr<SharedArray> MpiCommunicator::make_window(int64_t n, DType t) {
-  int local = world_->options.shared_memory && n > 0 && node_ranks_ == size_ ? 1 : 0;
+namespace {
+// One arrival stamp: the call's sequence number, then the time its rank entered it.
+struct Stamp {
+  int64_t seq;
+  double t;
+};
+static_assert(sizeof(Stamp) == 16);
+Stamp* stamp_slot(std::byte* board, int64_t seq, int slots) {
+  return reinterpret_cast<Stamp*>(board) + seq % slots;
+}
+}  // namespace
+
+// The time is stored before the sequence number (release), and a peer reads
+// the number first (acquire): a matching number means the time is that call's.
+double MpiCommunicator::stamp() {
+  if (arrival_depth_++ > 0 || !arrivals_) return -1;
+  const int64_t seq = ++arrival_seq_;
+  const double now = steady_seconds();
+  Stamp* s = stamp_slot(arrivals_->bytes(), seq, kArrivalSlots);
+  std::atomic_ref<double>(s->t).store(now, std::memory_order_relaxed);
+  std::atomic_ref<int64_t>(s->seq).store(seq, std::memory_order_release);
+  return now;
+}
+
+// A peer whose stamp for this call is not there yet had not arrived when the
+// call ended (a gather of a shared array does not wait for it): the call did
+// not wait for it either.
+void MpiCommunicator::settle(Collective c, double arrived) {
+  --arrival_depth_;
+  if (arrived < 0) return;
+  double last = arrived;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    Stamp* s = stamp_slot(arrivals_->peer(r), arrival_seq_, kArrivalSlots);
+    if (std::atomic_ref<int64_t>(s->seq).load(std::memory_order_acquire) != arrival_seq_) continue;
+    last = std::max(last, std::atomic_ref<double>(s->t).load(std::memory_order_relaxed));
+  }
+  stats_.peer_wait_measured = true;
+  if (c == Collective::kCount) return;  // a barrier: charged to no kind
+  const double wait = std::min(last, steady_seconds()) - arrived;
+  if (wait > 0) stats_.peer_wait_seconds[static_cast<int>(c)] += wait;
+}
+
+std::unique_ptr<SharedArray> MpiCommunicator::make_window(int64_t n, DType t, bool machine) {
+  int local = n > 0 && (machine ? machine_ranks_ == size_
+                                : world_->options.shared_memory && node_ranks_ == size_)
+                  ? 1
+                  : 0;
   int all_local = 0;  // every rank must take the same branch
   check_mpi(MPI_Allreduce(&local, &all_local, 1, MPI_INT, MPI_MIN, comm_), "MPI_Allreduce");
   if (!all_local) return std::make_unique<PrivateArray>(n, t);
@@ -217,10 +268,10 @@ void sum_block_everywhere(const WindowArray& a, int g, int me, int64_t offset, i
 void MpiCommunicator::all_gather(const SharedArray& a, int64_t offset, void* out, int64_t n) {
   const int64_t es = int64_t(dtype_size(a.dtype()));
   if (!a.shared()) return all_gather(a.bytes() + offset * es, out, n, a.dtype());
-  const double start = MPI_Wtime(), wait_before = stats_.wait_seconds;
+  const double start = MPI_Wtime(), wait_before = stats_.wait_seconds, arrived = stamp();
   count(Collective::kAllGather, int64_t(size_) * n * es);
   gather_shared(window(a), size_, offset * es, static_cast<std::byte*>(out), n * es);
-  charge(Collective::kAllGather, start, wait_before);
+  charge(Collective::kAllGather, start, wait_before, arrived);
 }
 
 void MpiCommunicator::reduce_scatter(const SharedArray& a, int64_t offset, float* out, int64_t n,
@@ -236,23 +287,23 @@ void MpiCommunicator::reduce_scatter(const SharedArray& a, int64_t offset, float
     for (int64_t i = 0; i < n; ++i) out[i] += mine[i];
     return;
   }
-  const double start = MPI_Wtime(), wait_before = stats_.wait_seconds;
+  const double start = MPI_Wtime(), wait_before = stats_.wait_seconds, arrived = stamp();
   count(Collective::kReduceScatter, int64_t(size_) * n * int64_t(sizeof(float)));
   barrier();  // every rank's values are written
   sum_shared(window(a), size_, offset + int64_t(rank_) * n, out, n, accumulate);
-  charge(Collective::kReduceScatter, start, wait_before);
+  charge(Collective::kReduceScatter, start, wait_before, arrived);
 }
 
 // Rank r sums block r of every rank and writes it into every rank's array.
 void MpiCommunicator::all_reduce(SharedArray& a, int64_t offset, int64_t n) {
   check_summable("all_reduce", *this, a.dtype());
   if (!a.shared()) return all_reduce(a.data() + offset, n, DType::kF32);
-  const double start = MPI_Wtime(), wait_before = stats_.wait_seconds;
+  const double start = MPI_Wtime(), wait_before = stats_.wait_seconds, arrived = stamp();
   count(Collective::kAllReduce, n * int64_t(sizeof(float)));
   barrier();
   sum_block_everywhere(window(a), size_, rank_, offset, n);
   barrier();
-  charge(Collective::kAllReduce, start, wait_before);
+  charge(Collective::kAllReduce, start, wait_before, arrived);
 }
 
 bool MpiCommunicator::shm_all_reduce(ShmChannel& ch, void* buf, int64_t n, DType t,

@@ -35,8 +35,9 @@ Runner add_score(CLI::App& app, MpiEnv& env);
 // The process grid over every rank of `world` from a --grid text ("x=2,y=2,d=2").
 ProcessGrid make_grid(Communicator& world, const std::string& text);
 // This rank's backend for a --device text (cpu, cuda, auto), its GPU picked
-// by the rank's index on its node. Collective over world.
-std::unique_ptr<Backend> make_rank_backend(const std::string& device, Communicator& world);
+// by the rank's index on its node and its GPU transport by env's options.
+// Collective over env's world.
+std::unique_ptr<Backend> make_rank_backend(const std::string& device, MpiEnv& env);
 
 // Loads a JSON config file given by --config before the other options are
 // parsed, so that options on the command line override it.

@@ -47,7 +47,7 @@ int run_generate(const GenerateOptions& o, MpiEnv& env) {
   std::vector<int32_t> ids = tok->encode(o.prompt);
   if (ids.empty()) ids.push_back(tok->eos_id() >= 0 ? tok->eos_id() : 0);
   const int max_T = std::min<int>(mc.block_size, int(ids.size()) + std::max(o.tokens, 1));
-  std::unique_ptr<Backend> backend = make_rank_backend(o.device, env.world());
+  std::unique_ptr<Backend> backend = make_rank_backend(o.device, env);
   ProcessGrid grid = make_grid(backend->transport(env.world()), o.grid);
   const int dz = grid.shape().d * grid.shape().z;
   DENDRITE_CHECK(o.samples % dz == 0, "generate: --samples ", o.samples,

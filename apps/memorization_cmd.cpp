@@ -166,7 +166,7 @@ void print_table(const MemorizationOptions& o, const std::string& ckpt, const Sa
 
 int run_memorization(const MemorizationOptions& o, MpiEnv& env) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
-  std::unique_ptr<Backend> backend = make_rank_backend(o.device, env.world());
+  std::unique_ptr<Backend> backend = make_rank_backend(o.device, env);
   ProcessGrid grid = make_grid(backend->transport(env.world()), o.grid);
   const std::string dir = resolve_checkpoint(o.checkpoint);
   ModelConfig mc = model_config_from_json(read_checkpoint_config(dir).at("model"));

@@ -26,10 +26,15 @@ std::string find_config_arg(int argc, char** argv) {
   return "";
 }
 
-std::unique_ptr<Backend> make_rank_backend(const std::string& device, Communicator& world) {
+std::unique_ptr<Backend> make_rank_backend(const std::string& device, MpiEnv& env) {
   const Device d = resolve_device(device);
   BackendOptions o;
-  if (d == Device::kCuda) o.node_rank = node_rank(world);
+  if (d == Device::kCuda) {
+    const NodePlace place = node_place(env.world());
+    o.node_rank = place.rank;
+    o.node_ranks = place.ranks;
+    o.transport = env.options().gpu_transport;
+  }
   return make_backend(d, o);
 }
 
@@ -247,7 +252,7 @@ Runner add_train(CLI::App& app, int argc, char** argv, const TrainHooks* hooks, 
   // a reference to it after this function returns.
   return [opt, machine, config_path, hooks, &env] {
     if (opt->grid == "auto") opt->grid = auto_grid(*opt, *machine, env.world());
-    std::unique_ptr<Backend> backend = make_rank_backend(opt->device, env.world());
+    std::unique_ptr<Backend> backend = make_rank_backend(opt->device, env);
     ProcessGrid grid = make_grid(backend->transport(env.world()), opt->grid);
     run_train(*opt, grid, *backend, hooks);
     return 0;

@@ -3,7 +3,8 @@
 # no OpenMPI, oneDNN or SentencePiece): unpacks the Debian packages that
 # scripts/gpu_deps.sh downloaded into .gpu-debs/ (carry it) into a private
 # prefix, builds Dendrite with the CUDA backend (Release, 16 jobs, sm_90),
-# runs the tests labelled gpu, then GPT-2 124M and 350M training steps at
+# runs the tests labelled gpu, every grid of 1-8 ranks on the GPU (staged)
+# and the NCCL path on one rank, then GPT-2 124M and 350M training steps at
 # B16 T1024 in bf16 beside PyTorch eager and compiled on the same GPU.
 # Logs and one JSON line per bench run go to $OUT (or /tmp/gpu_check); the
 # summary is printed last. Meant to finish within 8 minutes.
@@ -37,7 +38,7 @@ if ! cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDENDRITE_CUDA
      -DPKG_CONFIG_EXECUTABLE="$prefix/usr/bin/pkgconf" > "$out/configure.log" 2>&1; then
   tail -40 "$out/configure.log"; note "configure failed after $(elapsed) s"; exit 1
 fi
-if ! cmake --build build-gpu -j 16 --target dendrite backend_ops_test cuda_model_test \
+if ! cmake --build build-gpu -j 16 --target dendrite backend_ops_test cuda_model_test parallel_mpi_test \
      > "$out/build.log" 2>&1; then
   grep -m 20 -B2 -A6 "error" "$out/build.log"; note "build failed after $(elapsed) s"; exit 1
 fi
@@ -46,6 +47,19 @@ note "built in $(elapsed) s"
 (cd build-gpu && timeout 180 ctest -L gpu --output-on-failure --timeout 120) > "$out/gpu_tests.log" 2>&1
 note "gpu tests: $(grep -E 'tests passed|tests failed' "$out/gpu_tests.log" | tail -1)"
 grep -E "Failed|\*\*\*" "$out/gpu_tests.log" | head -20 | tee -a "$summary"
+
+# Every grid of 1-8 ranks on the one GPU (the staged transport: the ranks
+# share it) and the NCCL path forced on one rank's groups of one, against one
+# process on the CPU (parallel_mpi_test's EveryGrid, GPT-2 and Llama).
+grids() {  # label, ranks, transport
+  local rc=0
+  (cd build-gpu && DENDRITE_TEST_DEVICE=cuda DENDRITE_GPU_TRANSPORT=$3 OMP_NUM_THREADS=1 \
+    timeout 150 "$prefix/usr/bin/mpirun.openmpi" -np "$2" --oversubscribe --bind-to none \
+    tests/parallel_mpi_test --gtest_filter='Models/EveryGrid.*') > "$out/grids_$1.log" 2>&1 || rc=$?
+  note "grids on the GPU, $1: $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/grids_$1.log" | tr '\n' ' ')(exit $rc)"
+}
+grids staged 8 staged
+grids nccl-groups-of-one 1 nccl
 
 mpirun=("$prefix/usr/bin/mpirun.openmpi" -np 1 --bind-to none)
 bench() {  # model

@@ -4,12 +4,18 @@
 // bytes each communicator moved against the closed-form volume of section 6.
 // Runs under `mpirun -np 8`: the world is split into 8/P groups of P ranks,
 // and every group walks through all grids of P ranks in the same launch.
+// DENDRITE_TEST_DEVICE=cuda (scripts/gpu_check.sh, on a GPU) runs EveryGrid's
+// grids on the CUDA backend, through its transport (NCCL, or staged where
+// ranks share the GPU; DENDRITE_GPU_TRANSPORT chooses), against one process
+// on the CPU.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -52,8 +58,9 @@ struct Record {
 const char* kKinds[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast"};
 
 // Trains kSteps AdamW steps on fixed random batches; records what the tests compare.
-Record train(const ModelConfig& cfg, ProcessGrid& grid, const ModelOptions& opt = {}) {
-  Transformer model(cfg, grid, test::cpu_backend(), kB, kT, opt);
+Record train(const ModelConfig& cfg, ProcessGrid& grid, const ModelOptions& opt = {},
+             Backend& backend = test::cpu_backend()) {
+  Transformer model(cfg, grid, backend, kB, kT, opt);
   model.init(kSeed);
   AdamW adam(model.backend(), model.table(), ops::AdamWConfig{});
   std::vector<int32_t> in(kB * kT), tg(kB * kT);
@@ -79,9 +86,12 @@ Record train(const ModelConfig& cfg, ProcessGrid& grid, const ModelOptions& opt 
           run.bytes[std::string(name) + "." + kKinds[k]] = comm->stats().bytes[k];
           run.calls[std::string(name) + "." + kKinds[k]] = comm->stats().calls[k];
         }
+      // The gradients on the host (gather_global reads host memory).
+      std::vector<float> grads(size_t(model.table().total()));
+      backend.download(grads.data(), model.grads(), grads.size() * sizeof(float));
       for (const ParamSpec& p : model.table().specs()) {
         run.first_grads.emplace_back(size_t(p.global_rows() * p.global_cols()));
-        gather_global(grid, p, model.grads(), run.first_grads.back().data());
+        gather_global(grid, p, grads.data(), run.first_grads.back().data());
       }
     }
     adam.step(model, 1e-2f, AdamW::clip_factor(norm, 1.0));
@@ -143,9 +153,11 @@ void check_overlaps(const std::string& what, const ModelConfig& cfg, ProcessGrid
 // Runs check(grid, shape) on every grid of 1, 2, 4 and 8 ranks that divides
 // cfg (each rank in the group of P ranks it belongs to, communicating as
 // `options` say); returns how many.
+// The grids are built over backend's transport.
 template <typename Check>
 int for_every_grid(const ModelConfig& cfg, Check check,
-                   const CommOptions& options = comm_options_from_environment()) {
+                   const CommOptions& options = comm_options_from_environment(),
+                   Backend& backend = test::cpu_backend()) {
   int world_size = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   int tested = 0;
@@ -154,7 +166,7 @@ int for_every_grid(const ModelConfig& cfg, Check check,
     const auto sub = test::group_of(P, options);
     for (const GridShape& g : test::grids_of(P)) {
       if (!divides(cfg, g)) continue;
-      ProcessGrid grid(g, *sub);
+      ProcessGrid grid(g, backend.transport(*sub));
       check(grid, g);
       ++tested;
     }
@@ -171,27 +183,55 @@ ModelOptions other_ways(ModelOptions o, const GridShape& g) {
   return o;
 }
 
+// The backend EveryGrid runs on (DENDRITE_TEST_DEVICE), and how close it
+// comes to one process on the CPU: the CPU's own fp32 bits differ only in the
+// order of the grid's partial sums; a GPU's kernels (fp32, no TF32) sum in
+// other orders, as in cuda_model_test.
+struct DeviceUnderTest {
+  Backend* backend = &test::cpu_backend();
+  Tolerance tol;
+  double same_run = 1e-6;  // the same run computed another way (losses, relative)
+};
+DeviceUnderTest device_under_test() {
+  static std::unique_ptr<Backend> gpu;
+  const char* d = std::getenv("DENDRITE_TEST_DEVICE");
+  if (!d || std::string(d) != "cuda") return {};
+  if (!gpu) {
+    BackendOptions o;
+    MPI_Comm_rank(MPI_COMM_WORLD, &o.node_rank);  // one node
+    MPI_Comm_size(MPI_COMM_WORLD, &o.node_ranks);
+    o.tf32 = false;
+    o.transport = comm_options_from_environment().gpu_transport;
+    gpu = make_backend(Device::kCuda, o);
+  }
+  return {gpu.get(), Tolerance{1e-5, 1e-3, 1e-3}, 1e-4};
+}
+
 class EveryGrid : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(EveryGrid, MatchesOneProcess) {
   const ModelConfig cfg = std::string(GetParam()) == "gpt2" ? gpt2_config() : llama_config();
+  const DeviceUnderTest dev = device_under_test();
   auto single = ProcessGrid::single();
   const Record want = train(cfg, *single);
   const int tested = for_every_grid(cfg, [&](ProcessGrid& grid, const GridShape& g) {
     ModelOptions overlapped;  // every overlap built
     overlapped.oar = overlapped.dp = overlapped.ors = overlapped.oag = true;
-    const Record base = train(cfg, grid, overlapped);
-    compare(GetParam(), cfg, g, base, want, overlapped);
+    const Record base = train(cfg, grid, overlapped, *dev.backend);
+    compare(GetParam(), cfg, g, base, want, overlapped, dev.tol);
     if (g.size() == 1) return;
     const ModelOptions other = other_ways({}, g);
-    const Record alt = train(cfg, grid, other);
+    const Record alt = train(cfg, grid, other, *dev.backend);
     compare(std::string(GetParam()) + " with keep_gathered/recompute/no overlap", cfg, g, alt,
-            want, other);
+            want, other, dev.tol);
     for (int s = 0; s < kSteps; ++s)  // the same run, computed another way
-      EXPECT_NEAR(alt.losses[s], base.losses[s], 1e-6 * base.losses[s]) << g.str();
-  });
+      EXPECT_NEAR(alt.losses[s], base.losses[s], dev.same_run * base.losses[s]) << g.str();
+  }, comm_options_from_environment(), *dev.backend);
   // 1 + 4 + 10 + 20 grids; Llama's 4 key/value heads rule out x=1,y=8,z=1,d=1.
-  EXPECT_EQ(tested, std::string(GetParam()) == "gpt2" ? 35 : 34);
+  // (One rank, as gpu_check.sh runs the NCCL path: the one grid of 1.)
+  int world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  EXPECT_EQ(tested, world == 1 ? 1 : std::string(GetParam()) == "gpt2" ? 35 : 34);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, EveryGrid, ::testing::Values("gpt2", "llama"));

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "dendrite/comm/communicator.h"
+#include "dendrite/comm/options.h"
 #include "dendrite/core/bf16.h"
 #include "dendrite/core/buffer.h"
 #include "dendrite/core/device.h"
@@ -74,9 +75,16 @@ class Backend : public Allocator {
   // ---- the compute stream ----
   virtual Event record() = 0;
   virtual void wait(Event e) = 0;
-  // Before a host-driven transport (MPI) reads what the stream wrote: waits
-  // for the work issued so far.
+  // Before the host reads what the stream wrote: waits for the work issued so far.
   void ready_for_host() { wait(record()); }
+  // Before a collective reads what the stream wrote: a transport driven from
+  // the host (MPI, the staged one) needs that work done; one ordered on the
+  // streams (NCCL) makes its own stream wait for it, and the host goes on.
+  void before_collective() {
+    if (!transport_on_streams()) ready_for_host();
+  }
+  // Whether transport() orders its collectives on the device's streams.
+  virtual bool transport_on_streams() const { return false; }
 
   // ---- GEMMs (ops/matmul.h) ----
   virtual void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, Operand A,
@@ -191,8 +199,12 @@ class Backend : public Allocator {
 };
 
 struct BackendOptions {
-  // The rank's index among the ranks of its node: picks its GPU (one per rank).
+  // The rank's index among the ranks of its node, and their number: pick its
+  // GPU (rank i takes GPU i mod the node's count; ranks sharing a GPU use the
+  // staged transport).
   int node_rank = 0;
+  int node_ranks = 1;
+  GpuTransport transport = GpuTransport::kAuto;
   // GPUs: fp32 products on the tensor cores in TF32 (--precision fp32), or in
   // full fp32 (the tests).
   bool tf32 = true;

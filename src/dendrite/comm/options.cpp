@@ -20,6 +20,14 @@ CommOptions comm_options_from_environment() {
                    "e.g. 2");
     o.ranks_per_node = int(k);
   }
+  if (const char* t = std::getenv("DENDRITE_GPU_TRANSPORT"); t && *t) {
+    const std::string v = t;
+    DENDRITE_CHECK(v == "auto" || v == "nccl" || v == "staged", "DENDRITE_GPU_TRANSPORT='", v,
+                   "' is not a GPU transport; give auto, nccl or staged (or unset it)");
+    o.gpu_transport = v == "nccl"     ? GpuTransport::kNccl
+                      : v == "staged" ? GpuTransport::kStaged
+                                      : GpuTransport::kAuto;
+  }
   return o;
 }
 

@@ -16,6 +16,13 @@ enum class SpinPolicy {
   kShort,  // 16: leaves the core to the computing threads at once
 };
 
+// How a GPU backend's collectives reach device memory (DESIGN.md section 10).
+enum class GpuTransport {
+  kAuto,    // NCCL where the build has it and every rank of the node has a GPU of its own
+  kNccl,    // NCCL, or an error saying why not
+  kStaged,  // through host memory and MPI: any grid, several ranks to a GPU
+};
+
 struct CommOptions {
   // Node-local groups use MPI-3 shared-memory windows for SharedArrays and
   // all-reduces; false: private memory and messages everywhere (as across
@@ -28,11 +35,14 @@ struct CommOptions {
   // planner's ranks per node, the spin policy) counts the simulated node.
   // Multi-node topologies on one machine. DENDRITE_RANKS_PER_NODE=N sets it.
   int ranks_per_node = 0;
+  // DENDRITE_GPU_TRANSPORT=auto|nccl|staged.
+  GpuTransport gpu_transport = GpuTransport::kAuto;
 };
 
 // The options the environment gives: DENDRITE_SHARED_MEMORY=0 turns shared
 // memory off; DENDRITE_RANKS_PER_NODE=N simulates nodes of N ranks (a bad
-// value is an error naming it). Read once, by the program's main.
+// value is an error naming it); DENDRITE_GPU_TRANSPORT picks the GPU
+// transport. Read once, by the program's main.
 CommOptions comm_options_from_environment();
 
 }  // namespace dendrite

@@ -23,7 +23,7 @@ Operand Transformer::stored_params() {
   if (!low_precision()) return params_->data();
   if (!low_fresh_) {  // rounded here, before the fence that lets the Z peers read them
     be_.to_bf16(params_low_->data_as<bf16>(), params_->data(), table_.replicated_begin());
-    be_.ready_for_host();
+    be_.before_collective();
     low_fresh_ = true;
   }
   return params_low_->data_as<bf16>();
@@ -220,7 +220,7 @@ double Transformer::global_sum(double local) {
 // those must be complete first.
 void Transformer::reduce_bucket(const Range& chunked, const Range& replicated) {
   float* G = grads_->data();
-  be_.ready_for_host();
+  be_.before_collective();
   stream_.post_pending();
   grid_.Z().all_reduce(G + replicated.begin, replicated.end - replicated.begin);
   // Where Z or D crosses nodes, the layer's pending Z reduce-scatters are
@@ -246,7 +246,7 @@ Request Transformer::post_dp_sum(const Range& r) {
 // (embedding, head, final norm) is posted here and everything waited for.
 void Transformer::sync_gradients() {
   float* G = grads_->data();
-  be_.ready_for_host();
+  be_.before_collective();
   stream_.finish_reductions();
   if (!dp_buckets()) {
     const int64_t r0 = table_.replicated_begin();

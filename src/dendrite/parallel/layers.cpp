@@ -20,13 +20,13 @@ void ParallelNorm::forward(float* y, float* mean, float* rstd, const float* x, i
   const float* g = params + gain_->offset;
   if (layernorm_) {
     be_->layernorm_row_sums(sums.data(), x, m, c_);
-    be_->ready_for_host();
+    be_->before_collective();
     grid_->X().all_reduce(sums.data(), 2 * int64_t(m));
     be_->layernorm_apply(y, mean, rstd, sums.data(), x, g, params + bias_->offset, m, c_, c_total_,
                          eps_);
   } else {
     be_->rmsnorm_row_sums(sums.data(), x, m, c_);
-    be_->ready_for_host();
+    be_->before_collective();
     grid_->X().all_reduce(sums.data(), m);
     be_->rmsnorm_apply(y, rstd, sums.data(), x, g, m, c_, c_total_, eps_);
   }
@@ -38,13 +38,13 @@ void ParallelNorm::backward(float* dx, const float* dy, const float* x, const fl
   const float* g = params + gain_->offset;
   if (layernorm_) {
     be_->layernorm_backward_sums(sums.data(), dy, x, mean, rstd, g, m, c_);
-    be_->ready_for_host();
+    be_->before_collective();
     grid_->X().all_reduce(sums.data(), 2 * int64_t(m));
     be_->layernorm_backward_apply(dx, grads + gain_->offset, grads + bias_->offset, sums.data(), dy,
                                   x, mean, rstd, g, m, c_, c_total_);
   } else {
     be_->rmsnorm_backward_sums(sums.data(), dy, x, g, m, c_);
-    be_->ready_for_host();
+    be_->before_collective();
     grid_->X().all_reduce(sums.data(), m);
     be_->rmsnorm_backward_apply(dx, grads + gain_->offset, sums.data(), dy, x, rstd, g, m, c_,
                                 c_total_);
@@ -75,7 +75,7 @@ void VocabEmbedding::forward(float* out, const int32_t* tokens, const int32_t* h
     if (int64_t(rows_.size()) < n * C) rows_ = be_->alloc<float>(n * C);
     be_->embedding_chunk_forward(rows_.data(), tokens_.data(), stored.plus(table_->offset),
                                  table_->chunk_offset, table_->numel, v0, rows, int(n), C);
-    be_->ready_for_host();
+    be_->before_collective();
     z.reduce_scatter(rows_.data(), out, int64_t(m) * C, DType::kF32);
   } else {
     if (keep_) {  // held for the tied head (kept_table())
@@ -84,7 +84,7 @@ void VocabEmbedding::forward(float* out, const int32_t* tokens, const int32_t* h
     }
     const Operand w = keep_ ? kept_block_ : stream.gather(*table_);
     be_->embedding_range_forward(out, tokens, w, v0, rows, m, C);
-    be_->ready_for_host();
+    be_->before_collective();
   }
   grid_->Y().all_reduce(out, int64_t(m) * C);
   if (pos_)  // positions [T_max, C/Gx], from pos0 on
@@ -101,7 +101,7 @@ void VocabEmbedding::backward(const float* dout, const int32_t* tokens, int m, i
     const int64_t n = int64_t(z.size()) * m;
     DENDRITE_CHECK(int64_t(tokens_.size()) == n,
                    "embedding backward: the forward saw another batch; run the forward first");
-    be_->ready_for_host();
+    be_->before_collective();
     z.all_gather(dout, rows_.data(), int64_t(m) * C, DType::kF32);
     // A reduction still on the engine may be adding into this chunk (the tied head's).
     stream.finish_reductions();
@@ -150,10 +150,10 @@ double VocabCrossEntropy::forward_backward(float* dx, Operand x, const int32_t* 
     const float* wc = weight ? weight + r0 : nullptr;
     float* logits = logits_.data();  // [rows, Vloc]
     be_->linear_forward(logits, xc, w, nullptr, rows, C, Vloc);
-    be_->ready_for_host();
+    be_->before_collective();
     grid_->X().all_reduce(logits, int64_t(rows) * Vloc);
     be_->ce_local_stats(stats_.data(), logits, targets + r0, wc, rows, Vloc, v0, V_);
-    be_->ready_for_host();
+    be_->before_collective();
     grid_->Y().all_gather(stats_.data(), gathered_.data(), 2 * int64_t(rows), DType::kF32);
     loss += be_->ce_combine(lse_.data(), gathered_.data(), wc, rows, gy);
     if (!dx) continue;
@@ -170,7 +170,7 @@ double VocabCrossEntropy::forward_backward(float* dx, Operand x, const int32_t* 
     be_->linear_backward_weight(dw, dl, xc, rows, C, Vloc, accumulate);
   }
   if (dx) {
-    be_->ready_for_host();
+    be_->before_collective();
     grid_->Y().all_reduce(dx, int64_t(m) * C);
     if (!direct) stream.reduce_scatter(*head_, grads);
   }
@@ -184,7 +184,7 @@ void VocabCrossEntropy::logits(float* out, Operand x, int m, WeightStream& strea
   Buffer<float> local = be_->alloc<float>(int64_t(m) * Vloc);
   Buffer<float> all = be_->alloc<float>(int64_t(m) * Vloc * gy);
   be_->linear_forward(local.data(), x, w, nullptr, m, C, Vloc);
-  be_->ready_for_host();
+  be_->before_collective();
   grid_->X().all_reduce(local.data(), int64_t(m) * Vloc);
   grid_->Y().all_gather(local.data(), all.data(), int64_t(m) * Vloc, DType::kF32);
   be_->interleave_vocab_parts(out, all.data(), gy, m, Vloc, V_);

@@ -34,7 +34,7 @@ void ParallelLinear::forward(float* y, Operand x, int m, const float* params,
   DENDRITE_CHECK(x.is_bf16() == w.is_bf16(), "parallel linear ", w_->name,
                  ": the input and the weights differ in precision");
   be_->linear_forward(y, x, w, nullptr, m, in_, out_);  // [m, out]: partial over the forward axis
-  be_->ready_for_host();
+  be_->before_collective();
   fwd_->all_reduce(y, int64_t(m) * out_);
   if (b_) be_->add_bias(y, params + b_->offset, m, out_);  // b [out]
 }
@@ -46,7 +46,7 @@ void ParallelLinear::input_gradient(float* dx, bool accumulate, Operand dy, int 
 }
 
 Request ParallelLinear::sum_input_gradient(float* dx, int m) const {
-  be_->ready_for_host();
+  be_->before_collective();
   if (oar_) return bwd_->iall_reduce(dx, int64_t(m) * in_, DType::kF32);
   bwd_->all_reduce(dx, int64_t(m) * in_);
   return {};

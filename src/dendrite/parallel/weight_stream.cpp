@@ -153,7 +153,7 @@ void WeightStream::reduce_scatter(const ParamSpec& s, float* grads) {
   DENDRITE_CHECK(handed_spec_ == &s, "weight stream: reduce_scatter of ", s.name,
                  " without its gradient_block");
   handed_spec_ = nullptr;
-  be_->ready_for_host();  // the block the layer's product wrote
+  be_->before_collective();  // the block the layer's product wrote
   if (!ors_) {
     z_->reduce_scatter(*grad_slots_, slot_offset(handed_), grads + s.offset, s.numel, true);
     return;

@@ -3,7 +3,8 @@
 // enqueued on one compute stream; events are CUDA events on it. GEMMs go
 // through cuBLASLt (gemm.h), the rest through the kernels of kernels.h. The
 // collectives reach device memory through the staged transport
-// (staged_communicator.h) until the NCCL communicator exists.
+// (staged_communicator.h) or NCCL on the backend's streams
+// (comm/nccl/nccl_communicator.h), as transport() finds them possible.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -16,6 +17,9 @@
 #include "dendrite/backend/cuda/gemm.h"
 #include "dendrite/backend/cuda/kernels.h"
 #include "dendrite/backend/cuda/staged_communicator.h"
+#ifdef DENDRITE_HAVE_NCCL
+#include "dendrite/comm/nccl/nccl_communicator.h"
+#endif
 #include "dendrite/core/check.h"
 #include "dendrite/core/rng.h"
 
@@ -68,10 +72,12 @@ class CudaBackend final : public Backend {
     DENDRITE_CHECK(count > 0, "device: --device cuda, but no CUDA GPU is visible here ",
                    "(cudaGetDeviceCount found none: no GPU, no driver, or CUDA_VISIBLE_DEVICES ",
                    "hides them); run with --device cpu");
-    DENDRITE_CHECK(o.node_rank < count, "device: this is rank ", o.node_rank,
-                   " of its node, but the node has ", count, " GPU", count == 1 ? "" : "s",
-                   "; run one rank per GPU (mpirun -np ", count, " per node)");
-    device_ = o.node_rank;
+    // Ranks beyond the node's GPUs share them (the staged transport: tests
+    // of any grid on one GPU); one rank per GPU is the fast way.
+    device_ = o.node_rank % count;
+    gpu_shared_by_ = (std::max(o.node_ranks, 1) + count - 1 - device_) / count;
+    node_gpus_ = count;
+    transport_choice_ = o.transport;
     check_cuda(cudaSetDevice(device_), "cudaSetDevice");
     cudaDeviceProp p{};
     check_cuda(cudaGetDeviceProperties(&p, device_), "cudaGetDeviceProperties");
@@ -96,12 +102,41 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::kCuda; }
   std::string describe() const override {
     return str("cuda:", device_, " (", name_, ", ", total_ >> 20, " MiB; fp32 GEMMs ",
-               tf32_ ? "in TF32" : "in full fp32", ")");
+               tf32_ ? "in TF32" : "in full fp32",
+               gpu_shared_by_ > 1 ? str("; shared by ", gpu_shared_by_, " ranks") : std::string(),
+               transports_.empty() ? ""
+               : on_streams_       ? "; collectives over NCCL"
+                                   : "; collectives staged through host memory",
+               ")");
   }
+  // NCCL or the staged transport, the same on every rank (an NCCL
+  // communicator is made by all of its ranks together). Collective over world.
   Communicator& transport(Communicator& world) override {
+    const std::string refusal = nccl_refusal();
+    double able = refusal.empty() ? 1 : 0;
+    world.all_reduce(&able, 1);  // the ranks that can run NCCL
+    const bool everyone = int(able) == world.size();
+    if (transport_choice_ == GpuTransport::kNccl)
+      DENDRITE_CHECK(everyone, "device: the NCCL transport was asked for (DENDRITE_GPU_TRANSPORT=",
+                     "nccl), but ", refusal.empty() ? "another rank" : "this rank", " cannot use ",
+                     "it", refusal.empty() ? "" : ": " + refusal,
+                     "; unset DENDRITE_GPU_TRANSPORT to fall back to the staged transport");
+#ifdef DENDRITE_HAVE_NCCL
+    if (everyone && transport_choice_ != GpuTransport::kStaged) {
+      NcclDevice dev;
+      dev.memory = this;
+      dev.compute_stream = stream_;
+      dev.device = device_;
+      dev.groups_of_one = transport_choice_ == GpuTransport::kNccl;
+      transports_.push_back(make_nccl_communicator(world, dev));
+      on_streams_ = true;
+      return *transports_.back();
+    }
+#endif
     transports_.push_back(std::make_unique<cuda::StagedCommunicator>(world, *this));
     return *transports_.back();
   }
+  bool transport_on_streams() const override { return on_streams_; }
   int64_t device_bytes() const override { return int64_t(allocated_); }
   int64_t device_peak_bytes() const override { return int64_t(peak_); }
 
@@ -188,8 +223,8 @@ class CudaBackend final : public Backend {
   void linear_backward_input(float* dx, Operand dy, Operand w, int m, int k, int n,
                              bool accumulate) override {
     const bool low = both_bf16(dy, w, "linear_backward_input");
-    gemm_->run(false, false, m, k, n, 1.0f, ptr(dy), n, ptr(w), k, accumulate ? 1.0f : 0.0f, dx,
-               k, low, stream_);
+    gemm_->run(false, false, m, k, n, 1.0f, ptr(dy), n, ptr(w), k, accumulate ? 1.0f : 0.0f, dx, k,
+               low, stream_);
   }
   void linear_backward_weight(float* dw, Operand dy, Operand x, int m, int k, int n,
                               bool accumulate) override {
@@ -218,15 +253,16 @@ class CudaBackend final : public Backend {
     float* c = static_cast<float*>(allocate(size_t(n) * n * 4));
     {  // random operands: products of zeros run faster than real data
       std::vector<float> host(size_t(n) * n);
-      for (size_t i = 0; i < host.size(); ++i)
-        host[i] = float(random_normal(1, 99, uint64_t(i)));
+      for (size_t i = 0; i < host.size(); ++i) host[i] = float(random_normal(1, 99, uint64_t(i)));
       std::vector<bf16> low16(low ? host.size() : 0);
       for (size_t i = 0; i < low16.size(); ++i) low16[i] = dendrite::to_bf16(host[i]);
       const void* src = low ? static_cast<const void*>(low16.data()) : host.data();
       upload(a, src, size_t(n) * n * elem);
       upload(b, src, size_t(n) * n * elem);
     }
-    auto product = [&] { gemm_->run(false, true, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n, low, stream_); };
+    auto product = [&] {
+      gemm_->run(false, true, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n, low, stream_);
+    };
     product();  // warm-up: the plan and the clocks
     cudaEvent_t t0, t1;
     check_cuda(cudaEventCreate(&t0), "cudaEventCreate");
@@ -265,8 +301,8 @@ class CudaBackend final : public Backend {
                                 const float* dy, const float* x, const float* mean,
                                 const float* rstd, const float* gamma, int m, int c,
                                 int c_total) override {
-    cuda::layernorm_backward_apply(dx, dgamma, dbeta, sums, dy, x, mean, rstd, gamma, m, c,
-                                   c_total, stream_);
+    cuda::layernorm_backward_apply(dx, dgamma, dbeta, sums, dy, x, mean, rstd, gamma, m, c, c_total,
+                                   stream_);
   }
   void rmsnorm_row_sums(double* sums, const float* x, int m, int c) override {
     cuda::rmsnorm_row_sums(sums, x, m, c, stream_);
@@ -324,7 +360,8 @@ class CudaBackend final : public Backend {
       cuda::attention_backward(dq, dk, dv, dout, out.f32, lse, q.f32, k.f32, v.f32, s, stream_);
   }
   void attention_cached(float* out, const float* q, const float* k_new, const float* v_new,
-                        float* k_cache, float* v_cache, const ops::CachedAttentionShape& s) override {
+                        float* k_cache, float* v_cache,
+                        const ops::CachedAttentionShape& s) override {
     cuda::attention_cached(out, q, k_new, v_new, k_cache, v_cache, s, stream_);
   }
   void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, float theta,
@@ -377,8 +414,8 @@ class CudaBackend final : public Backend {
     else
       cuda::embedding_chunk_forward(out, tokens, chunk.f32, c0, n, v0, rows, m, C, stream_);
   }
-  void embedding_chunk_backward(float* dchunk, const float* dout, const int32_t* tokens,
-                                int64_t c0, int64_t n, int v0, int rows, int m, int C) override {
+  void embedding_chunk_backward(float* dchunk, const float* dout, const int32_t* tokens, int64_t c0,
+                                int64_t n, int v0, int rows, int m, int C) override {
     cuda::embedding_chunk_backward(dchunk, dout, tokens, c0, n, v0, rows, m, C, stream_);
   }
   void position_add(float* out, Operand wpe, int m, int T, int C) override {
@@ -392,8 +429,8 @@ class CudaBackend final : public Backend {
   }
 
   // ---- optimizer ----
-  void adamw_update(float* param, const float* grad, float* m, float* v, long n, float lr,
-                    int step, bool decay, const ops::AdamWConfig& c, float grad_scale,
+  void adamw_update(float* param, const float* grad, float* m, float* v, long n, float lr, int step,
+                    bool decay, const ops::AdamWConfig& c, float grad_scale,
                     bf16* param_bf16) override {
     cuda::adamw_update(param, grad, m, v, n, lr, step, decay, c, grad_scale, param_bf16, stream_);
   }
@@ -419,13 +456,27 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
 
  private:
-  void synchronize(const char* after) {
-    const cudaError_t e = cudaStreamSynchronize(stream_);
-    DENDRITE_CHECK(e == cudaSuccess, "cuda: a kernel before the ", after, " failed: ",
-                   cudaGetErrorString(e));
+  // Why this rank cannot use NCCL ("" when it can).
+  std::string nccl_refusal() const {
+#ifdef DENDRITE_HAVE_NCCL
+    if (gpu_shared_by_ > 1)
+      return str(gpu_shared_by_, " ranks share GPU ", device_, " of this node's ", node_gpus_,
+                 " (NCCL needs a GPU per rank; run one rank per GPU)");
+    return "";
+#else
+    return "this build has no NCCL (CMake found no nccl.h and libnccl beside the CUDA toolkit)";
+#endif
   }
 
-  int device_ = 0;
+  void synchronize(const char* after) {
+    const cudaError_t e = cudaStreamSynchronize(stream_);
+    DENDRITE_CHECK(e == cudaSuccess, "cuda: a kernel before the ", after,
+                   " failed: ", cudaGetErrorString(e));
+  }
+
+  int device_ = 0, node_gpus_ = 1, gpu_shared_by_ = 1;
+  GpuTransport transport_choice_ = GpuTransport::kAuto;
+  bool on_streams_ = false;  // the transport is NCCL's
   std::string name_;
   size_t total_ = 0;
   bool tf32_ = true;

@@ -1,9 +1,8 @@
 // The staged transport (staged_communicator.h).
 #include "dendrite/backend/cuda/staged_communicator.h"
 
-#include <cuda_runtime.h>
-
 #include "dendrite/backend/backend.h"
+#include "dendrite/comm/cuda/device_pointer.h"
 #include "dendrite/core/check.h"
 
 namespace dendrite::cuda {
@@ -22,15 +21,12 @@ std::unique_ptr<Communicator> StagedCommunicator::split(int color, int key, std:
   return std::make_unique<StagedCommunicator>(inner_->split(color, key, std::move(name)), be_);
 }
 
-bool StagedCommunicator::on_device(const void* p) const {
-  if (!p) return false;
-  cudaPointerAttributes a{};
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+// A group of one over device memory: its copies stage through the host too.
+std::unique_ptr<Communicator> StagedCommunicator::group_of_one(std::string name) {
+  return std::make_unique<StagedCommunicator>(inner_->group_of_one(std::move(name)), be_);
 }
+
+bool StagedCommunicator::on_device(const void* p) const { return is_device_pointer(p); }
 
 const void* StagedCommunicator::to_host(const void* p, size_t bytes, std::vector<std::byte>& stage) {
   if (!on_device(p)) return p;

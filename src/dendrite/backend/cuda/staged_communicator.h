@@ -31,6 +31,7 @@ class StagedCommunicator final : public Communicator {
   int size() const override { return inner_->size(); }
   int ranks_on_node() const override { return inner_->ranks_on_node(); }
   std::unique_ptr<Communicator> split(int color, int key, std::string name) override;
+  std::unique_ptr<Communicator> group_of_one(std::string name) override;
 
   using Communicator::all_reduce;
   void all_reduce(void* buf, int64_t n, DType t) override;

@@ -1,0 +1,576 @@
+// The NCCL transport (nccl_communicator.h): the communicator, its pending
+// collectives (event waits), and the watchdog thread that follows them.
+#include "dendrite/comm/nccl/nccl_communicator.h"
+
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "dendrite/comm/cuda/device_pointer.h"
+#include "dendrite/comm/nccl/accumulate.h"
+#include "dendrite/comm/self_communicator.h"
+#include "dendrite/core/check.h"
+#include "dendrite/core/log.h"
+
+namespace dendrite {
+
+bool nccl_built() { return true; }
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+void check_cuda(cudaError_t e, const char* call, const std::string& where) {
+  DENDRITE_CHECK(e == cudaSuccess, "nccl transport (", where, "): ", call,
+                 " failed: ", cudaGetErrorString(e));
+}
+
+bool on_device(const void* p) { return is_device_pointer(p); }
+
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return ncclFloat32;
+    case DType::kF64:
+      return ncclFloat64;
+    case DType::kI64:
+      return ncclInt64;
+    case DType::kBF16:
+      return ncclBfloat16;
+  }
+  return ncclFloat32;
+}
+
+// One collective in flight: its events on the axis stream (start, done) and
+// on the compute stream (the stretch the compute stream stood waiting).
+struct Op {
+  Collective kind = Collective::kAllReduce;
+  int64_t bytes = 0;
+  Clock::time_point posted;
+  cudaEvent_t ready = nullptr, start = nullptr, done = nullptr;
+  cudaEvent_t wait_begin = nullptr, wait_end = nullptr;
+  bool waited = false;  // the compute stream's wait is issued (wait_* recorded)
+  Op() {
+    for (cudaEvent_t* e : {&ready, &start, &done, &wait_begin, &wait_end})
+      check_cuda(cudaEventCreate(e), "cudaEventCreate", "event");
+  }
+  ~Op() {
+    for (cudaEvent_t e : {ready, start, done, wait_begin, wait_end}) cudaEventDestroy(e);
+  }
+  Op(const Op&) = delete;
+  Op& operator=(const Op&) = delete;
+};
+
+// Elapsed seconds between two completed events.
+double elapsed(cudaEvent_t a, cudaEvent_t b) {
+  float ms = 0;
+  if (cudaEventElapsedTime(&ms, a, b) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return std::max(0.0f, ms) * 1e-3;
+}
+
+// A device array no peer reads in place: the collectives move its ranges.
+class DeviceArray final : public SharedArray {
+ public:
+  DeviceArray(Allocator& memory, int64_t n, DType t) : memory_(memory) {
+    n_ = n;
+    dtype_ = t;
+    bytes_ =
+        static_cast<std::byte*>(memory.allocate(std::max<size_t>(1, size_t(n) * dtype_size(t))));
+  }
+  ~DeviceArray() override { memory_.release(bytes_); }
+  bool shared() const override { return false; }
+
+ private:
+  Allocator& memory_;
+};
+
+}  // namespace
+
+class NcclCommunicator;
+
+// Follows the collectives of one communicator until their events complete;
+// folds their times into the counters and ends the job on a timeout or an
+// asynchronous NCCL error.
+class NcclWatchdog {
+ public:
+  explicit NcclWatchdog(NcclCommunicator& c);
+  ~NcclWatchdog();
+  void follow(std::shared_ptr<Op> op);
+  // Adds the times folded so far into s; zeroes them when `reset`.
+  void fold_into(CommStats& s, bool reset);
+
+ private:
+  void run();
+  bool settle(Op& op);  // true once every event of op that counts has completed
+  [[noreturn]] void fail(const std::string& why);
+
+  NcclCommunicator& comm_;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<std::shared_ptr<Op>> ops_;
+  double total_[static_cast<int>(Collective::kCount)] = {};
+  double exposed_[static_cast<int>(Collective::kCount)] = {};
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(std::unique_ptr<Communicator> owned, Communicator* inner, const NcclDevice& dev)
+      : Communicator(inner->name()), owned_(std::move(owned)), inner_(inner), dev_(dev) {
+    timeout_s_ = inner_->timeout();
+    watched_timeout_ = timeout_s_;
+  }
+  ~NcclCommunicator() override {
+    if (!stream_) return;  // never ran a device collective
+    if (std::uncaught_exceptions() > 0) {
+      // An error unwinds and a peer may be dead: abort first (it ends the
+      // kernels that wait for peers), instead of the orderly destroy.
+      watchdog_.reset();
+      if (comm_) ncclCommAbort(comm_);
+      comm_ = nullptr;
+    }
+    cudaStreamSynchronize(stream_);
+    watchdog_.reset();
+    if (comm_) ncclCommDestroy(comm_);
+    if (scratch_) dev_.memory->release(scratch_);
+    cudaStreamDestroy(stream_);
+  }
+
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  int ranks_on_node() const override { return inner_->ranks_on_node(); }
+  std::unique_ptr<Communicator> split(int color, int key, std::string name) override {
+    std::unique_ptr<Communicator> inner = inner_->split(color, key, std::move(name));
+    Communicator* raw = inner.get();
+    return std::make_unique<NcclCommunicator>(std::move(inner), raw, dev_);
+  }
+  std::unique_ptr<Communicator> group_of_one(std::string name) override {
+    auto inner = std::make_unique<SelfCommunicator>(std::move(name));
+    Communicator* raw = inner.get();
+    return std::make_unique<NcclCommunicator>(std::move(inner), raw, dev_);
+  }
+
+  using Communicator::all_reduce;
+  void all_reduce(void* buf, int64_t n, DType t) override {
+    if (!on_device(buf)) return inner_->all_reduce(buf, n, t);
+    check_summable("all_reduce", *this, t);
+    run_blocking(post_all_reduce(buf, n, t));
+  }
+  Request iall_reduce(void* buf, int64_t n, DType t) override {
+    if (!on_device(buf)) return inner_->iall_reduce(buf, n, t);
+    check_summable("iall_reduce", *this, t);
+    return request(post_all_reduce(buf, n, t));
+  }
+  void all_gather(const void* in, void* out, int64_t n, DType t) override {
+    const Place p = place(in, out);
+    if (p == Place::kHost) return inner_->all_gather(in, out, n, t);
+    if (p == Place::kMixed) return staged_all_gather(in, out, n, t);
+    run_blocking(post_all_gather(in, out, n, t));
+  }
+  Request iall_gather(const void* in, void* out, int64_t n, DType t) override {
+    const Place p = place(in, out);
+    if (p == Place::kHost) return inner_->iall_gather(in, out, n, t);
+    if (p == Place::kMixed) {  // completes here, as a blocking call
+      staged_all_gather(in, out, n, t);
+      return Request();
+    }
+    return request(post_all_gather(in, out, n, t));
+  }
+  void reduce_scatter(const void* in, void* out, int64_t n, DType t) override {
+    const Place p = place(in, out);
+    if (p == Place::kHost) return inner_->reduce_scatter(in, out, n, t);
+    if (p == Place::kMixed) return staged_reduce_scatter(in, out, n, t);
+    check_summable("reduce_scatter", *this, t);
+    run_blocking(post_reduce_scatter(in, out, n, t, false));
+  }
+  Request ireduce_scatter(const void* in, void* out, int64_t n, DType t) override {
+    const Place p = place(in, out);
+    if (p == Place::kHost) return inner_->ireduce_scatter(in, out, n, t);
+    if (p == Place::kMixed) {
+      staged_reduce_scatter(in, out, n, t);
+      return Request();
+    }
+    check_summable("ireduce_scatter", *this, t);
+    return request(post_reduce_scatter(in, out, n, t, false));
+  }
+  void broadcast(void* buf, int64_t n, DType t, int root) override {
+    if (!on_device(buf)) return inner_->broadcast(buf, n, t, root);
+    DENDRITE_CHECK(root >= 0 && root < size(), "broadcast on ", name_, ": root ", root,
+                   " is outside the group of ", size(), " ranks; pass a root in [0, ", size(), ")");
+    run_blocking(post(Collective::kBroadcast, n * int64_t(dtype_size(t)), [=, this] {
+      if (!comm_) return ncclSuccess;
+      return ncclBroadcast(buf, buf, size_t(n), nccl_type(t), root, comm_, stream_);
+    }));
+  }
+  void barrier() override { inner_->barrier(); }
+
+  std::unique_ptr<SharedArray> allocate_shared(int64_t n, DType t) override {
+    return std::make_unique<DeviceArray>(*dev_.memory, n, t);
+  }
+  void all_gather(const SharedArray& a, int64_t offset, void* out, int64_t n) override {
+    all_gather(range(a, offset), out, n, a.dtype());
+  }
+  void reduce_scatter(const SharedArray& a, int64_t offset, float* out, int64_t n,
+                      bool accumulate) override {
+    check_summable("reduce_scatter", *this, a.dtype());
+    run_blocking(post_reduce_scatter(range(a, offset), out, n, DType::kF32, accumulate));
+  }
+  void all_reduce(SharedArray& a, int64_t offset, int64_t n) override {
+    check_summable("all_reduce", *this, a.dtype());
+    all_reduce(a.data() + offset, n, DType::kF32);
+  }
+  Request iall_gather(const SharedArray& a, int64_t offset, void* out, int64_t n) override {
+    return iall_gather(range(a, offset), out, n, a.dtype());
+  }
+  Request ireduce_scatter(const SharedArray& a, int64_t offset, float* out, int64_t n,
+                          bool accumulate) override {
+    check_summable("ireduce_scatter", *this, a.dtype());
+    return request(post_reduce_scatter(range(a, offset), out, n, DType::kF32, accumulate));
+  }
+  Request iall_reduce(SharedArray& a, int64_t offset, int64_t n) override {
+    check_summable("iall_reduce", *this, a.dtype());
+    return iall_reduce(a.data() + offset, n, DType::kF32);
+  }
+
+  // Counted here (device collectives) plus what the MPI communicator inside
+  // counted (host ones); the times from the events the watchdog has seen
+  // complete.
+  const CommStats& stats() const override {
+    merged_ = inner_->stats();
+    for (int k = 0; k < static_cast<int>(Collective::kCount); ++k) {
+      merged_.bytes[k] += stats_.bytes[k];
+      merged_.calls[k] += stats_.calls[k];
+    }
+    if (watchdog_) watchdog_->fold_into(merged_, false);
+    return merged_;
+  }
+  void reset_stats() override {
+    inner_->reset_stats();
+    stats_ = CommStats{};
+    CommStats discard;
+    if (watchdog_) watchdog_->fold_into(discard, true);
+  }
+  void set_timeout(double seconds) override {
+    Communicator::set_timeout(seconds);
+    inner_->set_timeout(seconds);
+    watched_timeout_ = seconds;
+  }
+
+  // The compute stream waits for op (an event wait; the host goes on).
+  void wait_on_compute(Op& op) {
+    if (op.waited) return;
+    const auto compute = static_cast<cudaStream_t>(dev_.compute_stream);
+    check_cuda(cudaEventRecord(op.wait_begin, compute), "cudaEventRecord", name_);
+    check_cuda(cudaStreamWaitEvent(compute, op.done, 0), "cudaStreamWaitEvent", name_);
+    check_cuda(cudaEventRecord(op.wait_end, compute), "cudaEventRecord", name_);
+    op.waited = true;
+  }
+  // What the watchdog thread reads.
+  ncclComm_t nccl() const { return watched_comm_.load(); }
+  double watched_timeout() const { return watched_timeout_.load(); }
+  int device() const { return dev_.device; }
+
+ private:
+  // Where a collective's buffers are: both on the device (NCCL), both on the
+  // host (the MPI communicator inside), or one of each (a checkpoint's gather
+  // of device shards into a host tensor: staged through host memory).
+  enum class Place { kHost, kDevice, kMixed };
+  static Place place(const void* in, const void* out) {
+    const bool a = on_device(in), b = on_device(out);
+    return a && b ? Place::kDevice : !a && !b ? Place::kHost : Place::kMixed;
+  }
+  // A host copy of n bytes at p (p itself when p is host memory), after the
+  // work the compute stream has issued.
+  const void* to_host(const void* p, size_t bytes, std::vector<std::byte>& stage) {
+    if (!on_device(p)) return p;
+    stage.resize(std::max(stage.size(), bytes));
+    copy_on_compute(stage.data(), p, bytes, cudaMemcpyDeviceToHost);
+    return stage.data();
+  }
+  void copy_on_compute(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+    if (!bytes) return;
+    const auto compute = static_cast<cudaStream_t>(dev_.compute_stream);
+    check_cuda(cudaMemcpyAsync(dst, src, bytes, kind, compute), "cudaMemcpyAsync", name_);
+    check_cuda(cudaStreamSynchronize(compute), "cudaStreamSynchronize", name_);
+  }
+  void staged_all_gather(const void* in, void* out, int64_t n, DType t) {
+    const size_t part = size_t(n) * dtype_size(t), whole = part * size_t(size());
+    const void* hin = to_host(in, part, stage_in_);
+    if (!on_device(out)) return inner_->all_gather(hin, out, n, t);
+    stage_out_.resize(std::max(stage_out_.size(), whole));
+    inner_->all_gather(hin, stage_out_.data(), n, t);
+    copy_on_compute(out, stage_out_.data(), whole, cudaMemcpyHostToDevice);
+  }
+  void staged_reduce_scatter(const void* in, void* out, int64_t n, DType t) {
+    check_summable("reduce_scatter", *this, t);
+    const size_t part = size_t(n) * dtype_size(t), whole = part * size_t(size());
+    const void* hin = to_host(in, whole, stage_in_);
+    if (!on_device(out)) return inner_->reduce_scatter(hin, out, n, t);
+    stage_out_.resize(std::max(stage_out_.size(), part));
+    inner_->reduce_scatter(hin, stage_out_.data(), n, t);
+    copy_on_compute(out, stage_out_.data(), part, cudaMemcpyHostToDevice);
+  }
+  static const void* range(const SharedArray& a, int64_t offset) {
+    return a.bytes() + offset * int64_t(dtype_size(a.dtype()));
+  }
+
+  // The NCCL communicator, made at the first device collective: rank 0's
+  // unique id broadcast over the MPI communicator inside (collective, in the
+  // same order everywhere as the collective that asks for it).
+  void ensure_comm() {
+    if (!stream_) {  // the first device collective: the axis stream and its watchdog
+      check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate",
+                 name_);
+      watchdog_ = std::make_unique<NcclWatchdog>(*this);
+    }
+    if (comm_ || (size() == 1 && !dev_.groups_of_one)) return;
+    ncclUniqueId id{};
+    if (rank() == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    static_assert(sizeof(id) % sizeof(int64_t) == 0);
+    if (size() > 1) inner_->broadcast(&id, sizeof(id) / sizeof(int64_t), DType::kI64, 0);
+    check_nccl(ncclCommInitRank(&comm_, size(), id, rank()), "ncclCommInitRank");
+    watched_comm_ = comm_;
+  }
+  void check_nccl(ncclResult_t r, const char* call) const {
+    if (r == ncclSuccess) return;
+    const char* last = comm_ ? ncclGetLastError(comm_) : nullptr;
+    fail(call, " on ", name_, " (", size(), " ranks) failed: ", ncclGetErrorString(r),
+         last && *last ? str(" (", last, ")") : std::string());
+  }
+
+  // Counts the collective (a group larger than one), makes the axis stream
+  // wait for the compute stream's work so far, and enqueues `call` on it.
+  template <class Call>
+  std::shared_ptr<Op> post(Collective kind, int64_t bytes, Call&& call) {
+    ensure_comm();
+    if (size() > 1) count(kind, bytes);
+    auto op = std::make_shared<Op>();
+    op->kind = kind;
+    op->bytes = bytes;
+    op->posted = Clock::now();
+    const auto compute = static_cast<cudaStream_t>(dev_.compute_stream);
+    check_cuda(cudaEventRecord(op->ready, compute), "cudaEventRecord", name_);
+    check_cuda(cudaStreamWaitEvent(stream_, op->ready, 0), "cudaStreamWaitEvent", name_);
+    check_cuda(cudaEventRecord(op->start, stream_), "cudaEventRecord", name_);
+    check_nccl(call(), collective_name(kind));
+    check_cuda(cudaGetLastError(), collective_name(kind), name_);
+    check_cuda(cudaEventRecord(op->done, stream_), "cudaEventRecord", name_);
+    watchdog_->follow(op);
+    return op;
+  }
+  void run_blocking(const std::shared_ptr<Op>& op) { wait_on_compute(*op); }
+  Request request(std::shared_ptr<Op> op);
+
+  std::shared_ptr<Op> post_all_reduce(void* buf, int64_t n, DType t) {
+    return post(Collective::kAllReduce, n * int64_t(dtype_size(t)), [=, this] {
+      if (!comm_) return ncclSuccess;
+      return ncclAllReduce(buf, buf, size_t(n), nccl_type(t), ncclSum, comm_, stream_);
+    });
+  }
+  std::shared_ptr<Op> post_all_gather(const void* in, void* out, int64_t n, DType t) {
+    const size_t part = size_t(n) * dtype_size(t);
+    return post(Collective::kAllGather, int64_t(size()) * int64_t(part), [=, this] {
+      if (comm_) return ncclAllGather(in, out, size_t(n), nccl_type(t), comm_, stream_);
+      if (in != out && part)
+        check_cuda(cudaMemcpyAsync(out, in, part, cudaMemcpyDeviceToDevice, stream_),
+                   "cudaMemcpyAsync", name_);
+      return ncclSuccess;
+    });
+  }
+  // out[n] (+)= the sum over ranks of in's block of this rank.
+  std::shared_ptr<Op> post_reduce_scatter(const void* in, void* out, int64_t n, DType t,
+                                          bool accumulate) {
+    const size_t part = size_t(n) * dtype_size(t);
+    ensure_comm();
+    void* target = out;
+    if (accumulate) target = scratch(part);
+    return post(Collective::kReduceScatter, int64_t(size()) * int64_t(part), [=, this] {
+      const void* mine = static_cast<const std::byte*>(in) + size_t(rank()) * part;
+      if (comm_) {
+        const ncclResult_t r =
+            ncclReduceScatter(in, target, size_t(n), nccl_type(t), ncclSum, comm_, stream_);
+        if (r != ncclSuccess) return r;
+      } else if (target != mine && part) {
+        check_cuda(cudaMemcpyAsync(target, mine, part, cudaMemcpyDeviceToDevice, stream_),
+                   "cudaMemcpyAsync", name_);
+      }
+      if (accumulate)
+        check_cuda(nccl::accumulate(static_cast<float*>(out), static_cast<const float*>(target), n,
+                                    stream_),
+                   "the accumulate kernel", name_);
+      return ncclSuccess;
+    });
+  }
+  // Device scratch of at least `bytes`, used on the axis stream only (its
+  // collectives run in order there, so one buffer serves them all).
+  void* scratch(size_t bytes) {
+    if (bytes <= scratch_bytes_) return scratch_;
+    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize", name_);
+    if (scratch_) dev_.memory->release(scratch_);
+    scratch_ = dev_.memory->allocate(bytes);
+    scratch_bytes_ = bytes;
+    return scratch_;
+  }
+
+  std::unique_ptr<Communicator> owned_;
+  Communicator* inner_;
+  NcclDevice dev_;
+  cudaStream_t stream_ = nullptr;
+  ncclComm_t comm_ = nullptr;
+  std::atomic<ncclComm_t> watched_comm_{nullptr};
+  std::atomic<double> watched_timeout_{0};
+  void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
+  std::unique_ptr<NcclWatchdog> watchdog_;
+  std::vector<std::byte> stage_in_, stage_out_;  // host staging of mixed collectives
+  mutable CommStats merged_;                     // what stats() returns: rebuilt at each call
+};
+
+namespace {
+
+// A posted device collective: waiting is an event wait on the compute stream.
+class NcclRequest final : public Request::Impl {
+ public:
+  NcclRequest(NcclCommunicator& c, std::shared_ptr<Op> op) : c_(c), op_(std::move(op)) {}
+  void wait() override {
+    if (!op_) return;
+    c_.wait_on_compute(*op_);
+    op_.reset();
+  }
+  bool test() override {
+    if (!op_) return true;
+    const cudaError_t e = cudaEventQuery(op_->done);
+    if (e == cudaErrorNotReady) return false;
+    check_cuda(e, "cudaEventQuery", c_.name());
+    wait();
+    return true;
+  }
+  bool pending() const override { return op_ != nullptr; }
+  bool needs_polling() const override { return false; }
+  [[noreturn]] void abort_job() noexcept override {
+    if (c_.nccl()) ncclCommAbort(c_.nccl());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    std::abort();
+  }
+
+ private:
+  NcclCommunicator& c_;
+  std::shared_ptr<Op> op_;
+};
+
+}  // namespace
+
+Request NcclCommunicator::request(std::shared_ptr<Op> op) {
+  return Request(std::make_unique<NcclRequest>(*this, std::move(op)));
+}
+
+NcclWatchdog::NcclWatchdog(NcclCommunicator& c) : comm_(c), thread_([this] { run(); }) {}
+
+NcclWatchdog::~NcclWatchdog() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void NcclWatchdog::follow(std::shared_ptr<Op> op) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ops_.push_back(std::move(op));
+  }
+  wake_.notify_all();
+}
+
+void NcclWatchdog::fold_into(CommStats& s, bool reset) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int k = 0; k < static_cast<int>(Collective::kCount); ++k) {
+    s.total_seconds[k] += total_[k];
+    s.exposed_seconds[k] += exposed_[k];
+    s.wait_seconds += exposed_[k];
+    if (reset) total_[k] = exposed_[k] = 0;
+  }
+}
+
+// Called with mu_ held. An op counts once its collective is done and, when
+// the compute stream has been told to wait for it, that wait has ended too.
+bool NcclWatchdog::settle(Op& op) {
+  if (cudaEventQuery(op.done) != cudaSuccess) return false;
+  if (!op.waited) return false;  // its request has not been waited for yet
+  if (cudaEventQuery(op.wait_end) != cudaSuccess) return false;
+  const int k = static_cast<int>(op.kind);
+  total_[k] += elapsed(op.start, op.done);
+  // A blocking call's compute stream waits from the post on (ready); a
+  // posted one's from its wait().
+  exposed_[k] += elapsed(op.wait_begin, op.wait_end);
+  return true;
+}
+
+void NcclWatchdog::run() {
+  cudaSetDevice(comm_.device());
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_ || !ops_.empty()) {
+    if (ops_.empty()) {
+      wake_.wait(lock, [this] { return stop_ || !ops_.empty(); });
+      continue;
+    }
+    std::erase_if(ops_, [this](const std::shared_ptr<Op>& op) { return settle(*op); });
+    if (comm_.nccl()) {
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(comm_.nccl(), &async);
+      if (async != ncclSuccess && async != ncclInProgress)
+        fail(str("NCCL reported an asynchronous error: ", ncclGetErrorString(async)));
+    }
+    const double timeout = comm_.watched_timeout();
+    for (const std::shared_ptr<Op>& op : ops_) {
+      if (cudaEventQuery(op->done) == cudaSuccess) continue;
+      const double waited = seconds_since(op->posted);
+      if (timeout > 0 && waited >= timeout)
+        fail(str(collective_name(op->kind), " of ", op->bytes, " bytes did not finish within ",
+                 timeout, " s (", waited, " s since it was posted): a peer is stuck or dead; ",
+                 "raise --timeout if the step is legitimately this slow"));
+    }
+    if (stop_) {  // the communicator is going away: its stream was synchronised
+      ops_.clear();
+      break;
+    }
+    wake_.wait_for(lock, std::chrono::milliseconds(20));
+  }
+}
+
+void NcclWatchdog::fail(const std::string& why) {
+  log_error(str("nccl watchdog: ", why, " (group ", comm_.name(), ", ", comm_.size(),
+                " ranks); aborting the job"));
+  if (comm_.nccl()) ncclCommAbort(comm_.nccl());
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();
+}
+
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& world, const NcclDevice& dev) {
+  DENDRITE_CHECK(dev.memory && dev.compute_stream,
+                 "make_nccl_communicator: pass the backend's memory and compute stream");
+  return std::make_unique<NcclCommunicator>(nullptr, &world, dev);
+}
+
+}  // namespace dendrite

@@ -4,6 +4,8 @@
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
 #include <map>
 
 #include "apps/commands.h"
@@ -12,8 +14,16 @@
 namespace dendrite::app {
 
 int dendrite_main(int argc, char** argv, const TrainHooks* hooks) {
-  // The one place the communication settings are read from the environment.
-  dendrite::MpiEnv env(&argc, &argv, comm_options_from_environment());
+  // The one place the communication settings are read from the environment;
+  // a bad value ends every rank the same way, before MPI starts.
+  CommOptions options;
+  try {
+    options = comm_options_from_environment();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  dendrite::MpiEnv env(&argc, &argv, options);
   return env.run_or_abort([&]() -> int {
     CLI::App app{
         "Dendrite: train GPT-2 and Llama language models with 4D hybrid parallelism.\n"

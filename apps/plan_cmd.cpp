@@ -287,6 +287,17 @@ double calibrate_bandwidth(Communicator& world) {
   return 12.0 * n / time_call(world, fn, 0.3, 3);
 }
 
+// Bytes/s of a device copy far larger than cache (read and write counted).
+double calibrate_device_bandwidth(Communicator& world, Backend& be) {
+  const int64_t n = 64 << 20;  // 256 MB per array
+  Buffer<float> a = be.alloc<float>(n), c = be.alloc<float>(n);
+  auto fn = [&] {
+    be.copy(c.data(), a.data(), size_t(n) * sizeof(float));
+    be.ready_for_host();
+  };
+  return 8.0 * n / time_call(world, fn, 0.3, 3);
+}
+
 // Seconds per parameter of the optimizer step as the trainer runs it: zero the
 // gradients, their squared norm, AdamW (over 4M parameters, all ranks at once).
 double calibrate_optimizer(Communicator& world, Backend& be) {
@@ -419,7 +430,10 @@ LinkCost calibrate_collective(Communicator& world, Communicator& comm, const std
                               bool quick, StepContext& step) {
   const int g = comm.size();
   const std::vector<int64_t> sizes = collective_sizes(g, quick);
-  std::vector<float> in(sizes.back(), 1.0f), out(sizes.back());
+  // In the backend's memory (a GPU's: NCCL moves it), as the step's are.
+  Backend& be = *step.be;
+  Buffer<float> in = be.alloc<float>(sizes.back()), out = be.alloc<float>(sizes.back());
+  be.fill(in.data(), 1.0f, in.size());
   std::vector<double> t;
   for (int64_t n : sizes) {
     const int64_t part = n / g;
@@ -427,6 +441,7 @@ LinkCost calibrate_collective(Communicator& world, Communicator& comm, const std
       if (kind == "all_reduce") comm.all_reduce(in.data(), n, DType::kF32);
       if (kind == "all_gather") comm.all_gather(in.data(), out.data(), part, DType::kF32);
       if (kind == "reduce_scatter") comm.reduce_scatter(in.data(), out.data(), part, DType::kF32);
+      be.ready_for_host();  // a transport on streams returns before the call is done
     };
     t.push_back(step.seconds(world, comm, fn, 4 * n));
   }
@@ -499,7 +514,7 @@ double calibrate_penalty(Communicator& world, Backend& be, double latency) {
 }
 
 struct CalibrateCmd {
-  std::string out, name = "this-machine", penalty_from;
+  std::string out, name = "this-machine", penalty_from, device = "auto";
   int threads = 0;
   bool quick = false;
 };
@@ -515,7 +530,9 @@ void print_link(const char* level, const char* kind, int g, const LinkCost& c) {
 
 // messages: the same ranks with shared memory off (every collective an MPI
 // message), as DENDRITE_SHARED_MEMORY=0 and simulated node bounds run them.
-void calibrate_links(Communicator& world, Communicator& messages, Backend& be, Machine& mach,
+// messages: the same ranks with shared memory off (the network's stand-in),
+// or null (GPUs: one node cannot stand in for their network).
+void calibrate_links(Communicator& world, Communicator* messages, Backend& be, Machine& mach,
                      int P, bool quick) {
   const char* kinds[] = {"all_reduce", "all_gather", "reduce_scatter"};
   StepContext step(be);
@@ -534,9 +551,10 @@ void calibrate_links(Communicator& world, Communicator& messages, Backend& be, M
       mach.has_shm = true;
       if (world.rank() == 0) print_link("shm", kind, g, c);
     }
-    ProcessGrid msub = make_grid(messages, str("x=", g, ",d=", P / g));
+    if (!messages) continue;
+    ProcessGrid msub = make_grid(*messages, str("x=", g, ",d=", P / g));
     for (const char* kind : kinds) {
-      LinkCost c = calibrate_collective(messages, msub.X(), kind, quick, step);
+      LinkCost c = calibrate_collective(*messages, msub.X(), kind, quick, step);
       mach.messages.by_kind[kind] = c;
       mach.has_messages = true;
       if (world.rank() == 0) print_link("messages", kind, g, c);
@@ -580,11 +598,17 @@ int run_calibrate_penalty(const CalibrateCmd& o, ProcessGrid& grid, Backend& be)
 int run_calibrate(const CalibrateCmd& o, MpiEnv& env) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
   auto t0 = Clock::now();
-  ProcessGrid grid = make_grid(env.world(), "");
-  // The machine file describes a CPU node: its kernels are the CPU backend's.
-  std::unique_ptr<Backend> backend = make_backend(Device::kCpu);
+  // The machine file describes a node of the device's: its kernels, and its
+  // collectives over the backend's transport (NCCL or staged on GPUs).
+  std::unique_ptr<Backend> backend = make_rank_backend(o.device, env);
   Backend& be = *backend;
-  if (!o.penalty_from.empty()) return run_calibrate_penalty(o, grid, be);
+  const bool gpu = be.device() != Device::kCpu;
+  ProcessGrid grid = make_grid(be.transport(env.world()), "");
+  if (!o.penalty_from.empty()) {
+    DENDRITE_CHECK(!gpu, "calibrate --penalty-from measures oversubscribed CPU ranks; ",
+                   "run it with --device cpu");
+    return run_calibrate_penalty(o, grid, be);
+  }
   const int P = grid.shape().size();
   Machine mach;
   mach.name = o.name;
@@ -592,26 +616,33 @@ int run_calibrate(const CalibrateCmd& o, MpiEnv& env) {
   mach.ranks_per_node = grid.world().ranks_on_node();
   mach.cores_per_node = int(sysconf(_SC_NPROCESSORS_ONLN));
   mach.memory_per_rank_bytes =
-      double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)) / mach.ranks_per_node;
+      gpu ? double(be.device_capacity_bytes())
+          : double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)) / mach.ranks_per_node;
   mach.peak_gflops = mean_over(grid.world(), be.peak_gflops(Precision::kF32, 0, 0.3));
-  mach.memory_bandwidth = calibrate_bandwidth(grid.world());
+  mach.memory_bandwidth = gpu ? calibrate_device_bandwidth(grid.world(), be)
+                              : calibrate_bandwidth(grid.world());
   mach.optimizer_seconds_per_param = calibrate_optimizer(grid.world(), be);
   mach.gemm = calibrate_gemm(grid.world(), be, o.quick, Precision::kF32);
   // Where bf16 would only be widened to fp32, its rates are the fp32 ones: none written.
   if (be.bf16_native()) mach.gemm_bf16 = calibrate_gemm(grid.world(), be, o.quick, Precision::kBF16);
-  {
+  if (gpu) {
+    calibrate_links(grid.world(), nullptr, be, mach, P, o.quick);
+  } else {
     // The same ranks with shared memory off: the messages level.
     CommOptions off = env.options();
     off.shared_memory = false;
     std::unique_ptr<Communicator> messages = env.make_world(off);
-    calibrate_links(grid.world(), *messages, be, mach, P, o.quick);
+    calibrate_links(grid.world(), messages.get(), be, mach, P, o.quick);
   }
-  if (mach.oversubscription() > 1)
+  if (!gpu && mach.oversubscription() > 1)
     mach.oversubscribed_call_penalty_s =
         calibrate_penalty(grid.world(), be, mach.node.get("all_reduce").latency);
-  mach.notes = str("measured by `dendrite calibrate` with ", P, " ranks of ", mach.threads_per_rank,
-                   " threads in ", std::lround(seconds_since(t0)),
-                   " s; network = the node's MPI messages (one node)");
+  mach.notes = gpu ? str("measured by `dendrite calibrate --device cuda` with ", P, " ranks on ",
+                         be.describe(), " in ", std::lround(seconds_since(t0)),
+                         " s; network = the node's transport (one node cannot measure it)")
+                   : str("measured by `dendrite calibrate` with ", P, " ranks of ",
+                         mach.threads_per_rank, " threads in ", std::lround(seconds_since(t0)),
+                         " s; network = the node's MPI messages (one node)");
   if (grid.rank() == 0) {
     save_machine(mach, o.out);
     std::printf("calibrate: peak %.1f GFLOP/s, bandwidth %.2f GB/s per rank, %zu GEMM shapes "
@@ -673,6 +704,10 @@ Runner add_calibrate(CLI::App& app, MpiEnv& env) {
   app.add_option("--name", o->name, "Machine name")->capture_default_str();
   app.add_option("--threads", o->threads, "Threads per rank (default: OMP_NUM_THREADS)");
   app.add_flag("--quick", o->quick, "Fewer GEMM shapes (tests)");
+  app.add_option("--device", o->device,
+                 "cpu, cuda or auto (as train --device): the node described is one of this "
+                 "device's, its GEMMs, memory bandwidth and collectives (NCCL on GPUs) measured")
+      ->capture_default_str();
   app.add_option("--penalty-from", o->penalty_from,
                  "Only measure the per-call penalty of an oversubscribed node (launch more ranks "
                  "than cores) and write this machine file with it to --out");

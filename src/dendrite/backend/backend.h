@@ -56,6 +56,8 @@ class Backend : public Allocator {
   // whose memory the process's RSS measures).
   virtual int64_t device_bytes() const { return 0; }
   virtual int64_t device_peak_bytes() const { return 0; }
+  // The device memory this rank's device has (0 on the CPU).
+  virtual int64_t device_capacity_bytes() const { return 0; }
 
   // ---- memory ----
   // n zeroed elements in this backend's memory.

@@ -139,6 +139,7 @@ class CudaBackend final : public Backend {
   bool transport_on_streams() const override { return on_streams_; }
   int64_t device_bytes() const override { return int64_t(allocated_); }
   int64_t device_peak_bytes() const override { return int64_t(peak_); }
+  int64_t device_capacity_bytes() const override { return int64_t(total_); }
 
   // ---- memory ----
   void* allocate(size_t bytes) override {

@@ -7,8 +7,8 @@
 # communication (`dendrite plan --json`: exposed + hidden) with the measured one
 # (`dendrite bench step --json`: every collective's time, exposed + hidden), and
 # whether the planner's first choice of each case is within 10% of the fastest
-# measured grid. Calibrates first (2 ranks; the per-call penalty of
-# oversubscription with 4 and with 8 ranks on a small machine).
+# measured grid. Calibrates first (8 ranks where the machine has 8 cores; else
+# 2 ranks, then the per-call penalty of oversubscription with 4 and with 8).
 # Usage: bench/validate_comm.sh [build-dir] (env: MODEL, BATCH, SEQ, STEPS, OUT,
 #        CASES="msg2 shm4 nodes4 nodes8" to run a subset)
 set -euo pipefail
@@ -23,17 +23,29 @@ OUT=${OUT:-/tmp/dendrite_validate_comm}
 CASES=${CASES:-msg2 shm4 nodes4 nodes8}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1
-MPIRUN="mpirun --oversubscribe --bind-to none --mca btl self,vader"
+PY=$(command -v /usr/bin/python3 || command -v python3)
+MPIRUN="${MPIRUN:-mpirun} --oversubscribe --bind-to none --mca btl self,vader"
 mkdir -p "$OUT"
 rm -f "$OUT"/bench_*.json "$OUT"/plan_*.json
 start=$(date +%s)
 
-echo "== calibrate (2 ranks, 1 thread each)"
-$MPIRUN -np 2 "$BIN" calibrate --out "$OUT/machine.json" --threads 1 --name validate-comm
+# With a core per rank for 8 ranks (the lent GPU machine has 16), calibrate
+# with 8 ranks and no penalty; on a smaller machine with 2, then the penalty
+# of the oversubscribed 4 and 8.
+CORES=$(nproc)
+CAL=2
+((CORES >= 8)) && CAL=8
+echo "== calibrate ($CAL ranks, 1 thread each)"
+$MPIRUN -np $CAL "$BIN" calibrate --device cpu --out "$OUT/machine.json" --threads 1 \
+  --name validate-comm
 for P in 4 8; do
-  echo "== oversubscription penalty ($P ranks, 1 thread each)"
-  $MPIRUN -np $P "$BIN" calibrate --penalty-from "$OUT/machine.json" --out "$OUT/machine_$P.json" \
-    --threads 1
+  if ((P > CORES)); then
+    echo "== oversubscription penalty ($P ranks, 1 thread each)"
+    $MPIRUN -np $P "$BIN" calibrate --device cpu --penalty-from "$OUT/machine.json" \
+      --out "$OUT/machine_$P.json" --threads 1
+  else
+    cp "$OUT/machine.json" "$OUT/machine_$P.json"
+  fi
 done
 cp "$OUT/machine.json" "$OUT/machine_2.json"
 
@@ -44,10 +56,11 @@ run_case() {
     --machine "$OUT/machine_$P.json" --ranks-per-node "$P" --overlap none $flags --json \
     > "$OUT/plan_$label.json"
   local grids
-  grids=$(/usr/bin/python3 -c "import json,sys; print(' '.join(r['grid'] for r in json.load(open(sys.argv[1]))['ranked']))" "$OUT/plan_$label.json")
+  grids=$("$PY" -c "import json,sys; print(' '.join(r['grid'] for r in json.load(open(sys.argv[1]))['ranked']))" "$OUT/plan_$label.json")
   for g in $grids; do
     echo "== $label: $P ranks, grid $g"
-    env $envs $MPIRUN -np "$P" "$BIN" bench step --model "$MODEL" --batch "$BATCH" --seq "$SEQ" \
+    env $envs $MPIRUN -np "$P" "$BIN" bench step --device cpu --model "$MODEL" --batch "$BATCH" \
+      --seq "$SEQ" \
       --threads 1 --steps "$STEPS" --warmup 1 --overlap none --grid "$g" --json \
       | tail -n 1 > "$OUT/bench_${label}_$g.json"
   done
@@ -62,4 +75,4 @@ for c in $CASES; do
   esac
 done
 echo "== took $(( $(date +%s) - start )) s"
-/usr/bin/python3 "$ROOT/bench/validate_comm.py" "$OUT"
+"$PY" "$ROOT/bench/validate_comm.py" "$OUT"

@@ -8,8 +8,19 @@
 # B16 T1024 in bf16 beside PyTorch eager and compiled on the same GPU.
 # Logs and one JSON line per bench run go to $OUT (or /tmp/gpu_check); the
 # summary is printed last. Meant to finish within 8 minutes.
-#   scripts/gpu_check.sh [--no-compile]   (--no-compile: skip torch.compile)
+#   scripts/gpu_check.sh [--no-compile] [--validate-comm]
+#     --no-compile: skip torch.compile
+#     --validate-comm: then bench/validate_comm.sh on the machine's CPU cores
+#       (issue 16's per-axis check with a core per rank; about 4 more minutes)
 set -uo pipefail
+no_compile=0 validate_comm=0
+for a in "$@"; do
+  case $a in
+    --no-compile) no_compile=1 ;;
+    --validate-comm) validate_comm=1 ;;
+    *) echo "gpu_check: unknown option $a (--no-compile, --validate-comm)"; exit 2 ;;
+  esac
+done
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/gpu_check}
 mkdir -p "$out"
@@ -67,7 +78,7 @@ bench() {  # model
     --seq 1024 --precision bf16 --steps 10 --warmup 2 --json > "$out/dendrite_$1.json" \
     2> "$out/dendrite_$1.err" || note "dendrite bench $1 failed: $(tail -2 "$out/dendrite_$1.err")"
   for mode in eager compile; do
-    [[ $mode == compile && ${1:-} == --no-compile ]] && continue
+    [[ $mode == compile && $no_compile == 1 ]] && continue
     local extra=()
     [[ $mode == compile ]] && extra=(--compile)
     timeout 200 python3 bench/pytorch_step.py --device cuda --precision bf16 --model "$1" --batch 16 \
@@ -105,4 +116,9 @@ for m in ("gpt2-124m", "gpt2-350m"):
             row.append(f"torch {mode} {t['tokens_per_s']:.0f} tok/s, {t.get('peak_memory_mb', 0):.0f} MB")
     print(" | ".join(row))
 PY
+if ((validate_comm)); then
+  OUT=$out/validate_comm MPIRUN=$prefix/usr/bin/mpirun.openmpi timeout 420 \
+    bench/validate_comm.sh build-gpu > "$out/validate_comm.log" 2>&1
+  note "validate_comm (exit $?): $(grep -E 'axis figures within|first choice' "$out/validate_comm.log" | tr '\n' ' ')"
+fi
 note "done in $(elapsed) s"

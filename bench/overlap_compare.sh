@@ -9,7 +9,10 @@
 # exposed), and the CPU time of the progress engine's thread.
 # Usage: bench/overlap_compare.sh [BUILD] [GRID] [RANKS] [ROUNDS] [OVERLAPS...]
 #   default: build y=2,z=2 4 3 none oar ors oag dp all
-#   MODEL (gpt2-124m), BATCH (4), SEQ (64), THREADS (1 per rank), STEPS (4)
+#   MODEL (gpt2-124m), BATCH (4), SEQ (64), THREADS (1 per rank), STEPS (4),
+#   DEVICE (cpu; cuda: one rank per GPU over NCCL, whose comm and exposed
+#   times come from CUDA events: the collectives' time on their streams and
+#   the compute stream's waits), PRECISION (fp32), MPIRUN (mpirun)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}; GRID=${2:-y=2,z=2}; RANKS=${3:-4}; ROUNDS=${4:-3}
@@ -18,12 +21,13 @@ OVERLAPS=("$@"); [ ${#OVERLAPS[@]} -eq 0 ] && OVERLAPS=(none oar ors oag dp all)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 for ((round = 1; round <= ROUNDS; ++round)); do
   for ov in "${OVERLAPS[@]}"; do
-    mpirun -np "$RANKS" --oversubscribe --bind-to none --mca btl self,vader \
-      "$BUILD/dendrite" bench step --model "${MODEL:-gpt2-124m}" --batch "${BATCH:-4}" \
+    ${MPIRUN:-mpirun} -np "$RANKS" --oversubscribe --bind-to none --mca btl self,vader \
+      "$BUILD/dendrite" bench step --device "${DEVICE:-cpu}" --precision "${PRECISION:-fp32}" \
+      --model "${MODEL:-gpt2-124m}" --batch "${BATCH:-4}" \
       --seq "${SEQ:-64}" --threads "${THREADS:-1}" --grid "$GRID" --steps "${STEPS:-4}" \
       --overlap "$ov" --json
   done
-done | /usr/bin/python3 -c '
+done | "$(command -v /usr/bin/python3 || command -v python3)" -c '
 import json, statistics, sys
 runs = {}
 for line in sys.stdin:

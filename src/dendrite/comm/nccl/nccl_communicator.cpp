@@ -65,7 +65,9 @@ struct Op {
   Clock::time_point posted;
   cudaEvent_t ready = nullptr, start = nullptr, done = nullptr;
   cudaEvent_t wait_begin = nullptr, wait_end = nullptr;
-  bool waited = false;  // the compute stream's wait is issued (wait_* recorded)
+  // The compute stream's wait is issued (wait_* recorded): set by the caller's
+  // thread after recording, read by the watchdog's.
+  std::atomic<bool> waited{false};
   Op() {
     for (cudaEvent_t* e : {&ready, &start, &done, &wait_begin, &wait_end})
       check_cuda(cudaEventCreate(e), "cudaEventCreate", "event");
@@ -278,12 +280,12 @@ class NcclCommunicator final : public Communicator {
 
   // The compute stream waits for op (an event wait; the host goes on).
   void wait_on_compute(Op& op) {
-    if (op.waited) return;
+    if (op.waited.load(std::memory_order_relaxed)) return;
     const auto compute = static_cast<cudaStream_t>(dev_.compute_stream);
     check_cuda(cudaEventRecord(op.wait_begin, compute), "cudaEventRecord", name_);
     check_cuda(cudaStreamWaitEvent(compute, op.done, 0), "cudaStreamWaitEvent", name_);
     check_cuda(cudaEventRecord(op.wait_end, compute), "cudaEventRecord", name_);
-    op.waited = true;
+    op.waited.store(true, std::memory_order_release);
   }
   // What the watchdog thread reads.
   ncclComm_t nccl() const { return watched_comm_.load(); }
@@ -517,8 +519,9 @@ void NcclWatchdog::fold_into(CommStats& s, bool reset) {
 // the compute stream has been told to wait for it, that wait has ended too.
 bool NcclWatchdog::settle(Op& op) {
   if (cudaEventQuery(op.done) != cudaSuccess) return false;
-  if (!op.waited) return false;  // its request has not been waited for yet
+  if (!op.waited.load(std::memory_order_acquire)) return false;  // not waited for yet
   if (cudaEventQuery(op.wait_end) != cudaSuccess) return false;
+  if (comm_.size() == 1) return true;  // a group of one times no collective, as it counts none
   const int k = static_cast<int>(op.kind);
   total_[k] += elapsed(op.start, op.done);
   // A blocking call's compute stream waits from the post on (ready); a

@@ -49,7 +49,7 @@ if ! cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDENDRITE_CUDA
      -DPKG_CONFIG_EXECUTABLE="$prefix/usr/bin/pkgconf" > "$out/configure.log" 2>&1; then
   tail -40 "$out/configure.log"; note "configure failed after $(elapsed) s"; exit 1
 fi
-if ! cmake --build build-gpu -j 16 --target dendrite backend_ops_test cuda_model_test parallel_mpi_test \
+if ! cmake --build build-gpu -j 16 --target dendrite backend_ops_test cuda_model_test parallel_mpi_test kill_test \
      > "$out/build.log" 2>&1; then
   grep -m 20 -B2 -A6 "error" "$out/build.log"; note "build failed after $(elapsed) s"; exit 1
 fi
@@ -71,6 +71,9 @@ grids() {  # label, ranks, transport
 }
 grids staged 8 staged
 grids nccl-groups-of-one 1 nccl
+# A rank killed mid-run (8 ranks training on the GPU) ends the job within 30 s.
+(cd build-gpu && DENDRITE_TEST_DEVICE=cuda timeout 150 tests/kill_test) > "$out/kill.log" 2>&1
+note "kill test on the GPU (exit $?): $(grep -E '^killed rank|^\[  (PASSED|FAILED)' "$out/kill.log" | tr '\n' ' ')"
 
 mpirun=("$prefix/usr/bin/mpirun.openmpi" -np 1 --bind-to none)
 bench() {  # model

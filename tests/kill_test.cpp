@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -151,12 +152,18 @@ class KillTest : public ::testing::Test {
   std::vector<pid_t> ranks_;
 };
 
+// DENDRITE_TEST_DEVICE=cuda (scripts/gpu_check.sh) runs the job on the GPU.
+std::string device_under_test() {
+  const char* d = std::getenv("DENDRITE_TEST_DEVICE");
+  return d && *d ? d : "cpu";
+}
+
 TEST_F(KillTest, OneRankKilledMidRunEndsTheJobNonZeroWithin30s) {
   const fs::path metrics = dir_ / "metrics.jsonl", log = dir_ / "train.log";
   job_ = start_mpirun(8, {"train", "--model", (dir_ / "gpt2.json").string(), "--data",
                           (dir_ / "data").string(), "--steps", "100000", "--batch", "8",
                           "--seq", "32", "--eval-every", "0", "--grid", "x=2,y=2,z=2",
-                          "--metrics", metrics.string()},
+                          "--metrics", metrics.string(), "--device", device_under_test()},
                       log);
   ASSERT_GT(job_, 0);
   // Wait (at most 120 s) until three steps are logged: the ranks are then in the loop.

@@ -7,7 +7,9 @@
 # and the NCCL path on one rank, then GPT-2 124M and 350M training steps at
 # B16 T1024 in bf16 beside PyTorch eager and compiled on the same GPU.
 # Logs and one JSON line per bench run go to $OUT (or /tmp/gpu_check); the
-# summary is printed last. Meant to finish within 8 minutes.
+# summary is printed last. The tests and figures come first (within about 8
+# minutes); the grid, NCCL and kill checks follow (each bounded by a timeout,
+# 7.5 minutes at most together): give the call 600 s.
 #   scripts/gpu_check.sh [--no-compile] [--validate-comm]
 #     --no-compile: skip torch.compile
 #     --validate-comm: then bench/validate_comm.sh on the machine's CPU cores
@@ -59,22 +61,6 @@ note "built in $(elapsed) s"
 note "gpu tests: $(grep -E 'tests passed|tests failed' "$out/gpu_tests.log" | tail -1)"
 grep -E "Failed|\*\*\*" "$out/gpu_tests.log" | head -20 | tee -a "$summary"
 
-# Every grid of 1-8 ranks on the one GPU (the staged transport: the ranks
-# share it) and the NCCL path forced on one rank's groups of one, against one
-# process on the CPU (parallel_mpi_test's EveryGrid, GPT-2 and Llama).
-grids() {  # label, ranks, transport
-  local rc=0
-  (cd build-gpu && DENDRITE_TEST_DEVICE=cuda DENDRITE_GPU_TRANSPORT=$3 OMP_NUM_THREADS=1 \
-    timeout 150 "$prefix/usr/bin/mpirun.openmpi" -np "$2" --oversubscribe --bind-to none \
-    tests/parallel_mpi_test --gtest_filter='Models/EveryGrid.*') > "$out/grids_$1.log" 2>&1 || rc=$?
-  note "grids on the GPU, $1: $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/grids_$1.log" | tr '\n' ' ')(exit $rc)"
-}
-grids staged 8 staged
-grids nccl-groups-of-one 1 nccl
-# A rank killed mid-run (8 ranks training on the GPU) ends the job within 30 s.
-(cd build-gpu && DENDRITE_TEST_DEVICE=cuda timeout 150 tests/kill_test) > "$out/kill.log" 2>&1
-note "kill test on the GPU (exit $?): $(grep -E '^killed rank|^\[  (PASSED|FAILED)' "$out/kill.log" | tr '\n' ' ')"
-
 mpirun=("$prefix/usr/bin/mpirun.openmpi" -np 1 --bind-to none)
 bench() {  # model
   timeout 150 "${mpirun[@]}" build-gpu/dendrite bench step --device cuda --model "$1" --batch 16 \
@@ -119,6 +105,22 @@ for m in ("gpt2-124m", "gpt2-350m"):
             row.append(f"torch {mode} {t['tokens_per_s']:.0f} tok/s, {t.get('peak_memory_mb', 0):.0f} MB")
     print(" | ".join(row))
 PY
+# After the figures: every grid of 1-8 ranks on the one GPU (the staged transport: the ranks
+# share it) and the NCCL path forced on one rank's groups of one, against one
+# process on the CPU (parallel_mpi_test's EveryGrid, GPT-2 and Llama).
+grids() {  # label, ranks, transport
+  local rc=0
+  (cd build-gpu && DENDRITE_TEST_DEVICE=cuda DENDRITE_GPU_TRANSPORT=$3 OMP_NUM_THREADS=1 \
+    timeout 150 "$prefix/usr/bin/mpirun.openmpi" -np "$2" --oversubscribe --bind-to none \
+    tests/parallel_mpi_test --gtest_filter='Models/EveryGrid.*') > "$out/grids_$1.log" 2>&1 || rc=$?
+  note "grids on the GPU, $1: $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/grids_$1.log" | tr '\n' ' ')(exit $rc)"
+}
+grids staged 8 staged
+grids nccl-groups-of-one 1 nccl
+# A rank killed mid-run (8 ranks training on the GPU) ends the job within 30 s.
+(cd build-gpu && DENDRITE_TEST_DEVICE=cuda timeout 150 tests/kill_test) > "$out/kill.log" 2>&1
+note "kill test on the GPU (exit $?): $(grep -E '^killed rank|^\[  (PASSED|FAILED)' "$out/kill.log" | tr '\n' ' ')"
+
 if ((validate_comm)); then
   OUT=$out/validate_comm MPIRUN=$prefix/usr/bin/mpirun.openmpi timeout 420 \
     bench/validate_comm.sh build-gpu > "$out/validate_comm.log" 2>&1

@@ -45,7 +45,20 @@ note "date: $(date -u +%Y-%m-%dT%H:%MZ)"
 note "gpu: $(nvidia-smi -L 2>&1 | head -1); driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1 | head -1)"
 note "nvcc: $(nvcc --version | tail -1); torch: $(python3 -c 'import torch; print(torch.__version__)' 2>&1)"
 
-if ! cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDENDRITE_CUDA=ON \
+# NCCL: the toolkit's where it has one, else the one PyTorch's nvidia-nccl
+# wheel brings (its header and libnccl.so.2).
+nccl=()
+if [[ ! -f /usr/local/cuda/include/nccl.h ]]; then
+  wheel=$(python3 -c 'import importlib.util as u; print(list(u.find_spec("nvidia.nccl").submodule_search_locations)[0])' 2>/dev/null)
+  lib=$(ls "$wheel"/lib/libnccl.so* 2>/dev/null | head -1)
+  if [[ -f $wheel/include/nccl.h && -n $lib ]]; then
+    nccl=(-DNCCL_INCLUDE_DIR="$wheel/include" -DNCCL_LIBRARY="$lib")
+    export LD_LIBRARY_PATH=$wheel/lib:$LD_LIBRARY_PATH
+  fi
+fi
+note "nccl: ${nccl[*]:-from the CUDA toolkit}"
+
+if ! cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDENDRITE_CUDA=ON "${nccl[@]}" \
      -DCMAKE_CUDA_ARCHITECTURES=90-real -DCMAKE_PREFIX_PATH="$prefix/usr" \
      -DMPI_CXX_COMPILER="$prefix/usr/bin/mpicxx.openmpi" \
      -DPKG_CONFIG_EXECUTABLE="$prefix/usr/bin/pkgconf" > "$out/configure.log" 2>&1; then
@@ -55,7 +68,7 @@ if ! cmake --build build-gpu -j 16 --target dendrite backend_ops_test cuda_model
      > "$out/build.log" 2>&1; then
   grep -m 20 -B2 -A6 "error" "$out/build.log"; note "build failed after $(elapsed) s"; exit 1
 fi
-note "built in $(elapsed) s"
+note "built in $(elapsed) s; $(grep -m1 -E 'NCCL transport|no NCCL' "$out/configure.log" || echo 'NCCL: see configure.log')"
 
 (cd build-gpu && timeout 180 ctest -L gpu --output-on-failure --timeout 120) > "$out/gpu_tests.log" 2>&1
 note "gpu tests: $(grep -E 'tests passed|tests failed' "$out/gpu_tests.log" | tail -1)"

@@ -143,19 +143,20 @@ class NcclCommunicator final : public Communicator {
     watched_timeout_ = timeout_s_;
   }
   ~NcclCommunicator() override {
-    if (!stream_) return;  // never ran a device collective
-    if (std::uncaught_exceptions() > 0) {
-      // An error unwinds and a peer may be dead: abort first (it ends the
-      // kernels that wait for peers), instead of the orderly destroy.
+    if (stream_) {  // it ran a device collective on its stream
+      if (std::uncaught_exceptions() > 0) {
+        // An error unwinds and a peer may be dead: abort first (it ends the
+        // kernels that wait for peers), instead of the orderly destroy.
+        watchdog_.reset();
+        if (comm_) ncclCommAbort(comm_);
+        comm_ = nullptr;
+      }
+      cudaStreamSynchronize(stream_);
       watchdog_.reset();
-      if (comm_) ncclCommAbort(comm_);
-      comm_ = nullptr;
+      if (comm_) ncclCommDestroy(comm_);
     }
-    cudaStreamSynchronize(stream_);
-    watchdog_.reset();
-    if (comm_) ncclCommDestroy(comm_);
-    if (scratch_) dev_.memory->release(scratch_);
-    cudaStreamDestroy(stream_);
+    if (scratch_) dev_.memory->release(scratch_);  // syncs the compute stream first
+    if (stream_) cudaStreamDestroy(stream_);
   }
 
   int rank() const override { return inner_->rank(); }
@@ -219,10 +220,11 @@ class NcclCommunicator final : public Communicator {
     if (!on_device(buf)) return inner_->broadcast(buf, n, t, root);
     DENDRITE_CHECK(root >= 0 && root < size(), "broadcast on ", name_, ": root ", root,
                    " is outside the group of ", size(), " ranks; pass a root in [0, ", size(), ")");
-    run_blocking(post(Collective::kBroadcast, n * int64_t(dtype_size(t)), [=, this] {
-      if (!comm_) return ncclSuccess;
-      return ncclBroadcast(buf, buf, size_t(n), nccl_type(t), root, comm_, stream_);
-    }));
+    run_blocking(
+        post(Collective::kBroadcast, n * int64_t(dtype_size(t)), [=, this](cudaStream_t s) {
+          if (!comm_) return ncclSuccess;
+          return ncclBroadcast(buf, buf, size_t(n), nccl_type(t), root, comm_, s);
+        }));
   }
   void barrier() override { inner_->barrier(); }
 
@@ -360,10 +362,20 @@ class NcclCommunicator final : public Communicator {
          last && *last ? str(" (", last, ")") : std::string());
   }
 
+  // A group of one without an NCCL communicator: its copies run on the
+  // compute stream itself, with no events, as a SelfCommunicator's would.
+  bool local() const { return size() == 1 && !dev_.groups_of_one; }
+
   // Counts the collective (a group larger than one), makes the axis stream
-  // wait for the compute stream's work so far, and enqueues `call` on it.
+  // wait for the compute stream's work so far, and enqueues call(stream) on
+  // it; a local group runs call on the compute stream and returns null.
   template <class Call>
   std::shared_ptr<Op> post(Collective kind, int64_t bytes, Call&& call) {
+    if (local()) {
+      check_nccl(call(static_cast<cudaStream_t>(dev_.compute_stream)), collective_name(kind));
+      check_cuda(cudaGetLastError(), collective_name(kind), name_);
+      return nullptr;
+    }
     ensure_comm();
     if (size() > 1) count(kind, bytes);
     auto op = std::make_shared<Op>();
@@ -374,28 +386,30 @@ class NcclCommunicator final : public Communicator {
     check_cuda(cudaEventRecord(op->ready, compute), "cudaEventRecord", name_);
     check_cuda(cudaStreamWaitEvent(stream_, op->ready, 0), "cudaStreamWaitEvent", name_);
     check_cuda(cudaEventRecord(op->start, stream_), "cudaEventRecord", name_);
-    check_nccl(call(), collective_name(kind));
+    check_nccl(call(stream_), collective_name(kind));
     check_cuda(cudaGetLastError(), collective_name(kind), name_);
     check_cuda(cudaEventRecord(op->done, stream_), "cudaEventRecord", name_);
     watchdog_->follow(op);
     return op;
   }
-  void run_blocking(const std::shared_ptr<Op>& op) { wait_on_compute(*op); }
+  void run_blocking(const std::shared_ptr<Op>& op) {
+    if (op) wait_on_compute(*op);
+  }
   Request request(std::shared_ptr<Op> op);
 
   std::shared_ptr<Op> post_all_reduce(void* buf, int64_t n, DType t) {
-    return post(Collective::kAllReduce, n * int64_t(dtype_size(t)), [=, this] {
+    return post(Collective::kAllReduce, n * int64_t(dtype_size(t)), [=, this](cudaStream_t s) {
       if (!comm_) return ncclSuccess;
-      return ncclAllReduce(buf, buf, size_t(n), nccl_type(t), ncclSum, comm_, stream_);
+      return ncclAllReduce(buf, buf, size_t(n), nccl_type(t), ncclSum, comm_, s);
     });
   }
   std::shared_ptr<Op> post_all_gather(const void* in, void* out, int64_t n, DType t) {
     const size_t part = size_t(n) * dtype_size(t);
-    return post(Collective::kAllGather, int64_t(size()) * int64_t(part), [=, this] {
-      if (comm_) return ncclAllGather(in, out, size_t(n), nccl_type(t), comm_, stream_);
+    return post(Collective::kAllGather, int64_t(size()) * int64_t(part), [=, this](cudaStream_t s) {
+      if (comm_) return ncclAllGather(in, out, size_t(n), nccl_type(t), comm_, s);
       if (in != out && part)
-        check_cuda(cudaMemcpyAsync(out, in, part, cudaMemcpyDeviceToDevice, stream_),
-                   "cudaMemcpyAsync", name_);
+        check_cuda(cudaMemcpyAsync(out, in, part, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync",
+                   name_);
       return ncclSuccess;
     });
   }
@@ -403,31 +417,33 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<Op> post_reduce_scatter(const void* in, void* out, int64_t n, DType t,
                                           bool accumulate) {
     const size_t part = size_t(n) * dtype_size(t);
-    ensure_comm();
+    if (!local()) ensure_comm();
     void* target = out;
     if (accumulate) target = scratch(part);
-    return post(Collective::kReduceScatter, int64_t(size()) * int64_t(part), [=, this] {
-      const void* mine = static_cast<const std::byte*>(in) + size_t(rank()) * part;
-      if (comm_) {
-        const ncclResult_t r =
-            ncclReduceScatter(in, target, size_t(n), nccl_type(t), ncclSum, comm_, stream_);
-        if (r != ncclSuccess) return r;
-      } else if (target != mine && part) {
-        check_cuda(cudaMemcpyAsync(target, mine, part, cudaMemcpyDeviceToDevice, stream_),
-                   "cudaMemcpyAsync", name_);
-      }
-      if (accumulate)
-        check_cuda(nccl::accumulate(static_cast<float*>(out), static_cast<const float*>(target), n,
-                                    stream_),
-                   "the accumulate kernel", name_);
-      return ncclSuccess;
-    });
+    return post(
+        Collective::kReduceScatter, int64_t(size()) * int64_t(part), [=, this](cudaStream_t s) {
+          const void* mine = static_cast<const std::byte*>(in) + size_t(rank()) * part;
+          if (comm_) {
+            const ncclResult_t r =
+                ncclReduceScatter(in, target, size_t(n), nccl_type(t), ncclSum, comm_, s);
+            if (r != ncclSuccess) return r;
+          } else if (target != mine && part) {
+            check_cuda(cudaMemcpyAsync(target, mine, part, cudaMemcpyDeviceToDevice, s),
+                       "cudaMemcpyAsync", name_);
+          }
+          if (accumulate)
+            check_cuda(
+                nccl::accumulate(static_cast<float*>(out), static_cast<const float*>(target), n, s),
+                "the accumulate kernel", name_);
+          return ncclSuccess;
+        });
   }
-  // Device scratch of at least `bytes`, used on the axis stream only (its
-  // collectives run in order there, so one buffer serves them all).
+  // Device scratch of at least `bytes`, used on one stream only (the axis
+  // stream, or the compute stream of a local group: its collectives run in
+  // order there, so one buffer serves them all).
   void* scratch(size_t bytes) {
     if (bytes <= scratch_bytes_) return scratch_;
-    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize", name_);
+    if (stream_) check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize", name_);
     if (scratch_) dev_.memory->release(scratch_);
     scratch_ = dev_.memory->allocate(bytes);
     scratch_bytes_ = bytes;
@@ -483,6 +499,7 @@ class NcclRequest final : public Request::Impl {
 }  // namespace
 
 Request NcclCommunicator::request(std::shared_ptr<Op> op) {
+  if (!op) return Request();  // a local group's copy, already on the compute stream
   return Request(std::make_unique<NcclRequest>(*this, std::move(op)));
 }
 

@@ -15,7 +15,9 @@
 // broadcasts the NCCL unique id that makes the NCCL communicator (at the
 // first device collective, so an unused group costs nothing) and carries the
 // barrier. NCCL has no accumulating reduce-scatter: it reduces into a scratch
-// buffer that a kernel then adds, on the axis stream.
+// buffer that a kernel then adds, on the axis stream. A group of one (the
+// grid's axes of extent 1) makes no NCCL communicator unless asked to
+// (NcclDevice::groups_of_one): its copies run on the compute stream itself.
 //
 // The watchdog: a thread per communicator follows every collective in flight
 // through its CUDA events; one that has not finished `timeout()` seconds

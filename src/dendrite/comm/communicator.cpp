@@ -123,6 +123,4 @@ NodePlace node_place(Communicator& world) {
   return p;
 }
 
-int node_rank(Communicator& world) { return node_place(world).rank; }
-
 }  // namespace dendrite

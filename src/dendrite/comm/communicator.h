@@ -220,11 +220,9 @@ class Communicator {
 // Throws, naming op, the group and the fix, unless t can be summed (not kBF16).
 void check_summable(const char* op, const Communicator& c, DType t);
 
-// This rank's index among the ranks of `world` on its node (by host name),
-// in rank order. Collective over world.
-int node_rank(Communicator& world);
-// That index and the number of world's ranks on this rank's host (real
-// nodes, whatever the simulated ones). Collective over world.
+// This rank's index among the ranks of `world` on its host (by host name, in
+// rank order; real nodes, whatever the simulated ones) and their number.
+// Collective over world.
 struct NodePlace {
   int rank = 0, ranks = 1;
 };

@@ -162,9 +162,12 @@ int run_plan(const PlanCmd& o, const MpiEnv& env) {
   po.overlap = Overlap::parse(planned_overlap(o.overlap, mach));
   po.shared_memory = !o.no_shared_memory && env.options().shared_memory;
   po.precision = parse_precision(o.precision);
-  if (po.precision == Precision::kBF16 && mach.gemm_bf16.empty() && env.rank() == 0)
-    std::printf("plan: machine %s has no bf16 GEMM rates (calibrate measures them where the CPU "
-                "has AVX512_BF16 or AMX): bf16 GEMMs are predicted at the fp32 rates\n",
+  // A file of published figures (no GEMM table) gives one peak for both.
+  if (po.precision == Precision::kBF16 && !mach.gemm.empty() && mach.gemm_bf16.empty() &&
+      env.rank() == 0)
+    std::printf("plan: machine %s has no bf16 GEMM rates (calibrate measures them on GPUs and "
+                "where the CPU has AVX512_BF16 or AMX): bf16 GEMMs are predicted at the fp32 "
+                "rates\n",
                 mach.name.c_str());
   if (o.sweep) return run_sweep(o, mach, po, env.rank());
   const Plan plan = plan_grids(mc, mach, o.world, po);
@@ -514,7 +517,7 @@ double calibrate_penalty(Communicator& world, Backend& be, double latency) {
 }
 
 struct CalibrateCmd {
-  std::string out, name = "this-machine", penalty_from, device = "auto";
+  std::string out, name = "this-machine", penalty_from, links_from, device = "auto";
   int threads = 0;
   bool quick = false;
 };
@@ -573,6 +576,29 @@ void calibrate_links(Communicator& world, Communicator* messages, Backend& be, M
   }
 }
 
+// calibrate --links-from FILE: what a run on part of one node cannot measure
+// comes from FILE (published figures of the whole node, machines/*.json): the
+// network always (one node's own messages only stand in for it); the node's
+// ranks (GPUs) where FILE's node holds more than this run had; and the node
+// level where this run had one rank, so measured no collective.
+void take_links(Machine& mach, const Machine& from, const std::string& path, int P) {
+  std::string taken = "network";
+  mach.network = from.network;
+  if (from.ranks_per_node > mach.ranks_per_node) {
+    mach.ranks_per_node = from.ranks_per_node;
+    taken += str(", ", from.ranks_per_node, " ranks per node");
+  }
+  if (P == 1) {
+    mach.node = from.node;
+    mach.shm = from.shm;
+    mach.has_shm = from.has_shm;
+    mach.messages = from.messages;
+    mach.has_messages = from.has_messages;
+    taken += ", the node's collectives";
+  }
+  mach.notes += str("; from ", path, " (", from.name, "): ", taken);
+}
+
 // calibrate --penalty-from FILE: run oversubscribed, measure only the per-call
 // penalty and write FILE with it to --out.
 int run_calibrate_penalty(const CalibrateCmd& o, ProcessGrid& grid, Backend& be) {
@@ -605,6 +631,8 @@ int run_calibrate(const CalibrateCmd& o, MpiEnv& env) {
   const bool gpu = be.device() != Device::kCpu;
   ProcessGrid grid = make_grid(be.transport(env.world()), "");
   if (!o.penalty_from.empty()) {
+    DENDRITE_CHECK(o.links_from.empty(), "calibrate: --penalty-from keeps that file's links; ",
+                   "use --links-from without it");
     DENDRITE_CHECK(!gpu, "calibrate --penalty-from measures oversubscribed CPU ranks; ",
                    "run it with --device cpu");
     return run_calibrate_penalty(o, grid, be);
@@ -637,12 +665,15 @@ int run_calibrate(const CalibrateCmd& o, MpiEnv& env) {
   if (!gpu && mach.oversubscription() > 1)
     mach.oversubscribed_call_penalty_s =
         calibrate_penalty(grid.world(), be, mach.node.get("all_reduce").latency);
+  // A GPU's compute does not share the node's cores: no oversubscription model.
+  if (gpu) mach.cores_per_node = 0;
   mach.notes = gpu ? str("measured by `dendrite calibrate --device cuda` with ", P, " ranks on ",
                          be.describe(), " in ", std::lround(seconds_since(t0)),
                          " s; network = the node's transport (one node cannot measure it)")
                    : str("measured by `dendrite calibrate` with ", P, " ranks of ",
                          mach.threads_per_rank, " threads in ", std::lround(seconds_since(t0)),
                          " s; network = the node's MPI messages (one node)");
+  if (!o.links_from.empty()) take_links(mach, load_machine(o.links_from), o.links_from, P);
   if (grid.rank() == 0) {
     save_machine(mach, o.out);
     std::printf("calibrate: peak %.1f GFLOP/s, bandwidth %.2f GB/s per rank, %zu GEMM shapes "
@@ -711,6 +742,11 @@ Runner add_calibrate(CLI::App& app, MpiEnv& env) {
   app.add_option("--penalty-from", o->penalty_from,
                  "Only measure the per-call penalty of an oversubscribed node (launch more ranks "
                  "than cores) and write this machine file with it to --out");
+  app.add_option("--links-from", o->links_from,
+                 "Machine file (e.g. machines/h200-node.json) giving what this run cannot "
+                 "measure: the network, the node's ranks when this run has fewer (one GPU of "
+                 "a node of 8) and, with one rank, the node's collectives")
+      ->check(CLI::ExistingFile);
   return [o, &env] { return run_calibrate(*o, env); };
 }
 

@@ -5,7 +5,8 @@
 # prefix, builds Dendrite with the CUDA backend (Release, 16 jobs, sm_90),
 # runs the tests labelled gpu, every grid of 1-8 ranks on the GPU (staged)
 # and the NCCL path on one rank, then GPT-2 124M and 350M training steps at
-# B16 T1024 in bf16 beside PyTorch eager and compiled on the same GPU.
+# B16 T1024 in bf16 beside PyTorch eager and compiled on the same GPU, and
+# calibrates the GPU into an H200 node's machine file for the planner.
 # Logs and one JSON line per bench run go to $OUT (or /tmp/gpu_check); the
 # summary is printed last. The tests and figures come first (within about 8
 # minutes); the grid, NCCL and kill checks follow (each bounded by a timeout,
@@ -118,6 +119,23 @@ for m in ("gpt2-124m", "gpt2-350m"):
             row.append(f"torch {mode} {t['tokens_per_s']:.0f} tok/s, {t.get('peak_memory_mb', 0):.0f} MB")
     print(" | ".join(row))
 PY
+# The node's machine file: this GPU's GEMM rates (bf16 and TF32 by shape), memory and
+# bandwidth measured; NVLink, InfiniBand and the 8 GPUs of a node from the published
+# figures of machines/h200-node.json (one GPU cannot measure them). Then the planner
+# on it: 8 and 64 H200 for GPT-2 350M, and the weak-scaling sweep.
+timeout 150 "${mpirun[@]}" build-gpu/dendrite calibrate --device cuda --name h200-node-measured \
+  --links-from machines/h200-node.json --out "$out/h200-node-measured.json" > "$out/calibrate.log" 2>&1
+note "calibrate on the GPU (exit $?): $(tail -1 "$out/calibrate.log")"
+if [[ -f $out/h200-node-measured.json ]]; then
+  for w in 8 64; do
+    build-gpu/dendrite plan --machine "$out/h200-node-measured.json" --model gpt2-350m --batch 512 \
+      --seq 1024 --precision bf16 --world $w --top 5 > "$out/plan_h200_$w.txt" 2>&1
+    note "plan $w H200: $(grep -m1 'first choice' "$out/plan_h200_$w.txt")"
+  done
+  build-gpu/dendrite plan --sweep --machine "$out/h200-node-measured.json" --precision bf16 \
+    --overlap all --recompute --json > "$out/sweep_h200.json" 2> "$out/sweep_h200.err"
+  note "sweep on the measured file: $out/sweep_h200.json (exit $?)"
+fi
 # After the figures: every grid of 1-8 ranks on the one GPU (the staged transport: the ranks
 # share it) and the NCCL path forced on one rank's groups of one, against one
 # process on the CPU (parallel_mpi_test's EveryGrid, GPT-2 and Llama).

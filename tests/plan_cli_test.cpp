@@ -185,13 +185,20 @@ TEST_F(PlanCli, Bf16PrecisionHalvesTheGathersAndUsesItsRates) {
             f32["comm_bytes"]["z.all_gather"].get<int64_t>());
   EXPECT_NEAR(b16["gemm_ms"].get<double>() * 2, f32["gemm_ms"].get<double>(),
               1e-9 * f32["gemm_ms"].get<double>());
+  // Measured fp32 rates without bf16 ones: the fp32 rates stand in (a file of
+  // published figures, without a table, gives one peak for both and no note).
   std::ofstream(machine) << R"({"name": "plain", "ranks_per_node": 2, "threads_per_rank": 1,
-    "memory_per_rank_bytes": 8e9, "peak_gflops": 50, "memory_bandwidth": 10e9, "gemm": [],
+    "memory_per_rank_bytes": 8e9, "peak_gflops": 50, "memory_bandwidth": 10e9,
+    "gemm": [{"m": 256, "n": 768, "k": 768, "gflops": 40}],
     "collectives": {
       "node": {"bandwidth": 3.5e9, "latency": 20e-6}, "network": {"bandwidth": 3.5e9, "latency": 20e-6}}})";
   Result plain = dendrite("plan --model gpt2-124m --world 2 --precision bf16 --machine " + machine);
   EXPECT_EQ(plain.rc, 0) << plain.out;
   EXPECT_NE(plain.out.find("no bf16 GEMM rates"), std::string::npos) << plain.out;
+  Result published = dendrite("plan --model gpt2-124m --world 2 --precision bf16 --machine " +
+                              std::string(DENDRITE_SOURCE_DIR) + "/machines/h200-node.json");
+  EXPECT_EQ(published.rc, 0) << published.out;
+  EXPECT_EQ(published.out.find("no bf16 GEMM rates"), std::string::npos) << published.out;
   Result bad = dendrite("plan --model gpt2-124m --world 2 --precision fp8 --machine " + machine);
   EXPECT_NE(bad.rc, 0);
   EXPECT_NE(bad.out.find("unknown precision 'fp8'"), std::string::npos) << bad.out;
@@ -229,6 +236,33 @@ TEST_F(PlanCli, CalibratedPointsAndSimulatedNodes) {
   EXPECT_EQ(split["step_ms"], split_env["step_ms"]);
   Result bad = dendrite("plan --world 2 --machine " + machine + " --simulate-nodes 0");
   EXPECT_NE(bad.rc, 0);
+}
+
+// `calibrate --links-from FILE` on one rank: the GEMM rates and memory are
+// measured here, while what one rank cannot measure (the network, the node's
+// collectives and its ranks: one GPU of a node of 8) comes from FILE.
+TEST_F(PlanCli, CalibrateTakesWhatItCannotMeasureFromLinksFrom) {
+  const std::string published = std::string(DENDRITE_SOURCE_DIR) + "/machines/h200-node.json";
+  const std::string machine = (dir_ / "links_from.json").string();
+  Result cal = dendrite("calibrate --quick --device cpu --threads 1 --links-from " + published +
+                        " --out " + machine);
+  ASSERT_EQ(cal.rc, 0) << cal.out;
+  const nlohmann::json m = nlohmann::json::parse(std::ifstream(machine));
+  const nlohmann::json from = nlohmann::json::parse(std::ifstream(published));
+  EXPECT_EQ(m["ranks_per_node"], 8);
+  EXPECT_DOUBLE_EQ(m["collectives"]["network"]["bandwidth"].get<double>(), 50e9);
+  EXPECT_DOUBLE_EQ(m["collectives"]["node"]["bandwidth"].get<double>(), 450e9);
+  EXPECT_FALSE(m["gemm"].empty());  // measured here
+  EXPECT_NE(m["peak_gflops"], from["peak_gflops"]);
+  EXPECT_NE(m["notes"].get<std::string>().find("h200-node.json"), std::string::npos) << m.dump();
+  // The file plans 8 ranks as one node of 8.
+  Result plan = dendrite("plan --model gpt2-124m --world 8 --json --machine " + machine);
+  EXPECT_EQ(plan.rc, 0) << plan.out;
+  EXPECT_EQ(nlohmann::json::parse(plan.out.substr(plan.out.find('{')))["node_span"], 8);
+  Result both = dendrite("calibrate --links-from " + published + " --penalty-from " + published +
+                         " --out " + machine);
+  EXPECT_NE(both.rc, 0);
+  EXPECT_NE(both.out.find("use --links-from without it"), std::string::npos) << both.out;
 }
 
 }  // namespace

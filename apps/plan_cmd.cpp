@@ -45,10 +45,13 @@ struct PlanCmd {
 
 nlohmann::json prediction_json(const StepPrediction& p) {
   nlohmann::json comm = nlohmann::json::object(), hidden = nlohmann::json::object(),
-                 bytes = nlohmann::json::object();
+                 bytes = nlohmann::json::object(), wait = nlohmann::json::object();
   for (auto& [axis, t] : p.comm_s) comm[axis] = t * 1e3;
+  for (auto& [axis, t] : p.peer_wait_axis_s) wait[axis] = t * 1e3;
   for (auto& [axis, t] : p.hidden_s) hidden[axis] = t * 1e3;
+  nlohmann::json calls = nlohmann::json::object();
   for (auto& [key, b] : p.volume.bytes) bytes[key] = b;
+  for (auto& [key, n] : p.volume.calls) calls[key] = n;
   return {{"grid", grid_str(p.grid)},
           {"x", p.grid.x}, {"y", p.grid.y}, {"z", p.grid.z}, {"d", p.grid.d},
           {"step_ms", p.step_s * 1e3},
@@ -61,9 +64,12 @@ nlohmann::json prediction_json(const StepPrediction& p) {
           {"comm_exposed_ms", p.comm_exposed_s * 1e3},
           {"comm_hidden_ms", p.comm_hidden_s * 1e3},
           {"penalty_ms", p.penalty_s * 1e3},
+          {"peer_wait_ms", p.peer_wait_s * 1e3},
+          {"peer_wait_axis_ms", wait},
           {"engine_ms", p.engine_s * 1e3},
           {"hidden_ms", hidden},
           {"comm_bytes", bytes},
+          {"comm_calls", calls},
           {"memory_mb", p.memory.total() / 1048576.0},
           {"param_state_mb", p.memory.params / 1048576.0},
           {"tokens_per_s", p.tokens_per_s}};
@@ -479,45 +485,33 @@ bool calibrate_shm_collective(Communicator& world, Communicator& comm, const std
   return true;
 }
 
-// Seconds per call of fn over one batch of about `seconds` (same count on
-// every rank), averaged over the ranks: unlike time_call, no fastest batch, as
-// the penalty below is the mean cost of a descheduled peer.
-template <typename Fn>
-double time_loop(Communicator& world, Fn&& fn, double seconds) {
-  const double trial = slowest_trial(world, fn, false);
-  const int reps = std::clamp(int(seconds / trial), 5, 100000);
-  world.barrier();
-  auto t0 = Clock::now();
-  for (int r = 0; r < reps; ++r) fn();
-  return mean_over(world, seconds_since(t0) / reps);
-}
-
-// The extra wait of a blocking collective on an oversubscribed node (more
-// ranks than cores): a GEMM of GPT-2's size with and without a small
-// all-reduce after it, less the all-reduce's latency measured alone.
-double calibrate_penalty(Communicator& world, Backend& be, double latency) {
-  const int m = 256, n = 768, k = 768;
-  Buffer<float> A = be.alloc<float>(m * k), B = be.alloc<float>(n * k), C = be.alloc<float>(m * n);
-  be.fill(A.data(), 0.01f, A.size());
-  be.fill(B.data(), 0.02f, B.size());
-  auto gemm = [&] {
-    be.gemm(false, true, m, n, k, 1.0f, A.data(), k, B.data(), k, 0.0f, C.data(), n);
-    be.ready_for_host();
-  };
+// The wait for peers (Machine::peer_wait_fraction) of groups of comm's size:
+// every group at once runs GPT-2's GEMM, then a one-element all-reduce,
+// `seconds` long; the calls' wait for the group's last rank (arrival stamps)
+// over the time in GEMMs, averaged over the ranks (-1 where the communicator
+// has no stamps: its ranks on several machines), and the seconds of one GEMM.
+std::pair<double, double> calibrate_peer_wait(Communicator& world, Communicator& comm,
+                                              StepContext& step, double seconds) {
   double one = 1.0;
-  const double alone = time_loop(world, gemm, 1.5);
-  const double with_call = time_loop(world, [&] {
-    gemm();
-    world.all_reduce(&one, 1, DType::kF64);
-  }, 1.5);
-  if (world.rank() == 0)
-    std::printf("calibrate: GEMM %.2f ms alone, %.2f ms with an all-reduce after it\n",
-                alone * 1e3, with_call * 1e3);
-  return std::max(0.0, with_call - alone - latency);
+  const double trial = slowest_trial(world, [&] { step.gemm(); }, false);
+  const int reps = std::clamp(int(seconds / trial), 5, 10000);
+  world.barrier();
+  comm.reset_stats();
+  double gemm = 0;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = Clock::now();
+    step.gemm();
+    gemm += seconds_since(t0);
+    comm.all_reduce(&one, 1, DType::kF64);
+  }
+  const double wait = peer_wait(comm);  // -1: no stamps (the same on every rank of the group)
+  comm.reset_stats();
+  const double f = mean_over(world, std::max(wait, 0.0) / std::max(gemm, 1e-9));
+  return {wait < 0 ? -1 : f, mean_over(world, gemm / reps)};
 }
 
 struct CalibrateCmd {
-  std::string out, name = "this-machine", penalty_from, links_from, device = "auto";
+  std::string out, name = "this-machine", compute_from, links_from, device = "auto";
   int threads = 0;
   bool quick = false;
 };
@@ -539,18 +533,27 @@ void calibrate_links(Communicator& world, Communicator* messages, Backend& be, M
                      int P, bool quick) {
   const char* kinds[] = {"all_reduce", "all_gather", "reduce_scatter"};
   StepContext step(be);
+  mach.peer_wait_fraction.clear();
   for (int g = 2; g <= P; ++g) {  // the largest group within the node is kept
     if (P % g != 0 || g > mach.ranks_per_node) continue;
     ProcessGrid sub = make_grid(world, str("x=", g, ",d=", P / g));
+    const auto [wait, interval] = calibrate_peer_wait(world, sub.X(), step, quick ? 0.2 : 1.5);
+    if (wait >= 0) {
+      mach.peer_wait_fraction[g] = wait;
+      mach.peer_wait_interval_s = interval;
+      if (world.rank() == 0)
+        std::printf("calibrate: groups of %d wait for their last rank %.1f%% of the compute "
+                    "(%.1f ms GEMMs between calls)\n", g, 100 * wait, interval * 1e3);
+    }
     for (const char* kind : kinds) {
       LinkCost c = calibrate_collective(world, sub.X(), kind, quick, step);
-      mach.node.by_kind[kind] = c;
+      mach.node.by_kind[kind] = mach.node.by_group[g][kind] = c;
       if (world.rank() == 0) print_link("node", kind, g, c);
     }
     for (const char* kind : kinds) {  // the same over shared memory, where it is on
       LinkCost c;
       if (!calibrate_shm_collective(world, sub.X(), kind, quick, step, c)) continue;
-      mach.shm.by_kind[kind] = c;
+      mach.shm.by_kind[kind] = mach.shm.by_group[g][kind] = c;
       mach.has_shm = true;
       if (world.rank() == 0) print_link("shm", kind, g, c);
     }
@@ -558,11 +561,14 @@ void calibrate_links(Communicator& world, Communicator* messages, Backend& be, M
     ProcessGrid msub = make_grid(*messages, str("x=", g, ",d=", P / g));
     for (const char* kind : kinds) {
       LinkCost c = calibrate_collective(*messages, msub.X(), kind, quick, step);
-      mach.messages.by_kind[kind] = c;
+      mach.messages.by_kind[kind] = mach.messages.by_group[g][kind] = c;
       mach.has_messages = true;
       if (world.rank() == 0) print_link("messages", kind, g, c);
     }
   }
+  // by_kind holds the largest group's figures; by_group the smaller ones.
+  for (LevelCost* l : {&mach.node, &mach.shm, &mach.messages})
+    if (!l->by_group.empty()) l->by_group.erase(std::prev(l->by_group.end()));
   if (mach.has_shm) mach.shm.all = mach.shm.get("all_reduce");
   if (mach.node.by_kind.empty()) mach.node.by_kind["all_reduce"] = {1e12, 0};  // one rank: free
   mach.node.all = mach.node.by_kind["all_reduce"];
@@ -599,28 +605,6 @@ void take_links(Machine& mach, const Machine& from, const std::string& path, int
   mach.notes += str("; from ", path, " (", from.name, "): ", taken);
 }
 
-// calibrate --penalty-from FILE: run oversubscribed, measure only the per-call
-// penalty and write FILE with it to --out.
-int run_calibrate_penalty(const CalibrateCmd& o, ProcessGrid& grid, Backend& be) {
-  Machine mach = load_machine(o.penalty_from);
-  const int ranks = grid.world().ranks_on_node(), cores = int(sysconf(_SC_NPROCESSORS_ONLN));
-  const int threads = omp_get_max_threads();
-  DENDRITE_CHECK(ranks * threads > cores, "calibrate --penalty-from: ", ranks, " ranks of ",
-                 threads, " threads fit the node's ", cores,
-                 " cores, so there is no penalty to measure; launch more ranks than cores");
-  mach.oversubscribed_call_penalty_s =
-      calibrate_penalty(grid.world(), be, mach.node.get("all_reduce").latency);
-  mach.cores_per_node = cores;
-  mach.notes += str("; oversubscribed_call_penalty_s measured with ", ranks, " ranks on ", cores,
-                    " cores");
-  if (grid.rank() == 0) {
-    save_machine(mach, o.out);
-    std::printf("calibrate: %.2f ms per collective call when oversubscribed; wrote %s\n",
-                mach.oversubscribed_call_penalty_s * 1e3, o.out.c_str());
-  }
-  return 0;
-}
-
 int run_calibrate(const CalibrateCmd& o, MpiEnv& env) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
   auto t0 = Clock::now();
@@ -630,29 +614,39 @@ int run_calibrate(const CalibrateCmd& o, MpiEnv& env) {
   Backend& be = *backend;
   const bool gpu = be.device() != Device::kCpu;
   ProcessGrid grid = make_grid(be.transport(env.world()), "");
-  if (!o.penalty_from.empty()) {
-    DENDRITE_CHECK(o.links_from.empty(), "calibrate: --penalty-from keeps that file's links; ",
-                   "use --links-from without it");
-    DENDRITE_CHECK(!gpu, "calibrate --penalty-from measures oversubscribed CPU ranks; ",
-                   "run it with --device cpu");
-    return run_calibrate_penalty(o, grid, be);
-  }
   const int P = grid.shape().size();
   Machine mach;
+  const bool keep_compute = !o.compute_from.empty();
+  if (keep_compute) {
+    // --compute-from: that file's compute figures, this run's collectives and
+    // waits (an oversubscribed node: compute slows by the model's ratio of
+    // threads to cores, collectives and waits by more).
+    DENDRITE_CHECK(!gpu, "calibrate --compute-from is for CPU ranks sharing cores; run it with "
+                   "--device cpu");
+    mach = load_machine(o.compute_from);
+    DENDRITE_CHECK(mach.threads_per_rank == omp_get_max_threads(), "calibrate --compute-from ",
+                   o.compute_from, ": its compute was measured with ", mach.threads_per_rank,
+                   " threads per rank; run with --threads ", mach.threads_per_rank);
+  } else {
+    mach.memory_per_rank_bytes =
+        gpu ? double(be.device_capacity_bytes())
+            : double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)) /
+                  grid.world().ranks_on_node();
+    mach.peak_gflops = mean_over(grid.world(), be.peak_gflops(Precision::kF32, 0, 0.3));
+    mach.memory_bandwidth = gpu ? calibrate_device_bandwidth(grid.world(), be)
+                                : calibrate_bandwidth(grid.world());
+    mach.optimizer_seconds_per_param = calibrate_optimizer(grid.world(), be);
+    mach.gemm = calibrate_gemm(grid.world(), be, o.quick, Precision::kF32);
+    // Where bf16 would only be widened to fp32, its rates are the fp32 ones: none written.
+    if (be.bf16_native())
+      mach.gemm_bf16 = calibrate_gemm(grid.world(), be, o.quick, Precision::kBF16);
+    mach.threads_per_rank = omp_get_max_threads();
+  }
   mach.name = o.name;
-  mach.threads_per_rank = omp_get_max_threads();
   mach.ranks_per_node = grid.world().ranks_on_node();
   mach.cores_per_node = int(sysconf(_SC_NPROCESSORS_ONLN));
-  mach.memory_per_rank_bytes =
-      gpu ? double(be.device_capacity_bytes())
-          : double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)) / mach.ranks_per_node;
-  mach.peak_gflops = mean_over(grid.world(), be.peak_gflops(Precision::kF32, 0, 0.3));
-  mach.memory_bandwidth = gpu ? calibrate_device_bandwidth(grid.world(), be)
-                              : calibrate_bandwidth(grid.world());
-  mach.optimizer_seconds_per_param = calibrate_optimizer(grid.world(), be);
-  mach.gemm = calibrate_gemm(grid.world(), be, o.quick, Precision::kF32);
-  // Where bf16 would only be widened to fp32, its rates are the fp32 ones: none written.
-  if (be.bf16_native()) mach.gemm_bf16 = calibrate_gemm(grid.world(), be, o.quick, Precision::kBF16);
+  mach.has_shm = mach.has_messages = false;
+  mach.node = mach.shm = mach.messages = LevelCost{};
   if (gpu) {
     calibrate_links(grid.world(), nullptr, be, mach, P, o.quick);
   } else {
@@ -662,17 +656,20 @@ int run_calibrate(const CalibrateCmd& o, MpiEnv& env) {
     std::unique_ptr<Communicator> messages = env.make_world(off);
     calibrate_links(grid.world(), messages.get(), be, mach, P, o.quick);
   }
-  if (!gpu && mach.oversubscription() > 1)
-    mach.oversubscribed_call_penalty_s =
-        calibrate_penalty(grid.world(), be, mach.node.get("all_reduce").latency);
+  // Collectives and waits measured with this run's ranks already hold what an
+  // oversubscribed node adds to each call.
+  mach.oversubscribed_call_penalty_s = 0;
   // A GPU's compute does not share the node's cores: no oversubscription model.
   if (gpu) mach.cores_per_node = 0;
+  const std::string compute_note =
+      keep_compute ? str("; compute figures from ", o.compute_from, " (", mach.notes, ")") : "";
   mach.notes = gpu ? str("measured by `dendrite calibrate --device cuda` with ", P, " ranks on ",
                          be.describe(), " in ", std::lround(seconds_since(t0)),
                          " s; network = the node's transport (one node cannot measure it)")
                    : str("measured by `dendrite calibrate` with ", P, " ranks of ",
                          mach.threads_per_rank, " threads in ", std::lround(seconds_since(t0)),
-                         " s; network = the node's MPI messages (one node)");
+                         " s; network = the node's MPI messages (one node)") +
+                         compute_note;
   if (!o.links_from.empty()) take_links(mach, load_machine(o.links_from), o.links_from, P);
   if (grid.rank() == 0) {
     save_machine(mach, o.out);
@@ -739,9 +736,12 @@ Runner add_calibrate(CLI::App& app, MpiEnv& env) {
                  "cpu, cuda or auto (as train --device): the node described is one of this "
                  "device's, its GEMMs, memory bandwidth and collectives (NCCL on GPUs) measured")
       ->capture_default_str();
-  app.add_option("--penalty-from", o->penalty_from,
-                 "Only measure the per-call penalty of an oversubscribed node (launch more ranks "
-                 "than cores) and write this machine file with it to --out");
+  app.add_option("--compute-from", o->compute_from,
+                 "Keep this machine file's compute figures (GEMM rates, peak, memory, optimizer) "
+                 "and measure only the collectives and the wait for peers with this run's ranks: "
+                 "a node run with more ranks than cores, where the compute of a run with a core "
+                 "per rank still holds")
+      ->check(CLI::ExistingFile);
   app.add_option("--links-from", o->links_from,
                  "Machine file (e.g. machines/h200-node.json) giving what this run cannot "
                  "measure: the network, the node's ranks when this run has fewer (one GPU of "

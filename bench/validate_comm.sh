@@ -8,7 +8,8 @@
 # (`dendrite bench step --json`: every collective's time, exposed + hidden), and
 # whether the planner's first choice of each case is within 10% of the fastest
 # measured grid. Calibrates first (8 ranks where the machine has 8 cores; else
-# 2 ranks, then the per-call penalty of oversubscription with 4 and with 8).
+# 2 ranks, then the collectives and the wait for peers again with 4 and with 8
+# ranks, oversubscribed, keeping the 2-rank compute figures).
 # Usage: bench/validate_comm.sh [build-dir] (env: MODEL, BATCH, SEQ, STEPS, OUT,
 #        CASES="msg2 shm4 nodes4 nodes8" to run a subset)
 set -euo pipefail
@@ -30,8 +31,9 @@ rm -f "$OUT"/bench_*.json "$OUT"/plan_*.json
 start=$(date +%s)
 
 # With a core per rank for 8 ranks (the lent GPU machine has 16), calibrate
-# with 8 ranks and no penalty; on a smaller machine with 2, then the penalty
-# of the oversubscribed 4 and 8.
+# with 8 ranks; on a smaller machine with 2, then the collectives and waits of
+# the oversubscribed 4 and 8 (calibrate --compute-from: the compute of a run
+# with a core per rank, which the model slows by threads over cores).
 CORES=$(nproc)
 CAL=2
 ((CORES >= 8)) && CAL=8
@@ -40,9 +42,9 @@ $MPIRUN -np $CAL "$BIN" calibrate --device cpu --out "$OUT/machine.json" --threa
   --name validate-comm
 for P in 4 8; do
   if ((P > CORES)); then
-    echo "== oversubscription penalty ($P ranks, 1 thread each)"
-    $MPIRUN -np $P "$BIN" calibrate --device cpu --penalty-from "$OUT/machine.json" \
-      --out "$OUT/machine_$P.json" --threads 1
+    echo "== collectives and waits oversubscribed ($P ranks, 1 thread each)"
+    $MPIRUN -np $P "$BIN" calibrate --device cpu --compute-from "$OUT/machine.json" \
+      --out "$OUT/machine_$P.json" --threads 1 --name validate-comm-$P
   else
     cp "$OUT/machine.json" "$OUT/machine_$P.json"
   fi

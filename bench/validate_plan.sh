@@ -6,8 +6,9 @@
 # Prints a table, the mean absolute percentage error, the Spearman rank
 # correlation and whether the planner's first choice is within 10% of the
 # fastest measured grid.
-# The per-call penalty of oversubscription is measured by a second, 4-rank
-# calibration (calibrate --penalty-from) on top of the 2-rank one.
+# The 4-rank plans use a second calibration with 4 ranks (calibrate
+# --compute-from): the 2-rank compute figures, the collectives and the wait
+# for peers as the oversubscribed ranks meet them.
 # Usage: bench/validate_plan.sh [build-dir] (env: MODEL, BATCH, SEQ, STEPS, OUT, WORLDS="2 4",
 #        OVERLAP=oar,ors,oag (not train's default, all): the --overlap of both the runs and the plan)
 set -euo pipefail
@@ -28,12 +29,15 @@ rm -f "$OUT"/bench_*.json
 
 echo "== calibrate (2 ranks, 1 thread each)"
 $MPIRUN -np 2 "$BIN" calibrate --out "$OUT/machine.json" --threads 1 --name validate-2rank
-echo "== oversubscription penalty (4 ranks, 1 thread each)"
-$MPIRUN -np 4 "$BIN" calibrate --penalty-from "$OUT/machine.json" --out "$OUT/machine.json" --threads 1
+cp "$OUT/machine.json" "$OUT/machine_2.json"
+echo "== collectives and waits with 4 ranks (1 thread each)"
+$MPIRUN -np 4 "$BIN" calibrate --compute-from "$OUT/machine.json" --out "$OUT/machine_4.json" \
+  --threads 1 --name validate-4rank
 
 for P in ${WORLDS:-2 4}; do
+  [[ -f $OUT/machine_$P.json ]] || { echo "no calibration for $P ranks (2 and 4 only)" >&2; exit 2; }
   "$BIN" plan --model "$MODEL" --batch "$BATCH" --seq "$SEQ" --world "$P" \
-    --machine "$OUT/machine.json" --ranks-per-node "$P" --overlap "$OVERLAP" --json > "$OUT/plan_$P.json"
+    --machine "$OUT/machine_$P.json" --ranks-per-node "$P" --overlap "$OVERLAP" --json > "$OUT/plan_$P.json"
   grids=$(/usr/bin/python3 -c "import json,sys; print(' '.join(r['grid'] for r in json.load(open(sys.argv[1]))['ranked']))" "$OUT/plan_$P.json")
   for g in $grids; do
     echo "== bench $P ranks, grid $g"

@@ -2,10 +2,11 @@
 // is the one `dendrite plan --json` ranks first for the same job (model, batch,
 // sequence, world size, ranks per node, machine file); without --machine it
 // says it plans on a generic description of the node, and still trains. Also
-// `plan --sweep --json`, calibrate --penalty-from refusing a node that fits, and
+// `plan --sweep --json`, calibrate --links-from and --compute-from, and
 // the shared-memory level of a machine file with its switch (--no-shared-memory).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -114,7 +115,7 @@ TEST_F(PlanCli, TrainGridAutoWithoutMachineFileSaysSo) {
   EXPECT_NE(bad.out.find("dendrite calibrate"), std::string::npos) << bad.out;
 }
 
-TEST_F(PlanCli, SweepJsonAndPenaltyCalibration) {
+TEST_F(PlanCli, SweepJson) {
   const std::string machines = std::string(DENDRITE_SOURCE_DIR) + "/machines/";
   Result sweep = dendrite("plan --sweep --json --overlap all --machine " + machines + "frontier.json");
   ASSERT_EQ(sweep.rc, 0) << sweep.out;
@@ -131,11 +132,6 @@ TEST_F(PlanCli, SweepJsonAndPenaltyCalibration) {
     ASSERT_TRUE(std::regex_match(grid, m, std::regex("x=(\\d+),y=(\\d+),z=(\\d+),d=(\\d+)")));
     EXPECT_EQ(std::stoi(m[1]) * std::stoi(m[2]) * std::stoi(m[3]) * std::stoi(m[4]), last);
   }
-  // One rank of one thread fits any node: there is no penalty to measure.
-  Result one = dendrite("calibrate --penalty-from " + machines + "frontier.json --out " +
-                        (dir_ / "m.json").string());
-  EXPECT_NE(one.rc, 0);
-  EXPECT_NE(one.out.find("launch more ranks than cores"), std::string::npos) << one.out;
 }
 
 // `plan --json` on a machine file with a shared-memory level: z=2 is predicted
@@ -259,10 +255,50 @@ TEST_F(PlanCli, CalibrateTakesWhatItCannotMeasureFromLinksFrom) {
   Result plan = dendrite("plan --model gpt2-124m --world 8 --json --machine " + machine);
   EXPECT_EQ(plan.rc, 0) << plan.out;
   EXPECT_EQ(nlohmann::json::parse(plan.out.substr(plan.out.find('{')))["node_span"], 8);
-  Result both = dendrite("calibrate --links-from " + published + " --penalty-from " + published +
-                         " --out " + machine);
-  EXPECT_NE(both.rc, 0);
-  EXPECT_NE(both.out.find("use --links-from without it"), std::string::npos) << both.out;
+}
+
+// `calibrate --compute-from FILE` on 2 ranks: FILE's compute figures stay,
+// the collectives and the wait for peers are this run's (groups of 2), and
+// the plan charges that wait to the axes' collectives; a thread count other
+// than FILE's is refused.
+TEST_F(PlanCli, CalibrateComputeFromKeepsTheComputeAndMeasuresTheRest) {
+  const std::string from = (dir_ / "compute_from.json").string();
+  const std::string machine = (dir_ / "collectives_here.json").string();
+  std::ofstream(from) << R"({"name": "compute", "ranks_per_node": 1, "threads_per_rank": 1,
+    "memory_per_rank_bytes": 8e9, "peak_gflops": 12.5, "memory_bandwidth": 7e9,
+    "gemm": [{"m": 256, "n": 768, "k": 768, "gflops": 11}],
+    "collectives": {"node": {"bandwidth": 1e12, "latency": 0}, "network": {"bandwidth": 1e12, "latency": 0}}})";
+  Result cal = mpirun(2, "calibrate --quick --device cpu --threads 1 --compute-from " + from +
+                             " --out " + machine);
+  ASSERT_EQ(cal.rc, 0) << cal.out;
+  const nlohmann::json m = nlohmann::json::parse(std::ifstream(machine));
+  EXPECT_DOUBLE_EQ(m["peak_gflops"].get<double>(), 12.5);
+  ASSERT_EQ(m["gemm"].size(), 1u);
+  EXPECT_DOUBLE_EQ(m["gemm"][0]["gflops"].get<double>(), 11);
+  EXPECT_EQ(m["ranks_per_node"], 2);
+  EXPECT_EQ(m["collectives"]["node"]["all_reduce"]["group"], 2);
+  ASSERT_TRUE(m.contains("peer_wait_fraction")) << m.dump();
+  const double f = m["peer_wait_fraction"]["2"].get<double>();
+  EXPECT_GE(f, 0.0);
+  EXPECT_EQ(m["oversubscribed_call_penalty_s"], 0.0);
+  EXPECT_NE(m["notes"].get<std::string>().find("compute figures from"), std::string::npos);
+  // The plan's wait: the fraction of the compute between the pair's calls, up
+  // to the interval it was measured over, on the axis of the pair.
+  const double interval_ms = 1e3 * m["peer_wait_interval_s"].get<double>();
+  EXPECT_GT(interval_ms, 0.0);
+  nlohmann::json row = z2_row(plan_world2("", machine, ""));
+  double calls = 0;
+  for (auto& [key, n] : row["comm_calls"].items()) calls += n.get<double>();
+  const double compute = row["compute_ms"].get<double>();
+  EXPECT_NEAR(row["peer_wait_ms"].get<double>(), f * std::min(compute, calls * interval_ms),
+              1e-6 * compute);
+  EXPECT_DOUBLE_EQ(row["peer_wait_ms"].get<double>(), row["peer_wait_axis_ms"]["z"].get<double>());
+  // Every group size calibrate formed keeps its own figures: here only 2, the largest.
+  EXPECT_FALSE(m["collectives"]["node"].contains("groups"));
+  Result threads = mpirun(2, "calibrate --quick --device cpu --threads 2 --compute-from " + from +
+                                 " --out " + machine);
+  EXPECT_NE(threads.rc, 0);
+  EXPECT_NE(threads.out.find("run with --threads 1"), std::string::npos) << threads.out;
 }
 
 }  // namespace

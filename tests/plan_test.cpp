@@ -2,7 +2,8 @@
 // trip, errors), grid enumeration and exclusions, communication bytes against
 // step_volume, the ring cost formula by hand, GEMM flops, and memory per rank
 // against the Transformer's own allocation; what the overlaps hide, the
-// oversubscription penalty, and the weak-scaling sweep. No MPI.
+// oversubscription penalty, the wait for peers, figures per group size, and
+// the weak-scaling sweep. No MPI.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -559,6 +560,76 @@ TEST(LinkPoints, RoundTripAndBadPointsAreErrors) {
   bad = j;
   bad["collectives"]["node"]["all_reduce"].erase("group");
   EXPECT_NE(error_of([&] { machine_from_json(bad); }).find("\"group\""), std::string::npos);
+}
+
+// Figures per group size: a group of g uses its own size's where the level
+// has them, else the largest group's scaled by bytes per link; they survive
+// the file, and a group key that is not a size, or disagrees with its
+// points' group, is an error.
+TEST(LinkPoints, EachGroupSizeUsesItsOwnFigures) {
+  Machine m = test_machine();
+  m.ranks_per_node = 8;
+  LinkCost big(1e9, 0), two(1e9, 0);
+  big.group = 8;
+  big.points = {{1e3, 100e-6}, {1e6, 1e-3}};
+  two.group = 2;
+  two.points = {{1e3, 10e-6}, {1e6, 0.2e-3}};
+  m.node.by_kind["all_reduce"] = big;
+  m.node.by_group[2]["all_reduce"] = two;
+  EXPECT_DOUBLE_EQ(m.link("all_reduce", 1, 2).seconds(1e3, 2, 2), 10e-6);
+  EXPECT_EQ(&m.link("all_reduce", 1, 8), &m.node.by_kind.at("all_reduce"));
+  EXPECT_EQ(&m.link("all_reduce", 1, 4), &m.node.by_kind.at("all_reduce"));  // none of its own
+  EXPECT_EQ(&m.link("all_gather", 1, 2), &m.node.by_kind.at("all_gather"));  // kind not measured
+  const nlohmann::json j = to_json(m);
+  ASSERT_TRUE(j["collectives"]["node"].contains("groups"));
+  const Machine back = machine_from_json(j);
+  EXPECT_EQ(to_json(back), j);
+  EXPECT_DOUBLE_EQ(back.link("all_reduce", 1, 2).seconds(1e3, 2, 2), 10e-6);
+  nlohmann::json bad = j;
+  bad["collectives"]["node"]["groups"]["two"] = bad["collectives"]["node"]["groups"]["2"];
+  EXPECT_NE(error_of([&] { machine_from_json(bad); }).find("group size of 2 or more"),
+            std::string::npos);
+  bad = j;
+  bad["collectives"]["node"]["groups"]["4"] = bad["collectives"]["node"]["groups"]["2"];
+  EXPECT_NE(error_of([&] { machine_from_json(bad); }).find("\"group\" is 2, not 4"),
+            std::string::npos);
+}
+
+// The wait for peers: each axis' collectives wait the group size's fraction of
+// the compute between their calls, up to the interval it was measured over;
+// charged exposed to the axis, and the fractions survive the file.
+TEST(PeerWait, FractionOfTheComputeUpToTheMeasuredInterval) {
+  const ModelConfig c = load_model_config("gpt2-124m");
+  PlanOptions o;
+  o.B = 4, o.T = 64;
+  o.overlap = Overlap::parse("none");
+  Machine m = test_machine();
+  m.ranks_per_node = 4;
+  const GridDims g{2, 1, 1, 2};  // x = 2: many calls; d = 2: one gradient sum
+  const StepPrediction none = predict_step(c, m, g, o);
+  EXPECT_EQ(none.peer_wait_s, 0.0);
+  m.peer_wait_fraction = {{2, 0.05}, {4, 0.10}};
+  EXPECT_DOUBLE_EQ(m.peer_wait(2), 0.05);
+  EXPECT_DOUBLE_EQ(m.peer_wait(3), 0.05);
+  EXPECT_DOUBLE_EQ(m.peer_wait(8), 0.10);
+  EXPECT_DOUBLE_EQ(m.peer_wait(1), 0.0);
+  const StepPrediction all = predict_step(c, m, g, o);  // no interval: the whole compute
+  EXPECT_NEAR(all.peer_wait_axis_s.at("x"), 0.05 * all.compute_s, 1e-12);
+  EXPECT_NEAR(all.peer_wait_axis_s.at("d"), 0.05 * all.compute_s, 1e-12);
+  EXPECT_NEAR(all.comm_s.at("x") - none.comm_s.at("x"), 0.05 * all.compute_s, 1e-12);
+  EXPECT_NEAR(all.step_s - none.step_s, all.peer_wait_s, 1e-12);
+  double d_calls = 0, x_calls = 0;
+  for (auto& [key, n] : all.volume.calls) (key[0] == 'd' ? d_calls : x_calls) += double(n);
+  m.peer_wait_interval_s = 0.25 * all.compute_s / x_calls;  // x's calls 4 intervals apart
+  const StepPrediction capped = predict_step(c, m, g, o);
+  EXPECT_NEAR(capped.peer_wait_axis_s.at("x"), 0.05 * 0.25 * all.compute_s, 1e-12);
+  EXPECT_NEAR(capped.peer_wait_axis_s.at("d"), 0.05 * d_calls * m.peer_wait_interval_s, 1e-12);
+  const Machine back = machine_from_json(to_json(m));
+  EXPECT_EQ(back.peer_wait_fraction, m.peer_wait_fraction);
+  EXPECT_DOUBLE_EQ(back.peer_wait_interval_s, m.peer_wait_interval_s);
+  nlohmann::json bad = to_json(m);
+  bad["peer_wait_fraction"]["1"] = 0.1;
+  EXPECT_NE(error_of([&] { machine_from_json(bad); }).find("not a group size"), std::string::npos);
 }
 
 // The messages level: node-local groups with shared memory off; and simulated

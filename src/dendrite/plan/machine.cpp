@@ -82,7 +82,7 @@ json link_to_json(const LinkCost& l) {
 
 LevelCost level_from_json(const json& j, const std::string& where) {
   check_keys(j, where, {"bandwidth", "latency", "points", "group", "all_reduce", "all_gather",
-                        "reduce_scatter"});
+                        "reduce_scatter", "groups"});
   LevelCost level;
   json own = json::object();  // the level's default link: its own keys
   for (const char* key : {"bandwidth", "latency", "points", "group"})
@@ -90,12 +90,37 @@ LevelCost level_from_json(const json& j, const std::string& where) {
   level.all = link_from_json(own, where);
   for (const char* kind : kKinds)
     if (j.contains(kind)) level.by_kind[kind] = link_from_json(j.at(kind), where + "." + kind);
+  if (j.contains("groups")) {  // {"2": {"all_reduce": {...}, ...}, ...}
+    const json& groups = j.at("groups");
+    DENDRITE_CHECK(groups.is_object(), "machine: \"groups\" in ", where,
+                   " must be an object of group size to collectives");
+    for (auto& [key, kinds] : groups.items()) {
+      const std::string at = where + ".groups." + key;
+      int g = 0;
+      try {
+        g = std::stoi(key);
+      } catch (const std::exception&) {
+      }
+      DENDRITE_CHECK(g >= 2 && str(g) == key && kinds.is_object(), "machine: ", at,
+                     ": the key must be a group size of 2 or more and the value an object of "
+                     "collectives");
+      check_keys(kinds, at, {"all_reduce", "all_gather", "reduce_scatter"});
+      for (auto& [kind, link] : kinds.items()) {
+        LinkCost c = link_from_json(link, at + "." + kind);
+        DENDRITE_CHECK(c.points.empty() || c.group == g, "machine: ", at, ".", kind,
+                       ": \"group\" is ", c.group, ", not ", g);
+        level.by_group[g][kind] = c;
+      }
+    }
+  }
   return level;
 }
 
 json level_to_json(const LevelCost& l) {
   json j = link_to_json(l.all);
   for (auto& [kind, cost] : l.by_kind) j[kind] = link_to_json(cost);
+  for (auto& [g, kinds] : l.by_group)
+    for (auto& [kind, cost] : kinds) j["groups"][str(g)][kind] = link_to_json(cost);
   return j;
 }
 
@@ -132,6 +157,15 @@ const LinkCost& LevelCost::get(const std::string& kind) const {
   return it == by_kind.end() ? all : it->second;
 }
 
+const LinkCost& LevelCost::get(const std::string& kind, int g) const {
+  auto group = by_group.find(g);
+  if (group != by_group.end()) {
+    auto it = group->second.find(kind);
+    if (it != group->second.end()) return it->second;
+  }
+  return get(kind);
+}
+
 double Machine::gemm_gflops(int64_t m, int64_t n, int64_t k, Precision p) const {
   const std::vector<GemmRate>& table = p == Precision::kBF16 && !gemm_bf16.empty() ? gemm_bf16 : gemm;
   if (table.empty()) return peak_gflops * gemm_efficiency;
@@ -160,7 +194,7 @@ int Machine::node_span() const {
 
 const LinkCost& Machine::link(const std::string& kind, int stride, int g) const {
   const bool in_node = int64_t(stride) * g <= node_span();
-  return (in_node ? node : network).get(kind);
+  return (in_node ? node : network).get(kind, g);
 }
 
 bool Machine::uses_shm(int stride, int g, bool shared) const {
@@ -169,10 +203,16 @@ bool Machine::uses_shm(int stride, int g, bool shared) const {
 
 const LinkCost& Machine::link(const std::string& kind, int stride, int g, bool shared,
                               bool shared_memory) const {
-  if (shared_memory && uses_shm(stride, g, shared)) return shm.get(kind);
+  if (shared_memory && uses_shm(stride, g, shared)) return shm.get(kind, g);
   const bool in_node = int64_t(stride) * g <= node_span();
-  if (in_node && !shared_memory && has_messages) return messages.get(kind);
+  if (in_node && !shared_memory && has_messages) return messages.get(kind, g);
   return link(kind, stride, g);
+}
+
+double Machine::peer_wait(int g) const {
+  if (peer_wait_fraction.empty() || g < 2) return 0.0;
+  auto it = peer_wait_fraction.upper_bound(g);  // first size above g
+  return it == peer_wait_fraction.begin() ? it->second : std::prev(it)->second;
 }
 
 double Machine::oversubscription() const {
@@ -217,7 +257,7 @@ Machine machine_from_json(const json& j) {
              {"name", "notes", "ranks_per_node", "threads_per_rank", "cores_per_node",
               "memory_per_rank_bytes", "peak_gflops", "memory_bandwidth", "gemm", "gemm_bf16",
               "optimizer_seconds_per_param", "oversubscribed_call_penalty_s",
-              "gemm_efficiency", "collectives"});
+              "peer_wait_fraction", "peer_wait_interval_s", "gemm_efficiency", "collectives"});
   Machine m;
   const std::string top = "the machine file";
   DENDRITE_CHECK(j.contains("name") && j.at("name").is_string(),
@@ -238,6 +278,26 @@ Machine machine_from_json(const json& j) {
   if (j.contains("oversubscribed_call_penalty_s"))
     m.oversubscribed_call_penalty_s = number(j, top, "oversubscribed_call_penalty_s", false);
   if (j.contains("gemm_efficiency")) m.gemm_efficiency = number(j, top, "gemm_efficiency", true);
+  if (j.contains("peer_wait_interval_s"))
+    m.peer_wait_interval_s = number(j, top, "peer_wait_interval_s", false);
+  if (j.contains("peer_wait_fraction")) {
+    const json& w = j.at("peer_wait_fraction");
+    DENDRITE_CHECK(w.is_object(), "machine: \"peer_wait_fraction\" must be an object of group "
+                   "size to fraction, e.g. {\"2\": 0.05}");
+    for (auto& [key, value] : w.items()) {
+      int g = 0;
+      try {
+        g = std::stoi(key);
+      } catch (const std::exception&) {
+      }
+      DENDRITE_CHECK(g >= 2 && str(g) == key, "machine: peer_wait_fraction key \"", key,
+                     "\" is not a group size of 2 or more");
+      const double f = number(w, "peer_wait_fraction", key.c_str(), false);
+      DENDRITE_CHECK(f < 10, "machine: peer_wait_fraction[", key, "] = ", f,
+                     " is not a fraction of the compute (expected 0 to 10)");
+      m.peer_wait_fraction[g] = f;
+    }
+  }
   for (const char* key : {"gemm", "gemm_bf16"}) {
     if (!j.contains(key)) continue;
     DENDRITE_CHECK(j.at(key).is_array(), "machine: \"", key,
@@ -282,6 +342,12 @@ json to_json(const Machine& m) {
             {"oversubscribed_call_penalty_s", m.oversubscribed_call_penalty_s},
             {"gemm", gemm},
             {"collectives", {{"node", level_to_json(m.node)}, {"network", level_to_json(m.network)}}}};
+  if (!m.peer_wait_fraction.empty()) {
+    json w = json::object();
+    for (auto [g, f] : m.peer_wait_fraction) w[str(g)] = f;
+    j["peer_wait_fraction"] = w;
+    j["peer_wait_interval_s"] = m.peer_wait_interval_s;
+  }
   if (m.has_shm) j["collectives"]["shm"] = level_to_json(m.shm);
   if (m.has_messages) j["collectives"]["messages"] = level_to_json(m.messages);
   if (!m.gemm_bf16.empty()) j["gemm_bf16"] = rates(m.gemm_bf16);

@@ -47,10 +47,15 @@ struct LinkCost {
 // (shared memory off, or a simulated node boundary); "network": across
 // nodes); per-kind figures ("all_reduce", "all_gather", "reduce_scatter")
 // override the level's default where given.
+// by_group: figures measured over groups of other sizes (calibrate keeps every
+// size it forms; by_kind holds the largest): a group of g ranks uses its own
+// size's where measured, else by_kind's scaled by bytes per link.
 struct LevelCost {
   LinkCost all;
   std::map<std::string, LinkCost> by_kind;
+  std::map<int, std::map<std::string, LinkCost>> by_group;
   const LinkCost& get(const std::string& kind) const;
+  const LinkCost& get(const std::string& kind, int g) const;
 };
 
 struct Machine {
@@ -66,9 +71,22 @@ struct Machine {
   int simulated_ranks_per_node = 0;
   // When the node's ranks need more threads than it has cores, each collective
   // call waits this long on top of its ring cost (a descheduled peer gets the
-  // core back after about one scheduler slice); `calibrate` measures it when
-  // run oversubscribed (calibrate --penalty-from).
+  // core back after about one scheduler slice): the generic node's estimate.
+  // `calibrate` writes 0: it measures the collectives with the run's own ranks
+  // (calibrate --compute-from for an oversubscribed node), which includes it.
   double oversubscribed_call_penalty_s = 0;
+  // The wait for peers: over a step, the blocking collectives of a group of g
+  // ranks wait for the group's last rank this fraction of the compute between them
+  // (the ranks drift apart while they compute: noise, and on an oversubscribed
+  // node their turns on the cores). Keyed by group size; a group looks up the
+  // largest size measured not above its own (the smallest otherwise). Empty
+  // (files of published figures): no wait. `calibrate` measures it.
+  std::map<int, double> peer_wait_fraction;
+  // The compute between calls the fraction was measured over (s; 0: none). A
+  // group whose calls lie further apart waits as if they were this far apart:
+  // over longer spans the scheduler shares the cores fairly, so the drift does
+  // not keep growing (oversubscribed D groups, two calls a step, wait ~1 ms).
+  double peer_wait_interval_s = 0;
   double memory_per_rank_bytes = 0;
   double peak_gflops = 0;       // per rank
   double memory_bandwidth = 0;  // bytes/s per rank
@@ -111,6 +129,8 @@ struct Machine {
                        bool shared_memory = true) const;
   // Whether such a group runs its collective over shared memory.
   bool uses_shm(int stride, int g, bool shared) const;
+  // peer_wait_fraction for a group of g ranks (0 when none is measured).
+  double peer_wait(int g) const;
   // Compute slowdown when the node's ranks need more threads than it has cores.
   double oversubscription() const;
   // Throws dendrite::Error naming the field and the fix.

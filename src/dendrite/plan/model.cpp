@@ -1,7 +1,8 @@
 // The performance model: GEMMs at the machine's measured rate for their shape,
 // the other ops by the bytes they stream over the memory bandwidth, the
 // collectives of step_volume at ring cost over the slowest link each group
-// spans (plus a per-call penalty on an oversubscribed node), what the overlap
+// spans (plus a per-call penalty on an oversubscribed node, and the wait for
+// the group's last rank as a calibrated fraction of the compute), what the overlap
 // options hide by overlap.h, and memory by the formulas of Transformer::allocate.
 #include "dendrite/plan/model.h"
 
@@ -333,6 +334,20 @@ StepPrediction predict_step(const ModelConfig& c, const Machine& mach, const Gri
       if (p.hidden_s.count(axis) && uses_shared_memory(mach, g, axis, kind, o))
         p.engine_s += kEngineWorkFraction * p.hidden_s.at(axis);
     p.compute_s += p.engine_s;
+  }
+  // The ranks of each group drift apart while they compute; the group's
+  // collectives wait for the last one (calibrated per group size), for the
+  // compute between calls up to the interval the fraction was measured over.
+  std::map<std::string, double> axis_calls;
+  for (auto& [key, n] : p.volume.calls) axis_calls[key.substr(0, key.find('.'))] += double(n);
+  for (auto& [axis, t] : ring) {
+    const double span = mach.peer_wait_interval_s > 0
+                            ? std::min(p.compute_s, axis_calls[axis] * mach.peer_wait_interval_s)
+                            : p.compute_s;
+    const double w = mach.peer_wait(axis_group(g, axis).second) * span;
+    p.peer_wait_s += w;
+    p.peer_wait_axis_s[axis] = w;
+    p.comm_s[axis] += w;
   }
   for (auto& [axis, t] : p.comm_s) p.comm_exposed_s += t;
   p.comm_total_s = p.comm_exposed_s + p.comm_hidden_s;

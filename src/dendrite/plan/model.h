@@ -66,9 +66,13 @@ struct StepPrediction {
   std::map<std::string, double> comm_s;    // exposed seconds per axis ("x", "y", "z", "d")
   std::map<std::string, double> hidden_s;  // hidden behind compute per axis (overlap.h)
   // comm_total_s: every collective's cost (ring cost plus, oversubscribed, the
-  // per-call penalty) = exposed + hidden; step_s = compute_s + comm_exposed_s.
+  // per-call penalty, plus the wait for peers) = exposed + hidden; step_s = compute_s + comm_exposed_s.
   double comm_total_s = 0, comm_exposed_s = 0, comm_hidden_s = 0;
   double penalty_s = 0;  // of which the oversubscription penalty (exposed)
+  // Of which the wait for peers (exposed): each axis' collectives wait
+  // Machine::peer_wait(group) times the compute for their group's last rank.
+  double peer_wait_s = 0;
+  std::map<std::string, double> peer_wait_axis_s;  // the same per axis
   // Of compute_s: the progress engine's shared-memory work (hidden ORS/OAG, dp)
   // charged to the compute on a node with no spare core (kEngineWorkFraction).
   double engine_s = 0;

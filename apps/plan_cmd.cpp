@@ -110,9 +110,20 @@ void print_plan_table(const PlanCmd& o, const Machine& mach, const Plan& plan) {
   if (!plan.ranked.empty())
     std::printf("first choice: %s (fastest predicted step)\n", grid_str(plan.ranked[0].grid).c_str());
   if (mach.oversubscription() > 1)
-    std::printf("oversubscribed: %d ranks x %d threads on %d cores: compute x%.2f, %.1f ms per "
-                "collective call\n", mach.ranks_per_node, mach.threads_per_rank, mach.cores_per_node,
-                mach.oversubscription(), mach.oversubscribed_call_penalty_s * 1e3);
+    std::printf("oversubscribed: %d ranks x %d threads on %d cores: compute x%.2f%s\n",
+                mach.ranks_per_node, mach.threads_per_rank, mach.cores_per_node,
+                mach.oversubscription(),
+                mach.oversubscribed_call_penalty_s > 0
+                    ? str(", ", mach.oversubscribed_call_penalty_s * 1e3,
+                          " ms more per collective call").c_str()
+                    : "");
+  if (!mach.peer_wait_fraction.empty()) {
+    std::string w;
+    for (auto [g, f] : mach.peer_wait_fraction)
+      w += str(w.empty() ? "" : ", ", "groups of ", g, " ", std::lround(1000 * f) / 10.0, "%");
+    std::printf("wait for peers (in the axes' ms): %s of the compute between a group's calls "
+                "(up to %.1f ms apart)\n", w.c_str(), mach.peer_wait_interval_s * 1e3);
+  }
 }
 
 // Weak scaling (sweep.h): the best grid per GPU count, its step time, flop/s

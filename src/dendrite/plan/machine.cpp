@@ -80,6 +80,18 @@ json link_to_json(const LinkCost& l) {
   return j;
 }
 
+// A JSON key that names a group size ("2", "8"): the size, or 0 when the key
+// is not a plain number of 2 or more.
+int group_size_key(const std::string& key) {
+  int g = 0;
+  try {
+    g = std::stoi(key);
+  } catch (const std::exception&) {
+    return 0;
+  }
+  return g >= 2 && str(g) == key ? g : 0;
+}
+
 LevelCost level_from_json(const json& j, const std::string& where) {
   check_keys(j, where, {"bandwidth", "latency", "points", "group", "all_reduce", "all_gather",
                         "reduce_scatter", "groups"});
@@ -96,12 +108,8 @@ LevelCost level_from_json(const json& j, const std::string& where) {
                    " must be an object of group size to collectives");
     for (auto& [key, kinds] : groups.items()) {
       const std::string at = where + ".groups." + key;
-      int g = 0;
-      try {
-        g = std::stoi(key);
-      } catch (const std::exception&) {
-      }
-      DENDRITE_CHECK(g >= 2 && str(g) == key && kinds.is_object(), "machine: ", at,
+      const int g = group_size_key(key);
+      DENDRITE_CHECK(g > 0 && kinds.is_object(), "machine: ", at,
                      ": the key must be a group size of 2 or more and the value an object of "
                      "collectives");
       check_keys(kinds, at, {"all_reduce", "all_gather", "reduce_scatter"});
@@ -285,12 +293,8 @@ Machine machine_from_json(const json& j) {
     DENDRITE_CHECK(w.is_object(), "machine: \"peer_wait_fraction\" must be an object of group "
                    "size to fraction, e.g. {\"2\": 0.05}");
     for (auto& [key, value] : w.items()) {
-      int g = 0;
-      try {
-        g = std::stoi(key);
-      } catch (const std::exception&) {
-      }
-      DENDRITE_CHECK(g >= 2 && str(g) == key, "machine: peer_wait_fraction key \"", key,
+      const int g = group_size_key(key);
+      DENDRITE_CHECK(g > 0, "machine: peer_wait_fraction key \"", key,
                      "\" is not a group size of 2 or more");
       const double f = number(w, "peer_wait_fraction", key.c_str(), false);
       DENDRITE_CHECK(f < 10, "machine: peer_wait_fraction[", key, "] = ", f,

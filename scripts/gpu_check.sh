@@ -65,7 +65,7 @@ if ! cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDENDRITE_CUDA
      -DPKG_CONFIG_EXECUTABLE="$prefix/usr/bin/pkgconf" > "$out/configure.log" 2>&1; then
   tail -40 "$out/configure.log"; note "configure failed after $(elapsed) s"; exit 1
 fi
-if ! cmake --build build-gpu -j 16 --target dendrite backend_ops_test cuda_model_test parallel_mpi_test kill_test \
+if ! cmake --build build-gpu -j 16 --target dendrite backend_ops_test cuda_model_test parallel_mpi_test kill_test attention_bench \
      > "$out/build.log" 2>&1; then
   grep -m 20 -B2 -A6 "error" "$out/build.log"; note "build failed after $(elapsed) s"; exit 1
 fi
@@ -76,6 +76,13 @@ note "gpu tests: $(grep -E 'tests passed|tests failed' "$out/gpu_tests.log" | ta
 grep -E "Failed|\*\*\*" "$out/gpu_tests.log" | head -20 | tee -a "$summary"
 
 mpirun=("$prefix/usr/bin/mpirun.openmpi" -np 1 --bind-to none)
+# Attention alone at GPT-2 124M's shape (B16 T1024, 12 heads of 64): the
+# tensor-core kernels (bf16) and the SIMT ones (fp32), checked against the CPU.
+for p in bf16 fp32; do
+  timeout 60 "${mpirun[@]}" build-gpu/bench/attention_bench cuda $p 16 1024 12 12 64 \
+    > "$out/attention_$p.log" 2>&1
+  note "attention $p (exit $?): $(grep -E '^(check|forward|backward)' "$out/attention_$p.log" | tr -s ' ' | tr '\n' ';')"
+done
 bench() {  # model
   timeout 150 "${mpirun[@]}" build-gpu/dendrite bench step --device cuda --model "$1" --batch 16 \
     --seq 1024 --precision bf16 --steps 10 --warmup 2 --json > "$out/dendrite_$1.json" \

@@ -69,6 +69,23 @@ void expect_close(const std::vector<T>& got, const Vd& want, double tol, const s
                     << ", tol " << tol << ")";
 }
 
+// Expects ||got - want|| <= tol ||want|| (2-norms): the bound for results whose
+// inputs were rounded inside the op (bf16 tensor-core products), where a few
+// elements that are small differences of large terms lose more than the rest.
+template <typename T>
+void expect_close_norm(const std::vector<T>& got, const Vd& want, double tol,
+                       const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double err = 0.0, norm = 0.0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = static_cast<double>(got[i]) - want[i];
+    err += d * d;
+    norm += want[i] * want[i];
+  }
+  EXPECT_LE(std::sqrt(err), tol * std::sqrt(norm)) << what << ": relative error "
+                                                    << std::sqrt(err / norm) << ", tol " << tol;
+}
+
 // Sets the OpenMP thread count for a scope, then restores it.
 class ThreadCount {
  public:

@@ -39,6 +39,7 @@
 #include <cstdint>
 
 #include "dendrite/backend/cuda/common.cuh"
+#include "dendrite/backend/cuda/flash_mma.cuh"
 #include "dendrite/core/check.h"
 
 namespace dendrite::cuda {
@@ -554,27 +555,6 @@ __global__ void cached_attention_kernel(float* out, const float* q, const float*
 
 // ---- host side
 
-void check_cuda(cudaError_t e, const char* call, const char* op) {
-  DENDRITE_CHECK(e == cudaSuccess, "cuda: ", call, " failed in ", op, ": ", cudaGetErrorString(e));
-}
-
-// Lets kernel F use `bytes` of dynamic shared memory, once per device.
-template <auto F>
-void allow_shared(size_t bytes, const char* kernel) {
-  static std::atomic<uint64_t> done{0};
-  int dev = 0;
-  check_cuda(cudaGetDevice(&dev), "cudaGetDevice", kernel);
-  const uint64_t bit = dev < 64 ? uint64_t(1) << dev : 0;
-  if (bit != 0 && (done.load(std::memory_order_acquire) & bit) != 0) return;
-  const cudaError_t e =
-      cudaFuncSetAttribute(F, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-  DENDRITE_CHECK(e == cudaSuccess, "cuda: cudaFuncSetAttribute(", kernel,
-                 ", cudaFuncAttributeMaxDynamicSharedMemorySize, ", bytes,
-                 ") failed: ", cudaGetErrorString(e),
-                 "; the device allows less shared memory per block than the attention tiles need");
-  done.fetch_or(bit, std::memory_order_acq_rel);
-}
-
 // The CPU backend's shape checks, plus the kernels' head-size and grid limits.
 void check_shape(const ops::AttentionShape& s, const char* op) {
   DENDRITE_CHECK(s.B > 0 && s.T > 0 && s.NH > 0 && s.NKV > 0 && s.hs > 0, op,
@@ -682,7 +662,8 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
 
 void attention_forward(float* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
                        const ops::AttentionShape& s, cudaStream_t stream) {
-  forward_any(out, lse, q, k, v, s, stream);
+  check_shape(s, "attention_forward");
+  flash::forward(out, lse, q, k, v, s, stream);
 }
 
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
@@ -694,7 +675,8 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const bf16* out,
                         const float* lse, const bf16* q, const bf16* k, const bf16* v,
                         const ops::AttentionShape& s, cudaStream_t stream) {
-  backward_any(dq, dk, dv, dout, out, lse, q, k, v, s, stream);
+  check_shape(s, "attention_backward");
+  flash::backward(dq, dk, dv, dout, out, lse, q, k, v, s, stream);
 }
 
 void attention_cached(float* out, const float* q, const float* k_new, const float* v_new,

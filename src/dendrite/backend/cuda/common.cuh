@@ -5,9 +5,11 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "dendrite/backend/cuda/kernels.h"
+#include "dendrite/core/check.h"
 
 namespace dendrite::cuda {
 
@@ -31,6 +33,26 @@ __device__ __forceinline__ bf16 round_bf16(float f) {
   if ((u & 0x7f800000u) == 0) return bf16{uint16_t((u >> 16) & 0x8000u)};
   u += 0x7fffu + ((u >> 16) & 1u);
   return bf16{uint16_t(u >> 16)};
+}
+
+// Lets kernel F use `bytes` of dynamic shared memory (past the default
+// 48 KB), once per device and kernel.
+template <auto F>
+void allow_shared(size_t bytes, const char* kernel) {
+  static std::atomic<uint64_t> done{0};
+  int dev = 0;
+  const cudaError_t got = cudaGetDevice(&dev);
+  DENDRITE_CHECK(got == cudaSuccess, "cuda: cudaGetDevice failed in ", kernel, ": ",
+                 cudaGetErrorString(got));
+  const uint64_t bit = dev < 64 ? uint64_t(1) << dev : 0;
+  if (bit != 0 && (done.load(std::memory_order_acquire) & bit) != 0) return;
+  const cudaError_t e =
+      cudaFuncSetAttribute(F, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  DENDRITE_CHECK(e == cudaSuccess, "cuda: cudaFuncSetAttribute(", kernel,
+                 ", cudaFuncAttributeMaxDynamicSharedMemorySize, ", bytes,
+                 ") failed: ", cudaGetErrorString(e),
+                 "; the device allows less shared memory per block than the kernel's tiles need");
+  done.fetch_or(bit, std::memory_order_acq_rel);
 }
 
 // The sum of v over the block's threads, in a fixed order (warp shuffles,

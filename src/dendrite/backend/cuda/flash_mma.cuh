@@ -1,0 +1,477 @@
+// Causal attention on the tensor cores for bf16 operands (bf16 precision):
+// the kernels behind attention_forward and attention_backward when q, k, v
+// and the saved output are bf16 (attention_mma.cu launches them). The fp32
+// path stays on attention.cu's SIMT kernels.
+//
+// Shapes: B batch, T positions, NH query heads, NKV key/value heads, hs head
+// size padded with zeros to D = 64 or 128. A block owns one (b, h) (or one
+// (b, KV head) for dk/dv) and a tile of 64 rows; each of its 4 warps owns 16
+// rows. Products run as mma.sync m16n8k16 (bf16 in, fp32 accumulate):
+//   forward  S = Q K^T [16 x 64 keys] per warp and key tile; online softmax
+//            in fp32 (running max and sum per row, exp2 of scores scaled by
+//            log2(e)/sqrt(hs)); O += P V with P rounded to bf16, as flash
+//            attention does; lse = max + log(sum) of the fp32 P.
+//   dq       per query tile, key tiles up to the diagonal: S = Q K^T and
+//            dP = dO V^T; P = exp(S - lse) recomputed, dS = P (dP - D),
+//            dQ += dS K; D = rowsum(dO * O) per row, computed in the kernel.
+//   dk, dv   per key tile, for each query head of its KV head in order and
+//            each query tile from the diagonal on: S^T = K Q^T, dP^T = V dO^T,
+//            dV += P^T dO, dK += dS^T Q.
+// dO is rounded to bf16 as it is loaded (it arrives in fp32). Every sum runs
+// in a fixed order and nothing is atomic, so results are deterministic; the
+// rounding of P, dS and dO to bf16 puts the outputs within about 2^-8
+// (relative) of the fp32 SIMT path's, the bound tests/backend_ops_test.cpp
+// holds them to.
+//
+// Fragments (PTX ISA, mma.m16n8k16 with .bf16): lane = 4 g + t; A [16 x 16]
+// holds rows g, g+8 at columns 2t, 2t+1 (registers 0, 1) and 2t+8, 2t+9
+// (registers 2, 3); B [16 x 8] holds rows 2t, 2t+1 (register 0) and 2t+8,
+// 2t+9 (register 1) of column g; C [16 x 8] holds rows g (0, 1) and g+8 (2, 3)
+// at columns 2t, 2t+1. Two packed bf16 keep the lower column in the lower
+// half. A C tile pair of 16 columns is therefore, packed, the A fragment of
+// the next product (P and dS never leave registers).
+//
+// Shared tiles are row-major bf16 [rows][D + 8]: a row of (D + 8) / 2 words
+// is 4 banks past the previous one, so the 8 rows x 4 words that a fragment
+// load touches hit 32 banks. B operands that run along the rows of a tile (V
+// in P V, K in dS K, dO and Q in the dk/dv products) are read as two 16-bit
+// loads per register.
+//
+// This header compiles under nvcc and, for tests/cuda_emulator.h, as plain
+// C++ with the primitives below emulated on the CPU.
+#pragma once
+
+#include <cstdint>
+
+#include "dendrite/core/bf16.h"
+#include "dendrite/ops/attention.h"
+
+#ifndef DENDRITE_CUDA_EMULATION
+#include <cuda_runtime.h>
+#define DENDRITE_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
+#endif
+
+namespace dendrite::cuda::flash {
+
+#ifndef DENDRITE_CUDA_EMULATION
+// d = a b + d: one m16n8k16 product with bf16 operands and fp32 accumulation.
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
+                                          const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+__device__ __forceinline__ float shfl_xor(float v, int mask) {
+  return __shfl_xor_sync(0xffffffffu, v, mask);
+}
+#endif
+
+constexpr int kWarps = 4, kThreads = kWarps * 32;
+constexpr int kRows = 64;  // rows (queries, or keys for dk/dv) of a block
+constexpr int kCols = 64;  // columns (keys, or queries for dk/dv) of a tile
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+
+template <int D>
+struct Tile {
+  static constexpr int ld = D + 8;          // bf16 per shared row
+  static constexpr int elems = kRows * ld;  // one [64][D + 8] tile
+  static constexpr int bytes = elems * 2;
+};
+// Forward: Q, K, V tiles. dq: Q, dO, K, V. dk/dv: K, V, Q, dO, then lse and
+// D of the query tile (2 x 64 floats).
+template <int D>
+constexpr size_t shared_bytes(int tiles, int floats) {
+  return size_t(tiles) * Tile<D>::bytes + size_t(floats) * 4;
+}
+
+// ---- small helpers
+
+__device__ __forceinline__ uint16_t bf16_bits(float f) {  // nearest-even, as to_bf16
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);
+  if ((u & 0x7f800000u) == 0) return uint16_t((u >> 16) & 0x8000u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+__device__ __forceinline__ uint32_t pack(float lo, float hi) {
+  return uint32_t(bf16_bits(lo)) | (uint32_t(bf16_bits(hi)) << 16);
+}
+__device__ __forceinline__ uint32_t pack16(uint16_t lo, uint16_t hi) {
+  return uint32_t(lo) | (uint32_t(hi) << 16);
+}
+__device__ __forceinline__ uint32_t word(const uint16_t* p) {  // p: an even element
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+__device__ __forceinline__ float quad_max(float v) {  // over the 4 lanes of a row
+  v = fmaxf(v, shfl_xor(v, 1));
+  return fmaxf(v, shfl_xor(v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += shfl_xor(v, 1);
+  return v + shfl_xor(v, 2);
+}
+__device__ __forceinline__ float warp_sum(float v) {  // butterfly: the same bits on every lane
+  for (int o = 16; o > 0; o >>= 1) v += shfl_xor(v, o);
+  return v;
+}
+
+// ---- tile loads (all threads of the block; the caller synchronizes)
+
+// dst[r][c] = src[r * stride + c] for r < n, c < hs; zeros elsewhere of the
+// [kRows][D] tile. `vec`: hs, stride and src allow 16-byte loads.
+template <int D>
+__device__ __forceinline__ void load_tile(uint16_t* dst, const bf16* src, int64_t stride, int n,
+                                          int hs, bool vec) {
+  constexpr int ld = Tile<D>::ld;
+  if (vec) {
+    constexpr int chunks = D / 8;
+    for (int e = threadIdx.x; e < kRows * chunks; e += kThreads) {
+      const int r = e / chunks, c = (e % chunks) * 8;
+      uint4 x{0u, 0u, 0u, 0u};
+      if (r < n && c < hs) x = *reinterpret_cast<const uint4*>(src + r * stride + c);
+      *reinterpret_cast<uint4*>(dst + r * ld + c) = x;
+    }
+  } else {
+    for (int e = threadIdx.x; e < kRows * D; e += kThreads) {
+      const int r = e / D, c = e % D;
+      dst[r * ld + c] = r < n && c < hs ? src[r * stride + c].bits : uint16_t(0);
+    }
+  }
+}
+
+// The same from fp32 rows, rounded to bf16 (dO).
+template <int D>
+__device__ __forceinline__ void load_tile(uint16_t* dst, const float* src, int64_t stride, int n,
+                                          int hs) {
+  constexpr int ld = Tile<D>::ld;
+  for (int e = threadIdx.x; e < kRows * D / 2; e += kThreads) {
+    const int r = e / (D / 2), c = (e % (D / 2)) * 2;
+    float lo = 0.0f, hi = 0.0f;
+    if (r < n && c < hs) lo = src[r * stride + c];
+    if (r < n && c + 1 < hs) hi = src[r * stride + c + 1];
+    *reinterpret_cast<uint32_t*>(dst + r * ld + c) = pack(lo, hi);
+  }
+}
+
+// D[r] = dO[r] · O[r] over hs for the n rows of a tile (zero past n), by
+// warps in turn, each row in one fixed order; stored to Ds[r]. dO is rounded
+// to bf16 as in the products, so that D is the sum of P dP that it stands
+// for up to the rounding of O alone (for the first query, exactly).
+__device__ __forceinline__ void row_dots(float* Ds, const float* dout, const bf16* out,
+                                         int64_t stride, int n, int hs) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int r = warp; r < kRows; r += kWarps) {
+    float acc = 0.0f;
+    if (r < n)
+      for (int c = lane; c < hs; c += 32)
+        acc = fmaf(__uint_as_float(uint32_t(bf16_bits(dout[r * stride + c])) << 16),
+                   __uint_as_float(uint32_t(out[r * stride + c].bits) << 16), acc);
+    acc = warp_sum(acc);
+    if (lane == 0) Ds[r] = acc;
+  }
+}
+
+// ---- fragment loads from shared tiles (rows r0.., columns c0..)
+
+// A [16 x 16] from rows r0 + (0..15), columns c0 + (0..15) of a tile.
+template <int LD>
+__device__ __forceinline__ void frag_a(uint32_t (&a)[4], const uint16_t* s, int r0, int c0, int g,
+                                       int t) {
+  const uint16_t* p = s + (r0 + g) * LD + c0 + 2 * t;
+  a[0] = word(p);
+  a[1] = word(p + 8 * LD);
+  a[2] = word(p + 8);
+  a[3] = word(p + 8 * LD + 8);
+}
+// B [16 x 8] = M^T where M's rows n0 + (0..7) hold the columns: B[k][n] =
+// M[n0 + n][k0 + k] (k along the tile's row, one word per register).
+template <int LD>
+__device__ __forceinline__ void frag_b_rows(uint32_t (&b)[2], const uint16_t* s, int n0, int k0,
+                                            int g, int t) {
+  const uint16_t* p = s + (n0 + g) * LD + k0 + 2 * t;
+  b[0] = word(p);
+  b[1] = word(p + 8);
+}
+// B [16 x 8] read down the tile: B[k][n] = M[k0 + k][n0 + n].
+template <int LD>
+__device__ __forceinline__ void frag_b_cols(uint32_t (&b)[2], const uint16_t* s, int k0, int n0,
+                                            int g, int t) {
+  const uint16_t* p = s + (k0 + 2 * t) * LD + n0 + g;
+  b[0] = pack16(p[0], p[LD]);
+  b[1] = pack16(p[8 * LD], p[9 * LD]);
+}
+// The A fragment of columns 16 kk .. 16 kk + 15 of a [16 x 64] accumulator
+// (n-tiles 2 kk and 2 kk + 1), rounded to bf16.
+__device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&c)[8][4], int kk) {
+  a[0] = pack(c[2 * kk][0], c[2 * kk][1]);
+  a[1] = pack(c[2 * kk][2], c[2 * kk][3]);
+  a[2] = pack(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+  a[3] = pack(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+}
+
+// acc[16 x 64] = A[16 rows of `a_tile` from r0] · B^T, B = rows of `b_tile`
+// (64 of them, the columns of the result), over D: a score tile.
+template <int D>
+__device__ __forceinline__ void scores(float (&acc)[8][4], const uint16_t* a_tile, int r0,
+                                       const uint16_t* b_tile, int g, int t) {
+  constexpr int LD = Tile<D>::ld;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    uint32_t a[4];
+    frag_a<LD>(a, a_tile, r0, ks * 16, g, t);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      uint32_t b[2];
+      frag_b_rows<LD>(b, b_tile, j * 8, ks * 16, g, t);
+      mma_16816(acc[j], a, b);
+    }
+  }
+}
+
+// out[16 x D] += W[16 x 64] (an fp32 accumulator, rounded) · M, M the
+// [64][D] tile: the products P V, dS K, P^T dO and dS^T Q.
+template <int D>
+__device__ __forceinline__ void accumulate(float (&out)[D / 8][4], const float (&w)[8][4],
+                                           const uint16_t* m_tile, int g, int t) {
+  constexpr int LD = Tile<D>::ld;
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    uint32_t a[4];
+    acc_to_a(a, w, kk);
+#pragma unroll
+    for (int nd = 0; nd < D / 8; ++nd) {
+      uint32_t b[2];
+      frag_b_cols<LD>(b, m_tile, kk * 16, nd * 8, g, t);
+      mma_16816(out[nd], a, b);
+    }
+  }
+}
+
+// Writes rows r0 + g and r0 + g + 8 of a [16 x D] accumulator times `mul`
+// (per row) to dst rows of `stride` floats, columns < hs, rows < n.
+template <int D>
+__device__ __forceinline__ void store_rows(float* dst, int64_t stride, const float (&acc)[D / 8][4],
+                                           int r0, int n, int hs, float mul_lo, float mul_hi, int g,
+                                           int t) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = r0 + g + 8 * half;
+    if (r >= n) continue;
+    const float mul = half ? mul_hi : mul_lo;
+    float* row = dst + int64_t(r) * stride;
+#pragma unroll
+    for (int nd = 0; nd < D / 8; ++nd) {
+      const int c = nd * 8 + 2 * t;
+      if (c < hs) row[c] = acc[nd][2 * half] * mul;
+      if (c + 1 < hs) row[c + 1] = acc[nd][2 * half + 1] * mul;
+    }
+  }
+}
+
+// ---- forward: grid (B*NH, query tiles), the last (heaviest) tile first.
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    forward_kernel(float* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
+                   ops::AttentionShape s, bool vec) {
+  constexpr int T_ = Tile<D>::elems;
+  DENDRITE_DYNAMIC_SHARED(uint4, smem4);
+  uint16_t* Qs = reinterpret_cast<uint16_t*>(smem4);
+  uint16_t* Ks = Qs + T_;
+  uint16_t* Vs = Ks + T_;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int bh = blockIdx.x, b = bh / s.NH, h = bh % s.NH, kvh = h / (s.NH / s.NKV);
+  const int q0 = (gridDim.y - 1 - blockIdx.y) * kRows;
+  const int nq = min(kRows, s.T - q0);
+  const int64_t row0 = int64_t(b) * s.T;
+  const float scale2 = kLog2e / sqrtf(float(s.hs));  // scores in log2 units
+  load_tile<D>(Qs, q + (row0 + q0) * s.q_stride + h * s.hs, s.q_stride, nq, s.hs, vec);
+
+  float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int nd = 0; nd < D / 8; ++nd) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.0f;
+  const int i_lo = q0 + warp * 16 + g;  // the lane's query rows i_lo and i_lo + 8
+  for (int k0 = 0; k0 < q0 + nq; k0 += kCols) {
+    const int nk = min(kCols, s.T - k0);
+    __syncthreads();  // the previous tile's K and V are consumed
+    const int64_t kv_at = (row0 + k0) * s.kv_stride + kvh * s.hs;
+    load_tile<D>(Ks, k + kv_at, s.kv_stride, nk, s.hs, vec);
+    load_tile<D>(Vs, v + kv_at, s.kv_stride, nk, s.hs, vec);
+    __syncthreads();
+    float sc[8][4];
+    scores<D>(sc, Qs, warp * 16, Ks, g, t);
+    // Keys after the query are masked; key 0 is in the first tile, so the
+    // running max is finite from it on and exp2(-inf - max) = 0.
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = k0 + j * 8 + 2 * t + (e & 1), i = i_lo + 8 * (e >> 1);
+        sc[j][e] = key <= i ? sc[j][e] * scale2 : -INFINITY;
+        mx[e >> 1] = fmaxf(mx[e >> 1], sc[j][e]);
+      }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float m_new = fmaxf(m[half], quad_max(mx[half]));
+      const float alpha = exp2f(m[half] - m_new);  // 0 on the first tile (m = -inf)
+      m[half] = m_new;
+      l[half] *= alpha;
+#pragma unroll
+      for (int nd = 0; nd < D / 8; ++nd) o[nd][2 * half] *= alpha, o[nd][2 * half + 1] *= alpha;
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        sc[j][e] = exp2f(sc[j][e] - m[e >> 1]);
+        l[e >> 1] += sc[j][e];
+      }
+    accumulate<D>(o, sc, Vs, g, t);
+  }
+  // Each lane summed its own columns; the row's sum is the quad's.
+  const float l_lo = quad_sum(l[0]), l_hi = quad_sum(l[1]);
+  const int r0 = warp * 16;
+  store_rows<D>(out + (row0 + q0) * s.out_stride + h * s.hs, s.out_stride, o, r0, nq, s.hs,
+                1.0f / l_lo, 1.0f / l_hi, g, t);
+  if (t == 0) {
+    float* lse_row = lse + int64_t(bh) * s.T + q0;
+    if (r0 + g < nq) lse_row[r0 + g] = m[0] * kLn2 + logf(l_lo);
+    if (r0 + g + 8 < nq) lse_row[r0 + g + 8] = m[1] * kLn2 + logf(l_hi);
+  }
+}
+
+// ---- dq: grid (B*NH, query tiles), the last tile first.
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    dq_kernel(float* dq, const float* dout, const bf16* out, const float* lse, const bf16* q,
+              const bf16* k, const bf16* v, ops::AttentionShape s, bool vec) {
+  constexpr int T_ = Tile<D>::elems;
+  DENDRITE_DYNAMIC_SHARED(uint4, smem4);
+  uint16_t* Qs = reinterpret_cast<uint16_t*>(smem4);
+  uint16_t* dOs = Qs + T_;
+  uint16_t* Ks = dOs + T_;
+  uint16_t* Vs = Ks + T_;
+  float* Ds = reinterpret_cast<float*>(Vs + T_);  // [kRows] D of the block's rows
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int bh = blockIdx.x, b = bh / s.NH, h = bh % s.NH, kvh = h / (s.NH / s.NKV);
+  const int q0 = (gridDim.y - 1 - blockIdx.y) * kRows;
+  const int nq = min(kRows, s.T - q0);
+  const int64_t row0 = int64_t(b) * s.T;
+  const float scale = 1.0f / sqrtf(float(s.hs)), scale2 = scale * kLog2e;
+  const int64_t q_at = (row0 + q0) * s.q_stride + h * s.hs;
+  const int64_t o_at = (row0 + q0) * s.out_stride + h * s.hs;
+  load_tile<D>(Qs, q + q_at, s.q_stride, nq, s.hs, vec);
+  load_tile<D>(dOs, dout + o_at, s.out_stride, nq, s.hs);
+  row_dots(Ds, dout + o_at, out + o_at, s.out_stride, nq, s.hs);
+  __syncthreads();
+  const int r0 = warp * 16, i_lo = q0 + r0 + g;
+  float lse2[2], Dr[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = r0 + g + 8 * half;
+    lse2[half] = r < nq ? lse[int64_t(bh) * s.T + q0 + r] * kLog2e : 0.0f;
+    Dr[half] = Ds[r];
+  }
+
+  float acc[D / 8][4];
+#pragma unroll
+  for (int nd = 0; nd < D / 8; ++nd) acc[nd][0] = acc[nd][1] = acc[nd][2] = acc[nd][3] = 0.0f;
+  for (int k0 = 0; k0 < q0 + nq; k0 += kCols) {
+    const int nk = min(kCols, s.T - k0);
+    __syncthreads();  // the previous tile's K and V are consumed
+    const int64_t kv_at = (row0 + k0) * s.kv_stride + kvh * s.hs;
+    load_tile<D>(Ks, k + kv_at, s.kv_stride, nk, s.hs, vec);
+    load_tile<D>(Vs, v + kv_at, s.kv_stride, nk, s.hs, vec);
+    __syncthreads();
+    float sc[8][4], dp[8][4];
+    scores<D>(sc, Qs, r0, Ks, g, t);
+    scores<D>(dp, dOs, r0, Vs, g, t);
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = k0 + j * 8 + 2 * t + (e & 1), i = i_lo + 8 * (e >> 1);
+        const float p = key <= i ? exp2f(sc[j][e] * scale2 - lse2[e >> 1]) : 0.0f;
+        sc[j][e] = p * (dp[j][e] - Dr[e >> 1]);  // dS
+      }
+    accumulate<D>(acc, sc, Ks, g, t);
+  }
+  store_rows<D>(dq + q_at, s.q_stride, acc, r0, nq, s.hs, scale, scale, g, t);
+}
+
+// ---- dk, dv: grid (B*NKV, key tiles), the first keys (most queries) first.
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    dkv_kernel(float* dk, float* dv, const float* dout, const bf16* out, const float* lse,
+               const bf16* q, const bf16* k, const bf16* v, ops::AttentionShape s, bool vec) {
+  constexpr int T_ = Tile<D>::elems;
+  DENDRITE_DYNAMIC_SHARED(uint4, smem4);
+  uint16_t* Ks = reinterpret_cast<uint16_t*>(smem4);
+  uint16_t* Vs = Ks + T_;
+  uint16_t* Qs = Vs + T_;
+  uint16_t* dOs = Qs + T_;
+  float* lse_s = reinterpret_cast<float*>(dOs + T_);  // [kCols] lse * log2(e) of the query tile
+  float* Ds = lse_s + kCols;                          // [kCols] D of the query tile
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int bg = blockIdx.x, b = bg / s.NKV, kvh = bg % s.NKV, group = s.NH / s.NKV;
+  const int k0 = blockIdx.y * kRows;
+  const int nk = min(kRows, s.T - k0);
+  const int64_t row0 = int64_t(b) * s.T;
+  const float scale = 1.0f / sqrtf(float(s.hs)), scale2 = scale * kLog2e;
+  const int64_t kv_at = (row0 + k0) * s.kv_stride + kvh * s.hs;
+  load_tile<D>(Ks, k + kv_at, s.kv_stride, nk, s.hs, vec);
+  load_tile<D>(Vs, v + kv_at, s.kv_stride, nk, s.hs, vec);
+  const int r0 = warp * 16, j_lo = k0 + r0 + g;  // the lane's keys j_lo and j_lo + 8
+
+  float dk_acc[D / 8][4], dv_acc[D / 8][4];
+#pragma unroll
+  for (int nd = 0; nd < D / 8; ++nd)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk_acc[nd][e] = dv_acc[nd][e] = 0.0f;
+  for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+    const int64_t bh = int64_t(b) * s.NH + h;
+    for (int q0 = k0; q0 < s.T; q0 += kCols) {
+      const int nq = min(kCols, s.T - q0);
+      __syncthreads();  // the previous tile's Q, dO, lse and D are consumed
+      const int64_t q_at = (row0 + q0) * s.q_stride + h * s.hs;
+      const int64_t o_at = (row0 + q0) * s.out_stride + h * s.hs;
+      load_tile<D>(Qs, q + q_at, s.q_stride, nq, s.hs, vec);
+      load_tile<D>(dOs, dout + o_at, s.out_stride, nq, s.hs);
+      row_dots(Ds, dout + o_at, out + o_at, s.out_stride, nq, s.hs);
+      for (int c = threadIdx.x; c < kCols; c += kThreads)
+        lse_s[c] = c < nq ? lse[bh * s.T + q0 + c] * kLog2e : 0.0f;
+      __syncthreads();
+      float sc[8][4], dp[8][4];
+      scores<D>(sc, Ks, r0, Qs, g, t);   // S^T: the warp's keys x the tile's queries
+      scores<D>(dp, Vs, r0, dOs, g, t);  // dP^T
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int c = j * 8 + 2 * t + (e & 1), i = q0 + c, key = j_lo + 8 * (e >> 1);
+          const float p = i >= key && i < s.T ? exp2f(sc[j][e] * scale2 - lse_s[c]) : 0.0f;
+          sc[j][e] = p;                       // P^T
+          dp[j][e] = p * (dp[j][e] - Ds[c]);  // dS^T
+        }
+      accumulate<D>(dv_acc, sc, dOs, g, t);
+      accumulate<D>(dk_acc, dp, Qs, g, t);
+    }
+  }
+  store_rows<D>(dk + kv_at, s.kv_stride, dk_acc, r0, nk, s.hs, scale, scale, g, t);
+  store_rows<D>(dv + kv_at, s.kv_stride, dv_acc, r0, nk, s.hs, 1.0f, 1.0f, g, t);
+}
+
+#ifndef DENDRITE_CUDA_EMULATION
+// The launches (attention_mma.cu), after attention.cu's shape checks.
+void forward(float* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
+             const ops::AttentionShape& s, cudaStream_t stream);
+void backward(float* dq, float* dk, float* dv, const float* dout, const bf16* out, const float* lse,
+              const bf16* q, const bf16* k, const bf16* v, const ops::AttentionShape& s,
+              cudaStream_t stream);
+#endif
+
+}  // namespace dendrite::cuda::flash

@@ -38,11 +38,14 @@ struct dim3 {
 
 namespace emu {
 
+// A warp's exchange areas, two of each: collective n uses set n % 2, so one
+// barrier per collective suffices (a lane can write set n % 2 again only
+// after every lane has passed collective n + 1's barrier, having read n's).
 struct Warp {
   explicit Warp(int threads) : sync(threads) {}
   std::barrier<> sync;
-  float value[32];
-  uint32_t a[32][4], b[32][2];
+  float value[2][32];
+  uint32_t a[2][32][4], b[2][32][2];
 };
 
 struct Block {
@@ -56,6 +59,7 @@ inline thread_local dim3 thread_idx, block_idx;
 inline thread_local Block* block = nullptr;
 inline thread_local Warp* warp = nullptr;
 inline thread_local int lane = 0;
+inline thread_local int phase = 0;  // which exchange set the lane's next collective uses
 inline dim3 grid_dim, block_dim;
 
 // Runs kernel() as grid x `threads` threads (a multiple of 32) with
@@ -80,6 +84,7 @@ inline void launch(dim3 grid, int threads, size_t shared_bytes,
           block = &blk;
           warp = blk.warps[t / 32].get();
           lane = t % 32;
+          phase = 0;
           kernel();
         });
       for (auto& th : pool) th.join();
@@ -95,7 +100,6 @@ inline void launch(dim3 grid, int threads, size_t shared_bytes,
 #define DENDRITE_DYNAMIC_SHARED(T, name) T* name = reinterpret_cast<T*>(::emu::block->shared.data())
 
 inline void __syncthreads() { emu::block->sync.arrive_and_wait(); }
-inline void __syncwarp() { emu::warp->sync.arrive_and_wait(); }
 inline uint32_t __float_as_uint(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
@@ -113,29 +117,30 @@ namespace dendrite::cuda::flash {
 
 inline float shfl_xor(float v, int mask) {
   emu::Warp& w = *emu::warp;
-  w.value[emu::lane] = v;
+  float* value = w.value[emu::phase];
+  emu::phase ^= 1;
+  value[emu::lane] = v;
   w.sync.arrive_and_wait();
-  const float r = w.value[emu::lane ^ mask];
-  w.sync.arrive_and_wait();
-  return r;
+  return value[emu::lane ^ mask];
 }
 
 // d += a b for the warp's m16n8k16 bf16 fragments (layouts as in the PTX ISA).
 inline void mma_16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   emu::Warp& w = *emu::warp;
-  const int lane = emu::lane;
-  std::memcpy(w.a[lane], a, sizeof a);
-  std::memcpy(w.b[lane], b, sizeof b);
+  const int lane = emu::lane, set = emu::phase;
+  emu::phase ^= 1;
+  std::memcpy(w.a[set][lane], a, sizeof a);
+  std::memcpy(w.b[set][lane], b, sizeof b);
   w.sync.arrive_and_wait();
   auto bf = [](uint32_t reg, int half) {
     return __uint_as_float(half ? reg & 0xffff0000u : reg << 16);
   };
   // A[row][k]: lane 4 (row % 8) + (k % 8) / 2, register (row / 8) + 2 (k / 8).
   auto A = [&](int row, int k) {
-    return bf(w.a[4 * (row % 8) + (k % 8) / 2][row / 8 + 2 * (k / 8)], k % 2);
+    return bf(w.a[set][4 * (row % 8) + (k % 8) / 2][row / 8 + 2 * (k / 8)], k % 2);
   };
   // B[k][n]: lane 4 n + (k % 8) / 2, register k / 8.
-  auto B = [&](int k, int n) { return bf(w.b[4 * n + (k % 8) / 2][k / 8], k % 2); };
+  auto B = [&](int k, int n) { return bf(w.b[set][4 * n + (k % 8) / 2][k / 8], k % 2); };
   const int g = lane / 4, t = lane % 4;
   for (int e = 0; e < 4; ++e) {
     const int row = g + 8 * (e / 2), col = 2 * t + e % 2;
@@ -143,7 +148,6 @@ inline void mma_16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)
     for (int k = 0; k < 16; ++k) sum += A(row, k) * B(k, col);
     d[e] += sum;
   }
-  w.sync.arrive_and_wait();
 }
 
 }  // namespace dendrite::cuda::flash

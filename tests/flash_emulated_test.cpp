@@ -104,14 +104,16 @@ void run(const Case& c) {
   check(dv, dv_want, s.kv_stride, s.NKV * s.hs, 4e-2, "dv");
 }
 
-TEST(FlashEmulated, HeadSize64AcrossTilesWithGroupedHeads) {
-  // Three query tiles, the last partial; 2 query heads per KV head; 16-byte loads.
-  run<64>({{1, 150, 4, 2, 64, 4 * 64, 2 * 64, 4 * 64}, true});
+// Shapes small enough for the emulator (a host thread per GPU thread), each
+// with grouped-query heads (2 query heads per KV head).
+TEST(FlashEmulated, HeadSize64AcrossTiles) {
+  // Three tiles of 64 positions, the last partial; 16-byte loads.
+  run<64>({{1, 130, 2, 1, 64, 2 * 64, 64, 2 * 64}, true});
 }
 
 TEST(FlashEmulated, SmallHeadsWithOddStrides) {
-  // hs 16 padded to 64; strides that allow only 2-byte loads (as backend_ops_test's shape).
-  run<64>({{2, 37, 4, 2, 16, 4 * 16 + 8, 2 * 16 + 4, 4 * 16}, false});
+  // hs 16 padded to 64, two sequences; strides that allow only 2-byte loads.
+  run<64>({{2, 37, 2, 1, 16, 2 * 16 + 8, 16 + 4, 2 * 16}, false});
 }
 
 TEST(FlashEmulated, HeadSize96PaddedTo128) {

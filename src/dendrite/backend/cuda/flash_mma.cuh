@@ -155,6 +155,20 @@ __device__ __forceinline__ void load_tile(uint16_t* dst, const float* src, int64
   }
 }
 
+// Between barriers, the K and V tiles of keys k0 .. k0+63 of sequence b
+// (rows from row0) and KV head kvh, for a loop over key tiles.
+template <int D>
+__device__ __forceinline__ void load_kv_tiles(uint16_t* Ks, uint16_t* Vs, const bf16* k,
+                                              const bf16* v, const ops::AttentionShape& s,
+                                              int64_t row0, int k0, int kvh, bool vec) {
+  const int nk = min(kCols, s.T - k0);
+  __syncthreads();  // the previous tile's K and V are consumed
+  const int64_t at = (row0 + k0) * s.kv_stride + kvh * s.hs;
+  load_tile<D>(Ks, k + at, s.kv_stride, nk, s.hs, vec);
+  load_tile<D>(Vs, v + at, s.kv_stride, nk, s.hs, vec);
+  __syncthreads();
+}
+
 // D[r] = dO[r] · O[r] over hs for the n rows of a tile (zero past n), by
 // warps in turn, each row in one fixed order; stored to Ds[r]. dO is rounded
 // to bf16 as in the products, so that D is the sum of P dP that it stands
@@ -295,12 +309,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int nd = 0; nd < D / 8; ++nd) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.0f;
   const int i_lo = q0 + warp * 16 + g;  // the lane's query rows i_lo and i_lo + 8
   for (int k0 = 0; k0 < q0 + nq; k0 += kCols) {
-    const int nk = min(kCols, s.T - k0);
-    __syncthreads();  // the previous tile's K and V are consumed
-    const int64_t kv_at = (row0 + k0) * s.kv_stride + kvh * s.hs;
-    load_tile<D>(Ks, k + kv_at, s.kv_stride, nk, s.hs, vec);
-    load_tile<D>(Vs, v + kv_at, s.kv_stride, nk, s.hs, vec);
-    __syncthreads();
+    load_kv_tiles<D>(Ks, Vs, k, v, s, row0, k0, kvh, vec);
     float sc[8][4];
     scores<D>(sc, Qs, warp * 16, Ks, g, t);
     // Keys after the query are masked; key 0 is in the first tile, so the
@@ -381,12 +390,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int nd = 0; nd < D / 8; ++nd) acc[nd][0] = acc[nd][1] = acc[nd][2] = acc[nd][3] = 0.0f;
   for (int k0 = 0; k0 < q0 + nq; k0 += kCols) {
-    const int nk = min(kCols, s.T - k0);
-    __syncthreads();  // the previous tile's K and V are consumed
-    const int64_t kv_at = (row0 + k0) * s.kv_stride + kvh * s.hs;
-    load_tile<D>(Ks, k + kv_at, s.kv_stride, nk, s.hs, vec);
-    load_tile<D>(Vs, v + kv_at, s.kv_stride, nk, s.hs, vec);
-    __syncthreads();
+    load_kv_tiles<D>(Ks, Vs, k, v, s, row0, k0, kvh, vec);
     float sc[8][4], dp[8][4];
     scores<D>(sc, Qs, r0, Ks, g, t);
     scores<D>(dp, dOs, r0, Vs, g, t);

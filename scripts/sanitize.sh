@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Builds Dendrite with AddressSanitizer and UndefinedBehaviorSanitizer into
-# build-san/ (RelWithDebInfo, benchmarks left out) and runs the whole test
-# suite there. The sanitizer options every test gets are set by CMake
+# build-san/ (-O1 with line tables: half the compile time of -O2 -g, and
+# enough for the sanitizers' stack traces; benchmarks left out) and runs the
+# whole test suite there. The sanitizer options every test gets are set by CMake
 # (DENDRITE_SANITIZE in CMakeLists.txt); extra arguments go to ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build-san -G Ninja -DDENDRITE_SANITIZE=ON -DDENDRITE_BENCH=OFF \
-      -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+      -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" >/dev/null
 cmake --build build-san -j "$(nproc)"
 cd build-san
 ctest --output-on-failure --timeout 600 "$@"

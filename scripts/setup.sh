@@ -7,7 +7,8 @@ packages=(g++ cmake ninja-build pkg-config git openmpi-bin libopenmpi-dev libdnn
           libsentencepiece-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
           bible-kjv python3-matplotlib python3-numpy
           fortunes-min jargon-text  # canary text: experiments/memorization/make_canaries.py
-          clang libclang-rt-14-dev)  # clang: libFuzzer targets (scripts/fuzz.sh)
+          clang libclang-rt-14-dev  # clang: libFuzzer targets (scripts/fuzz.sh)
+          ccache)  # rebuilds reuse compiled objects (CMakeLists.txt)
 # Debian's torch uses the system BLAS; the OpenMP build of OpenBLAS shares its thread pool.
 if [[ "${1:-}" == "--torch" ]]; then packages+=(python3-torch libopenblas0-openmp); fi
 missing=()

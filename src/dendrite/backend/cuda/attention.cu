@@ -2,7 +2,9 @@
 // with the semantics of ops/attention.h and the conventions of the CPU
 // backend (backend/cpu/attention.cpp): q is scaled by 1/sqrt(hs) as it is
 // loaded, lse [B,NH,T] is the log-sum-exp of the scaled scores, dq = scale *
-// dS k, dk = dS^T (scale q), dv = P^T dout, D[t] = dout[t]·out[t].
+// dS k, dk = dS^T (scale q), dv = P^T dout, D[t] = dout[t]·out[t]. These
+// SIMT kernels serve fp32 operands; bf16 operands go to the tensor-core
+// kernels of flash_mma.cuh (the checks here first).
 //
 // Every kernel works on one (batch, head) and one tile of rows, with the
 // head size padded with zeros to D = 64 or 128 (hs <= 128). Within a block,

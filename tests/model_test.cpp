@@ -171,5 +171,31 @@ TEST(ModelConfigLimits, HugeSizesAreRefusedByName) {
   EXPECT_EQ(c.num_parameters(), (int64_t(1) << 20) * C + 1024 * C + 4 * (12 * C * C + 13 * C) + 2 * C);
 }
 
+// Token ids and targets outside the vocabulary are refused on the host, before
+// they reach the backend (a GPU's kernels read them unchecked), naming the id.
+TEST(ModelBatch, IdsOutsideTheVocabularyAreRefused) {
+  const ModelConfig c = model_config_from_json(
+      {{"vocab_size", 50}, {"n_layer", 1}, {"n_embd", 32}, {"n_head", 2}, {"block_size", 8}});
+  auto grid = ProcessGrid::single();
+  Transformer model(c, *grid, test::cpu_backend(), 1, 8);
+  model.init(1);
+  std::vector<int32_t> in(8, 3), tg(8, 4);
+  auto error_of = [&] {
+    try {
+      model.forward_backward(in.data(), tg.data(), nullptr, 8.0, 1, 8);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error_of(), "");
+  tg[5] = 50;
+  EXPECT_NE(error_of().find("model: target 50 at position 5 is outside the vocabulary [0, 50)"),
+            std::string::npos)
+      << error_of();
+  tg[5] = 4, in[2] = -1;
+  EXPECT_NE(error_of().find("model: token id -1 at position 2"), std::string::npos) << error_of();
+}
+
 }  // namespace
 }  // namespace dendrite

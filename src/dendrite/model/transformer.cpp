@@ -260,6 +260,14 @@ const int32_t* Transformer::upload_ids(Buffer<int32_t>& to, const int32_t* host,
   return to.data();
 }
 
+const int32_t* Transformer::upload_targets(const int32_t* host, int64_t m) {
+  for (int64_t r = 0; r < m; ++r)
+    DENDRITE_CHECK(host[r] >= 0 && host[r] < cfg_.vocab_size, "model: target ", host[r],
+                   " at position ", r, " is outside the vocabulary [0, ", cfg_.vocab_size,
+                   "); the data was tokenized with another tokenizer");
+  return upload_ids(targets_, host, m);
+}
+
 void Transformer::zero_grads() { be_.fill(grads_->data(), 0.0f, grads_->size()); }
 
 size_t Transformer::activation_bytes() const {

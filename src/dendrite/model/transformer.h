@@ -172,6 +172,9 @@ class Transformer {
   // Copies this rank's m token ids (host) into the backend's memory (tokens_,
   // or targets_), and returns them there.
   const int32_t* upload_ids(Buffer<int32_t>& to, const int32_t* host, int64_t m);
+  // The targets, checked on the host to lie in the vocabulary (a GPU's loss
+  // kernels do not check them), then uploaded.
+  const int32_t* upload_targets(const int32_t* host, int64_t m);
   // The same for the loss weights (null stays null).
   const float* upload_weights(const float* host, int64_t m);
   // The kinds of pass whose gathers the weight stream records (one order each).

@@ -268,7 +268,7 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
   forward(inputs, B_loc, T, kPassStep);
   float* G = grads_->data();
   const Operand xf = operand(normf_.data(), normf_h_, int64_t(m) * c_);
-  double loss = head_.forward_backward(dnorm_.data(), xf, upload_ids(targets_, targets, m),
+  double loss = head_.forward_backward(dnorm_.data(), xf, upload_targets(targets, m),
                                        upload_weights(weights, m), denominator, m, G, stream_,
                                        tied_head());
   float* dres = dres_.data();
@@ -296,7 +296,7 @@ double Transformer::forward_loss(const int32_t* inputs, const int32_t* targets,
   const int B_loc = local_batch(B), m = B_loc * T;
   forward(inputs, B_loc, T, kPassLoss);
   const Operand xf = operand(normf_.data(), normf_h_, int64_t(m) * c_);
-  double loss = head_.forward_backward(nullptr, xf, upload_ids(targets_, targets, m),
+  double loss = head_.forward_backward(nullptr, xf, upload_targets(targets, m),
                                        upload_weights(weights, m), denominator, m, grads_->data(),
                                        stream_, tied_head());
   end_pass();

@@ -87,6 +87,7 @@ class CudaBackend final : public Backend {
     for (cudaEvent_t& e : events_)
       check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
     gemm_ = std::make_unique<cuda::Gemm>(o.tf32);
+    allocated_ = peak_ = gemm_->workspace_bytes();  // counted with what the run holds
     tf32_ = o.tf32;
     scratch_ = allocate(cuda::kScratchBytes);
   }

@@ -30,6 +30,8 @@ class Gemm {
            const void* B, int ldb, float beta, float* C, int ldc, bool bf16, cudaStream_t stream);
   // The shapes met so far, one line each (for the start line and bench).
   std::vector<std::string> shapes() const;
+  // Device memory held for cuBLASLt's workspace.
+  size_t workspace_bytes() const { return workspace_bytes_; }
 
  private:
   struct Key {

@@ -114,7 +114,7 @@ double ce_combine(float* lse, const float* gathered, const float* weight, int ro
 void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const float* weight,
                 double denominator, int rows, int Vloc, int v0, int V, cudaStream_t stream);
 
-// A kernel launch's error, as an Error naming the kernel (cuda_check.cu).
+// A kernel launch's error, as an Error naming the kernel (check.cu).
 void check_launch(const char* kernel);
 
 }  // namespace dendrite::cuda

@@ -1,6 +1,7 @@
 // The op harness: every op of the Backend seam (backend/backend.h), forward
 // and backward, on every backend this build has (the CPU always; CUDA when
-// built with it, as the `gpu` tests that run where a GPU is found), in fp32
+// built with it, as the `gpu` tests that run where a GPU is found; the CUDA
+// backend's code on the CPU emulator of emulated_cuda/ always), in fp32
 // and with bf16 operands, against the double-precision oracles of
 // ops/reference/ (or the formula, for data movement). Inputs go in with
 // upload and results come out with download, as the model moves them.
@@ -24,6 +25,7 @@
 #include "dendrite/core/rng.h"
 #include "dendrite/ops/reference/attention.h"
 #include "dendrite/ops/reference/basic.h"
+#include "emulated_cuda/emulated_backend.h"
 #include "op_test_support.h"
 
 namespace dendrite::test {
@@ -42,12 +44,24 @@ Vf widened(const Vb& x) {
   return out;
 }
 
-class BackendOps : public ::testing::TestWithParam<Device> {
+// Where the ops run: a device's backend, or the CUDA backend on the emulator.
+struct Target {
+  Device device;
+  bool emulated;
+};
+
+void PrintTo(const Target& t, std::ostream* os) {
+  *os << (t.emulated                  ? "the CUDA backend on the emulator"
+          : t.device == Device::kCuda ? "cuda"
+                                      : "cpu");
+}
+
+class BackendOps : public ::testing::TestWithParam<Target> {
  protected:
   void SetUp() override {
     BackendOptions o;
     o.tf32 = false;  // full fp32 GEMMs: the tolerances above
-    be_ = make_backend(GetParam(), o);
+    be_ = GetParam().emulated ? make_emulated_cuda_backend(o) : make_backend(GetParam().device, o);
   }
   Backend& be() { return *be_; }
   template <class T>
@@ -66,7 +80,7 @@ class BackendOps : public ::testing::TestWithParam<Device> {
     // CUDA's bf16 attention runs on the tensor cores: it rounds dO to bf16 (the
     // oracle reads the rounded values), and P and dS too, so its output is
     // within 1e-2 of |want| + rms(want), not 1e-4.
-    const bool tensor_cores = low && GetParam() == Device::kCuda;
+    const bool tensor_cores = low && GetParam().device == Device::kCuda;
     if (tensor_cores) dout = widened(rounded(dout));
     Vf out_want(rows * s.out_stride), lse_want(s.B * s.NH * s.T);
     ref::attention_forward(out_want.data(), lse_want.data(), q.data(), k.data(), v.data(), s);
@@ -121,8 +135,8 @@ class BackendOps : public ::testing::TestWithParam<Device> {
   std::unique_ptr<Backend> be_;
 };
 
-std::string name(const ::testing::TestParamInfo<Device>& p) {
-  return p.param == Device::kCuda ? "cuda" : "cpu";
+std::string name(const ::testing::TestParamInfo<Target>& p) {
+  return p.param.emulated ? "emulated" : p.param.device == Device::kCuda ? "cuda" : "cpu";
 }
 
 TEST_P(BackendOps, GemmInEveryLayoutAndPrecision) {
@@ -577,9 +591,11 @@ TEST_P(BackendOps, BackwardsAreDeterministic) {
   EXPECT_EQ(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * 4), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Cpu, BackendOps, ::testing::Values(Device::kCpu), name);
+INSTANTIATE_TEST_SUITE_P(Cpu, BackendOps, ::testing::Values(Target{Device::kCpu, false}), name);
+INSTANTIATE_TEST_SUITE_P(Emulated, BackendOps, ::testing::Values(Target{Device::kCuda, true}),
+                         name);
 #ifdef DENDRITE_HAVE_CUDA
-INSTANTIATE_TEST_SUITE_P(Cuda, BackendOps, ::testing::Values(Device::kCuda), name);
+INSTANTIATE_TEST_SUITE_P(Cuda, BackendOps, ::testing::Values(Target{Device::kCuda, false}), name);
 #endif
 
 }  // namespace

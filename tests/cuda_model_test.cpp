@@ -1,7 +1,8 @@
-// The tiny GPT-2 and Llama on the CUDA backend against the CPU backend (tests
-// labelled gpu: built with the CUDA backend, run where a GPU is found): the
+// The tiny GPT-2 and Llama on the CUDA backend against the CPU backend: the
 // loss and every gradient of a first step, the losses of five AdamW steps,
-// and a checkpoint written from the GPU that the CPU resumes, and back.
+// and a checkpoint written from the GPU that the CPU resumes, and back. On a
+// real GPU (Gpu/*, label gpu: built with the CUDA backend, run where a GPU is
+// found), and on the CPU emulator of emulated_cuda/ (Emulated/*, every build).
 // Tolerances: both backends compute in fp32 (no TF32 here) with different
 // summation orders, so values agree to rounding: the first loss to 1e-5
 // relative, every gradient to 1e-3 of its tensor's largest value, and the
@@ -23,10 +24,12 @@
 
 #include "dendrite/backend/backend.h"
 #include "dendrite/comm/self_communicator.h"
+#include "dendrite/core/check.h"
 #include "dendrite/core/rng.h"
 #include "dendrite/model/transformer.h"
 #include "dendrite/train/checkpoint.h"
 #include "dendrite/train/optimizer.h"
+#include "emulated_cuda/emulated_backend.h"
 
 namespace dendrite {
 namespace {
@@ -43,10 +46,11 @@ ModelConfig config(const std::string& arch) {
 // One process on one backend: its grid reaches the backend's memory through
 // the backend's transport.
 struct OneProcess {
-  OneProcess(Device d, const ModelConfig& c, const ModelOptions& opt = {}) {
+  // emulated: the CUDA backend on the CPU emulator, for d = kCuda.
+  OneProcess(Device d, const ModelConfig& c, const ModelOptions& opt = {}, bool emulated = false) {
     BackendOptions o;
     o.tf32 = false;
-    be = make_backend(d, o);
+    be = emulated && d == Device::kCuda ? make_emulated_cuda_backend(o) : make_backend(d, o);
     grid = std::make_unique<ProcessGrid>(GridShape{}, be->transport(self));
     model = std::make_unique<Transformer>(c, *grid, *be, kB, kT, opt);
     adam = std::make_unique<AdamW>(*be, model->table(), ops::AdamWConfig{});
@@ -83,11 +87,23 @@ double step(OneProcess& r, int s, const ModelConfig& c) {
   return r.model->forward_backward(in.data(), tg.data(), nullptr, double(kB) * kT, kB, kT);
 }
 
-class CudaModel : public ::testing::TestWithParam<std::string> {};
+struct Case {
+  std::string arch;
+  bool emulated;
+};
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.arch << (c.emulated ? " on the emulated GPU" : " on the GPU");
+}
+
+class CudaModel : public ::testing::TestWithParam<Case> {
+ protected:
+  ModelConfig model() const { return config(GetParam().arch); }
+  bool emulated() const { return GetParam().emulated; }
+};
 
 TEST_P(CudaModel, MatchesTheCpuBackendStepByStep) {
-  const ModelConfig c = config(GetParam());
-  OneProcess cpu(Device::kCpu, c), gpu(Device::kCuda, c);
+  const ModelConfig c = model();
+  OneProcess cpu(Device::kCpu, c), gpu(Device::kCuda, c, {}, emulated());
   cpu.model->init(7);
   gpu.model->init(7);
   ASSERT_EQ(cpu.params(), gpu.params()) << "initial weights are made on the host";
@@ -116,12 +132,15 @@ TEST_P(CudaModel, MatchesTheCpuBackendStepByStep) {
 // GPU's attention rounds P, dS and dO as well (the op harness holds it to
 // 5e-3 of the oracle as a whole). Bounds: the first loss within 1e-3
 // relative, each gradient tensor within 2e-2 of its norm (as a whole), the
-// losses of later steps within 1e-2 relative.
+// losses of later steps within 1e-2 relative. A gradient that is zero in
+// exact arithmetic (the key bias: softmax ignores a shift shared by a row's
+// scores) holds only rounding noise, which the GPU's rounded dS makes larger
+// than the CPU's: its norm is floored at 1e-3 of the whole gradient's.
 TEST_P(CudaModel, MatchesTheCpuBackendInBf16) {
-  const ModelConfig c = config(GetParam());
+  const ModelConfig c = model();
   ModelOptions bf16;
   bf16.precision = Precision::kBF16;
-  OneProcess cpu(Device::kCpu, c, bf16), gpu(Device::kCuda, c, bf16);
+  OneProcess cpu(Device::kCpu, c, bf16), gpu(Device::kCuda, c, bf16, emulated());
   cpu.model->init(7);
   gpu.model->init(7);
   for (int s = 0; s < kSteps; ++s) {
@@ -130,6 +149,8 @@ TEST_P(CudaModel, MatchesTheCpuBackendInBf16) {
     EXPECT_NEAR(b, a, (s == 0 ? 1e-3 : 1e-2) * std::fabs(a)) << "loss of step " << s + 1;
     if (s == 0) {
       const std::vector<float> ga = cpu.grads(), gb = gpu.grads();
+      double whole = 0;
+      for (float g : ga) whole += double(g) * g;
       for (const ParamSpec& p : cpu.model->table().specs()) {
         double norm = 0, err = 0;
         for (int64_t i = 0; i < p.numel; ++i) {
@@ -137,7 +158,8 @@ TEST_P(CudaModel, MatchesTheCpuBackendInBf16) {
           norm += double(ga[p.offset + i]) * ga[p.offset + i];
           err += d * d;
         }
-        EXPECT_LE(std::sqrt(err), 2e-2 * std::sqrt(norm) + 1e-12) << "gradient of " << p.name;
+        EXPECT_LE(std::sqrt(err), 2e-2 * std::max(std::sqrt(norm), 1e-3 * std::sqrt(whole)))
+            << "gradient of " << p.name;
       }
     }
     cpu.adam->step(*cpu.model, 1e-2f);
@@ -146,10 +168,10 @@ TEST_P(CudaModel, MatchesTheCpuBackendInBf16) {
 }
 
 TEST_P(CudaModel, CheckpointsMoveBetweenTheGpuAndTheCpu) {
-  const ModelConfig c = config(GetParam());
+  const ModelConfig c = model();
   const std::string dir = std::filesystem::temp_directory_path() /
-                          ("dendrite_cuda_ckpt_" + std::to_string(getpid()) + GetParam());
-  OneProcess gpu(Device::kCuda, c);
+                          ("dendrite_cuda_ckpt_" + std::to_string(getpid()) + GetParam().arch);
+  OneProcess gpu(Device::kCuda, c, {}, emulated());
   gpu.model->init(11);
   step(gpu, 0, c);
   gpu.adam->step(*gpu.model, 1e-2f);
@@ -163,13 +185,52 @@ TEST_P(CudaModel, CheckpointsMoveBetweenTheGpuAndTheCpu) {
   step(cpu, 1, c);
   cpu.adam->step(*cpu.model, 1e-2f);
   const std::string ckpt2 = save_checkpoint(dir, 2, *cpu.model, cpu.adam.get(), contents);
-  OneProcess gpu2(Device::kCuda, c);
+  OneProcess gpu2(Device::kCuda, c, {}, emulated());
   load_weights(ckpt2, *gpu2.model);
   EXPECT_EQ(gpu2.params(), cpu.params()) << "the CPU's weights, resumed on the GPU";
   std::filesystem::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, CudaModel, ::testing::Values("gpt2", "llama"));
+// Out of device memory: the error names what the memory was for, the bytes
+// asked and free, and the fix (emulated: a GPU of 40 MiB, of which cuBLASLt's
+// workspace takes 32).
+TEST(EmulatedGpuMemory, RunningOutNamesWhatItWasForAndTheFix) {
+  emu::set_device_memory(size_t(40) << 20);
+  try {
+    const ModelConfig c = config("gpt2");
+    BackendOptions o;
+    std::unique_ptr<Backend> be = make_emulated_cuda_backend(o);
+    SelfCommunicator self{"world"};
+    ProcessGrid grid(GridShape{}, be->transport(self));
+    // 8192 rows: about 45 MiB of activations, past the 6 MiB left.
+    EXPECT_THROW(
+        {
+          try {
+            Transformer model(c, grid, *be, 512, kT);
+          } catch (const Error& e) {
+            const std::string m = e.what();
+            for (const char* part : {"out of device memory for the activations", "asked for",
+                                     "free of 40.0 MiB", "--batch", "--recompute"})
+              EXPECT_NE(m.find(part), std::string::npos) << part << " in: " << m;
+            throw;
+          }
+        },
+        Error);
+  } catch (...) {
+    emu::set_device_memory(size_t(4) << 30);
+    throw;
+  }
+  emu::set_device_memory(size_t(4) << 30);
+}
+
+std::string name(const ::testing::TestParamInfo<Case>& p) { return p.param.arch; }
+
+INSTANTIATE_TEST_SUITE_P(Emulated, CudaModel,
+                         ::testing::Values(Case{"gpt2", true}, Case{"llama", true}), name);
+#ifdef DENDRITE_HAVE_CUDA
+INSTANTIATE_TEST_SUITE_P(Gpu, CudaModel,
+                         ::testing::Values(Case{"gpt2", false}, Case{"llama", false}), name);
+#endif
 
 }  // namespace
 }  // namespace dendrite

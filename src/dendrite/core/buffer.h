@@ -25,6 +25,23 @@ class Allocator {
   ~Allocator() = default;
 };
 
+// What the allocations made on this thread are for, while one is alive
+// ("the activations", "AdamW's moments"): an allocator names it in its
+// out-of-memory error. Scopes nest; the innermost is named.
+class AllocationPurpose {
+ public:
+  explicit AllocationPurpose(const char* what) : outer_(current_) { current_ = what; }
+  ~AllocationPurpose() { current_ = outer_; }
+  AllocationPurpose(const AllocationPurpose&) = delete;
+  AllocationPurpose& operator=(const AllocationPurpose&) = delete;
+  // The innermost purpose, or null outside every scope.
+  static const char* current() { return current_; }
+
+ private:
+  const char* outer_;
+  static inline thread_local const char* current_ = nullptr;
+};
+
 template <typename T>
 class Buffer {
  public:

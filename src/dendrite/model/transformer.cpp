@@ -128,6 +128,7 @@ void Transformer::build_table() {
   if (!cfg_.tied_embeddings())
     table_.add("lm_head", {Vp, C}, kNormal, true, Init::kNormal, std, cfg_.vocab_size);
   table_.finalize();
+  AllocationPurpose purpose("the parameters and their gradients");
   params_ = be_.allocate_shared(grid_.Z(), table_.total());
   grads_ = be_.allocate_shared(grid_.D(), table_.total());
   // bf16: the Z-chunked tensors (the ones GEMMs, lookups and gathers read)
@@ -206,6 +207,8 @@ void Transformer::find_gradient_ranges() {
 }
 
 void Transformer::allocate(int m, int B_loc) {
+  AllocationPurpose purpose("the activations (they grow with --batch and --seq; --recompute "
+                            "keeps one layer's)");
   const long C = c_, F = f_;
   auto f32 = [&](Buffer<float>& b, long n) { b = be_.alloc<float>(n); };
   auto b16 = [&](Buffer<bf16>& b, long n) { b = be_.alloc<bf16>(n); };

@@ -317,6 +317,7 @@ void Transformer::logits(const int32_t* inputs, int B, int T, float* out) {
   const int B_loc = local_batch(B);
   forward(inputs, B_loc, T, kPassLogits);
   const int m = B_loc * T;
+  AllocationPurpose purpose("the logits of every position");
   Buffer<float> logits = be_.alloc<float>(int64_t(m) * cfg_.vocab_size);
   head_.logits(logits.data(), operand(normf_.data(), normf_h_, int64_t(m) * c_), m, stream_,
                tied_head());
@@ -343,6 +344,7 @@ void Transformer::finish_last_positions(int B_loc, int T, float* out) {
 void Transformer::start_generation() {
   if (k_cache_.empty()) {
     const int64_t n = int64_t(std::max(1, local_batch(max_B_))) * max_T_ * kvd_;
+    AllocationPurpose purpose("the key/value cache of generation");
     for (int l = 0; l < cfg_.n_layer; ++l) {
       k_cache_.push_back(be_.alloc<float>(n));
       v_cache_.push_back(be_.alloc<float>(n));

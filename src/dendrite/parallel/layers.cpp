@@ -127,6 +127,7 @@ VocabCrossEntropy::VocabCrossEntropy(ProcessGrid& grid, Backend& backend, const 
                                      int V, int chunk_rows)
     : grid_(&grid), be_(&backend), head_(&head), V_(V), chunk_(chunk_rows) {
   const int Vloc = int(head.block_rows), gy = grid.shape().y;
+  AllocationPurpose purpose("the LM head's logits");
   logits_ = backend.alloc<float>(int64_t(chunk_) * Vloc);
   stats_ = backend.alloc<float>(2 * int64_t(chunk_));
   gathered_ = backend.alloc<float>(2 * int64_t(chunk_) * gy);

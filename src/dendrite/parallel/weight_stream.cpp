@@ -23,6 +23,7 @@ WeightStream::WeightStream(Communicator& z, Backend& backend, const ParamTable& 
     if (s.block_numel() * 4 <= largest) layer = std::max(layer, s.block_numel());
   if (layer == 0) layer = largest;
   const int64_t largest_floats = (largest * elem_ + 3) / 4;  // a slot's bytes, in floats
+  AllocationPurpose purpose("the slots that gather Z-sharded weights");
   for (Buffer<float>& slot : slots_) slot = backend.alloc<float>(largest_floats);
   block_ = (layer + 15) / 16 * 16;
   big_ = largest > block_ ? (largest + 15) / 16 * 16 : 0;

@@ -7,9 +7,16 @@
 
 namespace dendrite {
 
+namespace {
+Buffer<float> moment(Backend& backend, int64_t n) {
+  AllocationPurpose purpose("AdamW's moments");
+  return backend.alloc<float>(n);
+}
+}  // namespace
+
 AdamW::AdamW(Backend& backend, const ParamTable& table, const ops::AdamWConfig& config)
-    : be_(backend), table_(table), config_(config), m_(backend.alloc<float>(table.total())),
-      v_(backend.alloc<float>(table.total())) {}
+    : be_(backend), table_(table), config_(config), m_(moment(backend, table.total())),
+      v_(moment(backend, table.total())) {}
 
 float AdamW::clip_factor(double norm, double max_norm) {
   if (max_norm <= 0) return 1.0f;

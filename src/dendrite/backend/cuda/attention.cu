@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(ForwardTiles<D>::kThreads)
                    ops::AttentionShape s, float scale) {
   using L = ForwardTiles<D>;
   constexpr int R = L::kRows, BK = L::kK, C = D / 32;
-  extern __shared__ float4 smem4[];
+  DENDRITE_DYNAMIC_SHARED(float4, smem4);
   float* smem = reinterpret_cast<float*>(smem4);
   float* Qs = smem + L::q;
   float* Ks = smem + L::k;
@@ -278,7 +278,7 @@ __global__ void __launch_bounds__(DqTiles<D>::kThreads)
               const In* k, const In* v, ops::AttentionShape s, float scale) {
   using L = DqTiles<D>;
   constexpr int R = L::kRows, BK = L::kK, C = D / 32;
-  extern __shared__ float4 smem4[];
+  DENDRITE_DYNAMIC_SHARED(float4, smem4);
   float* smem = reinterpret_cast<float*>(smem4);
   float* Qs = smem + L::q;
   float* dOs = smem + L::dout;
@@ -362,7 +362,7 @@ __global__ void __launch_bounds__(DkvTiles<D>::kThreads)
                const In* q, const In* k, const In* v, ops::AttentionShape s, float scale) {
   using L = DkvTiles<D>;
   constexpr int R = L::kRows, BQ = L::kQ, C = D / 32;
-  extern __shared__ float4 smem4[];
+  DENDRITE_DYNAMIC_SHARED(float4, smem4);
   float* smem = reinterpret_cast<float*>(smem4);
   float* Ks = smem + L::k;
   float* Vs = smem + L::v;
@@ -584,8 +584,8 @@ void forward_launch(float* out, float* lse, const In* q, const In* k, const In* 
   using L = ForwardTiles<D>;
   allow_shared<forward_kernel<D, In>>(L::bytes, "attention_forward");
   const dim3 grid(unsigned(s.B * s.NH), unsigned((s.T + L::kQ - 1) / L::kQ));
-  forward_kernel<D, In>
-      <<<grid, L::kThreads, L::bytes, stream>>>(out, lse, q, k, v, s, inv_sqrt_hs(s.hs));
+  DENDRITE_LAUNCH(grid, L::kThreads, L::bytes, stream, forward_kernel<D, In>)(
+      out, lse, q, k, v, s, inv_sqrt_hs(s.hs));
   check_launch("attention_forward");
 }
 
@@ -597,13 +597,14 @@ void backward_launch(float* dq, float* dk, float* dv, const float* dout, const I
   using Q = DqTiles<D>;
   allow_shared<dq_kernel<D, In>>(Q::bytes, "attention_backward_dq");
   const dim3 qgrid(unsigned(s.B * s.NH), unsigned((s.T + Q::kQ - 1) / Q::kQ));
-  dq_kernel<D, In><<<qgrid, Q::kThreads, Q::bytes, stream>>>(dq, dout, out, lse, q, k, v, s, scale);
+  DENDRITE_LAUNCH(qgrid, Q::kThreads, Q::bytes, stream, dq_kernel<D, In>)(
+      dq, dout, out, lse, q, k, v, s, scale);
   check_launch("attention_backward_dq");
   using K = DkvTiles<D>;
   allow_shared<dkv_kernel<D, In>>(K::bytes, "attention_backward_dkv");
   const dim3 kgrid(unsigned(s.B * s.NKV), unsigned((s.T + K::kK - 1) / K::kK));
-  dkv_kernel<D, In>
-      <<<kgrid, K::kThreads, K::bytes, stream>>>(dk, dv, dout, out, lse, q, k, v, s, scale);
+  DENDRITE_LAUNCH(kgrid, K::kThreads, K::bytes, stream, dkv_kernel<D, In>)(
+      dk, dv, dout, out, lse, q, k, v, s, scale);
   check_launch("attention_backward_dkv");
 }
 
@@ -635,7 +636,7 @@ void cached_launch(float* out, const float* q, const float* k_cache, const float
   const int64_t blocks = (warps + kCachedWarps - 1) / kCachedWarps;
   DENDRITE_CHECK(blocks <= int64_t(0x7fffffff), "attention_cached: ", warps,
                  " query rows exceed the kernel's grid");
-  cached_attention_kernel<C><<<unsigned(blocks), kCachedWarps * 32, 0, stream>>>(
+  DENDRITE_LAUNCH(unsigned(blocks), kCachedWarps * 32, 0, stream, cached_attention_kernel<C>)(
       out, q, k_cache, v_cache, s, inv_sqrt_hs(s.hs));
   check_launch("attention_cached");
 }
@@ -650,8 +651,8 @@ void rope_launch(float* x, int B, int T, int nheads, int hs, int stride, float t
   DENDRITE_CHECK(theta > 0.0f, op, ": theta=", theta, " must be positive (typically 10000)");
   DENDRITE_CHECK(pos0 >= 0, op, ": the first position ", pos0, " is negative");
   const int64_t n = int64_t(B) * T * (hs / 2);
-  rope_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, B, T, nheads, hs, stride, theta, sign,
-                                                      pos0);
+  DENDRITE_LAUNCH(blocks_for(n), kThreads, 0, stream, rope_kernel)(
+      x, B, T, nheads, hs, stride, theta, sign, pos0);
   check_launch(op);
 }
 
@@ -691,7 +692,8 @@ void attention_cached(float* out, const float* q, const float* k_new, const floa
                  s.Tq, " new positions after ", s.pos, " do not fit the cache of ", s.T_cache,
                  " positions");
   const int64_t n = int64_t(s.B) * s.Tq * s.NKV * s.hs;
-  cache_write_kernel<<<blocks_for(n), kThreads, 0, stream>>>(k_cache, v_cache, k_new, v_new, s);
+  DENDRITE_LAUNCH(blocks_for(n), kThreads, 0, stream, cache_write_kernel)(
+      k_cache, v_cache, k_new, v_new, s);
   check_launch("attention_cached (cache write)");
   switch ((s.hs + 31) / 32) {
     case 1: cached_launch<1>(out, q, k_cache, v_cache, s, stream); break;

@@ -23,7 +23,8 @@ void forward_launch(float* out, float* lse, const bf16* q, const bf16* k, const 
                     const ops::AttentionShape& s, cudaStream_t stream) {
   const size_t bytes = shared_bytes<D>(3, 0);
   allow_shared<forward_kernel<D>>(bytes, "attention_forward (tensor cores)");
-  forward_kernel<D><<<dim3(unsigned(s.B * s.NH), tiles(s.T)), kThreads, bytes, stream>>>(
+  DENDRITE_LAUNCH(dim3(unsigned(s.B * s.NH), tiles(s.T)), kThreads, bytes, stream,
+                  forward_kernel<D>)(
       out, lse, q, k, v, s, vector_loads(s, q, k, v));
   check_launch("attention_forward (tensor cores)");
 }
@@ -35,12 +36,13 @@ void backward_launch(float* dq, float* dk, float* dv, const float* dout, const b
   const bool vec = vector_loads(s, q, k, v);
   const size_t dq_bytes = shared_bytes<D>(4, kRows);
   allow_shared<dq_kernel<D>>(dq_bytes, "attention_backward_dq (tensor cores)");
-  dq_kernel<D><<<dim3(unsigned(s.B * s.NH), tiles(s.T)), kThreads, dq_bytes, stream>>>(
+  DENDRITE_LAUNCH(dim3(unsigned(s.B * s.NH), tiles(s.T)), kThreads, dq_bytes, stream, dq_kernel<D>)(
       dq, dout, out, lse, q, k, v, s, vec);
   check_launch("attention_backward_dq (tensor cores)");
   const size_t kv_bytes = shared_bytes<D>(4, 2 * kCols);
   allow_shared<dkv_kernel<D>>(kv_bytes, "attention_backward_dkv (tensor cores)");
-  dkv_kernel<D><<<dim3(unsigned(s.B * s.NKV), tiles(s.T)), kThreads, kv_bytes, stream>>>(
+  DENDRITE_LAUNCH(dim3(unsigned(s.B * s.NKV), tiles(s.T)), kThreads, kv_bytes, stream,
+                  dkv_kernel<D>)(
       dk, dv, dout, out, lse, q, k, v, s, vec);
   check_launch("attention_backward_dkv (tensor cores)");
 }

@@ -13,6 +13,20 @@
 
 namespace dendrite::cuda {
 
+// kernel<<<grid, block, shared, stream>>>(args...) is written
+// DENDRITE_LAUNCH(grid, block, shared, stream, kernel)(args...), and a
+// kernel's dynamic shared memory DENDRITE_DYNAMIC_SHARED(T, name), so that the
+// CPU emulator of the tests (tests/emulated_cuda) can run the same source.
+#ifdef DENDRITE_CUDA_EMULATION
+#define DENDRITE_LAUNCH(grid, block, shared, stream, ...) \
+  ::emu::launch(grid, block, shared, stream, #__VA_ARGS__, __VA_ARGS__)
+#define DENDRITE_DYNAMIC_SHARED(T, name) T* name = static_cast<T*>(::emu::dynamic_shared())
+#else
+#define DENDRITE_LAUNCH(grid, block, shared, stream, ...) \
+  __VA_ARGS__<<<grid, block, shared, stream>>>
+#define DENDRITE_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
+#endif
+
 constexpr int kThreads = 256;  // threads per block of the elementwise kernels
 
 // Blocks for n items at `per_block` items a block, capped so a grid-stride loop covers the rest.
@@ -66,7 +80,7 @@ __device__ T block_sum(T v, T* shared) {
   if (lane == 0) shared[warp] = v;
   __syncthreads();
   const int warps = blockDim.x >> 5;
-  v = threadIdx.x < warps ? shared[threadIdx.x] : T(0);
+  v = int(threadIdx.x) < warps ? shared[threadIdx.x] : T(0);
   if (warp == 0)
     for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
   if (threadIdx.x == 0) shared[0] = v;
@@ -82,7 +96,7 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
   if (lane == 0) shared[warp] = v;
   __syncthreads();
   const int warps = blockDim.x >> 5;
-  v = threadIdx.x < warps ? shared[threadIdx.x] : -INFINITY;
+  v = int(threadIdx.x) < warps ? shared[threadIdx.x] : -INFINITY;
   if (warp == 0)
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, o));
   if (threadIdx.x == 0) shared[0] = v;

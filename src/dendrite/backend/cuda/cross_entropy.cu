@@ -147,7 +147,7 @@ void ce_local_stats(float* stats, const float* logits, const int32_t* targets, c
                     int rows, int Vloc, int v0, int V, cudaStream_t stream) {
   check_part("ce_local_stats", rows, Vloc, v0, V);
   if (rows == 0) return;
-  ce_local_stats_kernel<<<unsigned(rows), kRowThreads, 0, stream>>>(
+  DENDRITE_LAUNCH(unsigned(rows), kRowThreads, 0, stream, ce_local_stats_kernel)(
       stats, logits, targets, weight, Vloc, v0, real_columns(Vloc, v0, V));
   check_launch("ce_local_stats");
 }
@@ -158,8 +158,8 @@ double ce_combine(float* lse, const float* gathered, const float* weight, int ro
                  rows, " parts=", parts, "; parts is the size of the vocabulary split");
   if (rows == 0) return 0.0;
   double* total_dev = static_cast<double*>(scratch);
-  ce_combine_kernel<<<1, kCombineThreads, 0, stream>>>(lse, total_dev, gathered, weight, rows,
-                                                       parts);
+  DENDRITE_LAUNCH(1, kCombineThreads, 0, stream, ce_combine_kernel)(
+      lse, total_dev, gathered, weight, rows, parts);
   check_launch("ce_combine");
   double total = 0.0;
   cudaError_t e = cudaMemcpyAsync(&total, total_dev, sizeof(double), cudaMemcpyDeviceToHost, stream);
@@ -179,8 +179,8 @@ void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const f
                  " must be a positive count of supervised tokens");
   if (rows == 0) return;
   const dim3 grid(blocks_for(Vloc), unsigned(rows < 65535 ? rows : 65535));
-  ce_dlogits_kernel<<<grid, kThreads, 0, stream>>>(logits, lse, targets, weight, denominator, rows,
-                                                   Vloc, v0, real_columns(Vloc, v0, V));
+  DENDRITE_LAUNCH(grid, kThreads, 0, stream, ce_dlogits_kernel)(
+      logits, lse, targets, weight, denominator, rows, Vloc, v0, real_columns(Vloc, v0, V));
   check_launch("ce_dlogits");
 }
 

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,6 +39,18 @@ namespace {
 
 void check_cuda(cudaError_t e, const char* call) {
   DENDRITE_CHECK(e == cudaSuccess, "cuda: ", call, " failed: ", cudaGetErrorString(e));
+}
+
+// Bytes for a message: "512 bytes", "3.0 KiB", "40.0 MiB", "139.8 GiB".
+std::string bytes_text(size_t bytes) {
+  if (bytes < 1024) return str(bytes, " bytes");
+  const char* unit[] = {"KiB", "MiB", "GiB"};
+  double v = double(bytes) / 1024;
+  int u = 0;
+  while (v >= 1024 && u < 2) v /= 1024, ++u;
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f %s", v, unit[u]);
+  return text;
 }
 
 // The two operands of one product are of one type.
@@ -143,19 +156,23 @@ class CudaBackend final : public Backend {
   int64_t device_capacity_bytes() const override { return int64_t(total_); }
 
   // ---- memory ----
-  void* allocate(size_t bytes) override {
-    bytes = (bytes + 255) / 256 * 256;
+  void* allocate(size_t asked) override {
+    // Counted in the 256-byte units cudaMalloc hands out; asked for exactly,
+    // so that the tests' emulator (tests/emulated_cuda) sees a read past the end.
+    const size_t bytes = (std::max<size_t>(asked, 1) + 255) / 256 * 256;
     void* p = nullptr;
-    const cudaError_t e = cudaMalloc(&p, bytes);
+    const cudaError_t e = cudaMalloc(&p, asked);
     if (e != cudaSuccess) {
       cudaGetLastError();
       size_t free = 0, total = 0;
       cudaMemGetInfo(&free, &total);
-      fail("cuda: out of device memory: asked for ", bytes >> 20, " MiB with ", free >> 20,
-           " MiB free of ", total >> 20, " MiB (", allocated_ >> 20, " MiB held by this run); ",
-           "use a smaller --batch or more --grad-accum micro-batches, a larger z, or --recompute");
+      const char* what = AllocationPurpose::current();
+      fail("cuda: out of device memory", what ? str(" for ", what) : std::string(),
+           ": asked for ", bytes_text(bytes), " with ", bytes_text(free), " free of ",
+           bytes_text(total), " (", bytes_text(allocated_), " held by this run); use a smaller ",
+           "--batch or more --grad-accum micro-batches, a larger z, or --recompute");
     }
-    check_cuda(cudaMemsetAsync(p, 0, bytes, stream_), "cudaMemsetAsync");
+    check_cuda(cudaMemsetAsync(p, 0, asked, stream_), "cudaMemsetAsync");
     sizes_.push_back({p, bytes});
     allocated_ += bytes;
     peak_ = std::max(peak_, allocated_);

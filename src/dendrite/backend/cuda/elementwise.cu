@@ -351,11 +351,11 @@ void copy_rows(float* dst, const float* src, int64_t rows, int64_t cols, int64_t
                cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return;
   if (cols % 4 == 0 && src_stride % 4 == 0 && aligned_to(16, dst, src)) {
-    copy_rows_kernel<4><<<blocks_for(rows * (cols / 4)), kThreads, 0, stream>>>(
+    DENDRITE_LAUNCH(blocks_for(rows * (cols / 4)), kThreads, 0, stream, copy_rows_kernel<4>)(
         dst, src, rows, cols / 4, cols, src_stride);
   } else {
-    copy_rows_kernel<1><<<blocks_for(rows * cols), kThreads, 0, stream>>>(dst, src, rows, cols,
-                                                                         cols, src_stride);
+    DENDRITE_LAUNCH(blocks_for(rows * cols), kThreads, 0, stream, copy_rows_kernel<1>)(
+        dst, src, rows, cols, cols, src_stride);
   }
   check_launch("copy_rows");
 }
@@ -366,7 +366,7 @@ void interleave_vocab_parts(float* out, const float* parts, int num_parts, int m
   DENDRITE_CHECK(num_parts <= 65535, "interleave_vocab_parts: at most 65535 parts on cuda, got ",
                  num_parts);
   const dim3 grid(blocks_for(Vloc), unsigned(m < 65535 ? m : 65535), unsigned(num_parts));
-  interleave_vocab_parts_kernel<<<grid, kThreads, 0, stream>>>(out, parts, m, Vloc, V);
+  DENDRITE_LAUNCH(grid, kThreads, 0, stream, interleave_vocab_parts_kernel)(out, parts, m, Vloc, V);
   check_launch("interleave_vocab_parts");
 }
 
@@ -374,17 +374,19 @@ void add_bias(float* y, const float* b, int m, int n, cudaStream_t stream) {
   if (m <= 0 || n <= 0) return;
   const int64_t total = int64_t(m) * n;
   if (n % 4 == 0 && aligned_to(16, y, b))
-    add_bias_kernel<4><<<blocks_for(total / 4), kThreads, 0, stream>>>(y, b, total / 4, n / 4);
+    DENDRITE_LAUNCH(blocks_for(total / 4), kThreads, 0, stream, add_bias_kernel<4>)(
+        y, b, total / 4, n / 4);
   else
-    add_bias_kernel<1><<<blocks_for(total), kThreads, 0, stream>>>(y, b, total, n);
+    DENDRITE_LAUNCH(blocks_for(total), kThreads, 0, stream, add_bias_kernel<1>)(y, b, total, n);
   check_launch("add_bias");
 }
 
 void add_column_sums(float* db, const float* dy, int m, int n, cudaStream_t stream) {
   if (m <= 0 || n <= 0) return;
   const dim3 block(kTileCols, kRowGroups);
-  add_column_sums_kernel<<<unsigned((n + kTileCols - 1) / kTileCols), block, 0, stream>>>(db, dy,
-                                                                                         m, n);
+  DENDRITE_LAUNCH(unsigned((n + kTileCols - 1) / kTileCols), block, 0, stream,
+                  add_column_sums_kernel)(
+      db, dy, m, n);
   check_launch("add_column_sums");
 }
 
@@ -393,9 +395,10 @@ int64_t count_nonfinite(const float* x, int64_t n, void* scratch, cudaStream_t s
   auto* partial = static_cast<long long*>(scratch);  // [kReduceBlocks] counts, then the total
   long long* total = partial + kReduceBlocks;
   const unsigned blocks = blocks_for((n + 3) / 4, kThreads, kReduceBlocks);
-  count_nonfinite_kernel<<<blocks, kThreads, 0, stream>>>(partial, x, n, aligned_to(16, x));
+  DENDRITE_LAUNCH(blocks, kThreads, 0, stream, count_nonfinite_kernel)(
+      partial, x, n, aligned_to(16, x));
   check_launch("count_nonfinite");
-  sum_counts_kernel<<<1, kThreads, 0, stream>>>(total, partial, int(blocks));
+  DENDRITE_LAUNCH(1, kThreads, 0, stream, sum_counts_kernel)(total, partial, int(blocks));
   check_launch("count_nonfinite (sum of counts)");
   long long result = 0;
   check_cuda(cudaMemcpyAsync(&result, total, sizeof result, cudaMemcpyDeviceToHost, stream),

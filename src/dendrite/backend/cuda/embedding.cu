@@ -182,8 +182,9 @@ void scatter_rows(float* dst, const float* dout, const int32_t* tokens, int64_t 
   if (slices > t_hi - t_lo) slices = t_hi - t_lo;
   if (slices > 65535) slices = 65535;
   if (slices < 1) slices = 1;
-  scatter_rows_kernel<<<dim3(unsigned(col_blocks), unsigned(slices)), kScatterThreads, 0,
-                        stream>>>(dst, dout, tokens, c0, n, v0, t_lo, t_hi, m, C);
+  DENDRITE_LAUNCH(dim3(unsigned(col_blocks), unsigned(slices)), kScatterThreads, 0, stream,
+                  scatter_rows_kernel)(
+      dst, dout, tokens, c0, n, v0, t_lo, t_hi, m, C);
   check_launch("embedding_scatter_rows");
 }
 
@@ -207,7 +208,8 @@ void embedding_range_forward(float* out, const int32_t* tokens, const float* w, 
   check_sizes("embedding_range_forward", m, C);
   check_range("embedding_range_forward", v0, rows);
   if (m == 0) return;
-  range_forward_kernel<<<unsigned(m), row_threads(C), 0, stream>>>(out, tokens, w, v0, rows, C);
+  DENDRITE_LAUNCH(unsigned(m), row_threads(C), 0, stream, range_forward_kernel<float>)(
+      out, tokens, w, v0, rows, C);
   check_launch("embedding_range_forward");
 }
 
@@ -216,7 +218,8 @@ void embedding_range_forward(float* out, const int32_t* tokens, const bf16* w, i
   check_sizes("embedding_range_forward", m, C);
   check_range("embedding_range_forward", v0, rows);
   if (m == 0) return;
-  range_forward_kernel<<<unsigned(m), row_threads(C), 0, stream>>>(out, tokens, w, v0, rows, C);
+  DENDRITE_LAUNCH(unsigned(m), row_threads(C), 0, stream, range_forward_kernel<bf16>)(
+      out, tokens, w, v0, rows, C);
   check_launch("embedding_range_forward_bf16");
 }
 
@@ -231,8 +234,8 @@ void embedding_chunk_forward(float* out, const int32_t* tokens, const float* chu
                              int64_t n, int v0, int rows, int m, int C, cudaStream_t stream) {
   check_sizes("embedding_chunk_forward", m, C);
   if (m == 0) return;
-  chunk_forward_kernel<<<unsigned(m), row_threads(C), 0, stream>>>(out, tokens, chunk, c0, n, v0,
-                                                                    rows, C);
+  DENDRITE_LAUNCH(unsigned(m), row_threads(C), 0, stream, chunk_forward_kernel<float>)(
+      out, tokens, chunk, c0, n, v0, rows, C);
   check_launch("embedding_chunk_forward");
 }
 
@@ -240,8 +243,8 @@ void embedding_chunk_forward(float* out, const int32_t* tokens, const bf16* chun
                              int64_t n, int v0, int rows, int m, int C, cudaStream_t stream) {
   check_sizes("embedding_chunk_forward", m, C);
   if (m == 0) return;
-  chunk_forward_kernel<<<unsigned(m), row_threads(C), 0, stream>>>(out, tokens, chunk, c0, n, v0,
-                                                                    rows, C);
+  DENDRITE_LAUNCH(unsigned(m), row_threads(C), 0, stream, chunk_forward_kernel<bf16>)(
+      out, tokens, chunk, c0, n, v0, rows, C);
   check_launch("embedding_chunk_forward_bf16");
 }
 
@@ -255,7 +258,8 @@ void position_add(float* out, const float* wpe, int m, int T, int C, cudaStream_
   check_sizes("position_add", m, C);
   DENDRITE_CHECK(T > 0, "position_add: need T > 0 positions, got T=", T);
   if (m == 0) return;
-  position_add_kernel<<<unsigned(m), row_threads(C), 0, stream>>>(out, wpe, T, C);
+  DENDRITE_LAUNCH(unsigned(m), row_threads(C), 0, stream, position_add_kernel<float>)(
+      out, wpe, T, C);
   check_launch("position_add");
 }
 
@@ -263,7 +267,8 @@ void position_add(float* out, const bf16* wpe, int m, int T, int C, cudaStream_t
   check_sizes("position_add", m, C);
   DENDRITE_CHECK(T > 0, "position_add: need T > 0 positions, got T=", T);
   if (m == 0) return;
-  position_add_kernel<<<unsigned(m), row_threads(C), 0, stream>>>(out, wpe, T, C);
+  DENDRITE_LAUNCH(unsigned(m), row_threads(C), 0, stream, position_add_kernel<bf16>)(
+      out, wpe, T, C);
   check_launch("position_add_bf16");
 }
 
@@ -273,7 +278,8 @@ void position_backward(float* dwpe, const float* dout, int m, int T, int C, cuda
   const int positions = m < T ? m : T;
   if (positions == 0) return;
   const int64_t total = int64_t(positions) * C;
-  position_backward_kernel<<<blocks_for(total), kThreads, 0, stream>>>(dwpe, dout, m, T, C, total);
+  DENDRITE_LAUNCH(blocks_for(total), kThreads, 0, stream, position_backward_kernel)(
+      dwpe, dout, m, T, C, total);
   check_launch("position_backward");
 }
 

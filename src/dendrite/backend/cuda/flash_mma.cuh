@@ -37,36 +37,36 @@
 // in P V, K in dS K, dO and Q in the dk/dv products) are read as two 16-bit
 // loads per register.
 //
-// This header compiles under nvcc and, for tests/cuda_emulator.h, as plain
-// C++ with the primitives below emulated on the CPU.
+// This header compiles under nvcc and, for the tests' CPU emulator
+// (tests/emulated_cuda), as plain C++ with the product below emulated.
 #pragma once
+
+#include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "dendrite/backend/cuda/common.cuh"
 #include "dendrite/core/bf16.h"
 #include "dendrite/ops/attention.h"
 
-#ifndef DENDRITE_CUDA_EMULATION
-#include <cuda_runtime.h>
-#define DENDRITE_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
-#endif
-
 namespace dendrite::cuda::flash {
 
-#ifndef DENDRITE_CUDA_EMULATION
 // d = a b + d: one m16n8k16 product with bf16 operands and fp32 accumulation.
 __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
                                           const uint32_t (&b)[2]) {
+#ifdef DENDRITE_CUDA_EMULATION
+  emu::mma_m16n8k16_bf16(d, a, b);
+#else
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
 }
 __device__ __forceinline__ float shfl_xor(float v, int mask) {
   return __shfl_xor_sync(0xffffffffu, v, mask);
 }
-#endif
 
 constexpr int kWarps = 4, kThreads = kWarps * 32;
 constexpr int kRows = 64;  // rows (queries, or keys for dk/dv) of a block
@@ -469,13 +469,11 @@ __global__ void __launch_bounds__(kThreads)
   store_rows<D>(dv + kv_at, s.kv_stride, dv_acc, r0, nk, s.hs, 1.0f, 1.0f, g, t);
 }
 
-#ifndef DENDRITE_CUDA_EMULATION
 // The launches (attention_mma.cu), after attention.cu's shape checks.
 void forward(float* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
              const ops::AttentionShape& s, cudaStream_t stream);
 void backward(float* dq, float* dk, float* dv, const float* dout, const bf16* out, const float* lse,
               const bf16* q, const bf16* k, const bf16* v, const ops::AttentionShape& s,
               cudaStream_t stream);
-#endif
 
 }  // namespace dendrite::cuda::flash

@@ -152,7 +152,8 @@ template <int NS, class Terms>
 void launch_row_sums(double* sums, const Terms& terms, int m, int c, bool vec,
                      cudaStream_t stream, const char* name) {
   if (m == 0) return;
-  row_sums_kernel<NS><<<unsigned(m), row_threads(c), 0, stream>>>(sums, terms, c, vec);
+  DENDRITE_LAUNCH(unsigned(m), row_threads(c), 0, stream, row_sums_kernel<NS, Terms>)(
+      sums, terms, c, vec);
   check_launch(name);
 }
 
@@ -357,9 +358,8 @@ void layernorm_apply(float* y, float* mean, float* rstd, const double* sums, con
                      cudaStream_t stream) {
   check_split("layernorm_apply", m, c, c_total);
   if (m == 0) return;
-  layernorm_apply_kernel<<<apply_blocks(m), kApplyRows * 32, 0, stream>>>(
-      y, mean, rstd, sums, x, gamma, beta, m, c, c_total, eps,
-      rows_aligned(c, y, x, gamma, beta));
+  DENDRITE_LAUNCH(apply_blocks(m), kApplyRows * 32, 0, stream, layernorm_apply_kernel)(
+      y, mean, rstd, sums, x, gamma, beta, m, c, c_total, eps, rows_aligned(c, y, x, gamma, beta));
   check_launch("layernorm_apply");
 }
 
@@ -377,7 +377,8 @@ void layernorm_backward_apply(float* dx, float* dgamma, float* dbeta, const doub
                               cudaStream_t stream) {
   check_split("layernorm_backward_apply", m, c, c_total);
   if (m == 0) return;
-  layernorm_backward_apply_kernel<<<tile_blocks(c), dim3(kTileCols, kRowGroups), 0, stream>>>(
+  DENDRITE_LAUNCH(tile_blocks(c), dim3(kTileCols, kRowGroups), 0, stream,
+                  layernorm_backward_apply_kernel)(
       dx, dgamma, dbeta, sums, dy, x, mean, rstd, gamma, m, c, c_total);
   check_launch("layernorm_backward_apply");
 }
@@ -393,7 +394,7 @@ void rmsnorm_apply(float* y, float* rstd, const double* sums, const float* x, co
                    int m, int c, int c_total, float eps, cudaStream_t stream) {
   check_split("rmsnorm_apply", m, c, c_total);
   if (m == 0) return;
-  rmsnorm_apply_kernel<<<apply_blocks(m), kApplyRows * 32, 0, stream>>>(
+  DENDRITE_LAUNCH(apply_blocks(m), kApplyRows * 32, 0, stream, rmsnorm_apply_kernel)(
       y, rstd, sums, x, gamma, m, c, c_total, eps, rows_aligned(c, y, x, gamma));
   check_launch("rmsnorm_apply");
 }
@@ -410,7 +411,8 @@ void rmsnorm_backward_apply(float* dx, float* dgamma, const double* sums, const 
                             int c_total, cudaStream_t stream) {
   check_split("rmsnorm_backward_apply", m, c, c_total);
   if (m == 0) return;
-  rmsnorm_backward_apply_kernel<<<tile_blocks(c), dim3(kTileCols, kRowGroups), 0, stream>>>(
+  DENDRITE_LAUNCH(tile_blocks(c), dim3(kTileCols, kRowGroups), 0, stream,
+                  rmsnorm_backward_apply_kernel)(
       dx, dgamma, sums, dy, x, rstd, gamma, m, c, c_total);
   check_launch("rmsnorm_backward_apply");
 }

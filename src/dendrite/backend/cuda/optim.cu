@@ -127,9 +127,10 @@ double sum_squares(const float* g, long n, void* scratch, cudaStream_t stream) {
   double* total = partial + kReduceBlocks;
   // The grid depends only on n, so the order of the sums does too.
   const unsigned blocks = blocks_for((n + 3) / 4, kThreads, kReduceBlocks);
-  sum_squares_kernel<<<blocks, kThreads, 0, stream>>>(partial, g, n, aligned_to(16, g));
+  DENDRITE_LAUNCH(blocks, kThreads, 0, stream, sum_squares_kernel)(
+      partial, g, n, aligned_to(16, g));
   check_launch("sum_squares");
-  sum_partials_kernel<<<1, kThreads, 0, stream>>>(total, partial, int(blocks));
+  DENDRITE_LAUNCH(1, kThreads, 0, stream, sum_partials_kernel)(total, partial, int(blocks));
   check_launch("sum_squares (sum of block sums)");
   double result = 0.0;
   check_cuda(cudaMemcpyAsync(&result, total, sizeof result, cudaMemcpyDeviceToHost, stream),

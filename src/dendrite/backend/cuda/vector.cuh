@@ -83,9 +83,9 @@ template <class Op>
 void launch_map(const Op& op, int64_t n, bool vec, cudaStream_t stream, const char* name) {
   if (n <= 0) return;
   if (vec)
-    map4_kernel<<<blocks_for((n + 3) / 4), kThreads, 0, stream>>>(op, n);
+    DENDRITE_LAUNCH(blocks_for((n + 3) / 4), kThreads, 0, stream, map4_kernel<Op>)(op, n);
   else
-    map1_kernel<<<blocks_for(n), kThreads, 0, stream>>>(op, n);
+    DENDRITE_LAUNCH(blocks_for(n), kThreads, 0, stream, map1_kernel<Op>)(op, n);
   check_launch(name);
 }
 

@@ -20,7 +20,12 @@ cudaError_t accumulate(float* out, const float* part, int64_t n, cudaStream_t st
   if (n <= 0) return cudaSuccess;
   const int threads = 256;
   const int64_t blocks = (n + threads - 1) / threads;
+#ifdef DENDRITE_CUDA_EMULATION  // the tests' CPU emulator (tests/emulated_cuda)
+  emu::launch(static_cast<unsigned>(blocks), threads, 0, stream, "add_kernel", add_kernel)(out, part,
+                                                                                          n);
+#else
   add_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(out, part, n);
+#endif
   return cudaGetLastError();
 }
 

@@ -262,15 +262,19 @@ class NcclCommunicator final : public Communicator {
   const CommStats& stats() const override {
     merged_ = inner_->stats();
     for (int k = 0; k < static_cast<int>(Collective::kCount); ++k) {
-      merged_.bytes[k] += stats_.bytes[k];
-      merged_.calls[k] += stats_.calls[k];
+      merged_.bytes[k] += stats_.bytes[k] - setup_.bytes[k];
+      merged_.calls[k] += stats_.calls[k] - setup_.calls[k];
+      merged_.total_seconds[k] -= setup_.total_seconds[k];
+      merged_.exposed_seconds[k] -= setup_.exposed_seconds[k];
     }
+    merged_.wait_seconds -= setup_.wait_seconds;
     if (watchdog_) watchdog_->fold_into(merged_, false);
     return merged_;
   }
   void reset_stats() override {
     inner_->reset_stats();
     stats_ = CommStats{};
+    setup_ = CommStats{};
     CommStats discard;
     if (watchdog_) watchdog_->fold_into(discard, true);
   }
@@ -351,7 +355,20 @@ class NcclCommunicator final : public Communicator {
     ncclUniqueId id{};
     if (rank() == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
     static_assert(sizeof(id) % sizeof(int64_t) == 0);
-    if (size() > 1) inner_->broadcast(&id, sizeof(id) / sizeof(int64_t), DType::kI64, 0);
+    if (size() > 1) {
+      // Setup, not the step's traffic: left out of the counters, which the
+      // closed-form volume must match to the byte.
+      const CommStats before = inner_->stats();
+      inner_->broadcast(&id, sizeof(id) / sizeof(int64_t), DType::kI64, 0);
+      const CommStats& after = inner_->stats();
+      for (int k = 0; k < static_cast<int>(Collective::kCount); ++k) {
+        setup_.bytes[k] += after.bytes[k] - before.bytes[k];
+        setup_.calls[k] += after.calls[k] - before.calls[k];
+        setup_.total_seconds[k] += after.total_seconds[k] - before.total_seconds[k];
+        setup_.exposed_seconds[k] += after.exposed_seconds[k] - before.exposed_seconds[k];
+      }
+      setup_.wait_seconds += after.wait_seconds - before.wait_seconds;
+    }
     check_nccl(ncclCommInitRank(&comm_, size(), id, rank()), "ncclCommInitRank");
     watched_comm_ = comm_;
   }
@@ -462,6 +479,7 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<NcclWatchdog> watchdog_;
   std::vector<std::byte> stage_in_, stage_out_;  // host staging of mixed collectives
   mutable CommStats merged_;                     // what stats() returns: rebuilt at each call
+  CommStats setup_;  // what the inner communicator counted for the unique id's broadcast
 };
 
 namespace {

@@ -1,0 +1,591 @@
+// The CUDA emulator's scheduler and runtime (emulator.h, cuda_runtime.h).
+#include "emulator.h"
+
+#include <pthread.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "cuda_runtime.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EMU_ASAN 1
+#endif
+#endif
+#ifdef EMU_ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+#if !defined(__x86_64__)
+#include <ucontext.h>
+#endif
+
+namespace emu {
+namespace {
+
+// ---- fibers: a stack each, switched by swap_context.
+
+#if defined(__x86_64__)
+// Saves the callee-saved registers on the current stack, stores the stack
+// pointer in *from, and resumes the stack `to` (saved the same way, or made
+// by new_context). The System V ABI leaves nothing else to keep.
+extern "C" void emu_swap_context(void** from, void* to);
+asm(R"(
+  .pushsection .text
+  .globl emu_swap_context
+  .type emu_swap_context, @function
+emu_swap_context:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size emu_swap_context, .-emu_swap_context
+  .popsection
+)");
+struct Context {
+  void* sp = nullptr;
+};
+// A context that starts entry() on the stack [base, base + size).
+void new_context(Context& c, char* base, size_t size, void (*entry)()) {
+  auto top = reinterpret_cast<uintptr_t>(base + size) & ~uintptr_t(15);
+  auto* slot = reinterpret_cast<void**>(top);
+  *--slot = nullptr;                              // entry's return address: it never returns
+  *--slot = reinterpret_cast<void*>(entry);       // where the first switch's `ret` goes
+  for (int i = 0; i < 6; ++i) *--slot = nullptr;  // rbp, rbx, r12-r15
+  c.sp = slot;
+}
+void swap_context(Context& from, Context& to) { emu_swap_context(&from.sp, to.sp); }
+#else
+struct Context {
+  ucontext_t uc;
+};
+void new_context(Context& c, char* base, size_t size, void (*entry)()) {
+  getcontext(&c.uc);
+  c.uc.uc_stack.ss_sp = base;
+  c.uc.uc_stack.ss_size = size;
+  c.uc.uc_link = nullptr;
+  makecontext(&c.uc, entry, 0);
+}
+void swap_context(Context& from, Context& to) { swapcontext(&from.uc, &to.uc); }
+#endif
+
+constexpr size_t kStackBytes = size_t(256) << 10;
+constexpr int kMaxThreads = 1024;
+constexpr size_t kDefaultSharedLimit = 48 << 10, kOptInSharedLimit = 227 << 10;
+
+enum class State { kRunnable, kAtBlockBarrier, kAtWarpBarrier, kDone };
+
+struct Fiber {
+  Context ctx;
+  char* stack = nullptr;  // mapped once, reused by every launch
+  uint3 idx{};
+  int lane = 0, warp = 0;
+  State state = State::kRunnable;
+  int phase = 0;               // which exchange set the lane's next warp collective uses
+  void* fake_stack = nullptr;  // ASan's, while the fiber is switched out
+};
+
+struct Warp {
+  // Two sets: collective n uses set n % 2, so a lane writes set n % 2 again
+  // only after every lane has left collective n + 1, having read n's.
+  unsigned char exchange[2][32][32];
+  unsigned alive = 0;    // lanes that exist and have not exited
+  unsigned waiting = 0;  // lanes at the warp's current collective
+  unsigned mask = 0;     // the mask the first of them passed
+  bool masks_differ = false;
+};
+
+// The block being run. Fibers switch to one another directly: one that stops
+// at a barrier (or exits) resumes the next runnable fiber, and the home
+// context (run_block) gets control back only when none is left.
+struct Scheduler {
+  Context home;
+  void* home_fake = nullptr;
+  const void* home_bottom = nullptr;
+  size_t home_size = 0;
+  std::vector<Fiber> fibers;
+  std::vector<Warp> warps;
+  std::vector<unsigned char> shared;
+  std::vector<int> ready;  // runnable fibers, in order, from `head` on
+  size_t head = 0;
+  Fiber* current = nullptr;
+  int threads = 0, live = 0, at_block = 0;
+  uint3 block{};
+  dim3 grid, block_dim;
+  const std::function<void()>* body = nullptr;
+  std::string error;  // the first failure of the block
+};
+
+// Never destroyed: a static backend's destructor may still free memory at exit.
+Scheduler& sched() {
+  static Scheduler& s = *new Scheduler;
+  return s;
+}
+
+// Switches from context `from` to `to` (stack [bottom, bottom + size));
+// from_fake: where ASan keeps from's fake stack (null when from has ended).
+void transfer(Context& from, void** from_fake, Context& to, const void* bottom, size_t size) {
+#ifdef EMU_ASAN
+  __sanitizer_start_switch_fiber(from_fake, bottom, size);
+#else
+  (void)from_fake, (void)bottom, (void)size;
+#endif
+  swap_context(from, to);
+#ifdef EMU_ASAN
+  __sanitizer_finish_switch_fiber(from_fake ? *from_fake : nullptr, nullptr, nullptr);
+#endif
+}
+
+// The running fiber has stopped (at a barrier, or at its end): run the next.
+void switch_away() {
+  Scheduler& s = sched();
+  Fiber& f = *s.current;
+  void** fake = f.state == State::kDone ? nullptr : &f.fake_stack;
+  if (s.head < s.ready.size() && s.error.empty()) {
+    Fiber& next = s.fibers[size_t(s.ready[s.head++])];
+    s.current = &next;
+    transfer(f.ctx, fake, next.ctx, next.stack, kStackBytes);
+  } else {
+    transfer(f.ctx, fake, s.home, s.home_bottom, s.home_size);
+  }
+}
+
+void make_ready(int t) {
+  Scheduler& s = sched();
+  s.fibers[size_t(t)].state = State::kRunnable;
+  s.ready.push_back(t);
+}
+
+void release_block() {
+  Scheduler& s = sched();
+  for (int t = 0; t < s.threads; ++t)
+    if (s.fibers[size_t(t)].state == State::kAtBlockBarrier) make_ready(t);
+  s.at_block = 0;
+}
+
+void set_error(const std::string& e) {
+  Scheduler& s = sched();
+  if (s.error.empty()) s.error = e;
+}
+
+void release_warp(Warp& w) {
+  Scheduler& s = sched();
+  const size_t index = size_t(&w - s.warps.data());
+  if (w.masks_differ)
+    set_error("warp " + std::to_string(index) +
+              ": lanes of one warp passed different masks to a collective");
+  else if (w.mask != w.alive)
+    set_error("warp " + std::to_string(index) +
+              ": a warp collective's mask names lanes that do not exist or have exited, or "
+              "leaves out lanes that wait with it");
+  for (int l = 0; l < 32; ++l)
+    if (w.waiting >> l & 1u) make_ready(int(index) * 32 + l);
+  w.waiting = 0;
+  w.masks_differ = false;
+}
+
+void fiber_main() {
+#ifdef EMU_ASAN
+  __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
+#endif
+  Scheduler& s = sched();
+  (*s.body)();
+  Fiber& f = *s.current;
+  f.state = State::kDone;
+  --s.live;
+  Warp& w = s.warps[size_t(f.warp)];
+  w.alive &= ~(1u << f.lane);
+  if (w.waiting != 0 && w.waiting == w.alive) release_warp(w);
+  if (s.at_block > 0 && s.at_block == s.live) release_block();
+  switch_away();
+  std::abort();  // a finished fiber is never resumed
+}
+
+char* map_stack() {
+  void* p = mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    std::fprintf(stderr, "cuda emulator: cannot map a fiber stack\n");
+    std::abort();
+  }
+  mprotect(p, size_t(sysconf(_SC_PAGESIZE)), PROT_NONE);  // overflow faults instead of corrupting
+  return static_cast<char*>(p);
+}
+
+// The calling thread's stack, for ASan's bookkeeping of switches back to it.
+void home_stack(const void** bottom, size_t* size) {
+  pthread_attr_t a;
+  void* addr = nullptr;
+  size_t bytes = 0;
+  if (pthread_getattr_np(pthread_self(), &a) == 0) {
+    pthread_attr_getstack(&a, &addr, &bytes);
+    pthread_attr_destroy(&a);
+  }
+  *bottom = addr, *size = bytes;
+}
+
+// ---- the runtime's state
+
+struct Runtime {
+  std::mutex launch;                        // one launch at a time
+  std::map<uintptr_t, size_t> allocations;  // device memory: start -> bytes
+  size_t used = 0, capacity = size_t(4) << 30;
+  int devices = 1;  // GPUs the machine shows (one memory serves them all)
+  cudaError_t last = cudaSuccess;
+  std::string last_detail;
+  std::map<const void*, size_t> shared_limit;  // cudaFuncAttributeMaxDynamicSharedMemorySize
+};
+Runtime& rt() {
+  static Runtime& r = *new Runtime;  // never destroyed, as sched()
+  return r;
+}
+
+cudaError_t fail(cudaError_t e, const std::string& detail) {
+  rt().last = e;
+  rt().last_detail = detail;
+  std::fprintf(stderr, "cuda emulator: %s\n", detail.c_str());
+  return e;
+}
+
+// Runs one block to its end; returns "" or what went wrong.
+std::string run_block(Scheduler& s) {
+  s.ready.clear();
+  s.head = 0;
+  for (int t = 0; t < s.threads; ++t) {
+    Fiber& f = s.fibers[size_t(t)];
+    const unsigned bx = s.block_dim.x, by = s.block_dim.y;
+    f.idx = uint3{unsigned(t) % bx, unsigned(t) / bx % by, unsigned(t) / (bx * by)};
+    f.lane = t % 32, f.warp = t / 32;
+    f.phase = 0;
+    f.fake_stack = nullptr;
+    // Stack tops staggered by 4160 bytes a thread (up to 128 KB): tops a
+    // power of two apart would share cache sets and miss on every switch.
+    new_context(f.ctx, f.stack, kStackBytes - size_t(t) * 4160 % (size_t(128) << 10), fiber_main);
+    make_ready(t);
+  }
+  for (size_t w = 0; w < s.warps.size(); ++w) {
+    const int n = std::min(32, s.threads - 32 * int(w));
+    s.warps[w].alive = n == 32 ? 0xffffffffu : (1u << n) - 1;
+    s.warps[w].waiting = 0;
+    s.warps[w].masks_differ = false;
+  }
+  s.live = s.threads;
+  s.at_block = 0;
+  s.error.clear();
+  Fiber& first = s.fibers[size_t(s.ready[s.head++])];
+  s.current = &first;
+  transfer(s.home, &s.home_fake, first.ctx, first.stack, kStackBytes);
+  if (!s.error.empty()) return s.error;
+  if (s.live == 0) return "";
+  return "deadlock: the block's threads wait at barriers that none can pass (a __syncthreads "
+         "some threads skip, or a warp collective inside a divergent branch)";
+}
+
+}  // namespace
+
+const uint3& thread_idx() { return sched().current->idx; }
+const uint3& block_idx() { return sched().block; }
+const dim3& grid_dim() { return sched().grid; }
+const dim3& block_dim() { return sched().block_dim; }
+void* dynamic_shared() { return sched().shared.data(); }
+int lane() { return sched().current->lane; }
+
+void block_barrier() {
+  Scheduler& s = sched();
+  s.current->state = State::kAtBlockBarrier;
+  if (++s.at_block == s.live) release_block();
+  switch_away();
+}
+
+const unsigned char* warp_exchange(unsigned mask, const void* data, size_t bytes) {
+  Scheduler& s = sched();
+  Fiber& f = *s.current;
+  if (!(mask >> f.lane & 1u)) kernel_error("a lane called a warp collective outside its own mask");
+  Warp& w = s.warps[size_t(f.warp)];
+  const int set = f.phase;
+  f.phase ^= 1;
+  std::memcpy(w.exchange[set][f.lane], data, bytes);
+  if (w.waiting == 0)
+    w.mask = mask;
+  else if (w.mask != mask)
+    w.masks_differ = true;
+  w.waiting |= 1u << f.lane;
+  f.state = State::kAtWarpBarrier;
+  if (w.waiting == w.alive) release_warp(w);
+  switch_away();
+  return &w.exchange[set][0][0];
+}
+
+void kernel_error(const std::string& why) {
+  Scheduler& s = sched();
+  set_error(why);
+  s.current->state = State::kDone;  // the launch stops: switch_away goes home
+  switch_away();
+  std::abort();  // not resumed
+}
+
+void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  uint32_t mine[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
+  const unsigned char* all = warp_exchange(0xffffffffu, mine, sizeof mine);
+  auto reg = [&](int lane, int r) {
+    uint32_t v;
+    std::memcpy(&v, all + 32 * lane + 4 * r, 4);
+    return v;
+  };
+  auto bf = [](uint32_t r, int half) { return __uint_as_float(half ? r & 0xffff0000u : r << 16); };
+  // A[row][k]: lane 4 (row % 8) + (k % 8) / 2, register row / 8 + 2 (k / 8), half k % 2.
+  auto A = [&](int row, int k) {
+    return bf(reg(4 * (row % 8) + (k % 8) / 2, row / 8 + 2 * (k / 8)), k % 2);
+  };
+  // B[k][n]: lane 4 n + (k % 8) / 2, register 4 + k / 8, half k % 2.
+  auto B = [&](int k, int n) { return bf(reg(4 * n + (k % 8) / 2, 4 + k / 8), k % 2); };
+  const int g = lane() / 4, t = lane() % 4;
+  for (int e = 0; e < 4; ++e) {
+    const int row = g + 8 * (e / 2), col = 2 * t + e % 2;
+    float sum = 0.0f;
+    for (int k = 0; k < 16; ++k) sum += A(row, k) * B(k, col);
+    d[e] += sum;
+  }
+}
+
+bool run(dim3 grid, dim3 block, size_t shared, const void* kernel, const char* name,
+         const std::function<void()>& body) {
+  std::lock_guard<std::mutex> lock(rt().launch);
+  const uint64_t threads = uint64_t(block.x) * block.y * block.z;
+  auto config = [&](const std::string& why) {
+    fail(cudaErrorInvalidConfiguration, std::string("launch of ") + name + ": " + why);
+    return false;
+  };
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || threads == 0)
+    return config("an empty grid or block");
+  if (grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535)
+    return config("grid (" + std::to_string(grid.x) + ", " + std::to_string(grid.y) + ", " +
+                  std::to_string(grid.z) + ") past the limits (2^31 - 1, 65535, 65535)");
+  if (block.x > 1024 || block.y > 1024 || block.z > 64 || threads > kMaxThreads)
+    return config(std::to_string(threads) + " threads a block, past 1024");
+  size_t limit = kDefaultSharedLimit;
+  if (auto it = rt().shared_limit.find(kernel); it != rt().shared_limit.end()) limit = it->second;
+  if (shared > limit)
+    return config(std::to_string(shared) + " bytes of dynamic shared memory, past the " +
+                  std::to_string(limit) + " the kernel is allowed" +
+                  (limit == kDefaultSharedLimit ? " (cudaFuncSetAttribute raises it)" : ""));
+
+  Scheduler& s = sched();
+  while (s.fibers.size() < threads) {
+    s.fibers.emplace_back();
+    s.fibers.back().stack = map_stack();
+  }
+  s.threads = int(threads);
+  s.grid = grid, s.block_dim = block;
+  s.body = &body;
+  s.warps.resize((threads + 31) / 32);
+  s.shared.resize(shared);
+  if (!s.home_bottom) home_stack(&s.home_bottom, &s.home_size);
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) {
+        s.block = uint3{x, y, z};
+        if (!s.shared.empty()) std::memset(s.shared.data(), 0x7f, s.shared.size());
+        const std::string e = run_block(s);
+        if (!e.empty()) {
+          fail(cudaErrorLaunchFailure, std::string("kernel ") + name + ", block (" +
+                                           std::to_string(x) + ", " + std::to_string(y) + ", " +
+                                           std::to_string(z) + "): " + e);
+          return false;
+        }
+      }
+  return true;
+}
+
+void set_device_memory(size_t bytes) { rt().capacity = bytes; }
+void set_device_count(int n) { rt().devices = n; }
+size_t device_memory_used() { return rt().used; }
+
+}  // namespace emu
+
+// ---- the runtime API (cuda_runtime.h)
+
+namespace {
+
+// Whether [p, p + bytes) lies inside one device allocation.
+bool on_device(const void* p, size_t bytes) {
+  auto& a = emu::rt().allocations;
+  const auto u = reinterpret_cast<uintptr_t>(p);
+  auto it = a.upper_bound(u);
+  if (it == a.begin()) return false;
+  --it;
+  return u >= it->first && u + bytes <= it->first + it->second;
+}
+
+bool inside_any(const void* p) { return on_device(p, 1); }
+
+}  // namespace
+
+struct EmulatedStream {
+  int unused;
+};
+struct EmulatedEvent {
+  std::chrono::steady_clock::time_point at;
+};
+
+const char* cudaGetErrorString(cudaError_t e) {
+  static thread_local std::string text;
+  const char* base = e == cudaSuccess                     ? "no error"
+                     : e == cudaErrorInvalidValue         ? "invalid argument"
+                     : e == cudaErrorMemoryAllocation     ? "out of memory"
+                     : e == cudaErrorInvalidConfiguration ? "invalid configuration argument"
+                     : e == cudaErrorInvalidDevice        ? "invalid device ordinal"
+                     : e == cudaErrorLaunchFailure        ? "unspecified launch failure"
+                                                          : "unknown error";
+  text = base;
+  if (e != cudaSuccess && !emu::rt().last_detail.empty())
+    text += " (emulator: " + emu::rt().last_detail + ")";
+  return text.c_str();
+}
+
+cudaError_t cudaGetLastError() {
+  const cudaError_t e = emu::rt().last;
+  emu::rt().last = cudaSuccess;
+  return e;
+}
+cudaError_t cudaGetDeviceCount(int* n) {
+  *n = emu::rt().devices;
+  return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int d) {
+  return d >= 0 && d < emu::rt().devices
+             ? cudaSuccess
+             : emu::fail(cudaErrorInvalidDevice, "cudaSetDevice: no such device");
+}
+cudaError_t cudaGetDevice(int* d) {
+  *d = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
+  if (d < 0 || d >= emu::rt().devices)
+    return emu::fail(cudaErrorInvalidDevice, "cudaGetDeviceProperties: no such device");
+  *p = cudaDeviceProp{};
+  std::snprintf(p->name, sizeof p->name, "CUDA emulator on the CPU");
+  p->totalGlobalMem = emu::rt().capacity;
+  p->sharedMemPerBlockOptin = emu::kOptInSharedLimit;
+  p->major = 9, p->minor = 0, p->multiProcessorCount = 1;
+  return cudaSuccess;
+}
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+  auto& r = emu::rt();
+  const size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
+  if (r.used + rounded > r.capacity) {
+    *p = nullptr;
+    return emu::fail(cudaErrorMemoryAllocation, "cudaMalloc: out of device memory");
+  }
+  // Exactly the bytes asked (256-byte aligned, as cudaMalloc's): the
+  // sanitizers see an access past them.
+  if (posix_memalign(p, 256, std::max<size_t>(bytes, 1)) != 0)
+    return emu::fail(cudaErrorMemoryAllocation, "cudaMalloc: host allocation failed");
+  r.allocations[reinterpret_cast<uintptr_t>(*p)] = bytes;
+  r.used += rounded;
+  return cudaSuccess;
+}
+cudaError_t cudaFree(void* p) {
+  if (!p) return cudaSuccess;
+  auto& a = emu::rt().allocations;
+  auto it = a.find(reinterpret_cast<uintptr_t>(p));
+  if (it == a.end())
+    return emu::fail(cudaErrorInvalidValue, "cudaFree of a pointer not from cudaMalloc");
+  emu::rt().used -= (std::max<size_t>(it->second, 1) + 255) / 256 * 256;
+  a.erase(it);
+  std::free(p);
+  return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
+  *total = emu::rt().capacity;
+  *free = emu::rt().capacity - emu::rt().used;
+  return cudaSuccess;
+}
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
+  *a = cudaPointerAttributes{};
+  a->type = p && inside_any(p) ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered;
+  return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
+  if (!bytes) return cudaSuccess;
+  if (!on_device(p, bytes))
+    return emu::fail(cudaErrorInvalidValue, "cudaMemsetAsync: the range is not device memory");
+  std::memset(p, value, bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t) {
+  if (!bytes) return cudaSuccess;
+  const bool dst_dev = on_device(dst, bytes), src_dev = on_device(src, bytes);
+  const bool want_dst = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  const bool want_src = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  if (kind != cudaMemcpyDefault && (dst_dev != want_dst || src_dev != want_src))
+    return emu::fail(cudaErrorInvalidValue,
+                     std::string("cudaMemcpyAsync: the ") +
+                         (dst_dev != want_dst ? "destination" : "source") + " is " +
+                         ((dst_dev != want_dst ? dst_dev : src_dev) ? "" : "not ") +
+                         "device memory, against the copy's kind");
+  std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamCreate(cudaStream_t* s) {
+  *s = new EmulatedStream{};
+  return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return cudaStreamCreate(s); }
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  delete s;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaGetLastError(); }
+cudaError_t cudaEventCreate(cudaEvent_t* e) {
+  *e = new EmulatedEvent{};
+  return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete e;
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+  e->at = std::chrono::steady_clock::now();
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaGetLastError(); }
+cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }  // work ends when enqueued
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  *ms = std::chrono::duration<float, std::milli>(end->at - start->at).count();
+  return cudaSuccess;
+}
+cudaError_t emulated_set_attribute(const void* kernel, cudaFuncAttribute attr, int value) {
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 ||
+      size_t(value) > emu::kOptInSharedLimit)
+    return emu::fail(cudaErrorInvalidValue,
+                     "cudaFuncSetAttribute: " + std::to_string(value) +
+                         " bytes of dynamic shared memory, past the device's 227 KB");
+  emu::rt().shared_limit[kernel] = size_t(value);
+  return cudaSuccess;
+}

@@ -266,6 +266,7 @@ class NcclCommunicator final : public Communicator {
       merged_.calls[k] += stats_.calls[k] - setup_.calls[k];
       merged_.total_seconds[k] -= setup_.total_seconds[k];
       merged_.exposed_seconds[k] -= setup_.exposed_seconds[k];
+      merged_.peer_wait_seconds[k] -= setup_.peer_wait_seconds[k];
     }
     merged_.wait_seconds -= setup_.wait_seconds;
     if (watchdog_) watchdog_->fold_into(merged_, false);
@@ -366,6 +367,7 @@ class NcclCommunicator final : public Communicator {
         setup_.calls[k] += after.calls[k] - before.calls[k];
         setup_.total_seconds[k] += after.total_seconds[k] - before.total_seconds[k];
         setup_.exposed_seconds[k] += after.exposed_seconds[k] - before.exposed_seconds[k];
+        setup_.peer_wait_seconds[k] += after.peer_wait_seconds[k] - before.peer_wait_seconds[k];
       }
       setup_.wait_seconds += after.wait_seconds - before.wait_seconds;
     }

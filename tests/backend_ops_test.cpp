@@ -44,16 +44,20 @@ Vf widened(const Vb& x) {
   return out;
 }
 
-// Where the ops run: a device's backend, or the CUDA backend on the emulator.
+// Where the ops run: a device's backend, or the CUDA backend on the emulator
+// (reversed: its threads, lanes and blocks run from the last, which exposes
+// a read of what another thread wrote without a barrier between).
 struct Target {
   Device device;
   bool emulated;
+  bool reversed = false;
 };
 
 void PrintTo(const Target& t, std::ostream* os) {
-  *os << (t.emulated                  ? "the CUDA backend on the emulator"
-          : t.device == Device::kCuda ? "cuda"
-                                      : "cpu");
+  if (t.emulated)
+    *os << "the CUDA backend on the emulator" << (t.reversed ? ", threads reversed" : "");
+  else
+    *os << (t.device == Device::kCuda ? "cuda" : "cpu");
 }
 
 class BackendOps : public ::testing::TestWithParam<Target> {
@@ -61,7 +65,11 @@ class BackendOps : public ::testing::TestWithParam<Target> {
   void SetUp() override {
     BackendOptions o;
     o.tf32 = false;  // full fp32 GEMMs: the tolerances above
+    if (GetParam().emulated) emu::set_reverse_order(GetParam().reversed);
     be_ = GetParam().emulated ? make_emulated_cuda_backend(o) : make_backend(GetParam().device, o);
+  }
+  void TearDown() override {
+    if (GetParam().emulated) emu::set_reverse_order(false);
   }
   Backend& be() { return *be_; }
   template <class T>
@@ -136,7 +144,8 @@ class BackendOps : public ::testing::TestWithParam<Target> {
 };
 
 std::string name(const ::testing::TestParamInfo<Target>& p) {
-  return p.param.emulated ? "emulated" : p.param.device == Device::kCuda ? "cuda" : "cpu";
+  if (p.param.emulated) return p.param.reversed ? "emulated_reversed" : "emulated";
+  return p.param.device == Device::kCuda ? "cuda" : "cpu";
 }
 
 TEST_P(BackendOps, GemmInEveryLayoutAndPrecision) {
@@ -591,11 +600,13 @@ TEST_P(BackendOps, BackwardsAreDeterministic) {
   EXPECT_EQ(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * 4), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Cpu, BackendOps, ::testing::Values(Target{Device::kCpu, false}), name);
-INSTANTIATE_TEST_SUITE_P(Emulated, BackendOps, ::testing::Values(Target{Device::kCuda, true}),
+INSTANTIATE_TEST_SUITE_P(Cpu, BackendOps, ::testing::Values(Target{Device::kCpu, false, false}), name);
+INSTANTIATE_TEST_SUITE_P(Emulated, BackendOps,
+                         ::testing::Values(Target{Device::kCuda, true, false},
+                                           Target{Device::kCuda, true, true}),
                          name);
 #ifdef DENDRITE_HAVE_CUDA
-INSTANTIATE_TEST_SUITE_P(Cuda, BackendOps, ::testing::Values(Target{Device::kCuda, false}), name);
+INSTANTIATE_TEST_SUITE_P(Cuda, BackendOps, ::testing::Values(Target{Device::kCuda, false, false}), name);
 #endif
 
 }  // namespace

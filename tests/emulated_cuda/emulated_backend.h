@@ -21,4 +21,9 @@ void set_device_memory(size_t bytes);
 // GPUs the emulated machine shows (default 1): one rank per GPU lets the
 // CUDA backend choose the NCCL transport.
 void set_device_count(int n);
+// Run each block's threads, each warp's lanes and each grid's blocks from the
+// last instead of the first (default false). Threads that read what another
+// wrote without a barrier between see it in one order and not in the other,
+// so a test passing in both finds such races where they change a result.
+void set_reverse_order(bool reverse);
 }  // namespace emu

@@ -131,6 +131,7 @@ struct Scheduler {
   size_t head = 0;
   Fiber* current = nullptr;
   int threads = 0, live = 0, at_block = 0;
+  bool reverse = false;  // run threads, lanes and blocks from the last (set_reverse_order)
   uint3 block{};
   dim3 grid, block_dim;
   const std::function<void()>* body = nullptr;
@@ -177,10 +178,15 @@ void make_ready(int t) {
   s.ready.push_back(t);
 }
 
+// Thread (or lane, or block) i of n in the order the fibers run.
+int in_order(int i, int n) { return sched().reverse ? n - 1 - i : i; }
+
 void release_block() {
   Scheduler& s = sched();
-  for (int t = 0; t < s.threads; ++t)
+  for (int i = 0; i < s.threads; ++i) {
+    const int t = in_order(i, s.threads);
     if (s.fibers[size_t(t)].state == State::kAtBlockBarrier) make_ready(t);
+  }
   s.at_block = 0;
 }
 
@@ -199,8 +205,10 @@ void release_warp(Warp& w) {
     set_error("warp " + std::to_string(index) +
               ": a warp collective's mask names lanes that do not exist or have exited, or "
               "leaves out lanes that wait with it");
-  for (int l = 0; l < 32; ++l)
+  for (int i = 0; i < 32; ++i) {
+    const int l = in_order(i, 32);
     if (w.waiting >> l & 1u) make_ready(int(index) * 32 + l);
+  }
   w.waiting = 0;
   w.masks_differ = false;
 }
@@ -282,8 +290,8 @@ std::string run_block(Scheduler& s) {
     // Stack tops staggered by 4160 bytes a thread (up to 128 KB): tops a
     // power of two apart would share cache sets and miss on every switch.
     new_context(f.ctx, f.stack, kStackBytes - size_t(t) * 4160 % (size_t(128) << 10), fiber_main);
-    make_ready(t);
   }
+  for (int i = 0; i < s.threads; ++i) make_ready(in_order(i, s.threads));
   for (size_t w = 0; w < s.warps.size(); ++w) {
     const int n = std::min(32, s.threads - 32 * int(w));
     s.warps[w].alive = n == 32 ? 0xffffffffu : (1u << n) - 1;
@@ -402,9 +410,12 @@ bool run(dim3 grid, dim3 block, size_t shared, const void* kernel, const char* n
   s.warps.resize((threads + 31) / 32);
   s.shared.resize(shared);
   if (!s.home_bottom) home_stack(&s.home_bottom, &s.home_size);
-  for (unsigned z = 0; z < grid.z; ++z)
-    for (unsigned y = 0; y < grid.y; ++y)
-      for (unsigned x = 0; x < grid.x; ++x) {
+  for (unsigned bz = 0; bz < grid.z; ++bz)
+    for (unsigned by = 0; by < grid.y; ++by)
+      for (unsigned bx = 0; bx < grid.x; ++bx) {
+        const unsigned x = unsigned(in_order(int(bx), int(grid.x)));
+        const unsigned y = unsigned(in_order(int(by), int(grid.y)));
+        const unsigned z = unsigned(in_order(int(bz), int(grid.z)));
         s.block = uint3{x, y, z};
         if (!s.shared.empty()) std::memset(s.shared.data(), 0x7f, s.shared.size());
         const std::string e = run_block(s);
@@ -420,6 +431,7 @@ bool run(dim3 grid, dim3 block, size_t shared, const void* kernel, const char* n
 
 void set_device_memory(size_t bytes) { rt().capacity = bytes; }
 void set_device_count(int n) { rt().devices = n; }
+void set_reverse_order(bool reverse) { sched().reverse = reverse; }
 size_t device_memory_used() { return rt().used; }
 
 }  // namespace emu

@@ -19,10 +19,11 @@
 //
 // What it checks: indexing, bounds, masking, barriers, the warp collectives'
 // lanes, fragment layouts, launch configurations, and (with the sanitizers)
-// every access to host memory standing for device memory. What it cannot:
-// the GPU's timing, races between threads of a block that a barrier should
-// have ordered (fibers switch only at barriers), and the rounding of sums
-// inside the hardware's products.
+// every access to host memory standing for device memory. Races between
+// threads that a barrier should have ordered show only as far as running the
+// threads in both orders changes a result (set_reverse_order): fibers switch
+// only at barriers. What it cannot: the GPU's timing, and the rounding of
+// sums inside the hardware's products.
 #pragma once
 
 #include <cstddef>
@@ -114,6 +115,11 @@ void set_device_memory(size_t bytes);
 // GPUs the emulated machine shows (default 1): one rank per GPU lets the
 // CUDA backend choose the NCCL transport.
 void set_device_count(int n);
+// Run each block's threads, each warp's lanes and each grid's blocks from the
+// last instead of the first (default false). Threads that read what another
+// wrote without a barrier between see it in one order and not in the other,
+// so a test passing in both finds such races where they change a result.
+void set_reverse_order(bool reverse);
 size_t device_memory_used();
 
 }  // namespace emu

@@ -195,32 +195,28 @@ TEST_P(CudaModel, CheckpointsMoveBetweenTheGpuAndTheCpu) {
 // asked and free, and the fix (emulated: a GPU of 40 MiB, of which cuBLASLt's
 // workspace takes 32).
 TEST(EmulatedGpuMemory, RunningOutNamesWhatItWasForAndTheFix) {
-  emu::set_device_memory(size_t(40) << 20);
-  try {
-    const ModelConfig c = config("gpt2");
-    BackendOptions o;
-    std::unique_ptr<Backend> be = make_emulated_cuda_backend(o);
-    SelfCommunicator self{"world"};
-    ProcessGrid grid(GridShape{}, be->transport(self));
-    // 8192 rows: about 45 MiB of activations, past the 6 MiB left.
-    EXPECT_THROW(
-        {
-          try {
-            Transformer model(c, grid, *be, 512, kT);
-          } catch (const Error& e) {
-            const std::string m = e.what();
-            for (const char* part : {"out of device memory for the activations", "asked for",
-                                     "free of 40.0 MiB", "--batch", "--recompute"})
-              EXPECT_NE(m.find(part), std::string::npos) << part << " in: " << m;
-            throw;
-          }
-        },
-        Error);
-  } catch (...) {
-    emu::set_device_memory(size_t(4) << 30);
-    throw;
-  }
-  emu::set_device_memory(size_t(4) << 30);
+  struct SmallGpu {  // the other tests' 4 GiB again at the end, however it ends
+    SmallGpu() { emu::set_device_memory(size_t(40) << 20); }
+    ~SmallGpu() { emu::set_device_memory(size_t(4) << 30); }
+  } small;
+  const ModelConfig c = config("gpt2");
+  std::unique_ptr<Backend> be = make_emulated_cuda_backend(BackendOptions{});
+  SelfCommunicator self{"world"};
+  ProcessGrid grid(GridShape{}, be->transport(self));
+  // 8192 rows: about 45 MiB of activations, past the 6 MiB left.
+  EXPECT_THROW(
+      {
+        try {
+          Transformer model(c, grid, *be, 512, kT);
+        } catch (const Error& e) {
+          const std::string m = e.what();
+          for (const char* part : {"out of device memory for the activations", "asked for",
+                                   "free of 40.0 MiB", "--batch", "--recompute"})
+            EXPECT_NE(m.find(part), std::string::npos) << part << " in: " << m;
+          throw;
+        }
+      },
+      Error);
 }
 
 std::string name(const ::testing::TestParamInfo<Case>& p) { return p.param.arch; }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cuda_runtime.h"
+#include "emulated_backend.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define EMU_ASAN 1
@@ -432,7 +433,6 @@ bool run(dim3 grid, dim3 block, size_t shared, const void* kernel, const char* n
 void set_device_memory(size_t bytes) { rt().capacity = bytes; }
 void set_device_count(int n) { rt().devices = n; }
 void set_reverse_order(bool reverse) { sched().reverse = reverse; }
-size_t device_memory_used() { return rt().used; }
 
 }  // namespace emu
 
@@ -450,7 +450,6 @@ bool on_device(const void* p, size_t bytes) {
   return u >= it->first && u + bytes <= it->first + it->second;
 }
 
-bool inside_any(const void* p) { return on_device(p, 1); }
 
 }  // namespace
 
@@ -537,7 +536,7 @@ cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
 }
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
   *a = cudaPointerAttributes{};
-  a->type = p && inside_any(p) ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered;
+  a->type = p && on_device(p, 1) ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered;
   return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {

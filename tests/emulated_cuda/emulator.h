@@ -108,18 +108,6 @@ T shuffle_from(unsigned mask, T v, int src) {
 // fp32 in k order.
 void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
 
-// ---- the emulated device (for tests)
-
-// Device memory the emulated GPU has (default 4 GiB); cudaMalloc fails past it.
-void set_device_memory(size_t bytes);
-// GPUs the emulated machine shows (default 1): one rank per GPU lets the
-// CUDA backend choose the NCCL transport.
-void set_device_count(int n);
-// Run each block's threads, each warp's lanes and each grid's blocks from the
-// last instead of the first (default false). Threads that read what another
-// wrote without a barrier between see it in one order and not in the other,
-// so a test passing in both finds such races where they change a result.
-void set_reverse_order(bool reverse);
-size_t device_memory_used();
+// The settings tests make of the emulated device: emulated_backend.h.
 
 }  // namespace emu

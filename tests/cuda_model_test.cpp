@@ -46,10 +46,12 @@ ModelConfig config(const std::string& arch) {
 // One process on one backend: its grid reaches the backend's memory through
 // the backend's transport.
 struct OneProcess {
-  // emulated: the CUDA backend on the CPU emulator, for d = kCuda.
+  // emulated: the CUDA backend on the CPU emulator, for d = kCuda, its
+  // streams concurrent (the host goes on while the GPU works, as on a GPU).
   OneProcess(Device d, const ModelConfig& c, const ModelOptions& opt = {}, bool emulated = false) {
     BackendOptions o;
     o.tf32 = false;
+    if (emulated && d == Device::kCuda) emu::set_streams(emu::Streams::kConcurrent);
     be = emulated && d == Device::kCuda ? make_emulated_cuda_backend(o) : make_backend(d, o);
     grid = std::make_unique<ProcessGrid>(GridShape{}, be->transport(self));
     model = std::make_unique<Transformer>(c, *grid, *be, kB, kT, opt);

@@ -22,6 +22,9 @@
 #include "dendrite/core/check.h"
 #include "dendrite/core/log.h"
 #include "dendrite/train/hooks.h"
+#ifdef DENDRITE_EMULATED_GPU
+#include "emulated_cuda/emulated_backend.h"
+#endif
 
 namespace dendrite {
 namespace {
@@ -82,6 +85,15 @@ class EnvironmentFaults : public TrainHooks {
 }  // namespace dendrite
 
 int main(int argc, char** argv) {
+#ifdef DENDRITE_EMULATED_GPU
+  // dendrite_emulated: --device cuda runs the CUDA backend built on the CPU
+  // emulator (tests/emulated_cuda), on DENDRITE_EMULATED_GPUS GPUs (default
+  // 8: a GPU per rank, so the NCCL transport where it is asked for), its
+  // streams as DENDRITE_EMULATED_STREAMS says.
+  emu::set_device_count(int(dendrite::env_number("DENDRITE_EMULATED_GPUS", 8)));
+  dendrite::set_cuda_backend_source(
+      {&dendrite::make_emulated_cuda_backend, &dendrite::emulated_cuda_device_count});
+#endif
   const dendrite::EnvironmentFaults faults;
   return dendrite::app::dendrite_main(argc, argv, &faults);
 }

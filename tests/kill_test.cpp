@@ -1,7 +1,8 @@
 // A dead rank must not hang the job: an 8-rank `dendrite train` on the grid
 // x=2,y=2,z=2 is started under mpirun, one rank's process is SIGKILLed once the
 // run has logged a few steps: mpirun must exit non-zero, and every other rank
-// be gone, within 30 s.
+// be gone, within 30 s: on the CPU, and on GPUs over NCCL (the CUDA backend on
+// the tests' emulator).
 // Every wait is bounded and every process started here is killed at the end.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -13,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -48,17 +50,20 @@ void set_mpi_env() {
   setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
 }
 
-// Starts `mpirun -np ranks --oversubscribe --mca btl self,vader dendrite args`
-// in a process group of its own, stdout and stderr to log; returns its pid.
-pid_t start_mpirun(int ranks, const std::vector<std::string>& args, const fs::path& log) {
+// Starts `mpirun -np ranks --oversubscribe --mca btl self,vader program args`
+// in a process group of its own, with the variables `env` (NAME=value) set,
+// stdout and stderr to log; returns its pid.
+pid_t start_mpirun(int ranks, const std::vector<std::string>& args, const fs::path& log,
+                   const std::string& program = DENDRITE_BINARY,
+                   const std::vector<std::string>& env = {}) {
   std::vector<std::string> argv = {DENDRITE_MPIEXEC, "-np", std::to_string(ranks),
-                                   "--oversubscribe", "--mca", "btl", "self,vader",
-                                   DENDRITE_BINARY};
+                                   "--oversubscribe", "--mca", "btl", "self,vader", program};
   argv.insert(argv.end(), args.begin(), args.end());
   pid_t pid = fork();
   if (pid == 0) {
     setpgid(0, 0);
     set_mpi_env();
+    for (const std::string& e : env) putenv(strdup(e.c_str()));
     FILE* out = std::freopen(log.c_str(), "w", stdout);
     if (out == nullptr || dup2(fileno(stdout), 2) < 0) _exit(127);
     std::vector<char*> cargv;
@@ -135,6 +140,10 @@ class KillTest : public ::testing::Test {
     std::ofstream(dir_ / "gpt2.json") << R"({"arch": "gpt2", "n_layer": 2, "n_embd": 64,
                                              "n_head": 4, "block_size": 32})";
   }
+  // Runs 8 ranks of `program train ... --device device` on x=2,y=2,z=2 and
+  // SIGKILLs rank 5 once three steps are logged.
+  void kill_rank_5(const std::string& program, const std::string& device,
+                   const std::vector<std::string>& env);
   // Kills whatever is left of the job, ranks included, and the temporary files.
   void TearDown() override {
     if (job_ > 0) {
@@ -158,13 +167,14 @@ std::string device_under_test() {
   return d && *d ? d : "cpu";
 }
 
-TEST_F(KillTest, OneRankKilledMidRunEndsTheJobNonZeroWithin30s) {
+void KillTest::kill_rank_5(const std::string& program, const std::string& device,
+                           const std::vector<std::string>& env) {
   const fs::path metrics = dir_ / "metrics.jsonl", log = dir_ / "train.log";
   job_ = start_mpirun(8, {"train", "--model", (dir_ / "gpt2.json").string(), "--data",
                           (dir_ / "data").string(), "--steps", "100000", "--batch", "8",
                           "--seq", "32", "--eval-every", "0", "--grid", "x=2,y=2,z=2",
-                          "--metrics", metrics.string(), "--device", device_under_test()},
-                      log);
+                          "--metrics", metrics.string(), "--device", device},
+                      log, program, env);
   ASSERT_GT(job_, 0);
   // Wait (at most 120 s) until three steps are logged: the ranks are then in the loop.
   auto t0 = Clock::now();
@@ -200,6 +210,20 @@ TEST_F(KillTest, OneRankKilledMidRunEndsTheJobNonZeroWithin30s) {
               static_cast<int>(victim), steps_logged, took,
               WIFEXITED(status) ? "exit code" : "signal",
               WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+}
+
+TEST_F(KillTest, OneRankKilledMidRunEndsTheJobNonZeroWithin30s) {
+  kill_rank_5(DENDRITE_BINARY, device_under_test(), {});
+}
+
+// The same on GPUs, their collectives over NCCL (the emulated GPU of
+// dendrite_emulated, its streams concurrent): the other ranks wait in device
+// collectives, not in MPI calls of their own.
+TEST_F(KillTest, OneRankKilledOnGpusOverNcclEndsTheJobNonZeroWithin30s) {
+  kill_rank_5(DENDRITE_EMULATED_BINARY, "cuda",
+              {"DENDRITE_GPU_TRANSPORT=nccl", "DENDRITE_EMULATED_STREAMS=concurrent"});
+  EXPECT_NE(read_text(dir_ / "train.log").find("collectives over NCCL"), std::string::npos)
+      << read_text(dir_ / "train.log");
 }
 
 }  // namespace

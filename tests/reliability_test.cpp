@@ -308,6 +308,31 @@ TEST_F(Reliability, WatchdogEndsAJobWithAStuckRank) {
   std::printf("the job ended %.1f s after its start\n", r.seconds);
 }
 
+// The same on GPUs over NCCL (the emulated GPU of dendrite_emulated, its
+// streams concurrent, so that a collective waiting for the stuck rank is in
+// flight), on d=2: rank 0's first collective of step 2 is the device
+// all-reduce of its gradients (over z it would be the host gather of the
+// token ids, which the MPI watchdog times). NCCL's watchdog ends the job,
+// naming the collective, the axis and the time.
+TEST_F(Reliability, NcclWatchdogEndsAJobWithAStuckRank) {
+  Result r = test::mpirun_dendrite(
+      2, train() + " --grid d=2 --steps 4 --timeout 3 --device cuda",
+      "DENDRITE_TEST_HANG_RANK=1 DENDRITE_TEST_HANG_STEP=2 DENDRITE_GPU_TRANSPORT=nccl "
+      "DENDRITE_EMULATED_STREAMS=concurrent",
+      DENDRITE_EMULATED_BINARY);
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.rc, 124) << "the job hung:\n" << r.out;
+  EXPECT_LT(r.seconds, 30) << r.out;
+  EXPECT_NE(r.out.find("collectives over NCCL"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("test hook: hanging at the start of step 2"), std::string::npos) << r.out;
+  const std::regex what(R"(\[rank 0\] error: nccl watchdog: (all_reduce|all_gather|)"
+                        R"(reduce_scatter|broadcast) of \d+ bytes on grid axis d )"
+                        R"(\(2 ranks, NCCL\) did not complete after 3(\.\d)? s \(--timeout 3\): )"
+                        R"(a rank of this group is stuck or dead.*; aborting the job)");
+  EXPECT_TRUE(std::regex_search(r.out, what)) << r.out;
+  std::printf("the job ended %.1f s after its start\n", r.seconds);
+}
+
 // Rank 0 takes 2 s to write a checkpoint (a slow disk, by a test hook)
 // while rank 1 waits: that wait is not timed, so --timeout 1 does not fire.
 TEST_F(Reliability, WatchdogDoesNotTimeACheckpointWrite) {

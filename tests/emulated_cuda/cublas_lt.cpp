@@ -104,6 +104,38 @@ double element(const void* p, const EmulatedLtLayout& l, uint64_t r, uint64_t c,
   return double(f);
 }
 
+// D = alpha op(A) op(B) + beta C, the products exact and summed in double.
+void product(const EmulatedLtDesc& op, const EmulatedLtLayout& a, const EmulatedLtLayout& b,
+             const EmulatedLtLayout& c, const EmulatedLtLayout& d, const void* A, const void* B,
+             const void* C, void* D, float al, float be) {
+  const uint64_t m = d.rows, n = d.cols, k = op.ta == CUBLAS_OP_T ? a.rows : a.cols;
+  const bool tf32 = op.compute == CUBLAS_COMPUTE_32F_FAST_TF32;
+  // op(A) as m rows of k, op(B) as n columns of k, each contiguous.
+  std::vector<double> x(size_t(m) * k), y(size_t(n) * k);
+  for (uint64_t i = 0; i < m; ++i)
+    for (uint64_t p = 0; p < k; ++p)
+      x[i * k + p] =
+          op.ta == CUBLAS_OP_T ? element(A, a, p, i, tf32) : element(A, a, i, p, tf32);
+  for (uint64_t j = 0; j < n; ++j)
+    for (uint64_t p = 0; p < k; ++p)
+      y[j * k + p] =
+          op.tb == CUBLAS_OP_T ? element(B, b, j, p, tf32) : element(B, b, p, j, tf32);
+  std::vector<float> out(size_t(m) * n);
+  for (uint64_t j = 0; j < n; ++j)
+    for (uint64_t i = 0; i < m; ++i) {
+      const double* xi = &x[i * k];
+      const double* yj = &y[j * k];
+      double sum = 0;
+      for (uint64_t p = 0; p < k; ++p) sum += xi[p] * yj[p];
+      double v = double(al) * sum;
+      if (be != 0.0f) v += double(be) * element(C, c, i, j, false);  // beta 0: C is not read
+      out[i + j * m] = float(v);
+    }
+  for (uint64_t j = 0; j < n; ++j)
+    for (uint64_t i = 0; i < m; ++i)
+      std::memcpy(static_cast<char*>(D) + 4 * (i + j * size_t(d.ld)), &out[i + j * m], 4);
+}
+
 }  // namespace
 
 const char* cublasLtGetStatusString(cublasStatus_t s) {
@@ -217,7 +249,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
                               cublasLtMatrixLayout_t b, const void* beta, const void* C,
                               cublasLtMatrixLayout_t c, void* D, cublasLtMatrixLayout_t d,
                               const cublasLtMatmulAlgo_t* algo, void* workspace,
-                              size_t workspace_bytes, cudaStream_t) {
+                              size_t workspace_bytes, cudaStream_t stream) {
   if (!h || !op || !a || !b || !c || !d || !algo) return refuse("cublasLtMatmul: a null argument");
   const std::string why = check_shapes(*op, *a, *b, *c, *d);
   if (!why.empty()) return refuse("cublasLtMatmul: " + why);
@@ -237,30 +269,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
       (be != 0.0f && !device_range(C, *c)))
     return refuse("cublasLtMatmul: an operand is not inside device memory");
   if (workspace_bytes > 0 && !workspace) return refuse("cublasLtMatmul: a null workspace");
-  const bool tf32 = op->compute == CUBLAS_COMPUTE_32F_FAST_TF32;
-  // op(A) as m rows of k, op(B) as n columns of k, each contiguous.
-  std::vector<double> x(size_t(m) * k), y(size_t(n) * k);
-  for (uint64_t i = 0; i < m; ++i)
-    for (uint64_t p = 0; p < k; ++p)
-      x[i * k + p] =
-          op->ta == CUBLAS_OP_T ? element(A, *a, p, i, tf32) : element(A, *a, i, p, tf32);
-  for (uint64_t j = 0; j < n; ++j)
-    for (uint64_t p = 0; p < k; ++p)
-      y[j * k + p] =
-          op->tb == CUBLAS_OP_T ? element(B, *b, j, p, tf32) : element(B, *b, p, j, tf32);
-  std::vector<float> out(size_t(m) * n);
-  for (uint64_t j = 0; j < n; ++j)
-    for (uint64_t i = 0; i < m; ++i) {
-      const double* xi = &x[i * k];
-      const double* yj = &y[j * k];
-      double sum = 0;
-      for (uint64_t p = 0; p < k; ++p) sum += xi[p] * yj[p];
-      double v = double(al) * sum;
-      if (be != 0.0f) v += double(be) * element(C, *c, i, j, false);  // beta 0: C is not read
-      out[i + j * m] = float(v);
-    }
-  for (uint64_t j = 0; j < n; ++j)
-    for (uint64_t i = 0; i < m; ++i)
-      std::memcpy(static_cast<char*>(D) + 4 * (i + j * size_t(d->ld)), &out[i + j * m], 4);
+  // The product runs in the stream's order, on copies of the descriptors.
+  emu::submit(stream, [op = *op, a = *a, b = *b, c = *c, d = *d, A, B, C, D, al, be] {
+    product(op, a, b, c, d, A, B, C, D, al, be);
+  });
   return CUBLAS_STATUS_SUCCESS;
 }

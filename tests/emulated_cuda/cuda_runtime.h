@@ -5,9 +5,13 @@
 // library built from it (tests/CMakeLists.txt, dendrite_cuda_emulated) puts
 // this folder first on the include path in place of the toolkit's headers.
 //
-// Device memory is host memory the emulator tracks; every stream runs its
-// work when it is enqueued, so a copy, memset or launch has finished when its
-// call returns; events record the host time.
+// Device memory is host memory the emulator tracks. Streams run their work
+// at once or concurrently (emulator.h); events record the host time at which
+// their stream reached them. Host memory counts as pageable, with the GPU's
+// rules: a copy from it takes the bytes when called, a copy to it returns
+// once done. cudaFree waits for every stream's work, as on a GPU. A launch
+// the GPU refuses fails when made; a failure while a kernel runs on a
+// concurrent stream stays, returned by every synchronisation after it.
 #pragma once
 
 #define DENDRITE_CUDA_EMULATION 1

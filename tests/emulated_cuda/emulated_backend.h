@@ -12,6 +12,8 @@ namespace dendrite {
 
 // make_cuda_backend of the emulated build: one emulated GPU, device() kCuda.
 std::unique_ptr<Backend> make_emulated_cuda_backend(const BackendOptions& options);
+// cuda_device_count of the emulated build: the GPUs set_device_count shows.
+int emulated_cuda_device_count();
 
 }  // namespace dendrite
 
@@ -26,4 +28,23 @@ void set_device_count(int n);
 // wrote without a barrier between see it in one order and not in the other,
 // so a test passing in both finds such races where they change a result.
 void set_reverse_order(bool reverse);
+
+// How the emulated streams run their work (emulator.h). A stream keeps the
+// way in force when it was made, so set it before making the backend. Where
+// it is not set, DENDRITE_EMULATED_STREAMS chooses (at-once, concurrent,
+// collectives-late, compute-late), for the tests mpirun starts.
+enum class Streams {
+  kAtOnce,      // on the calling thread, before the call returns (the default)
+  kConcurrent,  // each stream a host thread, ordered only by events and synchronisations
+  // Concurrent, and the streams that carry collectives (the NCCL transport's
+  // axis streams) sleep before each piece of their work: work that reads a
+  // collective's result, or overwrites what it sends, without waiting for it
+  // finds the data not yet there, or changed.
+  kCollectivesLate,
+  // Concurrent, and the other streams (the compute stream) sleep before each
+  // piece of work: a collective that does not wait for the compute stream's
+  // work sends what is not written yet.
+  kComputeLate,
+};
+void set_streams(Streams s);
 }  // namespace emu

@@ -6,11 +6,15 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <thread>
 #include <vector>
 
 #include "cuda_runtime.h"
@@ -258,23 +262,39 @@ void home_stack(const void** bottom, size_t* size) {
 
 struct Runtime {
   std::mutex launch;                        // one launch at a time
+  std::mutex memory;                        // guards the rest
   std::map<uintptr_t, size_t> allocations;  // device memory: start -> bytes
   size_t used = 0, capacity = size_t(4) << 30;
   int devices = 1;  // GPUs the machine shows (one memory serves them all)
-  cudaError_t last = cudaSuccess;
-  std::string last_detail;
   std::map<const void*, size_t> shared_limit;  // cudaFuncAttributeMaxDynamicSharedMemorySize
+  // A failure of work on a concurrent stream: it stays (stream_error).
+  cudaError_t sticky = cudaSuccess;
+  std::string sticky_detail;
 };
 Runtime& rt() {
   static Runtime& r = *new Runtime;  // never destroyed, as sched()
   return r;
 }
 
+// The calling thread's last error, as the runtime keeps one per host thread.
+thread_local cudaError_t t_last = cudaSuccess;
+thread_local std::string t_last_detail;
+thread_local bool t_stream_worker = false;  // the thread runs a concurrent stream's work
+
 cudaError_t fail(cudaError_t e, const std::string& detail) {
-  rt().last = e;
-  rt().last_detail = detail;
   std::fprintf(stderr, "cuda emulator: %s\n", detail.c_str());
+  if (t_stream_worker) {
+    std::lock_guard<std::mutex> lock(rt().memory);
+    if (rt().sticky == cudaSuccess) rt().sticky = e, rt().sticky_detail = detail;
+  } else {
+    t_last = e;
+    t_last_detail = detail;
+  }
   return e;
+}
+cudaError_t sticky_error() {
+  std::lock_guard<std::mutex> lock(rt().memory);
+  return rt().sticky;
 }
 
 // Runs one block to its end; returns "" or what went wrong.
@@ -378,28 +398,13 @@ void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b
   }
 }
 
-bool run(dim3 grid, dim3 block, size_t shared, const void* kernel, const char* name,
-         const std::function<void()>& body) {
+namespace {
+
+// Runs the blocks of a launch that passed its checks (run).
+void execute(dim3 grid, dim3 block, size_t shared, const char* name,
+             const std::function<void()>& body) {
   std::lock_guard<std::mutex> lock(rt().launch);
   const uint64_t threads = uint64_t(block.x) * block.y * block.z;
-  auto config = [&](const std::string& why) {
-    fail(cudaErrorInvalidConfiguration, std::string("launch of ") + name + ": " + why);
-    return false;
-  };
-  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || threads == 0)
-    return config("an empty grid or block");
-  if (grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535)
-    return config("grid (" + std::to_string(grid.x) + ", " + std::to_string(grid.y) + ", " +
-                  std::to_string(grid.z) + ") past the limits (2^31 - 1, 65535, 65535)");
-  if (block.x > 1024 || block.y > 1024 || block.z > 64 || threads > kMaxThreads)
-    return config(std::to_string(threads) + " threads a block, past 1024");
-  size_t limit = kDefaultSharedLimit;
-  if (auto it = rt().shared_limit.find(kernel); it != rt().shared_limit.end()) limit = it->second;
-  if (shared > limit)
-    return config(std::to_string(shared) + " bytes of dynamic shared memory, past the " +
-                  std::to_string(limit) + " the kernel is allowed" +
-                  (limit == kDefaultSharedLimit ? " (cudaFuncSetAttribute raises it)" : ""));
-
   Scheduler& s = sched();
   while (s.fibers.size() < threads) {
     s.fibers.emplace_back();
@@ -410,7 +415,12 @@ bool run(dim3 grid, dim3 block, size_t shared, const void* kernel, const char* n
   s.body = &body;
   s.warps.resize((threads + 31) / 32);
   s.shared.resize(shared);
-  if (!s.home_bottom) home_stack(&s.home_bottom, &s.home_size);
+  // The stack of the thread running the launch: switches back to it are
+  // announced to ASan with it.
+  thread_local const void* bottom = nullptr;
+  thread_local size_t size = 0;
+  if (!bottom) home_stack(&bottom, &size);
+  s.home_bottom = bottom, s.home_size = size;
   for (unsigned bz = 0; bz < grid.z; ++bz)
     for (unsigned by = 0; by < grid.y; ++by)
       for (unsigned bx = 0; bx < grid.x; ++bx) {
@@ -424,15 +434,233 @@ bool run(dim3 grid, dim3 block, size_t shared, const void* kernel, const char* n
           fail(cudaErrorLaunchFailure, std::string("kernel ") + name + ", block (" +
                                            std::to_string(x) + ", " + std::to_string(y) + ", " +
                                            std::to_string(z) + "): " + e);
-          return false;
+          return;
         }
       }
+}
+
+}  // namespace
+
+bool run(EmulatedStream* stream, dim3 grid, dim3 block, size_t shared, const void* kernel,
+         const char* name, std::function<void()> body) {
+  const uint64_t threads = uint64_t(block.x) * block.y * block.z;
+  auto config = [&](const std::string& why) {
+    fail(cudaErrorInvalidConfiguration, std::string("launch of ") + name + ": " + why);
+    return false;
+  };
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || threads == 0)
+    return config("an empty grid or block");
+  if (grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535)
+    return config("grid (" + std::to_string(grid.x) + ", " + std::to_string(grid.y) + ", " +
+                  std::to_string(grid.z) + ") past the limits (2^31 - 1, 65535, 65535)");
+  if (block.x > 1024 || block.y > 1024 || block.z > 64 || threads > kMaxThreads)
+    return config(std::to_string(threads) + " threads a block, past 1024");
+  size_t limit = kDefaultSharedLimit;
+  {
+    std::lock_guard<std::mutex> lock(rt().memory);
+    if (auto it = rt().shared_limit.find(kernel); it != rt().shared_limit.end())
+      limit = it->second;
+  }
+  if (shared > limit)
+    return config(std::to_string(shared) + " bytes of dynamic shared memory, past the " +
+                  std::to_string(limit) + " the kernel is allowed" +
+                  (limit == kDefaultSharedLimit ? " (cudaFuncSetAttribute raises it)" : ""));
+  submit(stream, [grid, block, shared, name, body = std::move(body)] {
+    execute(grid, block, shared, name, body);
+  });
   return true;
 }
 
 void set_device_memory(size_t bytes) { rt().capacity = bytes; }
 void set_device_count(int n) { rt().devices = n; }
 void set_reverse_order(bool reverse) { sched().reverse = reverse; }
+
+// ---- streams
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A stream's work, in order. A concurrent stream has a worker thread; the
+// work of the others runs on the thread that enqueues it.
+struct Queue {
+  std::deque<std::function<void()>> work;
+  uint64_t submitted = 0, finished = 0;  // pieces of work
+  bool collectives = false;              // it has carried a collective
+  bool stop = false;
+  std::thread worker;
+};
+
+struct StreamState {
+  std::mutex mu;                    // guards every queue and event
+  std::condition_variable changed;  // work enqueued or finished
+  bool mode_set = false;
+  Streams mode = Streams::kAtOnce;
+  std::set<std::shared_ptr<Queue>> live;  // the concurrent queues
+  std::shared_ptr<Queue> default_queue = std::make_shared<Queue>();
+};
+StreamState& streams() {
+  static StreamState& s = *new StreamState;  // never destroyed, as sched()
+  return s;
+}
+
+// Called with the lock held.
+Streams mode_locked() {
+  StreamState& st = streams();
+  if (!st.mode_set) {
+    st.mode_set = true;
+    const char* v = std::getenv("DENDRITE_EMULATED_STREAMS");
+    const std::string m = v ? v : "";
+    if (m.empty() || m == "at-once")
+      st.mode = Streams::kAtOnce;
+    else if (m == "concurrent")
+      st.mode = Streams::kConcurrent;
+    else if (m == "collectives-late")
+      st.mode = Streams::kCollectivesLate;
+    else if (m == "compute-late")
+      st.mode = Streams::kComputeLate;
+    else {
+      std::fprintf(stderr,
+                   "cuda emulator: DENDRITE_EMULATED_STREAMS=%s is not one of at-once, "
+                   "concurrent, collectives-late, compute-late\n",
+                   m.c_str());
+      std::abort();
+    }
+  }
+  return st.mode;
+}
+
+// How long a concurrent stream sleeps before each piece of work.
+Clock::duration lateness(const Queue& q, Streams m) {
+  if (m == Streams::kCollectivesLate && q.collectives) return std::chrono::microseconds(1000);
+  if (m == Streams::kComputeLate && !q.collectives) return std::chrono::microseconds(200);
+  return Clock::duration::zero();
+}
+
+void work_loop(Queue* q) {
+  t_stream_worker = true;
+  StreamState& st = streams();
+  std::unique_lock<std::mutex> lock(st.mu);
+  for (;;) {
+    st.changed.wait(lock, [&] { return q->stop || !q->work.empty(); });
+    if (q->work.empty()) return;
+    std::function<void()> w = std::move(q->work.front());
+    q->work.pop_front();
+    const Clock::duration late = lateness(*q, st.mode);
+    lock.unlock();
+    if (late > Clock::duration::zero()) std::this_thread::sleep_for(late);
+    w();
+    w = nullptr;  // what it holds is released before the work counts as done
+    lock.lock();
+    ++q->finished;
+    st.changed.notify_all();
+  }
+}
+
+std::shared_ptr<Queue> make_queue() {
+  StreamState& st = streams();
+  auto q = std::make_shared<Queue>();
+  std::lock_guard<std::mutex> lock(st.mu);
+  if (mode_locked() != Streams::kAtOnce) {
+    st.live.insert(q);
+    q->worker = std::thread(work_loop, q.get());
+  }
+  return q;
+}
+
+// Enqueues work on q; returns its ticket (q has run it once finished reaches it).
+uint64_t enqueue(const std::shared_ptr<Queue>& q, std::function<void()> work) {
+  StreamState& st = streams();
+  uint64_t ticket;
+  if (!q->worker.joinable()) {  // at once
+    {
+      std::lock_guard<std::mutex> lock(st.mu);
+      ticket = ++q->submitted;
+    }
+    work();
+    std::lock_guard<std::mutex> lock(st.mu);
+    ++q->finished;
+    st.changed.notify_all();
+    return ticket;
+  }
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    q->work.push_back(std::move(work));
+    ticket = ++q->submitted;
+  }
+  st.changed.notify_all();
+  return ticket;
+}
+
+void wait_for(const Queue& q, uint64_t ticket) {
+  StreamState& st = streams();
+  std::unique_lock<std::mutex> lock(st.mu);
+  st.changed.wait(lock, [&] { return q.finished >= ticket; });
+}
+
+void drain(const Queue& q) {
+  uint64_t last;
+  {
+    std::lock_guard<std::mutex> lock(streams().mu);
+    last = q.submitted;
+  }
+  wait_for(q, last);
+}
+
+// Every stream's work enqueued so far has run (what cudaFree waits for).
+void drain_all() {
+  std::vector<std::pair<std::shared_ptr<Queue>, uint64_t>> all;
+  {
+    std::lock_guard<std::mutex> lock(streams().mu);
+    for (const auto& q : streams().live) all.emplace_back(q, q->submitted);
+  }
+  for (const auto& [q, last] : all) wait_for(*q, last);
+}
+
+}  // namespace
+
+void set_streams(Streams m) {
+  std::lock_guard<std::mutex> lock(streams().mu);
+  streams().mode = m;
+  streams().mode_set = true;
+}
+
+void stream_error(int cuda_error, const std::string& detail) {
+  fail(cudaError_t(cuda_error), detail);
+}
+
+}  // namespace emu
+
+struct EmulatedStream {
+  std::shared_ptr<emu::Queue> q;
+};
+struct EmulatedEvent {
+  std::shared_ptr<emu::Queue> q;  // of the latest record (none: never recorded)
+  uint64_t ticket = 0;            // the record's work on q
+  std::shared_ptr<std::chrono::steady_clock::time_point> at =
+      std::make_shared<std::chrono::steady_clock::time_point>();
+};
+
+namespace emu {
+namespace {
+const std::shared_ptr<Queue>& queue_of(EmulatedStream* s) {
+  return s ? s->q : streams().default_queue;
+}
+// Whether e's latest record has run (one never recorded has).
+bool done(const EmulatedEvent& e) {
+  std::lock_guard<std::mutex> lock(streams().mu);
+  return !e.q || e.q->finished >= e.ticket;
+}
+}  // namespace
+
+void submit(EmulatedStream* s, std::function<void()> work) {
+  enqueue(queue_of(s), std::move(work));
+}
+
+void carries_collectives(EmulatedStream* s) {
+  std::lock_guard<std::mutex> lock(streams().mu);
+  queue_of(s)->collectives = true;
+}
 
 }  // namespace emu
 
@@ -442,6 +670,7 @@ namespace {
 
 // Whether [p, p + bytes) lies inside one device allocation.
 bool on_device(const void* p, size_t bytes) {
+  std::lock_guard<std::mutex> lock(emu::rt().memory);
   auto& a = emu::rt().allocations;
   const auto u = reinterpret_cast<uintptr_t>(p);
   auto it = a.upper_bound(u);
@@ -450,15 +679,13 @@ bool on_device(const void* p, size_t bytes) {
   return u >= it->first && u + bytes <= it->first + it->second;
 }
 
+// What a synchronisation returns: a stream's failure, else the thread's last error.
+cudaError_t synchronised() {
+  const cudaError_t sticky = emu::sticky_error();
+  return sticky != cudaSuccess ? sticky : cudaGetLastError();
+}
 
 }  // namespace
-
-struct EmulatedStream {
-  int unused;
-};
-struct EmulatedEvent {
-  std::chrono::steady_clock::time_point at;
-};
 
 const char* cudaGetErrorString(cudaError_t e) {
   static thread_local std::string text;
@@ -467,17 +694,24 @@ const char* cudaGetErrorString(cudaError_t e) {
                      : e == cudaErrorMemoryAllocation     ? "out of memory"
                      : e == cudaErrorInvalidConfiguration ? "invalid configuration argument"
                      : e == cudaErrorInvalidDevice        ? "invalid device ordinal"
+                     : e == cudaErrorNotReady             ? "device not ready"
                      : e == cudaErrorLaunchFailure        ? "unspecified launch failure"
                                                           : "unknown error";
   text = base;
-  if (e != cudaSuccess && !emu::rt().last_detail.empty())
-    text += " (emulator: " + emu::rt().last_detail + ")";
+  std::string detail;
+  {
+    std::lock_guard<std::mutex> lock(emu::rt().memory);
+    detail = emu::rt().sticky != cudaSuccess ? emu::rt().sticky_detail : emu::t_last_detail;
+  }
+  if (e != cudaSuccess && !detail.empty()) text += " (emulator: " + detail + ")";
   return text.c_str();
 }
 
 cudaError_t cudaGetLastError() {
-  const cudaError_t e = emu::rt().last;
-  emu::rt().last = cudaSuccess;
+  const cudaError_t sticky = emu::sticky_error();
+  if (sticky != cudaSuccess) return sticky;  // a failed stream's error stays
+  const cudaError_t e = emu::t_last;
+  emu::t_last = cudaSuccess;
   return e;
 }
 cudaError_t cudaGetDeviceCount(int* n) {
@@ -506,30 +740,39 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
 cudaError_t cudaMalloc(void** p, size_t bytes) {
   auto& r = emu::rt();
   const size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
+  std::unique_lock<std::mutex> lock(r.memory);
   if (r.used + rounded > r.capacity) {
+    lock.unlock();
     *p = nullptr;
     return emu::fail(cudaErrorMemoryAllocation, "cudaMalloc: out of device memory");
   }
   // Exactly the bytes asked (256-byte aligned, as cudaMalloc's): the
   // sanitizers see an access past them.
-  if (posix_memalign(p, 256, std::max<size_t>(bytes, 1)) != 0)
+  if (posix_memalign(p, 256, std::max<size_t>(bytes, 1)) != 0) {
+    lock.unlock();
     return emu::fail(cudaErrorMemoryAllocation, "cudaMalloc: host allocation failed");
+  }
   r.allocations[reinterpret_cast<uintptr_t>(*p)] = bytes;
   r.used += rounded;
   return cudaSuccess;
 }
 cudaError_t cudaFree(void* p) {
   if (!p) return cudaSuccess;
-  auto& a = emu::rt().allocations;
-  auto it = a.find(reinterpret_cast<uintptr_t>(p));
-  if (it == a.end())
+  emu::drain_all();  // as on a GPU, the work every stream has enqueued runs first
+  auto& r = emu::rt();
+  std::unique_lock<std::mutex> lock(r.memory);
+  auto it = r.allocations.find(reinterpret_cast<uintptr_t>(p));
+  if (it == r.allocations.end()) {
+    lock.unlock();
     return emu::fail(cudaErrorInvalidValue, "cudaFree of a pointer not from cudaMalloc");
-  emu::rt().used -= (std::max<size_t>(it->second, 1) + 255) / 256 * 256;
-  a.erase(it);
+  }
+  r.used -= (std::max<size_t>(it->second, 1) + 255) / 256 * 256;
+  r.allocations.erase(it);
   std::free(p);
   return cudaSuccess;
 }
 cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
+  std::lock_guard<std::mutex> lock(emu::rt().memory);
   *total = emu::rt().capacity;
   *free = emu::rt().capacity - emu::rt().used;
   return cudaSuccess;
@@ -539,15 +782,18 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
   a->type = p && on_device(p, 1) ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered;
   return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s) {
   if (!bytes) return cudaSuccess;
   if (!on_device(p, bytes))
     return emu::fail(cudaErrorInvalidValue, "cudaMemsetAsync: the range is not device memory");
-  std::memset(p, value, bytes);
+  emu::submit(s, [=] { std::memset(p, value, bytes); });
   return cudaSuccess;
 }
+// Host memory is pageable here (the backend pins none), with the GPU's rules
+// for it: a copy from it takes the bytes when called and writes them in the
+// stream's order; a copy to it returns once it has run.
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
-                            cudaStream_t) {
+                            cudaStream_t s) {
   if (!bytes) return cudaSuccess;
   const bool dst_dev = on_device(dst, bytes), src_dev = on_device(src, bytes);
   const bool want_dst = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
@@ -558,37 +804,93 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
                          (dst_dev != want_dst ? "destination" : "source") + " is " +
                          ((dst_dev != want_dst ? dst_dev : src_dev) ? "" : "not ") +
                          "device memory, against the copy's kind");
-  std::memmove(dst, src, bytes);
-  return cudaSuccess;
+  if (!dst_dev && !src_dev) {
+    std::memmove(dst, src, bytes);
+  } else if (dst_dev && src_dev) {
+    emu::submit(s, [=] { std::memmove(dst, src, bytes); });
+  } else if (dst_dev) {
+    const auto* from = static_cast<const unsigned char*>(src);
+    auto staged = std::make_shared<std::vector<unsigned char>>(from, from + bytes);
+    emu::submit(s, [=] { std::memcpy(dst, staged->data(), bytes); });
+  } else {
+    const auto& q = emu::queue_of(s);
+    emu::wait_for(*q, emu::enqueue(q, [=] { std::memmove(dst, src, bytes); }));
+  }
+  return emu::sticky_error();
 }
 cudaError_t cudaStreamCreate(cudaStream_t* s) {
-  *s = new EmulatedStream{};
+  *s = new EmulatedStream{emu::make_queue()};
   return cudaSuccess;
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return cudaStreamCreate(s); }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  if (!s) return cudaSuccess;
+  emu::drain(*s->q);
+  if (s->q->worker.joinable()) {
+    emu::StreamState& st = emu::streams();
+    {
+      std::lock_guard<std::mutex> lock(st.mu);
+      s->q->stop = true;
+    }
+    st.changed.notify_all();
+    s->q->worker.join();
+    std::lock_guard<std::mutex> lock(st.mu);
+    st.live.erase(s->q);
+  }
   delete s;
   return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaGetLastError(); }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  emu::drain(*emu::queue_of(s));
+  return synchronised();
+}
 cudaError_t cudaEventCreate(cudaEvent_t* e) {
   *e = new EmulatedEvent{};
   return cudaSuccess;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
-  delete e;
+  delete e;  // a record still queued keeps its time stamp alive
   return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
-  e->at = std::chrono::steady_clock::now();
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  const auto& q = emu::queue_of(s);
+  auto at = e->at;
+  const uint64_t ticket =
+      emu::enqueue(q, [at] { *at = std::chrono::steady_clock::now(); });
+  std::lock_guard<std::mutex> lock(emu::streams().mu);
+  e->q = q;
+  e->ticket = ticket;
   return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaGetLastError(); }
-cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }  // work ends when enqueued
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  std::shared_ptr<emu::Queue> q;
+  uint64_t ticket;
+  {
+    std::lock_guard<std::mutex> lock(emu::streams().mu);
+    q = e->q, ticket = e->ticket;
+  }
+  if (q) emu::wait_for(*q, ticket);
+  return synchronised();
+}
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+  const cudaError_t sticky = emu::sticky_error();
+  if (sticky != cudaSuccess) return sticky;
+  return emu::done(*e) ? cudaSuccess : cudaErrorNotReady;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
+  std::shared_ptr<emu::Queue> q;
+  uint64_t ticket;
+  {
+    std::lock_guard<std::mutex> lock(emu::streams().mu);
+    q = e->q, ticket = e->ticket;
+  }
+  if (q) emu::submit(s, [q, ticket] { emu::wait_for(*q, ticket); });
+  return cudaSuccess;
+}
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
-  *ms = std::chrono::duration<float, std::milli>(end->at - start->at).count();
+  if (!emu::done(*start) || !emu::done(*end)) return cudaErrorNotReady;
+  *ms = std::chrono::duration<float, std::milli>(*end->at - *start->at).count();
   return cudaSuccess;
 }
 cudaError_t emulated_set_attribute(const void* kernel, cudaFuncAttribute attr, int value) {
@@ -597,6 +899,7 @@ cudaError_t emulated_set_attribute(const void* kernel, cudaFuncAttribute attr, i
     return emu::fail(cudaErrorInvalidValue,
                      "cudaFuncSetAttribute: " + std::to_string(value) +
                          " bytes of dynamic shared memory, past the device's 227 KB");
+  std::lock_guard<std::mutex> lock(emu::rt().memory);
   emu::rt().shared_limit[kernel] = size_t(value);
   return cudaSuccess;
 }

@@ -17,6 +17,14 @@
 // H100's: 1024 threads a block, 48 KB of dynamic shared memory unless the
 // kernel's attribute allows more, up to 227 KB.
 //
+// Streams run their work in one of two ways (emulated_backend.h,
+// set_streams): at once, on the calling thread before the call returns (the
+// default); or concurrently, each stream a host thread that runs its work in
+// order, so that only events, stream waits and synchronisations order one
+// stream's work against another's and the host's, as on a GPU. Kernels still
+// run one at a time; what runs concurrently is the rest of a stream's queue
+// (the emulated NCCL's collectives, waits for events) and the host.
+//
 // What it checks: indexing, bounds, masking, barriers, the warp collectives'
 // lanes, fragment layouts, launch configurations, and (with the sanitizers)
 // every access to host memory standing for device memory. Races between
@@ -30,6 +38,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -38,6 +47,8 @@
 struct uint3 {
   unsigned x, y, z;
 };
+struct EmulatedStream;  // a cudaStream_t
+
 struct dim3 {
   constexpr dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1) : x(vx), y(vy), z(vz) {}
   unsigned x, y, z;
@@ -64,31 +75,46 @@ int lane();
 // Fails the launch (after the running thread stops) with `why`.
 [[noreturn]] void kernel_error(const std::string& why);
 
+// Enqueues work on stream s (null: the default stream, which runs its work at
+// once); it runs after the work enqueued on s before it.
+void submit(EmulatedStream* s, std::function<void()> work);
+// Fails the work running on a stream with `detail`: as a fault on a GPU, the
+// error stays, and every synchronisation and cudaGetLastError after returns
+// it. On the calling thread (a stream that runs its work at once), it is the
+// thread's last error instead.
+void stream_error(int cuda_error, const std::string& detail);
+// Marks s as a stream that carries collectives (set_streams' delays).
+void carries_collectives(EmulatedStream* s);
+
 // Runs body() on grid x block threads with `shared` bytes of dynamic shared
-// memory; `kernel` keys the shared-memory attribute, `name` names it in errors.
-// Returns false (and sets the runtime's last error) if the launch fails.
-bool run(dim3 grid, dim3 block, size_t shared, const void* kernel, const char* name,
-         const std::function<void()>& body);
+// memory, on `stream`; `kernel` keys the shared-memory attribute, `name`
+// names it in errors. A launch the GPU would refuse fails at once (false, and
+// the runtime's last error set); a failure while the blocks run is the
+// stream's (stream_error).
+bool run(EmulatedStream* stream, dim3 grid, dim3 block, size_t shared, const void* kernel,
+         const char* name, std::function<void()> body);
 
 // The launch of one kernel, as kernel<<<grid, block, shared, stream>>>(args).
 template <class... P>
 struct Launch {
   dim3 grid, block;
   size_t shared;
+  EmulatedStream* stream;
   const char* name;
   void (*kernel)(P...);
   template <class... A>
   void operator()(A&&... a) const {
-    // Arguments converted to the parameters' types once, as a launch does.
-    std::tuple<std::decay_t<P>...> args(std::forward<A>(a)...);
-    run(grid, block, shared, reinterpret_cast<const void*>(kernel), name,
-        [&] { std::apply(kernel, args); });
+    // Arguments converted to the parameters' types once, as a launch does,
+    // and kept with the work until it runs.
+    auto args = std::make_shared<std::tuple<std::decay_t<P>...>>(std::forward<A>(a)...);
+    run(stream, grid, block, shared, reinterpret_cast<const void*>(kernel), name,
+        [k = kernel, args] { std::apply(k, *args); });
   }
 };
-template <class S, class... P>
-Launch<P...> launch(dim3 grid, dim3 block, size_t shared, S /*stream*/, const char* name,
-                    void (*kernel)(P...)) {
-  return Launch<P...>{grid, block, shared, name, kernel};
+template <class... P>
+Launch<P...> launch(dim3 grid, dim3 block, size_t shared, EmulatedStream* stream,
+                    const char* name, void (*kernel)(P...)) {
+  return Launch<P...>{grid, block, shared, stream, name, kernel};
 }
 
 // The value of lane src (a shuffle), for the lanes of mask.

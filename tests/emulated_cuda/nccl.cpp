@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,6 +19,7 @@
 struct EmulatedNcclComm {
   MPI_Comm comm = MPI_COMM_NULL;
   int rank = 0, size = 1;
+  std::atomic<bool> aborted{false};  // ncclCommAbort: collectives stop waiting for peers
 };
 
 namespace {
@@ -39,11 +41,31 @@ bool device_range(const void* p, size_t bytes) {
   return a.type == cudaMemoryTypeDevice && b.type == cudaMemoryTypeDevice;
 }
 
-// Every rank's `bytes` from `send`, in rank order.
-std::vector<unsigned char> gather_all(const void* send, size_t bytes, const EmulatedNcclComm& c) {
-  std::vector<unsigned char> all(bytes * size_t(c.size));
-  MPI_Allgather(send, int(bytes), MPI_BYTE, all.data(), int(bytes), MPI_BYTE, c.comm);
-  return all;
+// Completes r, unless the communicator is aborted first (false: r is left).
+bool complete(MPI_Request& r, const EmulatedNcclComm& c) {
+  for (;;) {
+    int done = 0;
+    MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+    if (done) return true;
+    if (c.aborted.load()) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+// Every rank's `bytes` from `send`, in rank order (false: aborted).
+bool gather_all(const void* send, size_t bytes, const EmulatedNcclComm& c,
+                std::vector<unsigned char>& all) {
+  all.resize(bytes * size_t(c.size));
+  MPI_Request r;
+  MPI_Iallgather(send, int(bytes), MPI_BYTE, all.data(), int(bytes), MPI_BYTE, c.comm, &r);
+  return complete(r, c);
+}
+
+// Runs a collective's work on stream s, in its order, as NCCL's kernels run.
+ncclResult_t on_stream(cudaStream_t s, std::function<void()> work) {
+  emu::carries_collectives(s);
+  emu::submit(s, std::move(work));
+  return ncclSuccess;
 }
 
 // out[i] = the sum over ranks r of all[r][first + i], i < count, in rank order.
@@ -171,52 +193,63 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   }
   return ncclSuccess;
 }
-ncclResult_t ncclCommAbort(ncclComm_t) { return ncclSuccess; }  // the job ends next
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  if (comm) comm->aborted.store(true);  // its collectives stop; the job ends next
+  return ncclSuccess;
+}
 ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t* async) {
   *async = ncclSuccess;
   return ncclSuccess;
 }
 
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type,
-                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t s) {
   const size_t bytes = count * type_bytes(type);
   if (!comm || op != ncclSum) return refuse("ncclAllReduce: no communicator, or not a sum");
   if (!device_range(send, bytes) || !device_range(recv, bytes))
     return refuse("ncclAllReduce: a buffer is not device memory");
-  const auto all = gather_all(send, bytes, *comm);
-  sum(all, bytes, 0, count, type, comm->size, recv);
-  return ncclSuccess;
+  return on_stream(s, [=] {
+    std::vector<unsigned char> all;
+    if (gather_all(send, bytes, *comm, all)) sum(all, bytes, 0, count, type, comm->size, recv);
+  });
 }
 
 ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclDataType_t type,
-                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t s) {
   const size_t part = count * type_bytes(type), whole = part * size_t(comm ? comm->size : 1);
   if (!comm || op != ncclSum) return refuse("ncclReduceScatter: no communicator, or not a sum");
   if (!device_range(send, whole) || !device_range(recv, part))
     return refuse("ncclReduceScatter: a buffer is not device memory");
-  const auto all = gather_all(send, whole, *comm);
-  sum(all, whole, size_t(comm->rank) * count, count, type, comm->size, recv);
-  return ncclSuccess;
+  return on_stream(s, [=] {
+    std::vector<unsigned char> all;
+    if (gather_all(send, whole, *comm, all))
+      sum(all, whole, size_t(comm->rank) * count, count, type, comm->size, recv);
+  });
 }
 
 ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataType_t type,
-                           ncclComm_t comm, cudaStream_t) {
+                           ncclComm_t comm, cudaStream_t s) {
   const size_t part = count * type_bytes(type);
   if (!comm) return refuse("ncclAllGather: no communicator");
   if (!device_range(send, part) || !device_range(recv, part * size_t(comm->size)))
     return refuse("ncclAllGather: a buffer is not device memory");
-  const auto all = gather_all(send, part, *comm);
-  if (!all.empty()) std::memcpy(recv, all.data(), all.size());
-  return ncclSuccess;
+  return on_stream(s, [=] {
+    std::vector<unsigned char> all;
+    if (gather_all(send, part, *comm, all) && !all.empty())
+      std::memcpy(recv, all.data(), all.size());
+  });
 }
 
 ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t type,
-                           int root, ncclComm_t comm, cudaStream_t) {
+                           int root, ncclComm_t comm, cudaStream_t s) {
   const size_t bytes = count * type_bytes(type);
   if (!comm || root < 0 || root >= comm->size) return refuse("ncclBroadcast: bad root");
   if ((comm->rank == root && !device_range(send, bytes)) || !device_range(recv, bytes))
     return refuse("ncclBroadcast: a buffer is not device memory");
-  if (comm->rank == root && send != recv && bytes) std::memmove(recv, send, bytes);
-  MPI_Bcast(recv, int(bytes), MPI_BYTE, root, comm->comm);
-  return ncclSuccess;
+  return on_stream(s, [=] {
+    if (comm->rank == root && send != recv && bytes) std::memmove(recv, send, bytes);
+    MPI_Request r;
+    MPI_Ibcast(recv, int(bytes), MPI_BYTE, root, comm->comm, &r);
+    complete(r, *comm);
+  });
 }

@@ -5,11 +5,12 @@
 // A communicator is made from a unique id that one rank draws and the others
 // receive (ncclCommInitRank): the members meet through a shared-memory
 // segment named by the id, then make an MPI communicator of their world
-// ranks in NCCL rank order. Every collective runs when it is called (the
-// emulator's streams are synchronous) and checks that its buffers are device
-// memory. Sums go through every rank's whole buffer in rank order, in fp32
-// for fp32 and bf16 (bf16 rounded once, at the end), fp64 and int64 as
-// themselves.
+// ranks in NCCL rank order. Every collective checks that its buffers are
+// device memory when it is called and runs in its stream's order (at once, or
+// on the stream's thread: emulated_backend.h, set_streams), over nonblocking
+// MPI calls that ncclCommAbort ends. Sums go through every rank's whole
+// buffer in rank order, in fp32 for fp32 and bf16 (bf16 rounded once, at the
+// end), fp64 and int64 as themselves.
 #pragma once
 
 #include <cstddef>

@@ -12,8 +12,18 @@ std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options);  // b
 int cuda_device_count();
 #endif
 
+namespace {
+CudaBackendSource& cuda_source() {
+  static CudaBackendSource source;
+  return source;
+}
+}  // namespace
+
+void set_cuda_backend_source(const CudaBackendSource& source) { cuda_source() = source; }
+
 std::unique_ptr<Backend> make_backend(Device device, const BackendOptions& options) {
   if (device == Device::kCpu) return make_cpu_backend();
+  if (cuda_source().make) return cuda_source().make(options);
 #ifdef DENDRITE_HAVE_CUDA
   return make_cuda_backend(options);
 #else
@@ -24,6 +34,8 @@ std::unique_ptr<Backend> make_backend(Device device, const BackendOptions& optio
 }
 
 Device default_device() {
+  if (cuda_source().device_count)
+    return cuda_source().device_count() > 0 ? Device::kCuda : Device::kCpu;
 #ifdef DENDRITE_HAVE_CUDA
   if (cuda_device_count() > 0) return Device::kCuda;
 #endif

@@ -222,4 +222,15 @@ Device default_device();
 // parse_device, with "auto" resolved.
 Device resolve_device(const std::string& text);
 
+// Where the backend of --device cuda comes from: the CUDA backend of this
+// build (backend/cuda), if it has one. A program may name another before it
+// makes a backend: the tests' programs name the CUDA backend compiled for the
+// CPU emulator (tests/emulated_cuda), so that whole runs of `dendrite` take
+// its code paths on machines without a GPU.
+struct CudaBackendSource {
+  std::unique_ptr<Backend> (*make)(const BackendOptions&) = nullptr;
+  int (*device_count)() = nullptr;  // GPUs visible (default_device)
+};
+void set_cuda_backend_source(const CudaBackendSource& source);
+
 }  // namespace dendrite

@@ -263,46 +263,26 @@ class CudaBackend final : public Backend {
   std::vector<ops::GemmChoice> gemm_choices() const override { return {}; }
   double gemm_tuning_seconds() const override { return 0; }
   double peak_gflops(Precision p, int, double seconds) override {
-    // A large square product, timed with events: the rate MFU divides by.
-    const int n = 8192;
+    // Square products, timed with events: the rate MFU divides by. A GPU
+    // reaches its peak on large products (8192); a small one first tells how
+    // large a product the device runs several times in `seconds` and holds in
+    // a quarter of its free memory (a slow device, as the tests' emulator,
+    // stays small).
     const bool low = p == Precision::kBF16;
     const size_t elem = low ? 2 : 4;
-    void* a = allocate(size_t(n) * n * elem);
-    void* b = allocate(size_t(n) * n * elem);
-    float* c = static_cast<float*>(allocate(size_t(n) * n * 4));
-    {  // random operands: products of zeros run faster than real data
-      std::vector<float> host(size_t(n) * n);
-      for (size_t i = 0; i < host.size(); ++i) host[i] = float(random_normal(1, 99, uint64_t(i)));
-      std::vector<bf16> low16(low ? host.size() : 0);
-      for (size_t i = 0; i < low16.size(); ++i) low16[i] = dendrite::to_bf16(host[i]);
-      const void* src = low ? static_cast<const void*>(low16.data()) : host.data();
-      upload(a, src, size_t(n) * n * elem);
-      upload(b, src, size_t(n) * n * elem);
+    const double probe_ms = time_square_products(kProbeSize, low, 0).ms_per_product;
+    size_t free = 0, total = 0;
+    check_cuda(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+    int n = kProbeSize;
+    while (n < 8192) {
+      const double next = 2.0 * n, scale = next / kProbeSize;
+      if (probe_ms * scale * scale * scale > seconds * 1e3 / 5 ||
+          next * next * double(2 * elem + 4) > double(free) / 4)
+        break;
+      n *= 2;
     }
-    auto product = [&] {
-      gemm_->run(false, true, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n, low, stream_);
-    };
-    product();  // warm-up: the plan and the clocks
-    cudaEvent_t t0, t1;
-    check_cuda(cudaEventCreate(&t0), "cudaEventCreate");
-    check_cuda(cudaEventCreate(&t1), "cudaEventCreate");
-    int reps = 0;
-    float ms = 0;
-    check_cuda(cudaEventRecord(t0, stream_), "cudaEventRecord");
-    do {
-      for (int i = 0; i < 5; ++i, ++reps) product();
-      check_cuda(cudaEventRecord(t1, stream_), "cudaEventRecord");
-      check_cuda(cudaEventSynchronize(t1), "cudaEventSynchronize (GEMM peak)");
-      check_cuda(cudaEventElapsedTime(&ms, t0, t1), "cudaEventElapsedTime");
-    } while (ms < seconds * 1e3 && reps < 1000);
-    cudaEventDestroy(t0);
-    cudaEventDestroy(t1);
-    release(a);
-    release(b);
-    release(c);
-    return 2.0 * double(n) * n * n * reps / (ms * 1e-3) / 1e9;
+    return time_square_products(n, low, seconds).gflops;
   }
-
   // ---- norms ----
   void layernorm_row_sums(double* sums, const float* x, int m, int c) override {
     cuda::layernorm_row_sums(sums, x, m, c, stream_);
@@ -485,6 +465,52 @@ class CudaBackend final : public Backend {
 #else
     return "this build has no NCCL (CMake found no nccl.h and libnccl beside the CUDA toolkit)";
 #endif
+  }
+
+  static constexpr int kProbeSize = 256;
+  struct SquareTiming {
+    double gflops = 0, ms_per_product = 0;
+  };
+  // n x n products on random operands (products of zeros run faster than
+  // real data): one to warm up (the plan, the clocks), then batches of five
+  // until `seconds` have passed.
+  SquareTiming time_square_products(int n, bool low, double seconds) {
+    const size_t elem = low ? 2 : 4, count = size_t(n) * size_t(n);
+    void* a = allocate(count * elem);
+    void* b = allocate(count * elem);
+    float* c = static_cast<float*>(allocate(count * 4));
+    {
+      std::vector<float> host(count);
+      for (size_t i = 0; i < count; ++i) host[i] = float(random_normal(1, 99, uint64_t(i)));
+      std::vector<bf16> low16(low ? count : 0);
+      for (size_t i = 0; i < low16.size(); ++i) low16[i] = dendrite::to_bf16(host[i]);
+      const void* src = low ? static_cast<const void*>(low16.data()) : host.data();
+      upload(a, src, count * elem);
+      upload(b, src, count * elem);
+    }
+    auto product = [&] {
+      gemm_->run(false, true, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n, low, stream_);
+    };
+    product();
+    cudaEvent_t t0, t1;
+    check_cuda(cudaEventCreate(&t0), "cudaEventCreate");
+    check_cuda(cudaEventCreate(&t1), "cudaEventCreate");
+    int reps = 0;
+    float ms = 0;
+    check_cuda(cudaEventRecord(t0, stream_), "cudaEventRecord");
+    do {
+      for (int i = 0; i < 5; ++i, ++reps) product();
+      check_cuda(cudaEventRecord(t1, stream_), "cudaEventRecord");
+      check_cuda(cudaEventSynchronize(t1), "cudaEventSynchronize (GEMM peak)");
+      check_cuda(cudaEventElapsedTime(&ms, t0, t1), "cudaEventElapsedTime");
+    } while (ms < seconds * 1e3 && reps < 1000);
+    cudaEventDestroy(t0);
+    cudaEventDestroy(t1);
+    release(a);
+    release(b);
+    release(c);
+    const double s = std::max(double(ms), 1e-6) * 1e-3;
+    return {2.0 * double(n) * n * n * reps / s / 1e9, double(ms) / reps};
   }
 
   void synchronize(const char* after) {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -580,16 +581,19 @@ void NcclWatchdog::run() {
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(comm_.nccl(), &async);
       if (async != ncclSuccess && async != ncclInProgress)
-        fail(str("NCCL reported an asynchronous error: ", ncclGetErrorString(async)));
+        fail(str("NCCL reported an asynchronous error on grid axis ", comm_.name(), " (",
+                 comm_.size(), " ranks): ", ncclGetErrorString(async)));
     }
     const double timeout = comm_.watched_timeout();
     for (const std::shared_ptr<Op>& op : ops_) {
       if (cudaEventQuery(op->done) == cudaSuccess) continue;
       const double waited = seconds_since(op->posted);
       if (timeout > 0 && waited >= timeout)
-        fail(str(collective_name(op->kind), " of ", op->bytes, " bytes did not finish within ",
-                 timeout, " s (", waited, " s since it was posted): a peer is stuck or dead; ",
-                 "raise --timeout if the step is legitimately this slow"));
+        fail(str(collective_name(op->kind), " of ", op->bytes, " bytes on grid axis ",
+                 comm_.name(), " (", comm_.size(), " ranks, NCCL) did not complete after ",
+                 std::round(waited * 10) / 10, " s (--timeout ", timeout,
+                 "): a rank of this group is stuck or dead; see the other ranks' errors, or ",
+                 "raise --timeout if a step takes that long"));
     }
     if (stop_) {  // the communicator is going away: its stream was synchronised
       ops_.clear();
@@ -600,8 +604,7 @@ void NcclWatchdog::run() {
 }
 
 void NcclWatchdog::fail(const std::string& why) {
-  log_error(str("nccl watchdog: ", why, " (group ", comm_.name(), ", ", comm_.size(),
-                " ranks); aborting the job"));
+  log_error(str("error: nccl watchdog: ", why, "; aborting the job"));
   if (comm_.nccl()) ncclCommAbort(comm_.nccl());
   MPI_Abort(MPI_COMM_WORLD, 1);
   std::abort();

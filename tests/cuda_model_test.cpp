@@ -11,11 +11,14 @@
 // weights it moves between backends are the same bits. In bf16 precision the
 // GPU's attention also rounds P, dS and dO to bf16 for the tensor cores
 // (flash_mma.cuh), which the CPU keeps in fp32: its bounds are wider.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -33,6 +36,8 @@
 
 namespace dendrite {
 namespace {
+
+using ::testing::HasSubstr;
 
 constexpr int kB = 4, kT = 16, kSteps = 5;
 
@@ -219,6 +224,42 @@ TEST(EmulatedGpuMemory, RunningOutNamesWhatItWasForAndTheFix) {
         }
       },
       Error);
+}
+
+// A kernel that faults while it runs (injected: emu::fault_next_launch). With
+// the streams concurrent, CUDA reports the fault at a later call, so the
+// error says a kernel failed and how to find it; with every launch waiting
+// for its kernel (CUDA_LAUNCH_BLOCKING=1) the error names the kernel.
+TEST(EmulatedGpuFault, AFaultingKernelIsNamedWhenLaunchesBlockAndFoundHowOtherwise) {
+  struct Restore {  // the other tests' device again, however this one ends
+    ~Restore() {
+      emu::clear_errors();
+      unsetenv("CUDA_LAUNCH_BLOCKING");
+    }
+  } restore;
+  const ModelConfig c = config("gpt2");  // its linear layers add biases (add_bias)
+  auto faulting_step = [&] {
+    OneProcess gpu(Device::kCuda, c, {}, true);
+    gpu.model->init(7);
+    emu::fault_next_launch("add_bias");
+    try {
+      step(gpu, 0, c);
+      gpu.grads();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string later = faulting_step();
+  EXPECT_THAT(later, HasSubstr("an illegal memory access was encountered"));
+  EXPECT_THAT(later, HasSubstr("rerun with CUDA_LAUNCH_BLOCKING=1 to stop at the kernel that failed"));
+  emu::clear_errors();
+  setenv("CUDA_LAUNCH_BLOCKING", "1", 1);
+  const std::string named = faulting_step();
+  EXPECT_THAT(named, HasSubstr("cuda: kernel add_bias failed while it ran: an illegal memory "
+                               "access was encountered"));
+  std::printf("streams concurrent: %s\nCUDA_LAUNCH_BLOCKING=1: %s\n", later.c_str(),
+              named.c_str());
 }
 
 std::string name(const ::testing::TestParamInfo<Case>& p) { return p.param.arch; }

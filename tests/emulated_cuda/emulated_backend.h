@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "dendrite/backend/backend.h"
 
@@ -47,4 +48,13 @@ enum class Streams {
   kComputeLate,
 };
 void set_streams(Streams s);
+// CUDA_LAUNCH_BLOCKING=1 in the environment makes every stream made after it
+// run its work at once, as launches that wait for their kernels do.
+
+// The next launch of a kernel whose name contains `name` fails while it runs
+// with an illegal address, as a faulting kernel on a GPU (an error that
+// stays: clear_errors ends it).
+void fault_next_launch(const std::string& name);
+// Forgets the errors that stay (what a test does after provoking one).
+void clear_errors();
 }  // namespace emu

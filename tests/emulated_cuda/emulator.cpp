@@ -270,6 +270,7 @@ struct Runtime {
   // A failure of work on a concurrent stream: it stays (stream_error).
   cudaError_t sticky = cudaSuccess;
   std::string sticky_detail;
+  std::string fault;  // fault_next_launch's kernel name
 };
 Runtime& rt() {
   static Runtime& r = *new Runtime;  // never destroyed, as sched()
@@ -421,6 +422,16 @@ void execute(dim3 grid, dim3 block, size_t shared, const char* name,
   thread_local size_t size = 0;
   if (!bottom) home_stack(&bottom, &size);
   s.home_bottom = bottom, s.home_size = size;
+  {
+    std::unique_lock<std::mutex> lock(rt().memory);
+    if (!rt().fault.empty() && std::string(name).find(rt().fault) != std::string::npos) {
+      rt().fault.clear();
+      lock.unlock();
+      fail(cudaErrorIllegalAddress,
+           std::string("kernel ") + name + ": an illegal address (fault_next_launch)");
+      return;
+    }
+  }
   for (unsigned bz = 0; bz < grid.z; ++bz)
     for (unsigned by = 0; by < grid.y; ++by)
       for (unsigned bx = 0; bx < grid.x; ++bx) {
@@ -561,7 +572,9 @@ std::shared_ptr<Queue> make_queue() {
   StreamState& st = streams();
   auto q = std::make_shared<Queue>();
   std::lock_guard<std::mutex> lock(st.mu);
-  if (mode_locked() != Streams::kAtOnce) {
+  const char* blocking = std::getenv("CUDA_LAUNCH_BLOCKING");
+  const bool launches_block = blocking && std::string(blocking) == "1";
+  if (mode_locked() != Streams::kAtOnce && !launches_block) {
     st.live.insert(q);
     q->worker = std::thread(work_loop, q.get());
   }
@@ -623,6 +636,21 @@ void set_streams(Streams m) {
   std::lock_guard<std::mutex> lock(streams().mu);
   streams().mode = m;
   streams().mode_set = true;
+}
+
+void fault_next_launch(const std::string& name) {
+  std::lock_guard<std::mutex> lock(rt().memory);
+  rt().fault = name;
+}
+
+void clear_errors() {
+  {
+    std::lock_guard<std::mutex> lock(rt().memory);
+    rt().sticky = cudaSuccess;
+    rt().sticky_detail.clear();
+  }
+  t_last = cudaSuccess;
+  t_last_detail.clear();
 }
 
 void stream_error(int cuda_error, const std::string& detail) {
@@ -695,6 +723,7 @@ const char* cudaGetErrorString(cudaError_t e) {
                      : e == cudaErrorInvalidConfiguration ? "invalid configuration argument"
                      : e == cudaErrorInvalidDevice        ? "invalid device ordinal"
                      : e == cudaErrorNotReady             ? "device not ready"
+                     : e == cudaErrorIllegalAddress ? "an illegal memory access was encountered"
                      : e == cudaErrorLaunchFailure        ? "unspecified launch failure"
                                                           : "unknown error";
   text = base;

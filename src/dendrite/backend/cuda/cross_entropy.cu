@@ -164,10 +164,10 @@ double ce_combine(float* lse, const float* gathered, const float* weight, int ro
   double total = 0.0;
   cudaError_t e = cudaMemcpyAsync(&total, total_dev, sizeof(double), cudaMemcpyDeviceToHost, stream);
   DENDRITE_CHECK(e == cudaSuccess, "ce_combine: cudaMemcpyAsync of the loss sum failed: ",
-                 cudaGetErrorString(e));
+                 error_text(e));
   e = cudaStreamSynchronize(stream);
   DENDRITE_CHECK(e == cudaSuccess, "ce_combine: cudaStreamSynchronize failed: ",
-                 cudaGetErrorString(e));
+                 error_text(e));
   return total;
 }
 

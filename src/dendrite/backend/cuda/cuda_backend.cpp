@@ -37,9 +37,7 @@ int cuda_device_count() {
 
 namespace {
 
-void check_cuda(cudaError_t e, const char* call) {
-  DENDRITE_CHECK(e == cudaSuccess, "cuda: ", call, " failed: ", cudaGetErrorString(e));
-}
+using cuda::check_cuda;
 
 // Bytes for a message: "512 bytes", "3.0 KiB", "40.0 MiB", "139.8 GiB".
 std::string bytes_text(size_t bytes) {
@@ -516,7 +514,7 @@ class CudaBackend final : public Backend {
   void synchronize(const char* after) {
     const cudaError_t e = cudaStreamSynchronize(stream_);
     DENDRITE_CHECK(e == cudaSuccess, "cuda: a kernel before the ", after,
-                   " failed: ", cudaGetErrorString(e));
+                   " failed: ", cuda::error_text(e));
   }
 
   int device_ = 0, node_gpus_ = 1, gpu_shared_by_ = 1;

@@ -15,11 +15,6 @@ namespace dendrite::cuda {
 
 namespace {
 
-void check_cuda(cudaError_t e, const char* call) {
-  DENDRITE_CHECK(e == cudaSuccess, "cuda: ", call, " failed: ", cudaGetErrorString(e));
-}
-
-
 // ---- activations, as cpu/activation.cpp
 
 constexpr float kGeluS = 0.7978845608028654f;  // sqrt(2/pi)

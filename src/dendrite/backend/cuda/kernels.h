@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "dendrite/core/bf16.h"
 #include "dendrite/ops/attention.h"
@@ -114,7 +115,15 @@ double ce_combine(float* lse, const float* gathered, const float* weight, int ro
 void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const float* weight,
                 double denominator, int rows, int Vloc, int v0, int V, cudaStream_t stream);
 
-// A kernel launch's error, as an Error naming the kernel (check.cu).
+// A kernel launch's error, as an Error naming the kernel: one the launch
+// itself met, or, when every launch waits for its kernel
+// (CUDA_LAUNCH_BLOCKING=1), one the kernel met while it ran; else the error
+// of an earlier kernel, said as such (check.cu).
 void check_launch(const char* kernel);
+// cudaGetErrorString(e), and for an error a kernel raised while it ran (which
+// CUDA reports at a later call), how to find that kernel.
+std::string error_text(cudaError_t e);
+// e, if not cudaSuccess, as an Error naming the call.
+void check_cuda(cudaError_t e, const char* call);
 
 }  // namespace dendrite::cuda

@@ -16,11 +16,6 @@ namespace dendrite::cuda {
 
 namespace {
 
-void check_cuda(cudaError_t e, const char* call) {
-  DENDRITE_CHECK(e == cudaSuccess, "cuda: ", call, " failed: ", cudaGetErrorString(e));
-}
-
-
 // One AdamW step as cpu/optim.cpp's adamw_range; low (may be null) gets the
 // new values rounded to bf16.
 struct AdamW {

@@ -252,7 +252,8 @@ TEST(EmulatedGpuFault, AFaultingKernelIsNamedWhenLaunchesBlockAndFoundHowOtherwi
   };
   const std::string later = faulting_step();
   EXPECT_THAT(later, HasSubstr("an illegal memory access was encountered"));
-  EXPECT_THAT(later, HasSubstr("rerun with CUDA_LAUNCH_BLOCKING=1 to stop at the kernel that failed"));
+  EXPECT_THAT(later,
+              HasSubstr("rerun with CUDA_LAUNCH_BLOCKING=1 to stop at the kernel that failed"));
   emu::clear_errors();
   setenv("CUDA_LAUNCH_BLOCKING", "1", 1);
   const std::string named = faulting_step();

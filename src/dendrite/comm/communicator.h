@@ -45,10 +45,12 @@ struct CommStats {
   // waited for behind others).
   double total_seconds[static_cast<int>(Collective::kCount)] = {};
   double exposed_seconds[static_cast<int>(Collective::kCount)] = {};
-  // Progress-engine tasks only: from the post until the engine started it
-  // (tasks ahead of it in the queue, or the engine thread waiting for a
-  // core), and the CPU time its thread used running them (what the overlap
-  // costs the cores that compute).
+  // Progress-engine tasks: from the post until the engine started it (tasks
+  // ahead of it in the queue, or the engine thread waiting for a core), and
+  // the CPU time its thread used running them (what the overlap costs the
+  // cores that compute). Device collectives on an axis stream (NCCL): from
+  // the moment the compute stream reached the post until the axis stream
+  // started it (the collectives ahead of it there).
   double queued_seconds[static_cast<int>(Collective::kCount)] = {};
   double engine_cpu_seconds = 0;
   // Blocking calls only, per kind: the part of the call before the last rank

@@ -132,6 +132,7 @@ class NcclWatchdog {
   std::deque<std::shared_ptr<Op>> ops_;
   double total_[static_cast<int>(Collective::kCount)] = {};
   double exposed_[static_cast<int>(Collective::kCount)] = {};
+  double queued_[static_cast<int>(Collective::kCount)] = {};
   bool stop_ = false;
   std::thread thread_;
 };
@@ -548,8 +549,9 @@ void NcclWatchdog::fold_into(CommStats& s, bool reset) {
   for (int k = 0; k < static_cast<int>(Collective::kCount); ++k) {
     s.total_seconds[k] += total_[k];
     s.exposed_seconds[k] += exposed_[k];
+    s.queued_seconds[k] += queued_[k];
     s.wait_seconds += exposed_[k];
-    if (reset) total_[k] = exposed_[k] = 0;
+    if (reset) total_[k] = exposed_[k] = queued_[k] = 0;
   }
 }
 
@@ -562,6 +564,9 @@ bool NcclWatchdog::settle(Op& op) {
   if (comm_.size() == 1) return true;  // a group of one times no collective, as it counts none
   const int k = static_cast<int>(op.kind);
   total_[k] += elapsed(op.start, op.done);
+  // From the moment its inputs were ready (the compute stream reached the
+  // post) until its axis stream started it: the collectives ahead of it there.
+  queued_[k] += std::max(0.0, elapsed(op.ready, op.start));
   // A blocking call's compute stream waits from the post on (ready); a
   // posted one's from its wait().
   exposed_[k] += elapsed(op.wait_begin, op.wait_end);

@@ -310,13 +310,16 @@ TEST_F(Reliability, WatchdogEndsAJobWithAStuckRank) {
 
 // The same on GPUs over NCCL (the emulated GPU of dendrite_emulated, its
 // streams concurrent, so that a collective waiting for the stuck rank is in
-// flight), on d=2: rank 0's first collective of step 2 is the device
-// all-reduce of its gradients (over z it would be the host gather of the
-// token ids, which the MPI watchdog times). NCCL's watchdog ends the job,
-// naming the collective, the axis and the time.
+// flight), on y=2: rank 0 posts the device collectives of its forward over
+// y, then waits on the GPU (a stream synchronisation, which no watchdog of
+// the host times) before any host collective. (Over z the first collective
+// of a step is the host gather of the token ids, and over d the loss's host
+// sum follows the gradients' device all-reduce within microseconds: the MPI
+// watchdog could end those first.) NCCL's watchdog ends the job, naming the
+// collective, the axis and the time.
 TEST_F(Reliability, NcclWatchdogEndsAJobWithAStuckRank) {
   Result r = test::mpirun_dendrite(
-      2, train() + " --grid d=2 --steps 4 --timeout 3 --device cuda",
+      2, train() + " --grid y=2 --steps 4 --timeout 3 --device cuda",
       "DENDRITE_TEST_HANG_RANK=1 DENDRITE_TEST_HANG_STEP=2 DENDRITE_GPU_TRANSPORT=nccl "
       "DENDRITE_EMULATED_STREAMS=concurrent",
       DENDRITE_EMULATED_BINARY);
@@ -326,7 +329,7 @@ TEST_F(Reliability, NcclWatchdogEndsAJobWithAStuckRank) {
   EXPECT_NE(r.out.find("collectives over NCCL"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("test hook: hanging at the start of step 2"), std::string::npos) << r.out;
   const std::regex what(R"(\[rank 0\] error: nccl watchdog: (all_reduce|all_gather|)"
-                        R"(reduce_scatter|broadcast) of \d+ bytes on grid axis d )"
+                        R"(reduce_scatter|broadcast) of \d+ bytes on grid axis y )"
                         R"(\(2 ranks, NCCL\) did not complete after 3(\.\d)? s \(--timeout 3\): )"
                         R"(a rank of this group is stuck or dead.*; aborting the job)");
   EXPECT_TRUE(std::regex_search(r.out, what)) << r.out;

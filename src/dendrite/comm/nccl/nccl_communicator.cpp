@@ -63,12 +63,14 @@ ncclDataType_t nccl_type(DType t) {
 struct Op {
   Collective kind = Collective::kAllReduce;
   int64_t bytes = 0;
-  Clock::time_point posted;
   cudaEvent_t ready = nullptr, start = nullptr, done = nullptr;
   cudaEvent_t wait_begin = nullptr, wait_end = nullptr;
   // The compute stream's wait is issued (wait_* recorded): set by the caller's
   // thread after recording, read by the watchdog's.
   std::atomic<bool> waited{false};
+  // When the watchdog first saw its axis stream start it (watchdog only).
+  bool started = false;
+  Clock::time_point started_at{};
   Op() {
     for (cudaEvent_t* e : {&ready, &start, &done, &wait_begin, &wait_end})
       check_cuda(cudaEventCreate(e), "cudaEventCreate", "event");
@@ -402,7 +404,6 @@ class NcclCommunicator final : public Communicator {
     auto op = std::make_shared<Op>();
     op->kind = kind;
     op->bytes = bytes;
-    op->posted = Clock::now();
     const auto compute = static_cast<cudaStream_t>(dev_.compute_stream);
     check_cuda(cudaEventRecord(op->ready, compute), "cudaEventRecord", name_);
     check_cuda(cudaStreamWaitEvent(stream_, op->ready, 0), "cudaStreamWaitEvent", name_);
@@ -589,10 +590,18 @@ void NcclWatchdog::run() {
         fail(str("NCCL reported an asynchronous error on grid axis ", comm_.name(), " (",
                  comm_.size(), " ranks): ", ncclGetErrorString(async)));
     }
+    // A collective is timed from when its axis stream started it: before
+    // that it waits for the compute stream or for the collectives ahead of
+    // it on its stream, and the one that waits for a peer is among those.
     const double timeout = comm_.watched_timeout();
     for (const std::shared_ptr<Op>& op : ops_) {
       if (cudaEventQuery(op->done) == cudaSuccess) continue;
-      const double waited = seconds_since(op->posted);
+      if (!op->started) {
+        if (cudaEventQuery(op->start) != cudaSuccess) continue;
+        op->started = true;
+        op->started_at = Clock::now();
+      }
+      const double waited = seconds_since(op->started_at);
       if (timeout > 0 && waited >= timeout)
         fail(str(collective_name(op->kind), " of ", op->bytes, " bytes on grid axis ",
                  comm_.name(), " (", comm_.size(), " ranks, NCCL) did not complete after ",

@@ -262,25 +262,26 @@ class CudaBackend final : public Backend {
   double gemm_tuning_seconds() const override { return 0; }
   double peak_gflops(Precision p, int, double seconds) override {
     // Square products, timed with events: the rate MFU divides by. A GPU
-    // reaches its peak on large products (8192); a small one first tells how
-    // large a product the device runs several times in `seconds` and holds in
-    // a quarter of its free memory (a slow device, as the tests' emulator,
-    // stays small).
+    // reaches its peak on large products (8192); the size doubles from 256
+    // while the next one (8 times the work of the last, measured) would run
+    // several times in `seconds` and three operands fit in a quarter of the
+    // free memory (a slow device, as the tests' emulator, stays small).
     const bool low = p == Precision::kBF16;
     const size_t elem = low ? 2 : 4;
-    const double probe_ms = time_square_products(kProbeSize, low, 0).ms_per_product;
     size_t free = 0, total = 0;
     check_cuda(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
     int n = kProbeSize;
+    double last_ms = time_square_products(n, low, 0).ms_per_product;
     while (n < 8192) {
-      const double next = 2.0 * n, scale = next / kProbeSize;
-      if (probe_ms * scale * scale * scale > seconds * 1e3 / 5 ||
-          next * next * double(2 * elem + 4) > double(free) / 4)
+      const double next = 2.0 * n;
+      if (8 * last_ms > seconds * 1e3 / 5 || next * next * double(2 * elem + 4) > double(free) / 4)
         break;
       n *= 2;
+      last_ms = time_square_products(n, low, 0).ms_per_product;
     }
     return time_square_products(n, low, seconds).gflops;
   }
+
   // ---- norms ----
   void layernorm_row_sums(double* sums, const float* x, int m, int c) override {
     cuda::layernorm_row_sums(sums, x, m, c, stream_);

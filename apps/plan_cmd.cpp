@@ -454,13 +454,21 @@ LinkCost calibrate_collective(Communicator& world, Communicator& comm, const std
   Backend& be = *step.be;
   Buffer<float> in = be.alloc<float>(sizes.back()), out = be.alloc<float>(sizes.back());
   be.fill(in.data(), 1.0f, in.size());
+  be.fill(out.data(), 0.0f, out.size());
   std::vector<double> t;
   for (int64_t n : sizes) {
     const int64_t part = n / g;
+    // Successive calls move successive ranges of the buffers: a step's calls
+    // move data it has not touched for a while (a layer's weights, another
+    // layer's activations), not the same few megabytes from cache.
+    const int64_t ranges = std::max<int64_t>(1, sizes.back() / n);
+    int64_t call = 0;
     auto fn = [&] {
-      if (kind == "all_reduce") comm.all_reduce(in.data(), n, DType::kF32);
-      if (kind == "all_gather") comm.all_gather(in.data(), out.data(), part, DType::kF32);
-      if (kind == "reduce_scatter") comm.reduce_scatter(in.data(), out.data(), part, DType::kF32);
+      const int64_t at = (call++ % ranges) * n;
+      float *i = in.data() + at, *o = out.data() + at;
+      if (kind == "all_reduce") comm.all_reduce(i, n, DType::kF32);
+      if (kind == "all_gather") comm.all_gather(i, o, part, DType::kF32);
+      if (kind == "reduce_scatter") comm.reduce_scatter(i, o, part, DType::kF32);
       be.ready_for_host();  // a transport on streams returns before the call is done
     };
     t.push_back(step.seconds(world, comm, fn, 4 * n));
@@ -479,15 +487,21 @@ bool calibrate_shm_collective(Communicator& world, Communicator& comm, const std
   std::vector<double> t;
   for (int64_t n : sizes) {
     const int64_t part = n / g;
+    // Successive ranges, as calibrate_collective's (the arrays about as large).
+    const int64_t ranges = std::max<int64_t>(1, sizes.back() / n);
+    const int64_t len = kind == "all_gather" ? part : n, out_len = kind == "all_gather" ? n : part;
     // Zero-filled: repeated sums stay finite.
-    std::unique_ptr<SharedArray> a = comm.allocate_shared(kind == "all_gather" ? part : n);
+    std::unique_ptr<SharedArray> a = comm.allocate_shared(len * ranges);
     comm.barrier();
     if (!a->shared()) return false;
-    std::vector<float> out(kind == "all_gather" ? n : part);
+    std::vector<float> out(out_len * ranges);
+    int64_t call = 0;
     auto fn = [&] {
-      if (kind == "all_reduce") comm.all_reduce(*a, 0, n);
-      if (kind == "all_gather") comm.all_gather(*a, 0, out.data(), part);
-      if (kind == "reduce_scatter") comm.reduce_scatter(*a, 0, out.data(), part, false);
+      const int64_t k = call++ % ranges, at = k * len;
+      float* o = out.data() + k * out_len;
+      if (kind == "all_reduce") comm.all_reduce(*a, at, n);
+      if (kind == "all_gather") comm.all_gather(*a, at, o, part);
+      if (kind == "reduce_scatter") comm.reduce_scatter(*a, at, o, part, false);
     };
     t.push_back(step.seconds(world, comm, fn, 4 * n));
     comm.barrier();

@@ -632,6 +632,44 @@ TEST(PeerWait, FractionOfTheComputeUpToTheMeasuredInterval) {
   EXPECT_NE(error_of([&] { machine_from_json(bad); }).find("not a group size"), std::string::npos);
 }
 
+// Oversubscribed, the wait for peers is part of the compute's stretch (ranks
+// over cores): carved out of it, not added, and never more than the stretch.
+TEST(PeerWait, OversubscribedWaitIsCarvedOutOfTheStretchedCompute) {
+  const ModelConfig c = load_model_config("gpt2-124m");
+  PlanOptions o;
+  o.B = 4, o.T = 64;
+  o.overlap = Overlap::parse("none");
+  Machine m = test_machine();
+  m.ranks_per_node = 4;
+  m.cores_per_node = 2;  // 4 ranks on 2 cores: compute stretched 2x
+  m.oversubscribed_call_penalty_s = 0;
+  const GridDims g{2, 1, 1, 2};
+  const StepPrediction none = predict_step(c, m, g, o);
+  m.peer_wait_fraction = {{2, 0.05}};
+  const StepPrediction some = predict_step(c, m, g, o);
+  ASSERT_GT(some.peer_wait_s, 0.0);
+  EXPECT_NEAR(some.peer_wait_s, some.peer_wait_axis_s.at("x") + some.peer_wait_axis_s.at("d"),
+              1e-12);
+  EXPECT_NEAR(some.compute_s, none.compute_s - some.peer_wait_s, 1e-12);
+  EXPECT_NEAR(some.step_s, none.step_s, 1e-12);  // the step is as long: its parts move
+  EXPECT_NEAR(some.comm_s.at("x") - none.comm_s.at("x"), some.peer_wait_axis_s.at("x"), 1e-12);
+  // A fraction whose wait would exceed the stretch (half the compute) is held to it.
+  m.peer_wait_fraction = {{2, 0.9}};
+  const StepPrediction most = predict_step(c, m, g, o);
+  EXPECT_NEAR(most.peer_wait_s, 0.5 * none.compute_s, 1e-9);
+  EXPECT_NEAR(most.compute_s, 0.5 * none.compute_s, 1e-9);
+  EXPECT_NEAR(most.peer_wait_axis_s.at("x") / most.peer_wait_axis_s.at("d"), 1.0, 1e-12);
+  // With a core per rank the wait is the ranks' drift: added to the step.
+  m.cores_per_node = 4;
+  const StepPrediction fits = predict_step(c, m, g, o), fits_none = [&] {
+    Machine q = m;
+    q.peer_wait_fraction.clear();
+    return predict_step(c, q, g, o);
+  }();
+  EXPECT_NEAR(fits.compute_s, fits_none.compute_s, 1e-12);
+  EXPECT_NEAR(fits.step_s - fits_none.step_s, fits.peer_wait_s, 1e-12);
+}
+
 // The messages level: node-local groups with shared memory off; and simulated
 // nodes: groups crossing them use the network figures, oversubscription still
 // counts the physical node.

@@ -71,6 +71,8 @@ struct StepPrediction {
   double penalty_s = 0;  // of which the oversubscription penalty (exposed)
   // Of which the wait for peers (exposed): each axis' collectives wait
   // Machine::peer_wait(group) times the compute for their group's last rank.
+  // Oversubscribed, it is carved out of compute_s (part of its stretch by
+  // ranks over cores) and held to at most that stretch.
   double peer_wait_s = 0;
   std::map<std::string, double> peer_wait_axis_s;  // the same per axis
   // Of compute_s: the progress engine's shared-memory work (hidden ORS/OAG, dp)

@@ -6,7 +6,9 @@ hidden) beside the measured one (`bench step --json`: the collectives' time,
 exposed + hidden, and the part of it spent waiting for the group's last rank to
 arrive), the errors against the whole time and against the time once the group
 had arrived, and whether the planner's first choice is within 10% of the
-fastest measured grid of the case. Target: each axis within 30%."""
+fastest measured grid of the case. Target: each axis within 30%. Given a
+second run's folder, also counts how many of the measured figures moved
+between the two runs by more than the targets."""
 import glob
 import json
 import os
@@ -104,10 +106,36 @@ def main(folder):
         return 100 * sum(abs(c[0] - c[i]) / c[i] for c in computes) / len(computes)
     print(f"compute: predicted against measured, mean absolute error {mape(1):.0f}%; "
           f"against measured + the wait for peers {mape(2):.0f}%")
+    steps = [abs(ps - ms) / ms for (_, _, _, ps, ms, _) in rows]
+    print(f"steps: predicted against measured, mean absolute error "
+          f"{100 * sum(steps) / len(steps):.0f}%, largest {100 * max(steps):.0f}%")
     for label, fg, fm, bg, bm, ok in verdicts:
         print(f"{label}: first choice {fg} measured {fm:.1f} ms, fastest {bg} {bm:.1f} ms: "
               f"{'within' if ok else 'NOT within'} 10%")
 
 
+def noise(folder, other):
+    """How far two measured runs of the same grids lie apart: the floor under
+    any prediction's error on this machine."""
+    axes = steps = axes_apart = steps_apart = 0
+    for path in sorted(glob.glob(os.path.join(folder, "bench_*.json"))):
+        path2 = os.path.join(other, os.path.basename(path))
+        if not os.path.exists(path2) or os.path.getsize(path) == 0 or os.path.getsize(path2) == 0:
+            continue
+        a, b = json.load(open(path)), json.load(open(path2))
+        steps += 1
+        steps_apart += abs(a["step_ms"] - b["step_ms"]) > 0.10 * min(a["step_ms"], b["step_ms"])
+        ma, mb = measured_axes(a), measured_axes(b)
+        for axis in ma.keys() & mb.keys():
+            axes += 1
+            axes_apart += abs(ma[axis][0] - mb[axis][0]) > TARGET * min(ma[axis][0], mb[axis][0])
+    if steps:
+        print(f"run to run ({folder} against {other}): {axes_apart} of {axes} axis figures "
+              f"differ by more than {100 * TARGET:.0f}%, {steps_apart} of {steps} steps by more "
+              f"than 10%")
+
+
 if __name__ == "__main__":
     main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/dendrite_validate_comm")
+    if len(sys.argv) > 2:  # a second run's folder: the measurements' own spread
+        noise(sys.argv[1], sys.argv[2])

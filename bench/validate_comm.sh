@@ -11,7 +11,10 @@
 # 2 ranks, then the collectives and the wait for peers again with 4 and with 8
 # ranks, oversubscribed, keeping the 2-rank compute figures).
 # Usage: bench/validate_comm.sh [build-dir] (env: MODEL, BATCH, SEQ, STEPS, OUT,
-#        CASES="msg2 shm4 nodes4 nodes8" to run a subset)
+#        CASES="msg2 shm4 nodes4 nodes8" to run a subset, REPLAN=1 to keep the
+#        machine files and measurements already in OUT and redo only the plans:
+#        a change to the model, judged on the same runs; COMPARE=DIR, an earlier
+#        run's OUT: how far the two runs' measurements lie apart)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-$ROOT/build}
@@ -26,8 +29,16 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 export OMP_NUM_THREADS=1
 PY=$(command -v /usr/bin/python3 || command -v python3)
 MPIRUN="${MPIRUN:-mpirun} --oversubscribe --bind-to none --mca btl self,vader"
+REPLAN=${REPLAN:-0}
 mkdir -p "$OUT"
-rm -f "$OUT"/bench_*.json "$OUT"/plan_*.json
+if [[ $REPLAN == 1 ]]; then
+  for P in 2 4 8; do
+    [[ -f $OUT/machine_$P.json ]] || { echo "REPLAN=1: no $OUT/machine_$P.json; run without REPLAN first" >&2; exit 2; }
+  done
+  rm -f "$OUT"/plan_*.json
+else
+  rm -f "$OUT"/bench_*.json "$OUT"/plan_*.json
+fi
 start=$(date +%s)
 
 # With a core per rank for 8 ranks (the lent GPU machine has 16), calibrate
@@ -37,19 +48,22 @@ start=$(date +%s)
 CORES=$(nproc)
 CAL=2
 ((CORES >= 8)) && CAL=8
-echo "== calibrate ($CAL ranks, 1 thread each)"
-$MPIRUN -np $CAL "$BIN" calibrate --device cpu --out "$OUT/machine.json" --threads 1 \
-  --name validate-comm
-for P in 4 8; do
-  if ((P > CORES)); then
-    echo "== collectives and waits oversubscribed ($P ranks, 1 thread each)"
-    $MPIRUN -np $P "$BIN" calibrate --device cpu --compute-from "$OUT/machine.json" \
-      --out "$OUT/machine_$P.json" --threads 1 --name validate-comm-$P
-  else
-    cp "$OUT/machine.json" "$OUT/machine_$P.json"
-  fi
-done
-cp "$OUT/machine.json" "$OUT/machine_2.json"
+calibrate() {
+  echo "== calibrate ($CAL ranks, 1 thread each)"
+  $MPIRUN -np $CAL "$BIN" calibrate --device cpu --out "$OUT/machine.json" --threads 1 \
+    --name validate-comm
+  for P in 4 8; do
+    if ((P > CORES)); then
+      echo "== collectives and waits oversubscribed ($P ranks, 1 thread each)"
+      $MPIRUN -np $P "$BIN" calibrate --device cpu --compute-from "$OUT/machine.json" \
+        --out "$OUT/machine_$P.json" --threads 1 --name validate-comm-$P
+    else
+      cp "$OUT/machine.json" "$OUT/machine_$P.json"
+    fi
+  done
+  cp "$OUT/machine.json" "$OUT/machine_2.json"
+}
+[[ $REPLAN == 1 ]] || calibrate
 
 # case: label, ranks, environment of the runs, plan options.
 run_case() {
@@ -59,6 +73,7 @@ run_case() {
     > "$OUT/plan_$label.json"
   local grids
   grids=$("$PY" -c "import json,sys; print(' '.join(r['grid'] for r in json.load(open(sys.argv[1]))['ranked']))" "$OUT/plan_$label.json")
+  [[ $REPLAN == 1 ]] && return
   for g in $grids; do
     echo "== $label: $P ranks, grid $g"
     env $envs $MPIRUN -np "$P" "$BIN" bench step --device cpu --model "$MODEL" --batch "$BATCH" \
@@ -77,4 +92,4 @@ for c in $CASES; do
   esac
 done
 echo "== took $(( $(date +%s) - start )) s"
-"$PY" "$ROOT/bench/validate_comm.py" "$OUT"
+"$PY" "$ROOT/bench/validate_comm.py" "$OUT" ${COMPARE:+"$COMPARE"}

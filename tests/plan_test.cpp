@@ -595,16 +595,27 @@ TEST(LinkPoints, EachGroupSizeUsesItsOwnFigures) {
             std::string::npos);
 }
 
+// The wait-for-peers tests' job: GPT-2 124M at B=4, T=64, nothing overlapped,
+// on the test machine with 4 ranks per node.
+struct PeerWaitJob {
+  ModelConfig c = load_model_config("gpt2-124m");
+  PlanOptions o;
+  Machine m = test_machine();
+  PeerWaitJob() {
+    o.B = 4, o.T = 64;
+    o.overlap = Overlap::parse("none");
+    m.ranks_per_node = 4;
+  }
+};
+
 // The wait for peers: each axis' collectives wait the group size's fraction of
 // the compute between their calls, up to the interval it was measured over;
 // charged exposed to the axis, and the fractions survive the file.
 TEST(PeerWait, FractionOfTheComputeUpToTheMeasuredInterval) {
-  const ModelConfig c = load_model_config("gpt2-124m");
-  PlanOptions o;
-  o.B = 4, o.T = 64;
-  o.overlap = Overlap::parse("none");
-  Machine m = test_machine();
-  m.ranks_per_node = 4;
+  PeerWaitJob job;
+  const ModelConfig& c = job.c;
+  const PlanOptions& o = job.o;
+  Machine& m = job.m;
   const GridDims g{2, 1, 1, 2};  // x = 2: many calls; d = 2: one gradient sum
   const StepPrediction none = predict_step(c, m, g, o);
   EXPECT_EQ(none.peer_wait_s, 0.0);
@@ -635,12 +646,10 @@ TEST(PeerWait, FractionOfTheComputeUpToTheMeasuredInterval) {
 // Oversubscribed, the wait for peers is part of the compute's stretch (ranks
 // over cores): carved out of it, not added, and never more than the stretch.
 TEST(PeerWait, OversubscribedWaitIsCarvedOutOfTheStretchedCompute) {
-  const ModelConfig c = load_model_config("gpt2-124m");
-  PlanOptions o;
-  o.B = 4, o.T = 64;
-  o.overlap = Overlap::parse("none");
-  Machine m = test_machine();
-  m.ranks_per_node = 4;
+  PeerWaitJob job;
+  const ModelConfig& c = job.c;
+  const PlanOptions& o = job.o;
+  Machine& m = job.m;
   m.cores_per_node = 2;  // 4 ranks on 2 cores: compute stretched 2x
   m.oversubscribed_call_penalty_s = 0;
   const GridDims g{2, 1, 1, 2};
@@ -661,11 +670,10 @@ TEST(PeerWait, OversubscribedWaitIsCarvedOutOfTheStretchedCompute) {
   EXPECT_NEAR(most.peer_wait_axis_s.at("x") / most.peer_wait_axis_s.at("d"), 1.0, 1e-12);
   // With a core per rank the wait is the ranks' drift: added to the step.
   m.cores_per_node = 4;
-  const StepPrediction fits = predict_step(c, m, g, o), fits_none = [&] {
-    Machine q = m;
-    q.peer_wait_fraction.clear();
-    return predict_step(c, q, g, o);
-  }();
+  Machine no_wait = m;
+  no_wait.peer_wait_fraction.clear();
+  const StepPrediction fits = predict_step(c, m, g, o);
+  const StepPrediction fits_none = predict_step(c, no_wait, g, o);
   EXPECT_NEAR(fits.compute_s, fits_none.compute_s, 1e-12);
   EXPECT_NEAR(fits.step_s - fits_none.step_s, fits.peer_wait_s, 1e-12);
 }

@@ -143,18 +143,29 @@ struct CommTotals {
 // machine, peer_wait_ms: the part of the blocking calls' time before the
 // group's last rank had entered them (exposed - peer_wait is the time the
 // collectives took once the group was there). Adds to `sums`.
-nlohmann::json comm_report(ProcessGrid& grid, int steps, CommTotals& sums) {
+// `ranks` (every rank calls this; rank 0's is filled): the same figures over
+// all the ranks of the job, the mean and (total_ms) the least and the most:
+// which rank of a group waits for which is the scheduler's choice, so one
+// rank's figures are one sample of it; the performance model predicts the
+// mean rank.
+nlohmann::json comm_report(ProcessGrid& grid, int steps, CommTotals& sums,
+                           nlohmann::json& ranks) {
   nlohmann::json comm = nlohmann::json::object();
   std::pair<const char*, Communicator*> axes[] = {
       {"x", &grid.X()}, {"y", &grid.Y()}, {"z", &grid.Z()}, {"d", &grid.D()}};
-  for (auto& [name, c] : axes) {
+  constexpr int kinds = int(Collective::kCount), fields = 4;  // total, exposed, queued, peer wait
+  std::vector<double> mine(4 * kinds * fields, 0.0);
+  for (int a = 0; a < 4; ++a) {
+    auto& [name, c] = axes[a];
     if (c->size() == 1) continue;
     const CommStats& s = c->stats();
     sums.engine_cpu_ms += s.engine_cpu_seconds * 1e3 / steps;
-    for (int k = 0; k < int(Collective::kCount); ++k) {
+    for (int k = 0; k < kinds; ++k) {
       if (s.calls[k] == 0) continue;
       const double total = s.total_seconds[k] * 1e3 / steps;
       const double exposed = s.exposed_seconds[k] * 1e3 / steps;
+      const double queued = s.queued_seconds[k] * 1e3 / steps;
+      const double wait = s.peer_wait_seconds[k] * 1e3 / steps;
       sums.total_ms += total;
       sums.exposed_ms += exposed;
       comm[name][collective_name(Collective(k))] = {{"bytes", s.bytes[k] / steps},
@@ -162,10 +173,32 @@ nlohmann::json comm_report(ProcessGrid& grid, int steps, CommTotals& sums) {
                                                     {"total_ms", total},
                                                     {"exposed_ms", exposed},
                                                     {"hidden_ms", total - exposed},
-                                                    {"queued_ms", s.queued_seconds[k] * 1e3 / steps}};
+                                                    {"queued_ms", queued}};
       if (s.peer_wait_measured)
-        comm[name][collective_name(Collective(k))]["peer_wait_ms"] =
-            s.peer_wait_seconds[k] * 1e3 / steps;
+        comm[name][collective_name(Collective(k))]["peer_wait_ms"] = wait;
+      double* f = &mine[(a * kinds + k) * fields];
+      f[0] = total, f[1] = exposed, f[2] = queued, f[3] = wait;
+    }
+  }
+  const int n = grid.shape().size(), len = int(mine.size());
+  std::vector<double> all(size_t(n) * len);
+  grid.world().all_gather(mine.data(), all.data(), len, DType::kF64);
+  ranks = nlohmann::json::object();
+  for (auto& [name, kinds_json] : comm.items()) {
+    const int a = int(std::string("xyzd").find(name));
+    for (int k = 0; k < kinds; ++k) {
+      const char* kind = collective_name(Collective(k));
+      if (!kinds_json.contains(kind)) continue;
+      double mean[fields] = {}, lo = 1e300, hi = -1e300;
+      for (int r = 0; r < n; ++r) {
+        const double* f = &all[size_t(r) * len + (a * kinds + k) * fields];
+        for (int i = 0; i < fields; ++i) mean[i] += f[i] / n;
+        lo = std::min(lo, f[0]), hi = std::max(hi, f[0]);
+      }
+      nlohmann::json& j = ranks[name][kind];
+      j = {{"total_ms", mean[0]}, {"total_ms_min", lo}, {"total_ms_max", hi},
+           {"exposed_ms", mean[1]}, {"hidden_ms", mean[0] - mean[1]}, {"queued_ms", mean[2]}};
+      if (kinds_json[kind].contains("peer_wait_ms")) j["peer_wait_ms"] = mean[3];
     }
   }
   return comm;
@@ -192,7 +225,8 @@ int run_bench_step(const BenchOptions& o, MpiEnv& env) {
   const double max_rss = max_over_ranks(grid, peak_rss_mb());
   const double max_shm = max_over_ranks(grid, rss_shmem_mb());
   CommTotals sums;
-  nlohmann::json comm = comm_report(grid, o.steps, sums);
+  nlohmann::json comm_ranks;
+  nlohmann::json comm = comm_report(grid, o.steps, sums, comm_ranks);
   if (grid.rank() != 0) return 0;
   nlohmann::json j = {{"model", r.model}, {"params", mc.num_parameters()},
                       {"batch", r.batch}, {"grad_accum", r.grad_accum},
@@ -212,6 +246,8 @@ int run_bench_step(const BenchOptions& o, MpiEnv& env) {
                       {"comm_ms", sums.total_ms}, {"exposed_ms", sums.exposed_ms},
                       {"hidden_ms", sums.total_ms - sums.exposed_ms},
                       {"engine_cpu_ms", sums.engine_cpu_ms}, {"comm", comm},
+                      // the same per axis and kind over all the ranks (mean, least, most)
+                      {"comm_ranks", comm_ranks},
                       {"compute_ms", t.secs * 1e3 - sums.exposed_ms},
                       {"cpu_user_ms", t.cpu[0] / ranks}, {"cpu_sys_ms", t.cpu[1] / ranks},
                       {"context_switches", t.cpu[2] / ranks},

@@ -22,7 +22,7 @@ BIN=$BUILD/dendrite
 MODEL=${MODEL:-gpt2-124m}
 BATCH=${BATCH:-2}
 SEQ=${SEQ:-32}
-STEPS=${STEPS:-3}
+STEPS=${STEPS:-5}
 OUT=${OUT:-/tmp/dendrite_validate_comm}
 CASES=${CASES:-msg2 shm4 nodes4 nodes8}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1

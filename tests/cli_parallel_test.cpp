@@ -215,5 +215,36 @@ TEST_F(CliParallel, InitFromAHuggingFaceFolderTrainsOnAGridOf8) {
                    "tokenize the data with that model's tokenizer");
 }
 
+// `bench step --json` on a grid of 4 (x=2, y=2): rank 0's figures per axis and
+// kind of collective, and the same over all the ranks (comm_ranks): every
+// kind rank 0 reports is there, its mean lies between the least and the most
+// rank, rank 0 among them, and the ranks' wait for their group is reported.
+TEST_F(CliParallel, BenchStepReportsTheCollectivesOverEveryRank) {
+  Result r = mpirun(4, "bench step --model " + (dir_ / "gpt2.json").string() +
+                           " --batch 8 --seq 32 --steps 2 --warmup 1 --threads 1 --overlap none"
+                           " --grid x=2,y=2 --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.rfind("\n{") + 1));
+  const nlohmann::json &comm = j.at("comm"), &ranks = j.at("comm_ranks");
+  ASSERT_TRUE(comm.contains("x") && comm.contains("y")) << j.dump();
+  EXPECT_FALSE(comm.contains("z") || comm.contains("d")) << j.dump();
+  for (const char* axis : {"x", "y"}) {
+    ASSERT_EQ(comm[axis].size(), ranks.at(axis).size()) << j.dump();
+    for (auto& [kind, mine] : comm[axis].items()) {
+      const nlohmann::json& all = ranks[axis].at(kind);
+      const double lo = all.at("total_ms_min"), hi = all.at("total_ms_max");
+      const double mean = all.at("total_ms"), rank0 = mine.at("total_ms");
+      EXPECT_GT(hi, 0) << axis << " " << kind;
+      EXPECT_LE(lo, mean) << axis << " " << kind;
+      EXPECT_LE(mean, hi) << axis << " " << kind;
+      EXPECT_LE(lo, rank0) << axis << " " << kind;
+      EXPECT_LE(rank0, hi) << axis << " " << kind;
+      EXPECT_NEAR(all.at("hidden_ms").get<double>(),
+                  mean - all.at("exposed_ms").get<double>(), 1e-9);
+      EXPECT_EQ(mine.contains("peer_wait_ms"), all.contains("peer_wait_ms")) << axis << " " << kind;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dendrite

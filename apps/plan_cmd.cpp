@@ -423,17 +423,9 @@ double after_arrival(Communicator& world, Communicator& comm, Before&& before, F
 // apart as peer_wait_ms). The call after a GEMM still costs more than in a
 // tight loop (its buffers are out of cache, a waiting rank may have slept),
 // so each size is timed both ways and the larger kept.
-//
-// With more ranks than cores (busy_neighbours), only the group of world rank
-// 0 times its calls, while every other rank runs the GEMM until it is done:
-// in a step the other groups compute while one group moves its data, and its
-// ranks get their turns on cores held by GEMMs; with every group calling at
-// once, as with a core per rank, they would share the cores with other
-// polling ranks instead (docs/planner.md, Machine files).
 struct StepContext {
   Backend* be = nullptr;
   Buffer<float> A, B, C;
-  bool busy_neighbours = false;
   static constexpr int m = 256, n = 768, k = 768;
   void gemm() {
     be->gemm(false, true, m, n, k, 1.0f, A.data(), k, B.data(), k, 0.0f, C.data(), n);
@@ -445,33 +437,13 @@ struct StepContext {
     be->fill(A.data(), 0.01f, A.size());
     be->fill(B.data(), 0.02f, B.size());
   }
-  // Seconds of one call of fn (on comm) in a step, averaged over the ranks of
-  // `sync`: calls of 16 MB and more take long enough for the loop to tell.
-  template <typename Fn>
-  double timed(Communicator& sync, Communicator& comm, Fn&& fn, int64_t bytes) {
-    const double loop = after_arrival(sync, comm, [] {}, fn, 0.2);
-    if (bytes >= (int64_t(16) << 20)) return loop;
-    return std::max(loop, after_arrival(sync, comm, [&] { gemm(); }, fn, 0.3));
-  }
-  // The same on every rank of world: every group at once, or with
-  // busy_neighbours world rank 0's group while the others compute.
+  // Seconds of one call of fn (on comm) in a step: calls of 16 MB and more
+  // take long enough for the loop to tell.
   template <typename Fn>
   double seconds(Communicator& world, Communicator& comm, Fn&& fn, int64_t bytes) {
-    if (!busy_neighbours || comm.size() == world.size()) return timed(world, comm, fn, bytes);
-    double mine = world.rank() == 0 ? 1 : 0, t = 0, done = 0;
-    comm.all_reduce(&mine, 1, DType::kF64);  // 1 in rank 0's group
-    world.barrier();
-    // The group's end: a world all-reduce the others post at once and the
-    // group joins when it is done (the others test it between GEMMs).
-    if (mine > 0) {
-      t = timed(comm, comm, fn, bytes);
-      world.iall_reduce(&done, 1, DType::kF64).wait();
-    } else {
-      Request end = world.iall_reduce(&done, 1, DType::kF64);
-      while (!end.test()) gemm();
-    }
-    world.broadcast(&t, 1, DType::kF64, 0);
-    return t;
+    const double loop = after_arrival(world, comm, [] {}, fn, 0.2);
+    if (bytes >= (int64_t(16) << 20)) return loop;
+    return std::max(loop, after_arrival(world, comm, [&] { gemm(); }, fn, 0.3));
   }
 };
 
@@ -591,12 +563,6 @@ void calibrate_links(Communicator& world, Communicator* messages, Backend& be, M
                      int P, bool quick) {
   const char* kinds[] = {"all_reduce", "all_gather", "reduce_scatter"};
   StepContext step(be);
-  step.busy_neighbours = be.device() == Device::kCpu &&
-                         world.ranks_on_node() * omp_get_max_threads() > mach.cores_per_node;
-  if (step.busy_neighbours && world.rank() == 0)
-    std::printf("calibrate: %d ranks of %d threads on %d cores: each collective timed in one "
-                "group while the other ranks compute\n", world.ranks_on_node(),
-                omp_get_max_threads(), mach.cores_per_node);
   mach.peer_wait_fraction.clear();
   for (int g = 2; g <= P; ++g) {  // the largest group within the node is kept
     if (P % g != 0 || g > mach.ranks_per_node) continue;

@@ -6,10 +6,7 @@
 // the shared-memory level of a machine file with its switch (--no-shared-memory).
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -302,40 +299,6 @@ TEST_F(PlanCli, CalibrateComputeFromKeepsTheComputeAndMeasuresTheRest) {
                                  " --out " + machine);
   EXPECT_NE(threads.rc, 0);
   EXPECT_NE(threads.out.find("run with --threads 1"), std::string::npos) << threads.out;
-}
-
-// `calibrate --compute-from` on 4 ranks of 1 thread: where the machine has
-// fewer than 4 cores, the groups of 2 are timed one group at a time while the
-// other ranks compute (as in a step), and every level and kind still gets
-// finite, positive figures at each size; with a core per rank every group
-// calls at once, as before.
-TEST_F(PlanCli, OversubscribedCalibrationTimesOneGroupWhileTheOthersCompute) {
-  const std::string from = (dir_ / "compute_from4.json").string();
-  const std::string machine = (dir_ / "collectives4.json").string();
-  std::ofstream(from) << R"({"name": "compute", "ranks_per_node": 1, "threads_per_rank": 1,
-    "memory_per_rank_bytes": 8e9, "peak_gflops": 12.5, "memory_bandwidth": 7e9,
-    "gemm": [{"m": 256, "n": 768, "k": 768, "gflops": 11}],
-    "collectives": {"node": {"bandwidth": 1e12, "latency": 0}, "network": {"bandwidth": 1e12, "latency": 0}}})";
-  Result cal = mpirun(4, "calibrate --quick --device cpu --threads 1 --compute-from " + from +
-                             " --out " + machine);
-  ASSERT_EQ(cal.rc, 0) << cal.out;
-  const bool oversubscribed = sysconf(_SC_NPROCESSORS_ONLN) < 4;
-  EXPECT_EQ(cal.out.find("timed in one group while the other ranks compute") != std::string::npos,
-            oversubscribed) << cal.out;
-  const nlohmann::json m = nlohmann::json::parse(std::ifstream(machine));
-  EXPECT_EQ(m["ranks_per_node"], 4);
-  for (const char* level : {"node", "shm", "messages"}) {
-    ASSERT_TRUE(m["collectives"].contains(level)) << level << " " << m.dump();
-    const nlohmann::json& two = m["collectives"][level]["groups"]["2"];
-    for (const char* kind : {"all_reduce", "all_gather", "reduce_scatter"}) {
-      ASSERT_TRUE(two.contains(kind)) << level << " " << kind << " " << m.dump();
-      EXPECT_EQ(two[kind]["group"], 2);
-      for (const auto& point : two[kind]["points"]) {
-        const double t = point[1].get<double>();
-        EXPECT_TRUE(std::isfinite(t) && t > 0) << level << " " << kind << " " << point.dump();
-      }
-    }
-  }
 }
 
 }  // namespace

@@ -143,7 +143,7 @@ struct CommTotals {
 // machine, peer_wait_ms: the part of the blocking calls' time before the
 // group's last rank had entered them (exposed - peer_wait is the time the
 // collectives took once the group was there). Adds to `sums`.
-// `ranks` (every rank calls this; rank 0's is filled): the same figures over
+// `ranks` (a gather over the world: every rank calls this): the same figures over
 // all the ranks of the job, the mean and (total_ms) the least and the most:
 // which rank of a group waits for which is the scheduler's choice, so one
 // rank's figures are one sample of it; the performance model predicts the

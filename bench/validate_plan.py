@@ -49,7 +49,9 @@ def main(folder):
                 continue
             meas = json.load(open(path))
             wait = hidden = 0.0  # milliseconds blocked in collectives / hidden behind compute
-            for axis in meas.get("comm", {}).values():
+            # The mean over the job's ranks where bench step reports it (comm_ranks),
+            # else rank 0's figures: in a group, which rank waits is the scheduler's.
+            for axis in (meas.get("comm_ranks") or meas.get("comm", {})).values():
                 if "wait_ms" in axis:
                     wait += axis["wait_ms"]
                 else:

@@ -17,9 +17,11 @@
 #include "dendrite/backend/backend.h"
 #include "dendrite/core/check.h"
 #include "dendrite/core/rng.h"
+#include "dendrite/core/trace.h"
 #include "dendrite/eval/generate.h"
 #include "dendrite/model/transformer.h"
 #include "dendrite/train/optimizer.h"
+#include "dendrite/train/trace_file.h"
 #include "dendrite/train/trainer.h"
 
 namespace dendrite::app {
@@ -38,6 +40,7 @@ struct BenchOptions {
   }();
   int steps = 5, warmup = 2;
   bool json = false;
+  std::string trace;  // a timeline of the timed steps (core/trace.h)
 };
 
 // This process's resident pages that are shared memory (its own and its
@@ -93,15 +96,26 @@ StepTimes time_steps(const BenchOptions& o, const ModelConfig& mc, Transformer& 
     in[i] = int32_t(random_bits(7, 1, i) % mc.vocab_size);
     tg[i] = int32_t(random_bits(7, 2, i) % mc.vocab_size);
   }
+  int number = 0;
   auto step = [&] {
-    double loss = step_gradients(model, in.data(), tg.data(), nullptr, double(count), r.batch,
-                                 r.seq, r.grad_accum);
-    double norm = model.grad_norm();
+    trace::Scope whole("step", str("step ", ++number));
+    double loss = 0, norm = 0;
+    {
+      trace::Scope part("step", "forward and backward");
+      loss = step_gradients(model, in.data(), tg.data(), nullptr, double(count), r.batch, r.seq,
+                            r.grad_accum);
+    }
+    {
+      trace::Scope part("step", "gradient norm");
+      norm = model.grad_norm();
+    }
+    trace::Scope part("step", "optimizer");
     adam.step(model, 1e-4f, AdamW::clip_factor(norm, 1.0));
     return loss;
   };
   for (int i = 0; i < o.warmup; ++i) step();
   model.grid().reset_stats();
+  if (!o.trace.empty()) start_trace(model.grid());
   rusage u0{}, u1{};
   getrusage(RUSAGE_SELF, &u0);
   auto t0 = std::chrono::steady_clock::now();
@@ -119,6 +133,12 @@ StepTimes time_steps(const BenchOptions& o, const ModelConfig& mc, Transformer& 
   t.cpu[1] = ms(u0.ru_stime, u1.ru_stime) / o.steps;
   t.cpu[2] = double(u1.ru_nvcsw - u0.ru_nvcsw + u1.ru_nivcsw - u0.ru_nivcsw) / o.steps;
   model.grid().world().all_reduce(t.cpu, 3);
+  if (!o.trace.empty()) {
+    const int64_t spans = write_trace(model.grid(), o.trace);
+    if (model.grid().rank() == 0)
+      std::fprintf(stderr, "trace of the %d timed steps: %lld spans of %d rank(s) in %s\n", o.steps,
+                   static_cast<long long>(spans), model.grid().shape().size(), o.trace.c_str());
+  }
   return t;
 }
 
@@ -211,6 +231,7 @@ int run_bench_step(const BenchOptions& o, MpiEnv& env) {
   ModelConfig mc = load_model_config(r.model);
   std::unique_ptr<Backend> backend = make_rank_backend(r.device, env);
   ProcessGrid grid = make_grid(backend->transport(env.world()), r.grid);
+  if (!o.trace.empty() && grid.rank() == 0) check_trace_path(o.trace);
   std::unique_ptr<Transformer> model = make_model(mc, grid, *backend, r);
   model->init(1);
   AdamW adam(*backend, model->table(), ops::AdamWConfig{});
@@ -368,6 +389,9 @@ Runner add_bench(CLI::App& app, MpiEnv& env) {
   step->add_option("--steps", o->steps, "Timed steps")->capture_default_str();
   step->add_option("--warmup", o->warmup, "Untimed steps first")->capture_default_str();
   step->add_flag("--json", o->json, "Print one JSON object");
+  step->add_option("--trace", o->trace,
+                   "Write a timeline of every rank's timed steps and collectives to this file "
+                   "(Trace Event JSON: ui.perfetto.dev or chrome://tracing)");
   step->add_flag("--recompute", r.recompute, "Activation recomputation");
   step->add_option("--overlap", r.overlap,
                    "Communication to hide: a list of oar, ors, oag, dp; or all, none; or auto (as "

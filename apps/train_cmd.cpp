@@ -193,6 +193,12 @@ static void add_run_options(CLI::App& app, TrainOptions& opt) {
   app.add_option("--eval-batches", opt.eval_batches, "Batches per validation")->capture_default_str();
   app.add_option("--log-every", opt.log_every, "Print a line every N steps")->capture_default_str();
   app.add_option("--metrics", opt.metrics, "Write one JSON object per step to this file");
+  app.add_option("--trace", opt.trace,
+                 "Write a timeline of every rank's steps and collectives to this file (Trace "
+                 "Event JSON: ui.perfetto.dev or chrome://tracing)");
+  app.add_option("--trace-steps", opt.trace_steps,
+                 "Steps the --trace timeline covers (from the second step when the run is longer)")
+      ->capture_default_str();
 }
 
 // How the run uses the machine: grid, threads, overlap, memory trade-offs.

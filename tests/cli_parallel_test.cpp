@@ -5,11 +5,13 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
@@ -244,6 +246,114 @@ TEST_F(CliParallel, BenchStepReportsTheCollectivesOverEveryRank) {
       EXPECT_EQ(mine.contains("peer_wait_ms"), all.contains("peer_wait_ms")) << axis << " " << kind;
     }
   }
+}
+
+// The trace of `bench step --trace` holds, on every rank, the timed steps with
+// their parts inside them, and every second the rank was blocked by a
+// collective: per axis and kind, its blocking calls and waits add up to the
+// exposed time `--json` reports, and their waits for peers to its peer wait.
+TEST_F(CliParallel, BenchStepTraceHoldsTheStepsAndEveryBlockedSecond) {
+  const fs::path trace = dir_ / "traces" / "bench.json";
+  Result r = mpirun(4, "bench step --model " + (dir_ / "gpt2.json").string() +
+                           " --batch 8 --seq 32 --steps 2 --warmup 1 --threads 1 --overlap all"
+                           " --grid x=2,z=2 --json --trace " + trace.string());
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.rfind("\n{") + 1));
+  std::ifstream in(trace);
+  ASSERT_TRUE(in.good()) << r.out;
+  const nlohmann::json events = nlohmann::json::parse(in).at("traceEvents");
+  EXPECT_FALSE(fs::exists(trace.string() + ".tmp"));
+  // Per rank: the step spans, the parts, and per "kind axis" the blocked time
+  // and the wait for peers (milliseconds).
+  struct Rank {
+    std::vector<std::pair<double, double>> steps, parts;
+    std::map<std::string, double> blocked, peer_wait;
+    int engine_tasks = 0;
+    bool named = false;
+  };
+  std::map<int, Rank> ranks;
+  for (const nlohmann::json& e : events) {
+    Rank& k = ranks[e.at("pid").get<int>()];
+    if (e.at("ph") == "M") {
+      if (e.at("name") == "process_name") k.named = true;
+      continue;
+    }
+    ASSERT_EQ(e.at("ph"), "X") << e.dump();
+    const std::string name = e.at("name"), cat = e.at("cat");
+    const double ts = e.at("ts"), dur = e.at("dur");
+    EXPECT_GE(dur, 0) << e.dump();
+    if (cat == "step") {
+      (name.rfind("step ", 0) == 0 ? k.steps : k.parts).push_back({ts, ts + dur});
+    } else if (cat == "collective" || cat == "wait") {
+      const std::string key = cat == "wait" ? name.substr(5) : name;  // "all_gather z"
+      if (name.rfind("barrier", 0) == 0) continue;
+      k.blocked[key] += dur / 1e3;
+      if (e.contains("args") && e["args"].contains("peer_wait_ms"))
+        k.peer_wait[key] += e["args"]["peer_wait_ms"].get<double>();
+    } else {
+      EXPECT_EQ(cat, "engine") << e.dump();
+      EXPECT_EQ(e.at("tid"), 1) << e.dump();
+      ++k.engine_tasks;
+    }
+  }
+  ASSERT_EQ(ranks.size(), 4u);
+  for (auto& [rank, k] : ranks) {
+    EXPECT_TRUE(k.named) << "rank " << rank;
+    ASSERT_EQ(k.steps.size(), 2u) << "rank " << rank;
+    EXPECT_EQ(k.parts.size(), 6u) << "rank " << rank;
+    for (const auto& [b, e] : k.parts) {
+      const bool inside = std::any_of(k.steps.begin(), k.steps.end(), [&](const auto& s) {
+        return b >= s.first - 1e-3 && e <= s.second + 1e-3;
+      });
+      EXPECT_TRUE(inside) << "rank " << rank << ": a part at " << b << " us is in no step";
+    }
+    EXPECT_GT(k.engine_tasks, 0) << "rank " << rank << ": --overlap all posts to the engine";
+  }
+  // Rank 0's report against rank 0's trace (both per step in the report).
+  const Rank& zero = ranks[0];
+  int kinds = 0;
+  for (auto& [axis, by_kind] : j.at("comm").items()) {
+    for (auto& [kind, f] : by_kind.items()) {
+      const std::string key = kind + " " + axis;
+      const double exposed = f.at("exposed_ms").get<double>() * 2;
+      const auto it = zero.blocked.find(key);
+      const double traced = it == zero.blocked.end() ? 0 : it->second;
+      EXPECT_NEAR(traced, exposed, 1e-6 * exposed + 1e-6) << key;
+      if (f.contains("peer_wait_ms")) {
+        const auto w = zero.peer_wait.find(key);
+        EXPECT_NEAR(w == zero.peer_wait.end() ? 0 : w->second,
+                    f["peer_wait_ms"].get<double>() * 2, 1e-6 * exposed + 1e-6)
+            << key;
+      }
+      ++kinds;
+    }
+  }
+  EXPECT_GE(kinds, 3) << j.dump();
+}
+
+// `train --trace` covers --trace-steps steps from the second, on every rank,
+// and names them; a trace path that cannot be written fails before training.
+TEST_F(CliParallel, TrainTraceCoversTheStepsAskedFor) {
+  const fs::path trace = dir_ / "train_trace.json";
+  Result r = mpirun(2, train() + " --steps 5 --trace-steps 2 --grid d=2 --trace " + trace.string());
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("trace of steps 2-3"), std::string::npos) << r.out;
+  std::ifstream in(trace);
+  ASSERT_TRUE(in.good()) << r.out;
+  std::map<int, std::vector<std::string>> steps;
+  const nlohmann::json file = nlohmann::json::parse(in);
+  for (const nlohmann::json& e : file.at("traceEvents"))
+    if (e.at("ph") == "X" && e.at("cat") == "step" &&
+        e.at("name").get<std::string>().rfind("step ", 0) == 0)
+      steps[e.at("pid").get<int>()].push_back(e.at("name"));
+  ASSERT_EQ(steps.size(), 2u);
+  for (auto& [rank, names] : steps)
+    EXPECT_EQ(names, (std::vector<std::string>{"step 2", "step 3"})) << "rank " << rank;
+
+  const fs::path blocked = dir_ / "exodus.txt" / "trace.json";  // a file is not a folder
+  Result bad = mpirun(2, train() + " --steps 2 --grid d=2 --trace " + blocked.string());
+  EXPECT_NE(bad.rc, 0) << bad.out;
+  EXPECT_NE(bad.out.find("--trace: cannot write"), std::string::npos) << bad.out;
 }
 
 }  // namespace

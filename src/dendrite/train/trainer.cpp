@@ -18,12 +18,14 @@
 #include "dendrite/core/check.h"
 #include "dendrite/core/device.h"
 #include "dendrite/core/log.h"
+#include "dendrite/core/trace.h"
 #include "dendrite/model/transformer.h"
 #include "dendrite/train/checkpoint.h"
 #include "dendrite/train/goldfish.h"
 #include "dendrite/train/optimizer.h"
 #include "dendrite/train/progress.h"
 #include "dendrite/train/schedule.h"
+#include "dendrite/train/trace_file.h"
 #include "dendrite/io/token_file.h"
 
 namespace dendrite {
@@ -56,7 +58,7 @@ std::string gemm_tuning_summary(const Backend& be) {
   X(beta2) X(adam_eps) X(grad_clip) X(seed) X(out) X(resume) X(save_every) X(stop_at) X(eval_every)       \
   X(eval_batches) X(log_every) X(metrics) X(threads) X(grid) X(keep_gathered) X(recompute) X(overlap) \
   X(keep) X(on_nan) X(timeout) X(goldfish) X(gemm_tune) X(grad_accum) X(precision) X(device) \
-  X(init_from)
+  X(init_from) X(trace) X(trace_steps)
 
 nlohmann::json TrainOptions::to_json() const {
   nlohmann::json j;
@@ -412,6 +414,7 @@ Trainer::Trainer(TrainOptions opt, ProcessGrid& grid, Backend& backend, const Tr
   if (data_.val && data_.val->size() > uint64_t(opt_.seq) + 1)
     val_sampler_ = std::make_unique<BatchSampler>(*data_.val, opt_.batch, opt_.seq, opt_.seed);
   open_metrics();
+  if (!opt_.trace.empty() && grid_.rank() == 0) check_trace_path(opt_.trace);
 }
 
 void Trainer::check_options() {
@@ -422,6 +425,8 @@ void Trainer::check_options() {
                  "--seq must be positive");
   DENDRITE_CHECK(opt_.lr > 0 && std::isfinite(opt_.lr), "train: --lr must be positive, got ", opt_.lr);
   DENDRITE_CHECK(opt_.keep >= 0, "train: --keep must be 0 (keep all) or positive, got ", opt_.keep);
+  DENDRITE_CHECK(opt_.trace_steps > 0, "train: --trace-steps must be positive, got ",
+                 opt_.trace_steps);
   DENDRITE_CHECK(opt_.timeout >= 0 && std::isfinite(opt_.timeout), "train: --timeout must be 0 ",
                  "(off) or a positive number of seconds, got ", opt_.timeout);
   check_batch_split(opt_, grid_.shape());
@@ -514,17 +519,38 @@ TrainResult Trainer::run() {
     if (grid_.rank() == 0)
       for (const std::string& line : prune_checkpoints(opt_.out, opt_.keep)) progress.note(line);
   };
+  // The steps of the trace, [trace_first, trace_end).
+  const int64_t trace_first = start_ + (end - start_ > opt_.trace_steps ? 1 : 0),
+                trace_end = std::min(end, trace_first + opt_.trace_steps);
   for (int64_t step = start_; step < end; ++step) {
     if (hooks_) hooks_->step_start(step + 1, grid_.rank());
+    if (!opt_.trace.empty() && step == trace_first) start_trace(grid_);
     auto t0 = std::chrono::steady_clock::now();
     int64_t supervised = 0;
-    const double loss = gradients(step, supervised);
-    const double norm = model_->grad_norm();
     const float lr = lr_at(int(step), float(opt_.lr), float(opt_.min_lr), int(opt_.warmup), int(opt_.steps));
-    const bool update = non_finite.accept(step + 1, loss, norm, result_.last_checkpoint, progress);
-    if (update)
-      adam_->step(*model_, lr, AdamW::clip_factor(norm, opt_.grad_clip));
+    double loss = 0, norm = 0;
+    bool update = false;
+    {
+      trace::Scope whole("step", str("step ", step + 1));
+      {
+        trace::Scope part("step", "forward and backward");
+        loss = gradients(step, supervised);
+      }
+      {
+        trace::Scope part("step", "gradient norm");
+        norm = model_->grad_norm();
+      }
+      update = non_finite.accept(step + 1, loss, norm, result_.last_checkpoint, progress);
+      trace::Scope part("step", "optimizer");
+      if (update) adam_->step(*model_, lr, AdamW::clip_factor(norm, opt_.grad_clip));
+    }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!opt_.trace.empty() && step + 1 == trace_end) {
+      const int64_t spans = write_trace(grid_, opt_.trace);
+      progress.note(str("trace of steps ", trace_first + 1, "-", trace_end, ": ", spans,
+                        " spans of ", grid_.shape().size(), " rank(s) in ", opt_.trace,
+                        " (open it in ui.perfetto.dev or chrome://tracing)"));
+    }
     StepFigures f{step + 1, opt_.steps, loss, lr, norm, tokens / secs, secs * 1e3,
                   flops_per_step / secs / 1e9 / peak, -1};
     f.skipped = !update;

@@ -36,6 +36,11 @@ struct TrainOptions {
   int eval_batches = 8;
   int64_t log_every = 1;
   std::string metrics;  // JSON Lines file
+  // A timeline of trace_steps steps of every rank (core/trace.h), written to
+  // this file (empty: none). The first step is left out when the run has more
+  // steps than trace_steps (it warms caches up and tunes GEMMs).
+  std::string trace;
+  int64_t trace_steps = 3;
   int threads = 0;      // 0: OMP_NUM_THREADS or all cores
   std::string grid;     // "x=2,y=2,z=1,d=2" (the command builds the ProcessGrid from it)
   bool keep_gathered = false;  // keep Z-gathered weights from forward to backward

@@ -47,7 +47,7 @@ int checked_count(const char* op, const std::string& comm, int64_t n) {
 }
 
 // Times one blocking call into wait_seconds, and its wait for peers from the
-// arrival stamps.
+// arrival stamps; adds it to the trace when one is recording.
 class BlockTimer {
  public:
   BlockTimer(MpiCommunicator& comm, CommStats& stats, Collective kind)
@@ -59,11 +59,16 @@ class BlockTimer {
   ~BlockTimer() {
     const double t = MPI_Wtime() - start_;
     stats_.wait_seconds += t;
-    if (kind_ < static_cast<int>(Collective::kCount)) {
+    const bool kind = kind_ < static_cast<int>(Collective::kCount);
+    if (kind) {
       stats_.total_seconds[kind_] += t;
       stats_.exposed_seconds[kind_] += t;
     }
+    const double peer_wait_before = kind ? stats_.peer_wait_seconds[kind_] : 0;
     comm_.settle(static_cast<Collective>(kind_), arrived_);
+    comm_.trace_blocking(static_cast<Collective>(kind_), t,
+                         kind && arrived_ >= 0 ? stats_.peer_wait_seconds[kind_] - peer_wait_before
+                                               : -1);
   }
 
  private:
@@ -200,13 +205,14 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, std::st
 }
 
 void MpiCommunicator::record(Collective c, int64_t bytes) {
+  trace_bytes_ = bytes;
   if (size_ > 1) count(c, bytes);
 }
 
 Request MpiCommunicator::post(Collective c, int64_t bytes, std::function<void()> fn) {
   count(c, bytes);
   return Request(std::make_unique<TaskRequest>(stats_, *this, c, world_->engine.post(std::move(fn)),
-                                               world_->spin));
+                                               world_->spin, bytes));
 }
 
 // In-place variants: reduce_scatter with in == out, all_gather with in at this
@@ -381,6 +387,7 @@ Request MpiCommunicator::iall_reduce(void* buf, int64_t n, DType t) {
   }
   record(Collective::kAllReduce, n * dtype_size(t));
   auto impl = std::make_unique<MpiRequest>(stats_, *this, Collective::kAllReduce);
+  impl->bytes = trace_bytes_;
   check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf, k, mpi_type(t), MPI_SUM, comm_, &impl->req),
             "MPI_Iallreduce");
   return Request(std::move(impl));
@@ -412,6 +419,7 @@ Request MpiCommunicator::iall_gather(const void* in, void* out, int64_t n, DType
   record(Collective::kAllGather, size_ * bytes);
   const bool in_place = in == static_cast<char*>(out) + rank_ * bytes;
   auto impl = std::make_unique<MpiRequest>(stats_, *this, Collective::kAllGather);
+  impl->bytes = trace_bytes_;
   check_mpi(MPI_Iallgather(in_place ? MPI_IN_PLACE : in, k, mpi_type(t), out, k, mpi_type(t), comm_,
                            &impl->req),
             "MPI_Iallgather");
@@ -445,6 +453,7 @@ Request MpiCommunicator::ireduce_scatter(const void* in, void* out, int64_t n, D
   check_summable("ireduce_scatter", *this, t);
   record(Collective::kReduceScatter, size_ * n * dtype_size(t));
   auto impl = std::make_unique<MpiRequest>(stats_, *this, Collective::kReduceScatter);
+  impl->bytes = trace_bytes_;
   impl->counts.assign(size_, k);
   check_mpi(MPI_Ireduce_scatter(in == out ? MPI_IN_PLACE : in, out, impl->counts.data(),
                                 mpi_type(t), MPI_SUM, comm_, &impl->req),

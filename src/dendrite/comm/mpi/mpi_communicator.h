@@ -60,6 +60,7 @@ class MpiRequest final : public Request::Impl {
   MPI_Request req = MPI_REQUEST_NULL;
   // MPI_Ireduce_scatter reads its recvcounts until completion, so they live here.
   std::vector<int> counts;
+  int64_t bytes = -1;  // the payload, for the trace (core/trace.h)
 
   void wait() override;
   bool test() override;
@@ -78,7 +79,7 @@ class MpiRequest final : public Request::Impl {
 class TaskRequest final : public Request::Impl {
  public:
   TaskRequest(CommStats& stats, const Communicator& group, Collective kind,
-              std::shared_ptr<TaskState> task, unsigned spin);
+              std::shared_ptr<TaskState> task, unsigned spin, int64_t bytes = -1);
   void wait() override;
   bool test() override;
   bool pending() const override { return task_ != nullptr; }
@@ -92,6 +93,7 @@ class TaskRequest final : public Request::Impl {
   int kind_;
   std::shared_ptr<TaskState> task_;
   unsigned spin_;
+  int64_t bytes_;  // the payload, for the trace
 };
 
 // A SharedArray in an MPI-3 shared-memory window over a group on one node:
@@ -151,6 +153,13 @@ class MpiCommunicator final : public Communicator {
   // end charges to kind c the time until the last peer arrived.
   double stamp();
   void settle(Collective c, double arrived);
+  // Adds the blocking collective c that just ended after `seconds` to the
+  // trace (core/trace.h) when one is recording and the call was not nested in
+  // another (a barrier inside a shared-memory collective); peer_wait: its
+  // wait for the group's last rank (seconds; < 0: not measured).
+  void trace_blocking(Collective c, double seconds, double peer_wait);
+  // The payload of the collective being called, for the trace.
+  int64_t trace_bytes_ = -1;
 
  private:
   // Where the group's ranks share a node: per thread that synchronises the

@@ -8,6 +8,8 @@
 #include <cstdlib>
 
 #include "dendrite/comm/mpi/mpi_communicator.h"
+#include "dendrite/core/check.h"
+#include "dendrite/core/trace.h"
 
 namespace dendrite {
 
@@ -23,6 +25,12 @@ void MpiRequest::wait() {
   stats_.wait_seconds += end - start;
   stats_.exposed_seconds[kind_] += end - start;
   stats_.total_seconds[kind_] += end - posted_;
+  if (trace::on()) {
+    const double t = trace::now();
+    trace::add({"wait", str("wait ", collective_name(static_cast<Collective>(kind_)), " ",
+                            group_.name()),
+                t - (end - start), t, trace::Lane::kRank, bytes, -1, -1});
+  }
 }
 
 bool MpiRequest::test() {
@@ -41,12 +49,13 @@ void MpiRequest::abort_job() noexcept {
 }
 
 TaskRequest::TaskRequest(CommStats& stats, const Communicator& group, Collective kind,
-                         std::shared_ptr<TaskState> task, unsigned spin)
+                         std::shared_ptr<TaskState> task, unsigned spin, int64_t bytes)
     : stats_(stats),
       group_(group),
       kind_(static_cast<int>(kind)),
       task_(std::move(task)),
-      spin_(spin) {}
+      spin_(spin),
+      bytes_(bytes) {}
 
 // A short spin, then the waiter sleeps until the engine marks the task done.
 // Every second of the wait is exposed, including the time the task sat in
@@ -61,9 +70,13 @@ void TaskRequest::wait() {
   if (!wait_done(t, timeout, spin_))
     fail_timeout(collective_name(static_cast<Collective>(kind_)), group_, steady_seconds() - start,
                  true);
-  const double waited = steady_seconds() - start;
+  const double end = steady_seconds(), waited = end - start;
   stats_.wait_seconds += waited;
   stats_.exposed_seconds[kind_] += waited;
+  if (trace::on())
+    trace::add({"wait", str("wait ", collective_name(static_cast<Collective>(kind_)), " ",
+                            group_.name()),
+                start, end, trace::Lane::kRank, bytes_, -1, -1});
   finish();
 }
 
@@ -72,6 +85,11 @@ void TaskRequest::finish() {
   stats_.total_seconds[kind_] += t->finish - t->start;
   stats_.queued_seconds[kind_] += t->start - t->posted;
   stats_.engine_cpu_seconds += t->cpu;
+  // The task ran on the engine's thread; its span goes on the engine's lane.
+  if (trace::on())
+    trace::add({"engine", str(collective_name(static_cast<Collective>(kind_)), " ", group_.name()),
+                t->start, t->finish, trace::Lane::kEngine, bytes_, -1,
+                (t->start - t->posted) * 1e3});
   if (t->error) std::rethrow_exception(t->error);
 }
 

@@ -21,6 +21,7 @@
 #include "dendrite/comm/self_communicator.h"
 #include "dendrite/core/buffer.h"
 #include "dendrite/core/check.h"
+#include "dendrite/core/trace.h"
 
 namespace dendrite {
 
@@ -52,11 +53,23 @@ const WindowArray& window(const SharedArray& a) { return static_cast<const Windo
 }  // namespace
 
 void MpiCommunicator::charge(Collective c, double start, double wait_before, double arrived) {
+  const double peer_wait_before = stats_.peer_wait_seconds[static_cast<int>(c)];
   settle(c, arrived);
   const double t = MPI_Wtime() - start;
   stats_.wait_seconds = wait_before + t;
   stats_.total_seconds[static_cast<int>(c)] += t;
   stats_.exposed_seconds[static_cast<int>(c)] += t;
+  trace_blocking(c, t,
+                 arrived >= 0 ? stats_.peer_wait_seconds[static_cast<int>(c)] - peer_wait_before : -1);
+}
+
+void MpiCommunicator::trace_blocking(Collective c, double seconds, double peer_wait) {
+  if (!trace::on() || arrival_depth_ > 0) return;
+  const bool barrier = c == Collective::kCount;
+  const double end = trace::now();
+  trace::add({"collective", str(barrier ? "barrier" : collective_name(c), " ", name_),
+              end - seconds, end, trace::Lane::kRank, barrier ? -1 : trace_bytes_,
+              peer_wait >= 0 ? peer_wait * 1e3 : -1, -1});
 }
 
 // A window needs every rank of the group on this node; otherwise (or when the
@@ -269,7 +282,7 @@ void MpiCommunicator::all_gather(const SharedArray& a, int64_t offset, void* out
   const int64_t es = int64_t(dtype_size(a.dtype()));
   if (!a.shared()) return all_gather(a.bytes() + offset * es, out, n, a.dtype());
   const double start = MPI_Wtime(), wait_before = stats_.wait_seconds, arrived = stamp();
-  count(Collective::kAllGather, int64_t(size_) * n * es);
+  count(Collective::kAllGather, trace_bytes_ = int64_t(size_) * n * es);
   gather_shared(window(a), size_, offset * es, static_cast<std::byte*>(out), n * es);
   charge(Collective::kAllGather, start, wait_before, arrived);
 }
@@ -288,7 +301,7 @@ void MpiCommunicator::reduce_scatter(const SharedArray& a, int64_t offset, float
     return;
   }
   const double start = MPI_Wtime(), wait_before = stats_.wait_seconds, arrived = stamp();
-  count(Collective::kReduceScatter, int64_t(size_) * n * int64_t(sizeof(float)));
+  count(Collective::kReduceScatter, trace_bytes_ = int64_t(size_) * n * int64_t(sizeof(float)));
   barrier();  // every rank's values are written
   sum_shared(window(a), size_, offset + int64_t(rank_) * n, out, n, accumulate);
   charge(Collective::kReduceScatter, start, wait_before, arrived);
@@ -299,7 +312,7 @@ void MpiCommunicator::all_reduce(SharedArray& a, int64_t offset, int64_t n) {
   check_summable("all_reduce", *this, a.dtype());
   if (!a.shared()) return all_reduce(a.data() + offset, n, DType::kF32);
   const double start = MPI_Wtime(), wait_before = stats_.wait_seconds, arrived = stamp();
-  count(Collective::kAllReduce, n * int64_t(sizeof(float)));
+  count(Collective::kAllReduce, trace_bytes_ = n * int64_t(sizeof(float)));
   barrier();
   sum_block_everywhere(window(a), size_, rank_, offset, n);
   barrier();

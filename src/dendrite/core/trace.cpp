@@ -98,6 +98,12 @@ Scope::Scope(const char* category, std::string name) : category_(category) {
   begin_ = now();
 }
 
+Scope::Scope(const char* category, int layer, const char* what) : category_(category) {
+  if (!on()) return;
+  name_ = "layer " + std::to_string(layer) + " " + what;
+  begin_ = now();
+}
+
 Scope::~Scope() {
   if (begin_ < 0) return;
   add({category_, std::move(name_), begin_, now(), Lane::kRank, -1, -1, -1});

@@ -64,6 +64,8 @@ std::string file_json(const std::vector<std::string>& pieces);
 class Scope {
  public:
   Scope(const char* category, std::string name);
+  // "layer 3 forward": the name is made only when recording.
+  Scope(const char* category, int layer, const char* what);
   ~Scope();
   Scope(const Scope&) = delete;
   Scope& operator=(const Scope&) = delete;

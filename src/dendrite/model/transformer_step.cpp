@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "dendrite/core/check.h"
+#include "dendrite/core/trace.h"
 #include "dendrite/model/transformer.h"
 
 namespace dendrite {
@@ -49,9 +50,14 @@ void Transformer::forward(const int32_t* inputs, int B_loc, int T, int pass, int
   stream_.begin_pass(pass);
   const int m = B_loc * T;
   const int32_t* tokens = upload_ids(tokens_, inputs, m);
-  embedding_.forward(residual_[0].data(), tokens, inputs, m, T, stored, stream_, pos);
-  for (int l = 0; l < cfg_.n_layer; ++l)
+  {
+    trace::Scope part("step", "embedding forward");
+    embedding_.forward(residual_[0].data(), tokens, inputs, m, T, stored, stream_, pos);
+  }
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    trace::Scope part("step", l, "forward");
     layer_forward(l, residual_[l].data(), residual_[l + 1].data(), B_loc, T, pos, caching);
+  }
   norm_f_.forward(normf_.data(), meanf_.data(), rstdf_.data(), residual_[cfg_.n_layer].data(), m,
                   params_->data(), sums_);
 }
@@ -268,13 +274,18 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
   forward(inputs, B_loc, T, kPassStep);
   float* G = grads_->data();
   const Operand xf = operand(normf_.data(), normf_h_, int64_t(m) * c_);
-  double loss = head_.forward_backward(dnorm_.data(), xf, upload_targets(targets, m),
-                                       upload_weights(weights, m), denominator, m, G, stream_,
-                                       tied_head());
+  double loss = 0;
+  {
+    trace::Scope part("step", "head and loss");
+    loss = head_.forward_backward(dnorm_.data(), xf, upload_targets(targets, m),
+                                  upload_weights(weights, m), denominator, m, G, stream_,
+                                  tied_head());
+  }
   float* dres = dres_.data();
   norm_f_.backward(dres, dnorm_.data(), residual_[cfg_.n_layer].data(), meanf_.data(),
                    rstdf_.data(), m, params_->data(), G, sums_);
   for (int l = cfg_.n_layer - 1; l >= 0; --l) {
+    trace::Scope part("step", l, "backward");
     // Recomputation refills the shared activations from the layer's saved input
     // (its output goes to scratch: the stream above is no longer needed).
     if (opt_.recompute) layer_forward(l, residual_[l].data(), recompute_out_.data(), B_loc, T);
@@ -282,6 +293,7 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
     if (sync && dp_buckets()) reduce_bucket(layer_chunked_[l], layer_replicated_[l]);
     for (Request& r : dp_pending_) r.test();  // progress: MPI moves them only inside MPI calls
   }
+  trace::Scope part("step", "embedding backward and gradient sync");
   embedding_.backward(dres, tokens_.data(), m, T, G, stream_);  // uploaded by forward()
   end_pass();
   if (sync)

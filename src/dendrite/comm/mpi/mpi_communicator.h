@@ -158,8 +158,6 @@ class MpiCommunicator final : public Communicator {
   // another (a barrier inside a shared-memory collective); peer_wait: its
   // wait for the group's last rank (seconds; < 0: not measured).
   void trace_blocking(Collective c, double seconds, double peer_wait);
-  // The payload of the collective being called, for the trace.
-  int64_t trace_bytes_ = -1;
 
  private:
   // Where the group's ranks share a node: per thread that synchronises the
@@ -219,6 +217,8 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<WindowArray> arrivals_;
   int64_t arrival_seq_ = 0;
   int arrival_depth_ = 0;
+  // The payload of the blocking collective being called, for the trace.
+  int64_t trace_bytes_ = -1;
 };
 
 }  // namespace dendrite

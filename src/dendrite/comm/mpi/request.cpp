@@ -13,6 +13,17 @@
 
 namespace dendrite {
 
+namespace {
+
+// A rank's wait for a posted collective, [begin, end) on the trace's clock.
+void trace_wait(int kind, const Communicator& group, double begin, double end, int64_t bytes) {
+  if (!trace::on()) return;
+  trace::add({"wait", str("wait ", collective_name(static_cast<Collective>(kind)), " ", group.name()),
+              begin, end, trace::Lane::kRank, bytes, -1, -1});
+}
+
+}  // namespace
+
 MpiRequest::MpiRequest(CommStats& stats, const Communicator& group, Collective kind)
     : stats_(stats), group_(group), kind_(static_cast<int>(kind)), posted_(MPI_Wtime()) {}
 
@@ -25,11 +36,9 @@ void MpiRequest::wait() {
   stats_.wait_seconds += end - start;
   stats_.exposed_seconds[kind_] += end - start;
   stats_.total_seconds[kind_] += end - posted_;
-  if (trace::on()) {
-    const double t = trace::now();
-    trace::add({"wait", str("wait ", collective_name(static_cast<Collective>(kind_)), " ",
-                            group_.name()),
-                t - (end - start), t, trace::Lane::kRank, bytes, -1, -1});
+  if (trace::on()) {  // MPI_Wtime's clock may not be the trace's: the wait ends now on the latter
+    const double now = trace::now();
+    trace_wait(kind_, group_, now - (end - start), now, bytes);
   }
 }
 
@@ -73,10 +82,7 @@ void TaskRequest::wait() {
   const double end = steady_seconds(), waited = end - start;
   stats_.wait_seconds += waited;
   stats_.exposed_seconds[kind_] += waited;
-  if (trace::on())
-    trace::add({"wait", str("wait ", collective_name(static_cast<Collective>(kind_)), " ",
-                            group_.name()),
-                start, end, trace::Lane::kRank, bytes_, -1, -1});
+  trace_wait(kind_, group_, start, end, bytes_);
   finish();
 }
 

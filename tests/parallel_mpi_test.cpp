@@ -228,7 +228,12 @@ TEST_P(EveryGrid, MatchesOneProcess) {
   const int tested = for_every_grid(cfg, [&](ProcessGrid& grid, const GridShape& g) {
     ModelOptions overlapped;  // every overlap built
     overlapped.oar = overlapped.dp = overlapped.ors = overlapped.oag = true;
+    // The grid made its axes' NCCL communicators (the emulated ones count
+    // them; other transports make none): the steps make no more.
+    const int communicators = emu::nccl_communicators_made();
     const Record base = train(cfg, grid, overlapped, *dev.backend);
+    EXPECT_EQ(emu::nccl_communicators_made(), communicators)
+        << g.str() << ": a training step made an NCCL communicator";
     compare(GetParam(), cfg, g, base, want, overlapped, dev.tol);
     if (g.size() == 1 || !dev.other_ways) return;
     const ModelOptions other = other_ways({}, g);

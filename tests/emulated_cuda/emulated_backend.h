@@ -57,4 +57,7 @@ void set_streams(Streams s);
 void fault_next_launch(const std::string& name);
 // Forgets the errors that stay (what a test does after provoking one).
 void clear_errors();
+// The emulated NCCL communicators this process has made (ncclCommInitRank
+// calls): a training step must make none.
+int nccl_communicators_made();
 }  // namespace emu

@@ -277,8 +277,10 @@ int run_bench_step(const BenchOptions& o, MpiEnv& env) {
   grid.world().barrier();
   const int ranks = grid.shape().size();
   const double device_peak_mb = double(backend->device_peak_bytes()) / (1 << 20);  // before the GEMM peak's
-  const double peak = backend->peak_gflops(model->precision(), threads, 0.3) *
-                      ranks;  // in the run's precision
+  // In the run's precision; not measured for --anatomy (a device that counts
+  // its work is an emulated one, whose rates mean nothing).
+  const double peak =
+      o.anatomy ? 0 : backend->peak_gflops(model->precision(), threads, 0.3) * ranks;
   const double tokens = double(r.batch) * r.seq;
   const double gflops = mc.train_flops_per_token(r.seq) * tokens / t.secs / 1e9;
   const double max_rss = max_over_ranks(grid, peak_rss_mb());
@@ -293,7 +295,7 @@ int run_bench_step(const BenchOptions& o, MpiEnv& env) {
                       {"steps", o.steps}, {"loss", t.loss},
                       {"tokens_per_s", tokens / t.secs}, {"step_ms", t.secs * 1e3},
                       {"gflops_per_s", gflops}, {"peak_gflops", peak},
-                      {"mfu", gflops / peak}, {"peak_rss_mb", max_rss},
+                      {"mfu", peak > 0 ? gflops / peak : 0}, {"peak_rss_mb", max_rss},
                       {"rss_shmem_mb", max_shm}, {"grid", grid.shape().str()},
                       {"overlap", r.overlap},
                       {"overlap_used", resolve_overlap(r.overlap, grid.world().ranks_on_node(),

@@ -262,8 +262,9 @@ int run_bench_step(const BenchOptions& o, MpiEnv& env) {
   const TrainOptions& r = o.run;
   if (r.threads > 0) omp_set_num_threads(r.threads);
   const int threads = omp_get_max_threads();
-  DENDRITE_CHECK(!o.anatomy || o.counter, "bench step --anatomy: this program cannot count its ",
-                 "device's work; the tests' build/tests/dendrite_emulated counts the emulated GPU's");
+  DENDRITE_CHECK(!o.anatomy || o.counter,
+                 "bench step --anatomy: this program cannot count its device's work; the tests' ",
+                 "build/tests/dendrite_emulated counts the emulated GPU's");
   DENDRITE_CHECK(!o.anatomy || o.trace.empty(),
                  "bench step: --anatomy records the steps' trace itself; leave out --trace");
   ModelConfig mc = load_model_config(r.model);

@@ -58,6 +58,12 @@ def attention(a, products, outputs, reads):
     return reads * rows * e + f32(outputs * rows) + f32(2 * B * NH * T), flops
 
 
+def rope(a):
+    """Rotates [B, T, nheads, hs] in place."""
+    n = a["B"] * a["T"] * a["nheads"] * a["hs"]
+    return f32(2 * n), 6 * n
+
+
 def tensor_attention(fn):
     return lambda a: fn(a) + ("tensor" if a.get("q_bf16", 0) else "simt",)
 
@@ -77,8 +83,10 @@ KERNELS = {
     # param, grad, m, v read; param, m, v written; the bf16 copy written
     ("adamw_update", "map4_kernel<Op>"):
         lambda a: (f32(7 * a["n"]) + 2.0 * a["n"] * a.get("bf16_copy", 0), 15 * a["n"]),
-    ("add_bias", "add_bias_kernel<4>"): lambda a: (f32(2 * a["m"] * a["n"] + a["n"]), a["m"] * a["n"]),
-    ("add_bias", "add_bias_kernel<1>"): lambda a: (f32(2 * a["m"] * a["n"] + a["n"]), a["m"] * a["n"]),
+    ("add_bias", "add_bias_kernel<4>"): lambda a: (f32(2 * a["m"] * a["n"] + a["n"]),
+                                                   a["m"] * a["n"]),
+    ("add_bias", "add_bias_kernel<1>"): lambda a: (f32(2 * a["m"] * a["n"] + a["n"]),
+                                                   a["m"] * a["n"]),
     ("add_column_sums", "add_column_sums_kernel"):
         lambda a: (f32(a["m"] * a["n"] + 2 * a["n"]), a["m"] * a["n"]),
     # norms: row sums in double (two a row for LayerNorm), then the apply
@@ -112,10 +120,8 @@ KERNELS = {
     ("attention_backward", "dq_kernel<D, In>"): tensor_attention(lambda a: attention(a, 3, 2, 4)),
     ("attention_backward", "dkv_kernel<D>"): tensor_attention(lambda a: attention(a, 4, 3, 4)),
     ("attention_backward", "dkv_kernel<D, In>"): tensor_attention(lambda a: attention(a, 4, 3, 4)),
-    ("rope_forward", "rope_kernel"):
-        lambda a: (f32(2 * a["B"] * a["T"] * a["nheads"] * a["hs"]), 6 * a["B"] * a["T"] * a["nheads"] * a["hs"]),
-    ("rope_backward", "rope_kernel"):
-        lambda a: (f32(2 * a["B"] * a["T"] * a["nheads"] * a["hs"]), 6 * a["B"] * a["T"] * a["nheads"] * a["hs"]),
+    ("rope_forward", "rope_kernel"): lambda a: rope(a),
+    ("rope_backward", "rope_kernel"): lambda a: rope(a),
     # embeddings: rows gathered from the table; the backward adds dout's rows into it
     ("embedding_range_forward", "range_forward_kernel<bf16>"):
         lambda a: (a["m"] * a["C"] * 2.0 + f32(a["m"] * a["C"] + a["m"]), 0),

@@ -1,12 +1,13 @@
 // The anatomy of a training step on the emulated GPU (`dendrite_emulated
 // bench step --anatomy`, tests/emulated_cuda/counters.h): the tiny GPT-2 and
-// Llama, B2 T16, three steps. Checks that the counts are what the code does:
-// every layer issues the same work; each op's products reach cuBLASLt with
-// the op's shape; uploads, downloads and allocations are counted once each
-// with their bytes; the host synchronises only where an op hands data
-// between host and device; counting without running finds the same work as
-// running; and bench/step_roofline.py models the step, refusing a kernel it
-// has no formula for. Prints the counts per step and per layer.
+// Llama, B3 T16 (48 rows, unlike C = 32), three steps. Checks that the counts
+// are what the code does: every layer issues the same work; each op's
+// products reach cuBLASLt with the op's shape; uploads, downloads and
+// allocations are counted once each with their bytes; the host synchronises
+// only where an op hands data between host and device; counting without
+// running finds the same work as running; and bench/step_roofline.py models
+// the step, refusing a kernel it has no formula for. Prints the counts per
+// step and per layer.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -30,7 +31,7 @@ json bench_anatomy(const std::string& model, bool count_only) {
   const test::CommandResult r = test::run_command(
       "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + env +
       "timeout 120 " + DENDRITE_EMULATED_BINARY + " bench step --device cuda --model " + model +
-      " --batch 2 --seq 16 --precision bf16 --warmup 1 --steps 2 --anatomy --json 2>/dev/null");
+      " --batch 3 --seq 16 --precision bf16 --warmup 1 --steps 2 --anatomy --json 2>/dev/null");
   EXPECT_EQ(r.rc, 0) << r.out;
   const size_t at = r.out.rfind("\n{");
   return json::parse(at == std::string::npos ? r.out : r.out.substr(at + 1));

@@ -12,7 +12,8 @@
 //     a, b, d (bytes per element), accumulate, count}]), "syncs" ({call:
 //     count}), "allocations", "allocation_bytes", "frees", "free_bytes",
 //     "copies" ({"h2d"|"d2h"|"d2d"|"h2h": {count, bytes}}), "memsets"
-//     ({count, bytes}); work outside every op is the op "none";
+//     ({count, bytes}); work outside every op (a collective's own copies, say)
+//     is the op "outside the Backend";
 //   "by_part" and "total": the same counts summed (launches = kernels +
 //     matmuls, each product one launch).
 #include "counters.h"
@@ -59,6 +60,7 @@ State& state() {
   return s;
 }
 std::atomic<bool> recording{false}, counting_only{false};
+constexpr const char* kOutside = "outside the Backend";
 thread_local int t_op = -1;  // the op this thread is issuing
 
 void add(Event e) {
@@ -268,7 +270,7 @@ std::string stop() {
       add_event(
           entry(op_part[size_t(ev.op)], s.ops[size_t(ev.op)].name, &s.ops[size_t(ev.op)].args), ev);
     else
-      add_event(entry(part_at(spans, ev.t), "none", nullptr), ev);
+      add_event(entry(part_at(spans, ev.t), kOutside, nullptr), ev);
   }
   nlohmann::json by_part = nlohmann::json::object();
   for (const auto& p : parts) {

@@ -247,6 +247,25 @@ def print_table(title, table, total):
               f"{r.flops / 1e9:9.1f} {r.seconds * 1e3:8.3f} {100 * r.seconds / total:5.1f}")
 
 
+def print_counts(a):
+    """The counts themselves: per step (first and later) and per layer."""
+    for which in ("first_step", "later_step"):
+        t = a[which]["total"]
+        copies = ", ".join(f"{c['count']} {k}" for k, c in sorted(t["copies"].items()))
+        print(f"  {which.replace('_', ' ')}: {t['launches']} launches ({t['kernels']} kernels, "
+              f"{t['matmuls']} products), {t['syncs']} host synchronisations, "
+              f"{t['allocations']} allocations ({t['allocation_bytes']} bytes), {t['frees']} frees,"
+              f" copies {copies or 'none'}")
+    per_layer = {}
+    for part, t in a["later_step"]["by_part"].items():
+        group = part_group(part)
+        if group != part:
+            per_layer.setdefault(group, set()).add((t["launches"], t["matmuls"], t["syncs"]))
+    for group, counts in sorted(per_layer.items()):
+        text = " or ".join(f"{n} launches ({m} products), {s} syncs" for n, m, s in sorted(counts))
+        print(f"  per layer, {group.split()[1]}: {text}")
+
+
 def report(path, o):
     with open(path) as f:
         bench = json.load(f)
@@ -262,6 +281,7 @@ def report(path, o):
           f"{a['steps_counted']} steps {counted} on the emulated GPU. "
           f"A model, not a measurement: launch overhead {o.overhead_us:g} us, "
           f"host synchronisation {o.sync_us:g} us each (assumptions).")
+    print_counts(a)
     out = {}
     for name, peak, bw, source in MACHINES:
         families, parts = model(a, name, peak, bw, o)

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "counters.h"
 #include "cublasLt.h"
 
 struct EmulatedLtHandle {
@@ -269,6 +270,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
       (be != 0.0f && !device_range(C, *c)))
     return refuse("cublasLtMatmul: an operand is not inside device memory");
   if (workspace_bytes > 0 && !workspace) return refuse("cublasLtMatmul: a null workspace");
+  emu::counters::matmul(m, n, k, a->type == CUDA_R_16BF ? 2 : 4, b->type == CUDA_R_16BF ? 2 : 4,
+                        d->type == CUDA_R_16BF ? 2 : 4, be != 0.0f);
+  if (emu::counters::count_only()) return CUBLAS_STATUS_SUCCESS;
   // The product runs in the stream's order, on copies of the descriptors.
   emu::submit(stream, [op = *op, a = *a, b = *b, c = *c, d = *d, A, B, C, D, al, be] {
     product(op, a, b, c, d, A, B, C, D, al, be);

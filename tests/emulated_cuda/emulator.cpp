@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "counters.h"
 #include "cuda_runtime.h"
 #include "emulated_backend.h"
 
@@ -476,6 +477,8 @@ bool run(EmulatedStream* stream, dim3 grid, dim3 block, size_t shared, const voi
     return config(std::to_string(shared) + " bytes of dynamic shared memory, past the " +
                   std::to_string(limit) + " the kernel is allowed" +
                   (limit == kDefaultSharedLimit ? " (cudaFuncSetAttribute raises it)" : ""));
+  counters::launch(name, grid, block);
+  if (counters::count_only()) return true;
   submit(stream, [grid, block, shared, name, body = std::move(body)] {
     execute(grid, block, shared, name, body);
   });
@@ -783,6 +786,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   }
   r.allocations[reinterpret_cast<uintptr_t>(*p)] = bytes;
   r.used += rounded;
+  emu::counters::allocation(bytes);
   return cudaSuccess;
 }
 cudaError_t cudaFree(void* p) {
@@ -796,6 +800,8 @@ cudaError_t cudaFree(void* p) {
     return emu::fail(cudaErrorInvalidValue, "cudaFree of a pointer not from cudaMalloc");
   }
   r.used -= (std::max<size_t>(it->second, 1) + 255) / 256 * 256;
+  emu::counters::free(it->second);
+  emu::counters::sync("cudaFree");
   r.allocations.erase(it);
   std::free(p);
   return cudaSuccess;
@@ -815,7 +821,8 @@ cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s) {
   if (!bytes) return cudaSuccess;
   if (!on_device(p, bytes))
     return emu::fail(cudaErrorInvalidValue, "cudaMemsetAsync: the range is not device memory");
-  emu::submit(s, [=] { std::memset(p, value, bytes); });
+  emu::counters::memset(bytes);
+  if (!emu::counters::count_only()) emu::submit(s, [=] { std::memset(p, value, bytes); });
   return cudaSuccess;
 }
 // Host memory is pageable here (the backend pins none), with the GPU's rules
@@ -833,15 +840,21 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
                          (dst_dev != want_dst ? "destination" : "source") + " is " +
                          ((dst_dev != want_dst ? dst_dev : src_dev) ? "" : "not ") +
                          "device memory, against the copy's kind");
+  emu::counters::copy(dst_dev ? (src_dev ? emu::counters::Copy::kDeviceToDevice
+                                         : emu::counters::Copy::kHostToDevice)
+                      : (src_dev ? emu::counters::Copy::kDeviceToHost
+                                 : emu::counters::Copy::kHostToHost),
+                      bytes);
   if (!dst_dev && !src_dev) {
     std::memmove(dst, src, bytes);
   } else if (dst_dev && src_dev) {
-    emu::submit(s, [=] { std::memmove(dst, src, bytes); });
+    if (!emu::counters::count_only()) emu::submit(s, [=] { std::memmove(dst, src, bytes); });
   } else if (dst_dev) {
     const auto* from = static_cast<const unsigned char*>(src);
     auto staged = std::make_shared<std::vector<unsigned char>>(from, from + bytes);
     emu::submit(s, [=] { std::memcpy(dst, staged->data(), bytes); });
   } else {
+    emu::counters::sync("cudaMemcpyAsync to pageable host memory");
     const auto& q = emu::queue_of(s);
     emu::wait_for(*q, emu::enqueue(q, [=] { std::memmove(dst, src, bytes); }));
   }
@@ -870,6 +883,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  emu::counters::sync("cudaStreamSynchronize");
   emu::drain(*emu::queue_of(s));
   return synchronised();
 }
@@ -893,6 +907,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  emu::counters::sync("cudaEventSynchronize");
   std::shared_ptr<emu::Queue> q;
   uint64_t ticket;
   {

@@ -11,13 +11,20 @@
 //            in fp32 (running max and sum per row, exp2 of scores scaled by
 //            log2(e)/sqrt(hs)); O += P V with P rounded to bf16, as flash
 //            attention does; lse = max + log(sum) of the fp32 P.
+//   pre-pass a warp per (row, head): dO rounded to bf16 and D = rowsum(dO *
+//            O) in fp32, written once to scratch that the backend owns
+//            (attention_backward_scratch_bytes), so that no tile pair redoes
+//            them.
 //   dq       per query tile, key tiles up to the diagonal: S = Q K^T and
 //            dP = dO V^T; P = exp(S - lse) recomputed, dS = P (dP - D),
-//            dQ += dS K; D = rowsum(dO * O) per row, computed in the kernel.
+//            dQ += dS K.
 //   dk, dv   per key tile, for each query head of its KV head in order and
 //            each query tile from the diagonal on: S^T = K Q^T, dP^T = V dO^T,
 //            dV += P^T dO, dK += dS^T Q.
-// dO is rounded to bf16 as it is loaded (it arrives in fp32). Every sum runs
+// Products per (query tile, key tile) pair of the backward: seven, where a
+// backward summing dQ across key tiles with atomics needs five: S and dP run
+// in both kernels. Five without atomics needs dS (or per-key-tile partial
+// dQ) in device memory, which grows with T^2 (docs/cuda.md). Every sum runs
 // in a fixed order and nothing is atomic, so results are deterministic; the
 // rounding of P, dS and dO to bf16 puts the outputs within about 2^-8
 // (relative) of the fp32 SIMT path's, the bound tests/backend_ops_test.cpp
@@ -141,20 +148,6 @@ __device__ __forceinline__ void load_tile(uint16_t* dst, const bf16* src, int64_
   }
 }
 
-// The same from fp32 rows, rounded to bf16 (dO).
-template <int D>
-__device__ __forceinline__ void load_tile(uint16_t* dst, const float* src, int64_t stride, int n,
-                                          int hs) {
-  constexpr int ld = Tile<D>::ld;
-  for (int e = threadIdx.x; e < kRows * D / 2; e += kThreads) {
-    const int r = e / (D / 2), c = (e % (D / 2)) * 2;
-    float lo = 0.0f, hi = 0.0f;
-    if (r < n && c < hs) lo = src[r * stride + c];
-    if (r < n && c + 1 < hs) hi = src[r * stride + c + 1];
-    *reinterpret_cast<uint32_t*>(dst + r * ld + c) = pack(lo, hi);
-  }
-}
-
 // Between barriers, the K and V tiles of keys k0 .. k0+63 of sequence b
 // (rows from row0) and KV head kvh, for a loop over key tiles.
 template <int D>
@@ -167,24 +160,6 @@ __device__ __forceinline__ void load_kv_tiles(uint16_t* Ks, uint16_t* Vs, const 
   load_tile<D>(Ks, k + at, s.kv_stride, nk, s.hs, vec);
   load_tile<D>(Vs, v + at, s.kv_stride, nk, s.hs, vec);
   __syncthreads();
-}
-
-// D[r] = dO[r] · O[r] over hs for the n rows of a tile (zero past n), by
-// warps in turn, each row in one fixed order; stored to Ds[r]. dO is rounded
-// to bf16 as in the products, so that D is the sum of P dP that it stands
-// for up to the rounding of O alone (for the first query, exactly).
-__device__ __forceinline__ void row_dots(float* Ds, const float* dout, const bf16* out,
-                                         int64_t stride, int n, int hs) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int r = warp; r < kRows; r += kWarps) {
-    float acc = 0.0f;
-    if (r < n)
-      for (int c = lane; c < hs; c += 32)
-        acc = fmaf(__uint_as_float(uint32_t(bf16_bits(dout[r * stride + c])) << 16),
-                   __uint_as_float(uint32_t(out[r * stride + c].bits) << 16), acc);
-    acc = warp_sum(acc);
-    if (lane == 0) Ds[r] = acc;
-  }
 }
 
 // ---- fragment loads from shared tiles (rows r0.., columns c0..)
@@ -356,7 +331,7 @@ __global__ void __launch_bounds__(kThreads)
 // ---- dq: grid (B*NH, query tiles), the last tile first.
 template <int D>
 __global__ void __launch_bounds__(kThreads)
-    dq_kernel(float* dq, const float* dout, const bf16* out, const float* lse, const bf16* q,
+    dq_kernel(float* dq, const bf16* dob, const float* Dg, const float* lse, const bf16* q,
               const bf16* k, const bf16* v, ops::AttentionShape s, bool vec) {
   constexpr int T_ = Tile<D>::elems;
   DENDRITE_DYNAMIC_SHARED(uint4, smem4);
@@ -364,7 +339,6 @@ __global__ void __launch_bounds__(kThreads)
   uint16_t* dOs = Qs + T_;
   uint16_t* Ks = dOs + T_;
   uint16_t* Vs = Ks + T_;
-  float* Ds = reinterpret_cast<float*>(Vs + T_);  // [kRows] D of the block's rows
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int bh = blockIdx.x, b = bh / s.NH, h = bh % s.NH, kvh = h / (s.NH / s.NKV);
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kRows;
@@ -372,18 +346,16 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t row0 = int64_t(b) * s.T;
   const float scale = 1.0f / sqrtf(float(s.hs)), scale2 = scale * kLog2e;
   const int64_t q_at = (row0 + q0) * s.q_stride + h * s.hs;
-  const int64_t o_at = (row0 + q0) * s.out_stride + h * s.hs;
+  const int64_t do_stride = int64_t(s.NH) * s.hs;
   load_tile<D>(Qs, q + q_at, s.q_stride, nq, s.hs, vec);
-  load_tile<D>(dOs, dout + o_at, s.out_stride, nq, s.hs);
-  row_dots(Ds, dout + o_at, out + o_at, s.out_stride, nq, s.hs);
-  __syncthreads();
+  load_tile<D>(dOs, dob + (row0 + q0) * do_stride + h * s.hs, do_stride, nq, s.hs, vec);
   const int r0 = warp * 16, i_lo = q0 + r0 + g;
   float lse2[2], Dr[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int r = r0 + g + 8 * half;
     lse2[half] = r < nq ? lse[int64_t(bh) * s.T + q0 + r] * kLog2e : 0.0f;
-    Dr[half] = Ds[r];
+    Dr[half] = r < nq ? Dg[int64_t(bh) * s.T + q0 + r] : 0.0f;
   }
 
   float acc[D / 8][4];
@@ -410,7 +382,7 @@ __global__ void __launch_bounds__(kThreads)
 // ---- dk, dv: grid (B*NKV, key tiles), the first keys (most queries) first.
 template <int D>
 __global__ void __launch_bounds__(kThreads)
-    dkv_kernel(float* dk, float* dv, const float* dout, const bf16* out, const float* lse,
+    dkv_kernel(float* dk, float* dv, const bf16* dob, const float* Dg, const float* lse,
                const bf16* q, const bf16* k, const bf16* v, ops::AttentionShape s, bool vec) {
   constexpr int T_ = Tile<D>::elems;
   DENDRITE_DYNAMIC_SHARED(uint4, smem4);
@@ -426,6 +398,7 @@ __global__ void __launch_bounds__(kThreads)
   const int nk = min(kRows, s.T - k0);
   const int64_t row0 = int64_t(b) * s.T;
   const float scale = 1.0f / sqrtf(float(s.hs)), scale2 = scale * kLog2e;
+  const int64_t do_stride = int64_t(s.NH) * s.hs;
   const int64_t kv_at = (row0 + k0) * s.kv_stride + kvh * s.hs;
   load_tile<D>(Ks, k + kv_at, s.kv_stride, nk, s.hs, vec);
   load_tile<D>(Vs, v + kv_at, s.kv_stride, nk, s.hs, vec);
@@ -442,12 +415,12 @@ __global__ void __launch_bounds__(kThreads)
       const int nq = min(kCols, s.T - q0);
       __syncthreads();  // the previous tile's Q, dO, lse and D are consumed
       const int64_t q_at = (row0 + q0) * s.q_stride + h * s.hs;
-      const int64_t o_at = (row0 + q0) * s.out_stride + h * s.hs;
       load_tile<D>(Qs, q + q_at, s.q_stride, nq, s.hs, vec);
-      load_tile<D>(dOs, dout + o_at, s.out_stride, nq, s.hs);
-      row_dots(Ds, dout + o_at, out + o_at, s.out_stride, nq, s.hs);
-      for (int c = threadIdx.x; c < kCols; c += kThreads)
+      load_tile<D>(dOs, dob + (row0 + q0) * do_stride + h * s.hs, do_stride, nq, s.hs, vec);
+      for (int c = threadIdx.x; c < kCols; c += kThreads) {
         lse_s[c] = c < nq ? lse[bh * s.T + q0 + c] * kLog2e : 0.0f;
+        Ds[c] = c < nq ? Dg[bh * s.T + q0 + c] : 0.0f;
+      }
       __syncthreads();
       float sc[8][4], dp[8][4];
       scores<D>(sc, Ks, r0, Qs, g, t);   // S^T: the warp's keys x the tile's queries
@@ -472,8 +445,10 @@ __global__ void __launch_bounds__(kThreads)
 // The launches (attention_mma.cu), after attention.cu's shape checks.
 void forward(float* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
              const ops::AttentionShape& s, cudaStream_t stream);
+// scratch: backward_scratch_bytes(s), 256-byte aligned.
+size_t backward_scratch_bytes(const ops::AttentionShape& s);
 void backward(float* dq, float* dk, float* dv, const float* dout, const bf16* out, const float* lse,
               const bf16* q, const bf16* k, const bf16* v, const ops::AttentionShape& s,
-              cudaStream_t stream);
+              void* scratch, cudaStream_t stream);
 
 }  // namespace dendrite::cuda::flash

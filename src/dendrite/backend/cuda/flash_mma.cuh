@@ -38,14 +38,20 @@
 // half. A C tile pair of 16 columns is therefore, packed, the A fragment of
 // the next product (P and dS never leave registers).
 //
+// Fragments come from shared memory by ldmatrix (.m8n8.x4.b16: each lane
+// gives the address of one 16-byte row of one of four 8 x 8 matrices, and
+// gets row lane / 4, columns 2 (lane % 4) and + 1 of each: the A and B
+// layouts above). A B operand that runs along the rows of a tile (V in P V,
+// K in dS K, dO and Q in the dk/dv products) is loaded with .trans, which
+// hands each lane a column's two consecutive rows instead.
+//
 // Shared tiles are row-major bf16 [rows][D + 8]: a row of (D + 8) / 2 words
-// is 4 banks past the previous one, so the 8 rows x 4 words that a fragment
-// load touches hit 32 banks. B operands that run along the rows of a tile (V
-// in P V, K in dS K, dO and Q in the dk/dv products) are read as two 16-bit
-// loads per register.
+// is 4 banks past the previous one, so the 8 rows x 16 bytes that one phase
+// of ldmatrix reads hit 32 banks.
 //
 // This header compiles under nvcc and, for the tests' CPU emulator
-// (tests/emulated_cuda), as plain C++ with the product below emulated.
+// (tests/emulated_cuda), as plain C++ with the product and ldmatrix below
+// emulated.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -69,6 +75,53 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+// Four 8 x 8 b16 matrices from shared memory: lane l gives `row`, the
+// address of row l % 8 of matrix l / 8 (16-byte aligned); r[m] gets matrix
+// m's row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint16_t* row) {
+#ifdef DENDRITE_CUDA_EMULATION
+  emu::ldmatrix(r, 4, false, row);
+#else
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(uint32_t(__cvta_generic_to_shared(row)))
+               : "memory");
+#endif
+}
+// Two such matrices: lanes 0-15 give the rows (lanes 16-31 must give
+// addresses too, unread).
+__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], const uint16_t* row) {
+#ifdef DENDRITE_CUDA_EMULATION
+  emu::ldmatrix(r, 2, false, row);
+#else
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(uint32_t(__cvta_generic_to_shared(row)))
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], const uint16_t* row) {
+#ifdef DENDRITE_CUDA_EMULATION
+  emu::ldmatrix(r, 2, true, row);
+#else
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(uint32_t(__cvta_generic_to_shared(row)))
+               : "memory");
+#endif
+}
+// The same with each matrix transposed: r[m] gets rows 2 (l % 4) and
+// 2 (l % 4) + 1 of column l / 4.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const uint16_t* row) {
+#ifdef DENDRITE_CUDA_EMULATION
+  emu::ldmatrix(r, 4, true, row);
+#else
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(uint32_t(__cvta_generic_to_shared(row)))
+               : "memory");
 #endif
 }
 __device__ __forceinline__ float shfl_xor(float v, int mask) {
@@ -104,12 +157,6 @@ __device__ __forceinline__ uint16_t bf16_bits(float f) {  // nearest-even, as to
 }
 __device__ __forceinline__ uint32_t pack(float lo, float hi) {
   return uint32_t(bf16_bits(lo)) | (uint32_t(bf16_bits(hi)) << 16);
-}
-__device__ __forceinline__ uint32_t pack16(uint16_t lo, uint16_t hi) {
-  return uint32_t(lo) | (uint32_t(hi) << 16);
-}
-__device__ __forceinline__ uint32_t word(const uint16_t* p) {  // p: an even element
-  return *reinterpret_cast<const uint32_t*>(p);
 }
 __device__ __forceinline__ float quad_max(float v) {  // over the 4 lanes of a row
   v = fmaxf(v, shfl_xor(v, 1));
@@ -162,34 +209,49 @@ __device__ __forceinline__ void load_kv_tiles(uint16_t* Ks, uint16_t* Vs, const 
   __syncthreads();
 }
 
-// ---- fragment loads from shared tiles (rows r0.., columns c0..)
+// ---- fragment loads from shared tiles (rows r0.., columns c0..), by ldmatrix
 
-// A [16 x 16] from rows r0 + (0..15), columns c0 + (0..15) of a tile.
+// A [16 x 16] from rows r0 + (0..15), columns c0 + (0..15) of a tile: lanes
+// 0-15 give rows r0 + lane at column c0 (registers 0, 1: rows g and g + 8),
+// lanes 16-31 the same rows at c0 + 8 (registers 2, 3).
 template <int LD>
-__device__ __forceinline__ void frag_a(uint32_t (&a)[4], const uint16_t* s, int r0, int c0, int g,
-                                       int t) {
-  const uint16_t* p = s + (r0 + g) * LD + c0 + 2 * t;
-  a[0] = word(p);
-  a[1] = word(p + 8 * LD);
-  a[2] = word(p + 8);
-  a[3] = word(p + 8 * LD + 8);
+__device__ __forceinline__ void frag_a(uint32_t (&a)[4], const uint16_t* s, int r0, int c0,
+                                       int lane) {
+  ldmatrix_x4(a, s + (r0 + lane % 16) * LD + c0 + (lane / 16) * 8);
 }
-// B [16 x 8] = M^T where M's rows n0 + (0..7) hold the columns: B[k][n] =
-// M[n0 + n][k0 + k] (k along the tile's row, one word per register).
-template <int LD>
-__device__ __forceinline__ void frag_b_rows(uint32_t (&b)[2], const uint16_t* s, int n0, int k0,
-                                            int g, int t) {
-  const uint16_t* p = s + (n0 + g) * LD + k0 + 2 * t;
-  b[0] = word(p);
-  b[1] = word(p + 8);
+// Two B [16 x 8] (n-tiles n0 and n0 + 8) = M^T where M's rows hold the
+// columns: B[k][n] = M[n0 + n][k0 + k]. Matrices: rows n0.. at k0 and k0 + 8
+// (b0), rows n0 + 8.. at k0 and k0 + 8 (b1); one ldmatrix.x4 with kPairs,
+// else two .x2 (two registers fewer live, for the kernel that has none to
+// spare).
+template <int LD, bool kPairs>
+__device__ __forceinline__ void frag_b_rows(uint32_t (&b0)[2], uint32_t (&b1)[2], const uint16_t* s,
+                                            int n0, int k0, int lane) {
+  if constexpr (kPairs) {
+    uint32_t r[4];
+    ldmatrix_x4(r, s + (n0 + lane % 8 + (lane / 16) * 8) * LD + k0 + (lane / 8 % 2) * 8);
+    b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
+  } else {
+    const uint16_t* row = s + (n0 + lane % 8) * LD + k0 + (lane / 8 % 2) * 8;
+    ldmatrix_x2(b0, row);
+    ldmatrix_x2(b1, row + 8 * LD);
+  }
 }
-// B [16 x 8] read down the tile: B[k][n] = M[k0 + k][n0 + n].
-template <int LD>
-__device__ __forceinline__ void frag_b_cols(uint32_t (&b)[2], const uint16_t* s, int k0, int n0,
-                                            int g, int t) {
-  const uint16_t* p = s + (k0 + 2 * t) * LD + n0 + g;
-  b[0] = pack16(p[0], p[LD]);
-  b[1] = pack16(p[8 * LD], p[9 * LD]);
+// Two B [16 x 8] read down the tile: B[k][n] = M[k0 + k][n0 + n], transposed
+// by ldmatrix. Matrices: rows k0.. and k0 + 8.. at n0 (b0), then at n0 + 8
+// (b1).
+template <int LD, bool kPairs>
+__device__ __forceinline__ void frag_b_cols(uint32_t (&b0)[2], uint32_t (&b1)[2], const uint16_t* s,
+                                            int k0, int n0, int lane) {
+  if constexpr (kPairs) {
+    uint32_t r[4];
+    ldmatrix_x4_trans(r, s + (k0 + lane % 8 + (lane / 8 % 2) * 8) * LD + n0 + (lane / 16) * 8);
+    b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
+  } else {
+    const uint16_t* row = s + (k0 + lane % 16) * LD + n0;
+    ldmatrix_x2_trans(b0, row);
+    ldmatrix_x2_trans(b1, row + 8);
+  }
 }
 // The A fragment of columns 16 kk .. 16 kk + 15 of a [16 x 64] accumulator
 // (n-tiles 2 kk and 2 kk + 1), rounded to bf16.
@@ -202,40 +264,42 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&c)[8][4
 
 // acc[16 x 64] = A[16 rows of `a_tile` from r0] · B^T, B = rows of `b_tile`
 // (64 of them, the columns of the result), over D: a score tile.
-template <int D>
+template <int D, bool kPairs>
 __device__ __forceinline__ void scores(float (&acc)[8][4], const uint16_t* a_tile, int r0,
-                                       const uint16_t* b_tile, int g, int t) {
+                                       const uint16_t* b_tile, int lane) {
   constexpr int LD = Tile<D>::ld;
 #pragma unroll
   for (int j = 0; j < 8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 #pragma unroll
   for (int ks = 0; ks < D / 16; ++ks) {
     uint32_t a[4];
-    frag_a<LD>(a, a_tile, r0, ks * 16, g, t);
+    frag_a<LD>(a, a_tile, r0, ks * 16, lane);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      uint32_t b[2];
-      frag_b_rows<LD>(b, b_tile, j * 8, ks * 16, g, t);
-      mma_16816(acc[j], a, b);
+    for (int j = 0; j < 8; j += 2) {
+      uint32_t b0[2], b1[2];
+      frag_b_rows<LD, kPairs>(b0, b1, b_tile, j * 8, ks * 16, lane);
+      mma_16816(acc[j], a, b0);
+      mma_16816(acc[j + 1], a, b1);
     }
   }
 }
 
 // out[16 x D] += W[16 x 64] (an fp32 accumulator, rounded) · M, M the
 // [64][D] tile: the products P V, dS K, P^T dO and dS^T Q.
-template <int D>
+template <int D, bool kPairs>
 __device__ __forceinline__ void accumulate(float (&out)[D / 8][4], const float (&w)[8][4],
-                                           const uint16_t* m_tile, int g, int t) {
+                                           const uint16_t* m_tile, int lane) {
   constexpr int LD = Tile<D>::ld;
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
     uint32_t a[4];
     acc_to_a(a, w, kk);
 #pragma unroll
-    for (int nd = 0; nd < D / 8; ++nd) {
-      uint32_t b[2];
-      frag_b_cols<LD>(b, m_tile, kk * 16, nd * 8, g, t);
-      mma_16816(out[nd], a, b);
+    for (int nd = 0; nd < D / 8; nd += 2) {
+      uint32_t b0[2], b1[2];
+      frag_b_cols<LD, kPairs>(b0, b1, m_tile, kk * 16, nd * 8, lane);
+      mma_16816(out[nd], a, b0);
+      mma_16816(out[nd + 1], a, b1);
     }
   }
 }
@@ -286,7 +350,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int k0 = 0; k0 < q0 + nq; k0 += kCols) {
     load_kv_tiles<D>(Ks, Vs, k, v, s, row0, k0, kvh, vec);
     float sc[8][4];
-    scores<D>(sc, Qs, warp * 16, Ks, g, t);
+    scores<D, true>(sc, Qs, warp * 16, Ks, lane);
     // Keys after the query are masked; key 0 is in the first tile, so the
     // running max is finite from it on and exp2(-inf - max) = 0.
     float mx[2] = {-INFINITY, -INFINITY};
@@ -314,7 +378,7 @@ __global__ void __launch_bounds__(kThreads)
         sc[j][e] = exp2f(sc[j][e] - m[e >> 1]);
         l[e >> 1] += sc[j][e];
       }
-    accumulate<D>(o, sc, Vs, g, t);
+    accumulate<D, true>(o, sc, Vs, lane);
   }
   // Each lane summed its own columns; the row's sum is the quad's.
   const float l_lo = quad_sum(l[0]), l_hi = quad_sum(l[1]);
@@ -364,8 +428,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int k0 = 0; k0 < q0 + nq; k0 += kCols) {
     load_kv_tiles<D>(Ks, Vs, k, v, s, row0, k0, kvh, vec);
     float sc[8][4], dp[8][4];
-    scores<D>(sc, Qs, r0, Ks, g, t);
-    scores<D>(dp, dOs, r0, Vs, g, t);
+    scores<D, true>(sc, Qs, r0, Ks, lane);
+    scores<D, true>(dp, dOs, r0, Vs, lane);
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
@@ -374,12 +438,16 @@ __global__ void __launch_bounds__(kThreads)
         const float p = key <= i ? exp2f(sc[j][e] * scale2 - lse2[e >> 1]) : 0.0f;
         sc[j][e] = p * (dp[j][e] - Dr[e >> 1]);  // dS
       }
-    accumulate<D>(acc, sc, Ks, g, t);
+    accumulate<D, true>(acc, sc, Ks, lane);
   }
   store_rows<D>(dq + q_at, s.q_stride, acc, r0, nq, s.hs, scale, scale, g, t);
 }
 
 // ---- dk, dv: grid (B*NKV, key tiles), the first keys (most queries) first.
+// Its two [16 x D] accumulators and two score tiles leave ptxas few
+// registers (it aims at 168 for D = 64, three blocks a multiprocessor, and
+// has 255 for D = 128): B fragments come by ldmatrix.x2, which fits without
+// spilling where .x4 spilled, and dV is summed before dP^T is computed.
 template <int D>
 __global__ void __launch_bounds__(kThreads)
     dkv_kernel(float* dk, float* dv, const bf16* dob, const float* Dg, const float* lse,
@@ -423,19 +491,24 @@ __global__ void __launch_bounds__(kThreads)
       }
       __syncthreads();
       float sc[8][4], dp[8][4];
-      scores<D>(sc, Ks, r0, Qs, g, t);   // S^T: the warp's keys x the tile's queries
-      scores<D>(dp, Vs, r0, dOs, g, t);  // dP^T
+      scores<D, false>(sc, Ks, r0, Qs, lane);  // S^T: the warp's keys x the tile's queries
 #pragma unroll
       for (int j = 0; j < 8; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int c = j * 8 + 2 * t + (e & 1), i = q0 + c, key = j_lo + 8 * (e >> 1);
-          const float p = i >= key && i < s.T ? exp2f(sc[j][e] * scale2 - lse_s[c]) : 0.0f;
-          sc[j][e] = p;                       // P^T
-          dp[j][e] = p * (dp[j][e] - Ds[c]);  // dS^T
+          sc[j][e] = i >= key && i < s.T ? exp2f(sc[j][e] * scale2 - lse_s[c]) : 0.0f;  // P^T
         }
-      accumulate<D>(dv_acc, sc, dOs, g, t);
-      accumulate<D>(dk_acc, dp, Qs, g, t);
+      accumulate<D, false>(dv_acc, sc, dOs, lane);
+      scores<D, false>(dp, Vs, r0, dOs, lane);  // dP^T
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int c = j * 8 + 2 * t + (e & 1);
+          dp[j][e] = sc[j][e] * (dp[j][e] - Ds[c]);  // dS^T
+        }
+      accumulate<D, false>(dk_acc, dp, Qs, lane);
     }
   }
   store_rows<D>(dk + kv_at, s.kv_stride, dk_acc, r0, nk, s.hs, scale, scale, g, t);

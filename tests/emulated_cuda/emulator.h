@@ -145,7 +145,8 @@ uint64_t block_serial();
 // ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16, a warp collective
 // (all 32 lanes): lane l gives `row`, the address of row l % 8 of matrix l / 8
 // (8 b16, 16-byte aligned, in the block's dynamic shared memory; lanes past
-// the matrices' rows give none that is read). Register m of lane l gets,
+// the matrices' rows give none that is read), and reads it as it arrives,
+// before the other lanes run on. Register m of lane l gets,
 // packed with the lower column in the lower half, row l / 4 at columns
 // 2 (l % 4) and 2 (l % 4) + 1 of matrix m; with `trans`, rows 2 (l % 4) and
 // 2 (l % 4) + 1 of column l / 4 (the matrix transposed). Those are the

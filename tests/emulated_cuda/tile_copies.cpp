@@ -2,9 +2,9 @@
 // fragment loads and the asynchronous global-to-shared copies of the
 // tensor-core attention kernels (backend/cuda/flash_mma.cuh).
 //
-// ldmatrix is a warp collective: every lane of the warp gives its row
-// address, and each lane then reads the elements the PTX ISA assigns it
-// from the rows of the others. cp.async reads its source when issued and
+// ldmatrix is a warp collective: every lane of the warp reads the row it
+// addresses, and each lane then takes the elements the PTX ISA assigns it
+// from the rows the others read. cp.async reads its source when issued and
 // poisons its destination; the bytes land at the cp.async.wait_group that
 // covers their group, so a kernel that reads a tile before waiting for it
 // (or before the barrier after the wait, for the other threads' rows)
@@ -65,21 +65,23 @@ ThreadCopies& thread_copies() {
 void ldmatrix(uint32_t* regs, int matrices, bool trans, const void* row) {
   if (matrices != 1 && matrices != 2 && matrices != 4)
     kernel_error("ldmatrix of " + std::to_string(matrices) + " matrices (1, 2 or 4)");
-  const unsigned char* all = warp_exchange(0xffffffffu, &row, sizeof row);
-  // Row r of matrix m, as lane 8 m + r gave it.
-  auto row_of = [&](int m, int r) {
-    const unsigned char* p;
-    std::memcpy(&p, all + 32 * (8 * m + r), sizeof p);
-    const bool aligned = reinterpret_cast<uintptr_t>(p) % 16 == 0;
-    if (!aligned || !in_shared(p, 16))
+  // Each lane reads its row when it arrives, before the warp's other lanes
+  // run on: a row that another warp's copy has not yet landed in (no
+  // barrier after its cp.async wait) is read as poison.
+  unsigned char mine[16] = {};
+  if (lane() < 8 * matrices) {
+    const bool aligned = reinterpret_cast<uintptr_t>(row) % 16 == 0;
+    if (!aligned || !in_shared(row, 16))
       kernel_error(
-          "ldmatrix: lane " + std::to_string(8 * m + r) + "'s row address " + address_text(p) +
+          "ldmatrix: lane " + std::to_string(lane()) + "'s row address " + address_text(row) +
           (aligned ? " is outside the block's dynamic shared memory" : " is not 16-byte aligned"));
-    return p;
-  };
+    std::memcpy(mine, row, 16);
+  }
+  const unsigned char* all = warp_exchange(0xffffffffu, mine, sizeof mine);
+  // Element c of row r of matrix m, as lane 8 m + r read it.
   auto element = [&](int m, int r, int c) {
     uint16_t v;
-    std::memcpy(&v, row_of(m, r) + 2 * c, 2);
+    std::memcpy(&v, all + 32 * (8 * m + r) + 2 * c, 2);
     return uint32_t(v);
   };
   const int l = lane(), quad = l / 4, pair = 2 * (l % 4);

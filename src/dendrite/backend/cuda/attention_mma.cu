@@ -77,12 +77,12 @@ void backward_launch(float* dq, float* dk, float* dv, const float* dout, const b
   DENDRITE_LAUNCH(unsigned(blocks), kThreads, 0, stream, prepare_kernel)(dob, Dg, dout, out, s);
   check_launch("attention_backward_prepare (tensor cores)");
   const bool vec = vector_loads(s, q, k, v);
-  const size_t dq_bytes = shared_bytes<D>(4, 0);
+  const size_t dq_bytes = shared_bytes<D>(6, 0);
   allow_shared<dq_kernel<D>>(dq_bytes, "attention_backward_dq (tensor cores)");
   DENDRITE_LAUNCH(dim3(unsigned(s.B * s.NH), tiles(s.T)), kThreads, dq_bytes, stream, dq_kernel<D>)(
       dq, dob, Dg, lse, q, k, v, s, vec);
   check_launch("attention_backward_dq (tensor cores)");
-  const size_t kv_bytes = shared_bytes<D>(4, 2 * kCols);
+  const size_t kv_bytes = shared_bytes<D>(6, 4 * kCols);
   allow_shared<dkv_kernel<D>>(kv_bytes, "attention_backward_dkv (tensor cores)");
   DENDRITE_LAUNCH(dim3(unsigned(s.B * s.NKV), tiles(s.T)), kThreads, kv_bytes, stream,
                   dkv_kernel<D>)(

@@ -139,8 +139,9 @@ struct Tile {
   static constexpr int elems = kRows * ld;  // one [64][D + 8] tile
   static constexpr int bytes = elems * 2;
 };
-// Forward: Q, K, V tiles. dq: Q, dO, K, V. dk/dv: K, V, Q, dO, then lse and
-// D of the query tile (2 x 64 floats).
+// Forward: Q, K, V tiles. dq: Q, dO, then two stages of K and V. dk/dv: K,
+// V, two stages of Q and dO, then two stages of lse and D of the query tile
+// (4 x 64 floats).
 template <int D>
 constexpr size_t shared_bytes(int tiles, int floats) {
   return size_t(tiles) * Tile<D>::bytes + size_t(floats) * 4;
@@ -171,21 +172,69 @@ __device__ __forceinline__ float warp_sum(float v) {  // butterfly: the same bit
   return v;
 }
 
-// ---- tile loads (all threads of the block; the caller synchronizes)
+// ---- tile copies from device memory (all threads of the block)
+//
+// A loop over tiles keeps two stages in shared memory: at the top of step i
+// each thread waits for its copies of tile i (cp.async.wait_group 0), a
+// barrier makes tile i the block's and tells every thread that the other
+// stage's tile (i - 1) is consumed, the copies of tile i + 1 into it start,
+// and tile i is computed on while they fly. One barrier a step.
 
-// dst[r][c] = src[r * stride + c] for r < n, c < hs; zeros elsewhere of the
-// [kRows][D] tile. `vec`: hs, stride and src allow 16-byte loads.
+// 16 bytes from device to shared memory: the first src_bytes (0 or 16) of
+// src, zeros after. Lands at the thread's next cp_async_wait_all.
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, int src_bytes) {
+#ifdef DENDRITE_CUDA_EMULATION
+  emu::cp_async(dst, src, 16, src_bytes);
+#else
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                   uint32_t(__cvta_generic_to_shared(dst))),
+               "l"(__cvta_generic_to_global(src)), "r"(src_bytes)
+               : "memory");
+#endif
+}
+// The same for 4 bytes (.ca: .cg copies 16 only).
+__device__ __forceinline__ void cp_async_4(void* dst, const void* src, int src_bytes) {
+#ifdef DENDRITE_CUDA_EMULATION
+  emu::cp_async(dst, src, 4, src_bytes);
+#else
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(
+                   uint32_t(__cvta_generic_to_shared(dst))),
+               "l"(__cvta_generic_to_global(src)), "r"(src_bytes)
+               : "memory");
+#endif
+}
+// The thread's copies since the last commit become one group.
+__device__ __forceinline__ void cp_async_commit() {
+#ifdef DENDRITE_CUDA_EMULATION
+  emu::cp_async_commit();
+#else
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+// Waits for every group the thread committed.
+__device__ __forceinline__ void cp_async_wait_all() {
+#ifdef DENDRITE_CUDA_EMULATION
+  emu::cp_async_wait(0);
+#else
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+#endif
+}
+
+// Starts filling a [kRows][D] tile: dst[r][c] = src[r * stride + c] for
+// r < n, c < hs, zeros elsewhere. With `vec` (hs, stride and src allow
+// 16-byte copies) by cp.async; else by plain loads and stores. Either way a
+// barrier after cp_async_wait_all makes the tile the block's.
 template <int D>
-__device__ __forceinline__ void load_tile(uint16_t* dst, const bf16* src, int64_t stride, int n,
+__device__ __forceinline__ void fill_tile(uint16_t* dst, const bf16* src, int64_t stride, int n,
                                           int hs, bool vec) {
   constexpr int ld = Tile<D>::ld;
   if (vec) {
     constexpr int chunks = D / 8;
+#pragma unroll 1  // addresses hoisted out of the tile loop would hold registers
     for (int e = threadIdx.x; e < kRows * chunks; e += kThreads) {
       const int r = e / chunks, c = (e % chunks) * 8;
-      uint4 x{0u, 0u, 0u, 0u};
-      if (r < n && c < hs) x = *reinterpret_cast<const uint4*>(src + r * stride + c);
-      *reinterpret_cast<uint4*>(dst + r * ld + c) = x;
+      const bool in = r < n && c < hs;
+      cp_async_16(dst + r * ld + c, in ? src + r * stride + c : src, in ? 16 : 0);
     }
   } else {
     for (int e = threadIdx.x; e < kRows * D; e += kThreads) {
@@ -195,18 +244,35 @@ __device__ __forceinline__ void load_tile(uint16_t* dst, const bf16* src, int64_
   }
 }
 
-// Between barriers, the K and V tiles of keys k0 .. k0+63 of sequence b
-// (rows from row0) and KV head kvh, for a loop over key tiles.
+// Starts filling the K and V tiles of keys k0 .. k0+63 of sequence b (rows
+// from row0) and KV head kvh.
 template <int D>
-__device__ __forceinline__ void load_kv_tiles(uint16_t* Ks, uint16_t* Vs, const bf16* k,
+__device__ __forceinline__ void fill_kv_tiles(uint16_t* Ks, uint16_t* Vs, const bf16* k,
                                               const bf16* v, const ops::AttentionShape& s,
                                               int64_t row0, int k0, int kvh, bool vec) {
   const int nk = min(kCols, s.T - k0);
-  __syncthreads();  // the previous tile's K and V are consumed
   const int64_t at = (row0 + k0) * s.kv_stride + kvh * s.hs;
-  load_tile<D>(Ks, k + at, s.kv_stride, nk, s.hs, vec);
-  load_tile<D>(Vs, v + at, s.kv_stride, nk, s.hs, vec);
-  __syncthreads();
+  fill_tile<D>(Ks, k + at, s.kv_stride, nk, s.hs, vec);
+  fill_tile<D>(Vs, v + at, s.kv_stride, nk, s.hs, vec);
+}
+
+// Starts filling what dk/dv reads of query tile q0 of head h of sequence b:
+// the Q and dO tiles, and lse and D of its kCols rows (zeros past T).
+template <int D>
+__device__ __forceinline__ void fill_query_tiles(uint16_t* Qs, uint16_t* dOs, float* lse_s,
+                                                 float* Ds, const bf16* q, const bf16* dob,
+                                                 const float* lse, const float* Dg,
+                                                 const ops::AttentionShape& s, int b, int h, int q0,
+                                                 bool vec) {
+  const int nq = min(kCols, s.T - q0);
+  const int64_t row0 = int64_t(b) * s.T, do_stride = int64_t(s.NH) * s.hs;
+  fill_tile<D>(Qs, q + (row0 + q0) * s.q_stride + h * s.hs, s.q_stride, nq, s.hs, vec);
+  fill_tile<D>(dOs, dob + (row0 + q0) * do_stride + h * s.hs, do_stride, nq, s.hs, vec);
+  static_assert(kThreads == 2 * kCols, "a thread per row of lse and of D");
+  const int64_t at = (int64_t(b) * s.NH + h) * s.T + q0;
+  const int c = threadIdx.x % kCols;
+  const bool first = threadIdx.x < kCols;
+  cp_async_4((first ? lse_s : Ds) + c, (first ? lse : Dg) + at + (c < nq ? c : 0), c < nq ? 4 : 0);
 }
 
 // ---- fragment loads from shared tiles (rows r0.., columns c0..), by ldmatrix
@@ -341,14 +407,18 @@ __global__ void __launch_bounds__(kThreads)
   const int nq = min(kRows, s.T - q0);
   const int64_t row0 = int64_t(b) * s.T;
   const float scale2 = kLog2e / sqrtf(float(s.hs));  // scores in log2 units
-  load_tile<D>(Qs, q + (row0 + q0) * s.q_stride + h * s.hs, s.q_stride, nq, s.hs, vec);
+  fill_tile<D>(Qs, q + (row0 + q0) * s.q_stride + h * s.hs, s.q_stride, nq, s.hs, vec);
 
   float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int nd = 0; nd < D / 8; ++nd) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.0f;
   const int i_lo = q0 + warp * 16 + g;  // the lane's query rows i_lo and i_lo + 8
   for (int k0 = 0; k0 < q0 + nq; k0 += kCols) {
-    load_kv_tiles<D>(Ks, Vs, k, v, s, row0, k0, kvh, vec);
+    __syncthreads();  // the previous tile's K and V are consumed
+    fill_kv_tiles<D>(Ks, Vs, k, v, s, row0, k0, kvh, vec);
+    cp_async_commit();
+    cp_async_wait_all();
+    __syncthreads();
     float sc[8][4];
     scores<D, true>(sc, Qs, warp * 16, Ks, lane);
     // Keys after the query are masked; key 0 is in the first tile, so the
@@ -401,8 +471,7 @@ __global__ void __launch_bounds__(kThreads)
   DENDRITE_DYNAMIC_SHARED(uint4, smem4);
   uint16_t* Qs = reinterpret_cast<uint16_t*>(smem4);
   uint16_t* dOs = Qs + T_;
-  uint16_t* Ks = dOs + T_;
-  uint16_t* Vs = Ks + T_;
+  uint16_t* KV = dOs + T_;  // two stages of K then V tiles: stage st at KV + 2 st T_
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int bh = blockIdx.x, b = bh / s.NH, h = bh % s.NH, kvh = h / (s.NH / s.NKV);
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kRows;
@@ -411,8 +480,10 @@ __global__ void __launch_bounds__(kThreads)
   const float scale = 1.0f / sqrtf(float(s.hs)), scale2 = scale * kLog2e;
   const int64_t q_at = (row0 + q0) * s.q_stride + h * s.hs;
   const int64_t do_stride = int64_t(s.NH) * s.hs;
-  load_tile<D>(Qs, q + q_at, s.q_stride, nq, s.hs, vec);
-  load_tile<D>(dOs, dob + (row0 + q0) * do_stride + h * s.hs, do_stride, nq, s.hs, vec);
+  fill_tile<D>(Qs, q + q_at, s.q_stride, nq, s.hs, vec);
+  fill_tile<D>(dOs, dob + (row0 + q0) * do_stride + h * s.hs, do_stride, nq, s.hs, vec);
+  fill_kv_tiles<D>(KV, KV + T_, k, v, s, row0, 0, kvh, vec);
+  cp_async_commit();
   const int r0 = warp * 16, i_lo = q0 + r0 + g;
   float lse2[2], Dr[2];
 #pragma unroll
@@ -425,8 +496,17 @@ __global__ void __launch_bounds__(kThreads)
   float acc[D / 8][4];
 #pragma unroll
   for (int nd = 0; nd < D / 8; ++nd) acc[nd][0] = acc[nd][1] = acc[nd][2] = acc[nd][3] = 0.0f;
-  for (int k0 = 0; k0 < q0 + nq; k0 += kCols) {
-    load_kv_tiles<D>(Ks, Vs, k, v, s, row0, k0, kvh, vec);
+  const int end = q0 + nq;  // keys before the block's last query + 1
+  for (int k0 = 0, st = 0; k0 < end; k0 += kCols, st ^= 1) {
+    const uint16_t* Ks = KV + 2 * st * T_;
+    const uint16_t* Vs = Ks + T_;
+    cp_async_wait_all();
+    __syncthreads();  // this tile is the block's; the other stage's is consumed
+    if (k0 + kCols < end) {
+      uint16_t* next = KV + 2 * (st ^ 1) * T_;
+      fill_kv_tiles<D>(next, next + T_, k, v, s, row0, k0 + kCols, kvh, vec);
+    }
+    cp_async_commit();
     float sc[8][4], dp[8][4];
     scores<D, true>(sc, Qs, r0, Ks, lane);
     scores<D, true>(dp, dOs, r0, Vs, lane);
@@ -444,10 +524,11 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ---- dk, dv: grid (B*NKV, key tiles), the first keys (most queries) first.
-// Its two [16 x D] accumulators and two score tiles leave ptxas few
-// registers (it aims at 168 for D = 64, three blocks a multiprocessor, and
-// has 255 for D = 128): B fragments come by ldmatrix.x2, which fits without
-// spilling where .x4 spilled, and dV is summed before dP^T is computed.
+// Its two [16 x D] accumulators and two score tiles leave few registers
+// (ptxas aims at 168 for D = 64, three blocks a multiprocessor, and has 255
+// for D = 128): B fragments come by ldmatrix.x2 (with .x4, D = 64 took 174
+// registers, two blocks a multiprocessor), dV is summed before dP^T is
+// computed, and the tile copies' loops stay rolled.
 template <int D>
 __global__ void __launch_bounds__(kThreads)
     dkv_kernel(float* dk, float* dv, const bf16* dob, const float* Dg, const float* lse,
@@ -456,20 +537,23 @@ __global__ void __launch_bounds__(kThreads)
   DENDRITE_DYNAMIC_SHARED(uint4, smem4);
   uint16_t* Ks = reinterpret_cast<uint16_t*>(smem4);
   uint16_t* Vs = Ks + T_;
-  uint16_t* Qs = Vs + T_;
-  uint16_t* dOs = Qs + T_;
-  float* lse_s = reinterpret_cast<float*>(dOs + T_);  // [kCols] lse * log2(e) of the query tile
-  float* Ds = lse_s + kCols;                          // [kCols] D of the query tile
+  uint16_t* QdO = Vs + T_;  // two stages of Q then dO tiles: stage st at QdO + 2 st T_
+  // Two stages of [kCols] lse then [kCols] D of the query tile: stage st at rows + 2 st kCols.
+  float* rows = reinterpret_cast<float*>(QdO + 4 * T_);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int bg = blockIdx.x, b = bg / s.NKV, kvh = bg % s.NKV, group = s.NH / s.NKV;
   const int k0 = blockIdx.y * kRows;
   const int nk = min(kRows, s.T - k0);
   const int64_t row0 = int64_t(b) * s.T;
   const float scale = 1.0f / sqrtf(float(s.hs)), scale2 = scale * kLog2e;
-  const int64_t do_stride = int64_t(s.NH) * s.hs;
   const int64_t kv_at = (row0 + k0) * s.kv_stride + kvh * s.hs;
-  load_tile<D>(Ks, k + kv_at, s.kv_stride, nk, s.hs, vec);
-  load_tile<D>(Vs, v + kv_at, s.kv_stride, nk, s.hs, vec);
+  fill_tile<D>(Ks, k + kv_at, s.kv_stride, nk, s.hs, vec);
+  fill_tile<D>(Vs, v + kv_at, s.kv_stride, nk, s.hs, vec);
+  // The (head, query tile) pairs in order: each query head of the KV head,
+  // and for each the query tiles from the diagonal on.
+  int h = kvh * group, q0 = k0;
+  fill_query_tiles<D>(QdO, QdO + T_, rows, rows + kCols, q, dob, lse, Dg, s, b, h, q0, vec);
+  cp_async_commit();
   const int r0 = warp * 16, j_lo = k0 + r0 + g;  // the lane's keys j_lo and j_lo + 8
 
   float dk_acc[D / 8][4], dv_acc[D / 8][4];
@@ -477,39 +561,46 @@ __global__ void __launch_bounds__(kThreads)
   for (int nd = 0; nd < D / 8; ++nd)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk_acc[nd][e] = dv_acc[nd][e] = 0.0f;
-  for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
-    const int64_t bh = int64_t(b) * s.NH + h;
-    for (int q0 = k0; q0 < s.T; q0 += kCols) {
-      const int nq = min(kCols, s.T - q0);
-      __syncthreads();  // the previous tile's Q, dO, lse and D are consumed
-      const int64_t q_at = (row0 + q0) * s.q_stride + h * s.hs;
-      load_tile<D>(Qs, q + q_at, s.q_stride, nq, s.hs, vec);
-      load_tile<D>(dOs, dob + (row0 + q0) * do_stride + h * s.hs, do_stride, nq, s.hs, vec);
-      for (int c = threadIdx.x; c < kCols; c += kThreads) {
-        lse_s[c] = c < nq ? lse[bh * s.T + q0 + c] * kLog2e : 0.0f;
-        Ds[c] = c < nq ? Dg[bh * s.T + q0 + c] : 0.0f;
-      }
-      __syncthreads();
-      float sc[8][4], dp[8][4];
-      scores<D, false>(sc, Ks, r0, Qs, lane);  // S^T: the warp's keys x the tile's queries
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int c = j * 8 + 2 * t + (e & 1), i = q0 + c, key = j_lo + 8 * (e >> 1);
-          sc[j][e] = i >= key && i < s.T ? exp2f(sc[j][e] * scale2 - lse_s[c]) : 0.0f;  // P^T
-        }
-      accumulate<D, false>(dv_acc, sc, dOs, lane);
-      scores<D, false>(dp, Vs, r0, dOs, lane);  // dP^T
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int c = j * 8 + 2 * t + (e & 1);
-          dp[j][e] = sc[j][e] * (dp[j][e] - Ds[c]);  // dS^T
-        }
-      accumulate<D, false>(dk_acc, dp, Qs, lane);
+  for (int st = 0;; st ^= 1) {
+    const uint16_t* Qs = QdO + 2 * st * T_;
+    const uint16_t* dOs = Qs + T_;
+    const float* lse_s = rows + 2 * st * kCols;
+    const float* Ds = lse_s + kCols;
+    int h_next = h, q_next = q0 + kCols;
+    if (q_next >= s.T) ++h_next, q_next = k0;
+    const bool more = h_next < (kvh + 1) * group;
+    cp_async_wait_all();
+    __syncthreads();  // this pair's tiles are the block's; the other stage's are consumed
+    if (more) {
+      uint16_t* next = QdO + 2 * (st ^ 1) * T_;
+      float* next_rows = rows + 2 * (st ^ 1) * kCols;
+      fill_query_tiles<D>(next, next + T_, next_rows, next_rows + kCols, q, dob, lse, Dg, s, b,
+                          h_next, q_next, vec);
     }
+    cp_async_commit();
+    float sc[8][4], dp[8][4];
+    scores<D, false>(sc, Ks, r0, Qs, lane);  // S^T: the warp's keys x the tile's queries
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = j * 8 + 2 * t + (e & 1), i = q0 + c, key = j_lo + 8 * (e >> 1);
+        sc[j][e] =
+            i >= key && i < s.T ? exp2f(sc[j][e] * scale2 - lse_s[c] * kLog2e) : 0.0f;  // P^T
+      }
+    accumulate<D, false>(dv_acc, sc, dOs, lane);
+    scores<D, false>(dp, Vs, r0, dOs, lane);  // dP^T
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = j * 8 + 2 * t + (e & 1);
+        dp[j][e] = sc[j][e] * (dp[j][e] - Ds[c]);  // dS^T
+      }
+    accumulate<D, false>(dk_acc, dp, Qs, lane);
+    q0 += kCols;
+    if (q0 >= s.T) ++h, q0 = k0;
+    if (h >= (kvh + 1) * group) break;
   }
   store_rows<D>(dk + kv_at, s.kv_stride, dk_acc, r0, nk, s.hs, scale, scale, g, t);
   store_rows<D>(dv + kv_at, s.kv_stride, dv_acc, r0, nk, s.hs, 1.0f, 1.0f, g, t);

@@ -23,7 +23,7 @@ unsigned tiles(int T) { return unsigned((T + kRows - 1) / kRows); }
 template <int D>
 void forward_launch(float* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
                     const ops::AttentionShape& s, cudaStream_t stream) {
-  const size_t bytes = shared_bytes<D>(3, 0);
+  const size_t bytes = shared_bytes<D>(5, 0);
   allow_shared<forward_kernel<D>>(bytes, "attention_forward (tensor cores)");
   DENDRITE_LAUNCH(dim3(unsigned(s.B * s.NH), tiles(s.T)), kThreads, bytes, stream,
                   forward_kernel<D>)(

@@ -139,9 +139,9 @@ struct Tile {
   static constexpr int elems = kRows * ld;  // one [64][D + 8] tile
   static constexpr int bytes = elems * 2;
 };
-// Forward: Q, K, V tiles. dq: Q, dO, then two stages of K and V. dk/dv: K,
-// V, two stages of Q and dO, then two stages of lse and D of the query tile
-// (4 x 64 floats).
+// Forward: Q, then two stages of K and V. dq: Q, dO, then two stages of K
+// and V. dk/dv: K, V, two stages of Q and dO, then two stages of lse and D
+// of the query tile (4 x 64 floats).
 template <int D>
 constexpr size_t shared_bytes(int tiles, int floats) {
   return size_t(tiles) * Tile<D>::bytes + size_t(floats) * 4;
@@ -399,8 +399,7 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int T_ = Tile<D>::elems;
   DENDRITE_DYNAMIC_SHARED(uint4, smem4);
   uint16_t* Qs = reinterpret_cast<uint16_t*>(smem4);
-  uint16_t* Ks = Qs + T_;
-  uint16_t* Vs = Ks + T_;
+  uint16_t* KV = Qs + T_;  // two stages of K then V tiles: stage st at KV + 2 st T_
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int bh = blockIdx.x, b = bh / s.NH, h = bh % s.NH, kvh = h / (s.NH / s.NKV);
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kRows;
@@ -408,17 +407,24 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t row0 = int64_t(b) * s.T;
   const float scale2 = kLog2e / sqrtf(float(s.hs));  // scores in log2 units
   fill_tile<D>(Qs, q + (row0 + q0) * s.q_stride + h * s.hs, s.q_stride, nq, s.hs, vec);
+  fill_kv_tiles<D>(KV, KV + T_, k, v, s, row0, 0, kvh, vec);
+  cp_async_commit();
 
   float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int nd = 0; nd < D / 8; ++nd) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.0f;
   const int i_lo = q0 + warp * 16 + g;  // the lane's query rows i_lo and i_lo + 8
-  for (int k0 = 0; k0 < q0 + nq; k0 += kCols) {
-    __syncthreads();  // the previous tile's K and V are consumed
-    fill_kv_tiles<D>(Ks, Vs, k, v, s, row0, k0, kvh, vec);
-    cp_async_commit();
+  const int end = q0 + nq;              // keys before the block's last query + 1
+  for (int k0 = 0, st = 0; k0 < end; k0 += kCols, st ^= 1) {
+    const uint16_t* Ks = KV + 2 * st * T_;
+    const uint16_t* Vs = Ks + T_;
     cp_async_wait_all();
-    __syncthreads();
+    __syncthreads();  // this tile is the block's; the other stage's is consumed
+    if (k0 + kCols < end) {
+      uint16_t* next = KV + 2 * (st ^ 1) * T_;
+      fill_kv_tiles<D>(next, next + T_, k, v, s, row0, k0 + kCols, kvh, vec);
+    }
+    cp_async_commit();
     float sc[8][4];
     scores<D, true>(sc, Qs, warp * 16, Ks, lane);
     // Keys after the query are masked; key 0 is in the first tile, so the

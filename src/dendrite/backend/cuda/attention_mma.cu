@@ -1,9 +1,11 @@
 // Launches of the tensor-core attention kernels (flash_mma.cuh) for bf16
-// operands: one block of 4 warps per (b, head) and tile of 64 rows; dynamic
-// shared memory for the bf16 tiles (past 48 KB for head sizes over 64, which
-// allow_shared permits once per device). The backward's pre-pass runs a warp
-// per (row, head), 4 to a block: hs is at most 128, so a warp's lanes take
-// at most 4 columns each and the grid has enough warps to fill the GPU.
+// operands: one block of 4 warps per (b, head) and tile of 64 rows (16 rows
+// a warp, the height of an mma tile); dynamic shared memory for the bf16
+// tiles, with two stages of the tiles a loop walks (46-105 KB: past the
+// default 48 KB for all but the forward at D = 64, which allow_shared
+// permits once per device). The backward's pre-pass runs a warp per (row,
+// head), 4 to a block: hs is at most 128, so a warp's lanes take at most 4
+// columns each and the grid has enough warps to fill the GPU.
 #include <cuda_runtime.h>
 
 #include "dendrite/backend/cuda/common.cuh"

@@ -315,7 +315,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int nd = 0; nd < D / 8; ++nd) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.0f;
   const int i_lo = q0 + warp * 16 + g;  // the lane's query rows i_lo and i_lo + 8
-  const int end = q0 + nq;              // keys before the block's last query + 1
+  const int end = q0 + nq;              // keys 0 .. end - 1 reach the block's queries
   for (int k0 = 0, st = 0; k0 < end; k0 += kCols, st ^= 1) {
     const uint16_t* Ks = KV + 2 * st * T_;
     const uint16_t* Vs = Ks + T_;
@@ -403,7 +403,7 @@ __global__ void __launch_bounds__(kThreads)
   float acc[D / 8][4];
 #pragma unroll
   for (int nd = 0; nd < D / 8; ++nd) acc[nd][0] = acc[nd][1] = acc[nd][2] = acc[nd][3] = 0.0f;
-  const int end = q0 + nq;  // keys before the block's last query + 1
+  const int end = q0 + nq;  // keys 0 .. end - 1 reach the block's queries
   for (int k0 = 0, st = 0; k0 < end; k0 += kCols, st ^= 1) {
     const uint16_t* Ks = KV + 2 * st * T_;
     const uint16_t* Vs = Ks + T_;

@@ -138,6 +138,7 @@ struct Scheduler {
   Fiber* current = nullptr;
   int threads = 0, live = 0, at_block = 0;
   bool reverse = false;  // run threads, lanes and blocks from the last (set_reverse_order)
+  uint64_t serial = 0;   // blocks run so far (block_serial)
   uint3 block{};
   dim3 grid, block_dim;
   const std::function<void()>* body = nullptr;
@@ -301,6 +302,7 @@ cudaError_t sticky_error() {
 
 // Runs one block to its end; returns "" or what went wrong.
 std::string run_block(Scheduler& s) {
+  ++s.serial;
   s.ready.clear();
   s.head = 0;
   for (int t = 0; t < s.threads; ++t) {
@@ -340,6 +342,8 @@ const uint3& block_idx() { return sched().block; }
 const dim3& grid_dim() { return sched().grid; }
 const dim3& block_dim() { return sched().block_dim; }
 void* dynamic_shared() { return sched().shared.data(); }
+size_t dynamic_shared_bytes() { return sched().shared.size(); }
+uint64_t block_serial() { return sched().serial; }
 int lane() { return sched().current->lane; }
 
 void block_barrier() {

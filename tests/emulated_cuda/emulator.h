@@ -134,6 +134,36 @@ T shuffle_from(unsigned mask, T v, int src) {
 // fp32 in k order.
 void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
 
+// For tile_copies.cpp: the block's dynamic shared memory's size, and a
+// number no other block of the process has had (so that state a thread
+// keeps for its block is not taken for the next block's).
+size_t dynamic_shared_bytes();
+uint64_t block_serial();
+
+// ---- the tensor-core kernels' tile copies (tile_copies.cpp)
+
+// ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16, a warp collective
+// (all 32 lanes): lane l gives `row`, the address of row l % 8 of matrix l / 8
+// (8 b16, 16-byte aligned, in the block's dynamic shared memory; lanes past
+// the matrices' rows give none that is read), and reads it as it arrives,
+// before the other lanes run on. Register m of lane l gets,
+// packed with the lower column in the lower half, row l / 4 at columns
+// 2 (l % 4) and 2 (l % 4) + 1 of matrix m; with `trans`, rows 2 (l % 4) and
+// 2 (l % 4) + 1 of column l / 4 (the matrix transposed). Those are the
+// layouts the PTX ISA gives (and mma m16n8k16 reads).
+void ldmatrix(uint32_t* regs, int matrices, bool trans, const void* row);
+// cp.async.{ca,cg}.shared.global [dst], [src], bytes, src_bytes (bytes 4, 8
+// or 16, both addresses aligned to it): the first src_bytes of src, then
+// zeros. The bytes are read when called and land in dst only at the
+// cp_async_wait that covers their group; until then dst holds poison (0x7f
+// bytes), so a read before the wait shows in the results, and a store into
+// dst meanwhile fails the launch.
+void cp_async(void* dst, const void* src, int bytes, int src_bytes);
+// cp.async.commit_group: the thread's copies since the last commit become a group.
+void cp_async_commit();
+// cp.async.wait_group n: the thread's groups but the newest n land.
+void cp_async_wait(int n);
+
 // The settings tests make of the emulated device: emulated_backend.h.
 
 }  // namespace emu

@@ -675,11 +675,20 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
   backward_any(dq, dk, dv, dout, out, lse, q, k, v, s, stream);
 }
 
+size_t attention_backward_scratch_bytes(const ops::AttentionShape& s) {
+  return flash::backward_scratch_bytes(s);
+}
+
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const bf16* out,
                         const float* lse, const bf16* q, const bf16* k, const bf16* v,
-                        const ops::AttentionShape& s, cudaStream_t stream) {
+                        const ops::AttentionShape& s, void* scratch, size_t scratch_bytes,
+                        cudaStream_t stream) {
   check_shape(s, "attention_backward");
-  flash::backward(dq, dk, dv, dout, out, lse, q, k, v, s, stream);
+  DENDRITE_CHECK(scratch_bytes >= flash::backward_scratch_bytes(s),
+                 "attention_backward: the scratch holds ", scratch_bytes, " bytes; B=", s.B,
+                 " T=", s.T, " NH=", s.NH, " hs=", s.hs, " need ",
+                 flash::backward_scratch_bytes(s), " (attention_backward_scratch_bytes)");
+  flash::backward(dq, dk, dv, dout, out, lse, q, k, v, s, scratch, stream);
 }
 
 void attention_cached(float* out, const float* q, const float* k_new, const float* v_new,

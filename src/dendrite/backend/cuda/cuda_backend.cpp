@@ -106,6 +106,7 @@ class CudaBackend final : public Backend {
     cudaStreamSynchronize(stream_);
     transports_.clear();
     if (scratch_) cudaFree(scratch_);
+    if (attention_scratch_) cudaFree(attention_scratch_);
     gemm_.reset();
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
     cudaStreamDestroy(stream_);
@@ -352,10 +353,27 @@ class CudaBackend final : public Backend {
                           const float* lse, Operand q, Operand k, Operand v,
                           const ops::AttentionShape& s) override {
     if (both_bf16(q, k, "attention_backward") && both_bf16(v, out, "attention_backward") &&
-        both_bf16(q, v, "attention_backward"))
-      cuda::attention_backward(dq, dk, dv, dout, out.b16, lse, q.b16, k.b16, v.b16, s, stream_);
-    else
+        both_bf16(q, v, "attention_backward")) {
+      void* scratch = attention_scratch(s);
+      cuda::attention_backward(dq, dk, dv, dout, out.b16, lse, q.b16, k.b16, v.b16, s, scratch,
+                               attention_scratch_bytes_, stream_);
+    } else {
       cuda::attention_backward(dq, dk, dv, dout, out.f32, lse, q.f32, k.f32, v.f32, s, stream_);
+    }
+  }
+  // The bf16 backward's scratch, made at its first call and grown only for a
+  // larger shape (a run's shape is fixed, so once).
+  void* attention_scratch(const ops::AttentionShape& s) {
+    const size_t need = cuda::attention_backward_scratch_bytes(s);
+    if (need > attention_scratch_bytes_) {
+      release(attention_scratch_);
+      attention_scratch_ = nullptr;
+      attention_scratch_bytes_ = 0;
+      AllocationPurpose purpose("the attention backward's scratch (dO in bf16, rowsum(dO * O))");
+      attention_scratch_ = allocate(need);
+      attention_scratch_bytes_ = need;
+    }
+    return attention_scratch_;
   }
   void attention_cached(float* out, const float* q, const float* k_new, const float* v_new,
                         float* k_cache, float* v_cache,
@@ -529,6 +547,8 @@ class CudaBackend final : public Backend {
   uint64_t issued_ = 0;
   std::unique_ptr<cuda::Gemm> gemm_;
   void* scratch_ = nullptr;
+  void* attention_scratch_ = nullptr;
+  size_t attention_scratch_bytes_ = 0;
   std::vector<std::pair<void*, size_t>> sizes_;  // live allocations
   size_t allocated_ = 0, peak_ = 0;
   std::vector<std::unique_ptr<Communicator>> transports_;

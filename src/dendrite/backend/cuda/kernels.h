@@ -79,9 +79,14 @@ void attention_forward(float* out, float* lse, const bf16* q, const bf16* k, con
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
                         const float* lse, const float* q, const float* k, const float* v,
                         const ops::AttentionShape& s, cudaStream_t stream);
+// The bf16 backward's scratch: dO rounded to bf16 and D = rowsum(dO * O),
+// written by its pre-pass and read by its two kernels; device memory of at
+// least attention_backward_scratch_bytes(s) bytes, 256-byte aligned.
+size_t attention_backward_scratch_bytes(const ops::AttentionShape& s);
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const bf16* out,
                         const float* lse, const bf16* q, const bf16* k, const bf16* v,
-                        const ops::AttentionShape& s, cudaStream_t stream);
+                        const ops::AttentionShape& s, void* scratch, size_t scratch_bytes,
+                        cudaStream_t stream);
 void attention_cached(float* out, const float* q, const float* k_new, const float* v_new,
                       float* k_cache, float* v_cache, const ops::CachedAttentionShape& s,
                       cudaStream_t stream);

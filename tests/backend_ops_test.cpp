@@ -523,6 +523,58 @@ TEST_P(BackendOps, EmbeddingsInRangesChunksAndPositions) {
   expect_close(cdw, dwte, 1e-6, "embedding backward in chunks");
 }
 
+// The table forms of the optimizer ops (one launch on a GPU) against the
+// oracle, over tensors with gaps between them, offsets not a multiple of 4,
+// sizes from 1 up to several of the GPU's blocks, and a bf16 copy that ends
+// between two tensors; values outside the tensors are left alone.
+TEST_P(BackendOps, OptimizerOpsOverATableOfTensors) {
+  std::vector<ops::FlatTensor> table = {
+      {0, 1000, 0, 1}, {1003, 5, 0, 0}, {1010, 2900, 0, 1}, {3911, 1, 0, 0}, {3920, 1200, 0, 1}};
+  const int count = int(table.size());
+  const int64_t values = ops::number_tensors(table.data(), count), n = 5200;
+  const int64_t low_count = 3911;  // the bf16 copy: the first three tensors
+  const Vf p = randn(n, 41), g = randn(n, 42), m0 = randn(n, 43, 0.1), v0 = randn(n, 44, 0.0, 0.01);
+  Vf v0abs(v0);
+  for (float& x : v0abs) x = std::fabs(x);
+  Buffer<ops::FlatTensor> Table = put(table);
+  Buffer<float> G = put(g);
+  Buffer<double> Total = zeros<double>(1);
+  be().sum_squares_tensors(Total.data(), G.data(), Table.data(), count, values);
+  const double want = ref::sum_squares_tensors(to_d(g).data(), table.data(), count);
+  const double got = get(Total)[0];
+  EXPECT_NEAR(got, want, 1e-12 * want);
+  if (!GetParam().emulated &&
+      GetParam().device == Device::kCpu) {  // tensor by tensor: the same bits
+    double by_tensor = 0.0;
+    for (const ops::FlatTensor& t : table) by_tensor += be().sum_squares(G.data() + t.offset, t.n);
+    EXPECT_EQ(got, by_tensor);
+  }
+  const ops::AdamWConfig c{0.9f, 0.95f, 1e-8f, 0.1f};
+  Vd pd = to_d(p), gd = to_d(g), md = to_d(m0), vd = to_d(v0abs);
+  for (double& x : gd) x *= 0.5;  // the grad_scale
+  ref::adamw_step_tensors(pd.data(), gd.data(), md.data(), vd.data(), table.data(), count, 3e-4, 3,
+                          c);
+  Buffer<float> P = put(p), M = put(m0), V = put(v0abs);
+  Buffer<bf16> Low = zeros<bf16>(n);
+  be().adamw_update_tensors(P.data(), G.data(), M.data(), V.data(), Table.data(), count, values,
+                            3e-4f, 3, c, 0.5f, Low.data(), low_count);
+  const Vf got_p = get(P);
+  expect_close(got_p, pd, 1e-6, "adamw over a table: params");
+  expect_close(get(M), md, 1e-6, "adamw over a table: m");
+  expect_close(get(V), vd, 1e-6, "adamw over a table: v");
+  const Vb low = get(Low);
+  std::vector<bool> inside(n, false);
+  for (const ops::FlatTensor& t : table)
+    for (int64_t i = t.offset; i < t.offset + t.n; ++i) inside[i] = true;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!inside[i]) {
+      ASSERT_EQ(got_p[i], p[i]) << "value " << i << " outside the tensors changed";
+    }
+    const uint16_t want_low = inside[i] && i < low_count ? to_bf16(got_p[i]).bits : 0;
+    ASSERT_EQ(low[i].bits, want_low) << "bf16 copy " << i;
+  }
+}
+
 TEST_P(BackendOps, AdamWWithItsBf16CopyAndTheDataOps) {
   const long n = 3000;
   const Vf p = randn(n, 27), g = randn(n, 28), m0 = randn(n, 29, 0.1), v0 = randn(n, 30, 0.0, 0.01);

@@ -190,6 +190,15 @@ class Backend : public Allocator {
                             bf16* param_bf16) = 0;
   virtual double sum_squares(const float* g, long n) = 0;
   virtual void scale(float* g, float s, long n) = 0;
+  // Over a table of tensors (in this backend's memory) numbered by
+  // ops::number_tensors, which returned `values`: the squared norm into *total (this backend's
+  // memory; no host sync), and AdamW in one pass (one launch on a GPU).
+  virtual void sum_squares_tensors(double* total, const float* base, const ops::FlatTensor* table,
+                                   int count, int64_t values) = 0;
+  virtual void adamw_update_tensors(float* param, const float* grad, float* m, float* v,
+                                    const ops::FlatTensor* table, int count, int64_t values,
+                                    float lr, int step, const ops::AdamWConfig& c, float grad_scale,
+                                    bf16* low, int64_t low_count) = 0;
 
   // ---- data movement (ops/tensor.h) ----
   virtual void fill(float* x, float value, int64_t n) = 0;

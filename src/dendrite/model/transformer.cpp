@@ -171,6 +171,9 @@ void Transformer::build_layers() {
   const ParamSpec& head = cfg_.tied_embeddings() ? *spec("tok_emb") : *spec("lm_head");
   head_ = VocabCrossEntropy(grid_, be_, head, cfg_.vocab_size, 256);
   find_gradient_ranges();
+  norm_tensors_ = make_tensor_table(be_, table_, /*norm_only=*/true);
+  AllocationPurpose totals("the step's loss and gradient norm");
+  totals_ = be_.alloc<double>(1);
 }
 
 void Transformer::find_gradient_ranges() {

@@ -116,8 +116,9 @@ class Transformer {
   // The same global loss, no gradients.
   double forward_loss(const int32_t* inputs, const int32_t* targets, const float* weights,
                       double denominator, int B, int T);
-  // Global L2 norm of the gradients, each value counted once.
-  double grad_norm() const;
+  // Global L2 norm of the gradients, each value counted once: one reduction
+  // over this rank's gradient tensors on the device, one read.
+  double grad_norm();
   // The logits below are written to host memory.
   // logits [B_loc*T, V] of this rank's rows (on every rank of the X and Y axes).
   void logits(const int32_t* inputs, int B, int T, float* out);
@@ -253,6 +254,10 @@ class Transformer {
   // bf16 precision: the final norm's output and the gradients that feed GEMMs.
   Buffer<bf16> normf_h_, dres_h_, dq_h_, dk_h_, dv_h_, dup_h_, dgate_h_;
   Buffer<double> sums_;
+  // The gradient tensors this rank counts in the norm, and the device sums
+  // of a step that the host reads: the squared norm of those tensors.
+  TensorTable norm_tensors_;
+  Buffer<double> totals_;
   Buffer<int32_t> tokens_, targets_;  // [m]: this rank's token ids and targets
   Buffer<float> weights_;             // [m]: the loss weights, when given
   Buffer<float> recompute_out_;  // [m, C/Gx]: where a recomputed layer writes its output

@@ -315,10 +315,11 @@ double Transformer::forward_loss(const int32_t* inputs, const int32_t* targets,
   return global_sum(loss);
 }
 
-double Transformer::grad_norm() const {
+double Transformer::grad_norm() {
+  const TensorTable& t = norm_tensors_;
+  be_.sum_squares_tensors(totals_.data(), grads_->data(), t.table.data(), t.count, t.values);
   double local = 0;
-  for (const ParamSpec& s : table_.specs())
-    if (table_.counts_in_norm(s)) local += be_.sum_squares(grads_->data() + s.offset, s.numel);
+  be_.download(&local, totals_.data(), sizeof local);
   grid_.X().all_reduce(&local, 1);
   grid_.Y().all_reduce(&local, 1);
   grid_.Z().all_reduce(&local, 1);

@@ -245,6 +245,17 @@ class CpuBackend final : public Backend {
   }
   double sum_squares(const float* g, long n) override { return ops::sum_squares(g, n); }
   void scale(float* g, float s, long n) override { ops::scale(g, s, n); }
+  void sum_squares_tensors(double* total, const float* base, const ops::FlatTensor* table,
+                           int count, int64_t) override {
+    ops::sum_squares_tensors(total, base, table, count);
+  }
+  void adamw_update_tensors(float* param, const float* grad, float* m, float* v,
+                            const ops::FlatTensor* table, int count, int64_t, float lr, int step,
+                            const ops::AdamWConfig& c, float grad_scale, bf16* low,
+                            int64_t low_count) override {
+    ops::adamw_update_tensors(param, grad, m, v, table, count, lr, step, c, grad_scale, low,
+                              low_count);
+  }
 
   // ---- data movement ----
   void fill(float* x, float value, int64_t n) override { ops::fill(x, value, n); }

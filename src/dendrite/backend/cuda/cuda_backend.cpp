@@ -436,6 +436,17 @@ class CudaBackend final : public Backend {
     return cuda::sum_squares(g, n, scratch_, stream_);
   }
   void scale(float* g, float s, long n) override { cuda::scale(g, s, n, stream_); }
+  void sum_squares_tensors(double* total, const float* base, const ops::FlatTensor* table,
+                           int count, int64_t values) override {
+    cuda::sum_squares_tensors(total, base, table, count, values, scratch_, stream_);
+  }
+  void adamw_update_tensors(float* param, const float* grad, float* m, float* v,
+                            const ops::FlatTensor* table, int count, int64_t values, float lr,
+                            int step, const ops::AdamWConfig& c, float grad_scale, bf16* low,
+                            int64_t low_count) override {
+    cuda::adamw_update_tensors(param, grad, m, v, table, count, values, lr, step, c, grad_scale,
+                               low, low_count, stream_);
+  }
 
   // ---- data movement ----
   void fill(float* x, float value, int64_t n) override { cuda::fill(x, value, n, stream_); }

@@ -449,8 +449,14 @@ TEST_P(BackendOps, CrossEntropyPiecesMatchTheSoftmaxLoss) {
     std::copy(sv.begin(), sv.end(), gathered.begin() + p * rows * 2);
   }
   Buffer<float> Ga = put(gathered), Lse = zeros<float>(rows);
-  const double got = be().ce_combine(Lse.data(), Ga.data(), Wt.data(), rows, 2) / denom;
+  // The loss is added to an accumulator in the backend's memory: twice here.
+  const double before = 7.25;
+  Buffer<double> Total = put(std::vector<double>{before});
+  be().ce_combine(Lse.data(), Ga.data(), Wt.data(), rows, 2, Total.data());
+  const double got = (get(Total)[0] - before) / denom;
   EXPECT_NEAR(got, loss, 1e-5 * std::fabs(loss));
+  be().ce_combine(Lse.data(), Ga.data(), Wt.data(), rows, 2, Total.data());
+  EXPECT_NEAR((get(Total)[0] - before) / denom, 2 * loss, 2e-5 * std::fabs(loss));
   for (int p = 0; p < 2; ++p) {
     be().ce_dlogits(parts[p].data(), Lse.data(), Tg.data(), Wt.data(), denom, rows, 32, p * 32, V);
     const Vf d = get(parts[p]);

@@ -164,9 +164,15 @@ class Backend : public Allocator {
   // ---- the vocabulary-parallel loss (ops/cross_entropy.h) ----
   virtual void ce_local_stats(float* stats, const float* logits, const int32_t* targets,
                               const float* weight, int rows, int Vloc, int v0, int V) = 0;
-  // Returns the summed weighted loss to the host.
-  virtual double ce_combine(float* lse, const float* gathered, const float* weight, int rows,
-                            int parts) = 0;
+  // Adds the summed weighted loss to *total (this backend's memory).
+  virtual void ce_combine(float* lse, const float* gathered, const float* weight, int rows,
+                          int parts, double* total) = 0;
+  // Rows of the LM head's chunks (ops/cross_entropy.h) whose buffers take
+  // bytes_per_row each: 256 on the CPU; on a GPU, thousands, as its memory allows.
+  virtual int lm_head_chunk_rows(int64_t bytes_per_row) const {
+    (void)bytes_per_row;
+    return 256;
+  }
   virtual void ce_dlogits(float* logits, const float* lse, const int32_t* targets,
                           const float* weight, double denominator, int rows, int Vloc, int v0,
                           int V) = 0;

@@ -195,9 +195,9 @@ class CpuBackend final : public Backend {
                       const float* weight, int rows, int Vloc, int v0, int V) override {
     ops::ce_local_stats(stats, logits, targets, weight, rows, Vloc, v0, V);
   }
-  double ce_combine(float* lse, const float* gathered, const float* weight, int rows,
-                    int parts) override {
-    return ops::ce_combine(lse, gathered, weight, rows, parts);
+  void ce_combine(float* lse, const float* gathered, const float* weight, int rows, int parts,
+                  double* total) override {
+    ops::ce_combine(lse, gathered, weight, rows, parts, total);
   }
   void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const float* weight,
                   double denominator, int rows, int Vloc, int v0, int V) override {

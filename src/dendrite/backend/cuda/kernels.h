@@ -118,8 +118,8 @@ void position_backward(float* dwpe, const float* dout, int m, int T, int C, cuda
 // ---- the vocabulary-parallel loss (cross_entropy.cu) ----
 void ce_local_stats(float* stats, const float* logits, const int32_t* targets, const float* weight,
                     int rows, int Vloc, int v0, int V, cudaStream_t stream);
-double ce_combine(float* lse, const float* gathered, const float* weight, int rows, int parts,
-                  void* scratch, cudaStream_t stream);
+void ce_combine(float* lse, const float* gathered, const float* weight, int rows, int parts,
+                double* total, cudaStream_t stream);
 void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const float* weight,
                 double denominator, int rows, int Vloc, int v0, int V, cudaStream_t stream);
 

@@ -529,6 +529,38 @@ TEST_P(BackendOps, EmbeddingsInRangesChunksAndPositions) {
   expect_close(cdw, dwte, 1e-6, "embedding backward in chunks");
 }
 
+// An upload returns before the device has the bytes (CUDA: through a pinned
+// ring, no wait): the host may write its buffer again at once. On the
+// emulator the device's stream runs late, so a part of the ring written again
+// before its copy ran would reach the device; the uploads wrap the ring
+// several times.
+TEST_P(BackendOps, UploadsLeaveTheHostBufferFreeAtOnce) {
+  std::unique_ptr<Backend> late;
+  if (GetParam().emulated) {
+    emu::set_streams(emu::Streams::kComputeLate);
+    BackendOptions o;
+    o.tf32 = false;
+    late = make_emulated_cuda_backend(o);
+    emu::set_streams(emu::Streams::kAtOnce);
+  }
+  Backend& b = late ? *late : be();
+  const int uploads = 12;
+  const size_t n = size_t(3) << 18;  // 3 MiB of int32 each
+  std::vector<Buffer<int32_t>> device;
+  std::vector<int32_t> host(n);
+  for (int u = 0; u < uploads; ++u) {
+    for (size_t i = 0; i < n; ++i) host[i] = int32_t(u * 1000003 + i);
+    device.push_back(b.alloc<int32_t>(int64_t(n)));
+    b.upload(device.back().data(), host.data(), n * sizeof(int32_t));
+  }
+  std::fill(host.begin(), host.end(), -1);
+  for (int u = 0; u < uploads; ++u) {
+    b.download(host.data(), device[u].data(), n * sizeof(int32_t));
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_EQ(host[i], int32_t(u * 1000003 + i)) << "upload " << u << ", value " << i;
+  }
+}
+
 // The table forms of the optimizer ops (one launch on a GPU) against the
 // oracle, over tensors with gaps between them, offsets not a multiple of 4,
 // sizes from 1 up to several of the GPU's blocks, and a bf16 copy that ends

@@ -17,6 +17,7 @@
 #include "dendrite/backend/backend.h"
 #include "dendrite/backend/cuda/gemm.h"
 #include "dendrite/backend/cuda/kernels.h"
+#include "dendrite/backend/cuda/pinned_staging.h"
 #include "dendrite/backend/cuda/staged_communicator.h"
 #ifdef DENDRITE_HAVE_NCCL
 #include "dendrite/comm/nccl/nccl_communicator.h"
@@ -101,9 +102,11 @@ class CudaBackend final : public Backend {
     allocated_ = peak_ = gemm_->workspace_bytes();  // counted with what the run holds
     tf32_ = o.tf32;
     scratch_ = allocate(cuda::kScratchBytes);
+    staging_ = std::make_unique<cuda::PinnedStaging>(kStagingBytes);
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
+    staging_.reset();
     transports_.clear();
     if (scratch_) cudaFree(scratch_);
     gemm_.reset();
@@ -194,8 +197,10 @@ class CudaBackend final : public Backend {
   std::unique_ptr<SharedArray> allocate_shared(Communicator&, int64_t n, DType t) override {
     return std::make_unique<DeviceArray>(*this, n, t);
   }
+  // Through the pinned ring: no wait (a step's ids and weights); larger ones
+  // (parameters at load) from pageable memory, waiting for the copy.
   void upload(void* dst, const void* host, size_t bytes) override {
-    if (!bytes) return;
+    if (!bytes || staging_->upload(dst, host, bytes, stream_)) return;
     check_cuda(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_),
                "cudaMemcpyAsync (upload)");
     synchronize("upload");
@@ -547,6 +552,8 @@ class CudaBackend final : public Backend {
   uint64_t issued_ = 0;
   std::unique_ptr<cuda::Gemm> gemm_;
   void* scratch_ = nullptr;
+  static constexpr size_t kStagingBytes = size_t(8) << 20;
+  std::unique_ptr<cuda::PinnedStaging> staging_;
   std::vector<std::pair<void*, size_t>> sizes_;  // live allocations
   size_t allocated_ = 0, peak_ = 0;
   std::vector<std::unique_ptr<Communicator>> transports_;

@@ -545,8 +545,12 @@ TEST_P(BackendOps, LmHeadChunkRowsFollowTheDevicesMemory) {
     EXPECT_EQ(rows % 256, 0) << row;
     EXPECT_GE(rows, 256) << row;
     EXPECT_LE(rows, 8192) << row;
-    if (rows > 256) EXPECT_LE(int64_t(rows) * row, budget) << row;
-    if (rows < 8192) EXPECT_GT(int64_t(rows + 256) * row, budget) << row;
+    if (rows > 256) {
+      EXPECT_LE(int64_t(rows) * row, budget) << row;
+    }
+    if (rows < 8192) {
+      EXPECT_GT(int64_t(rows + 256) * row, budget) << row;
+    }
   }
   EXPECT_EQ(be().lm_head_chunk_rows(wide), 256);
 }

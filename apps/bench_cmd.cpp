@@ -107,12 +107,14 @@ StepTimes time_steps(const BenchOptions& o, const ModelConfig& mc, Transformer& 
     double loss = 0, norm = 0;
     {
       trace::Scope part("step", "forward and backward");
-      loss = step_gradients(model, in.data(), tg.data(), nullptr, double(count), r.batch, r.seq,
+      step_gradients_unread(model, in.data(), tg.data(), nullptr, double(count), r.batch, r.seq,
                             r.grad_accum);
     }
     {
-      trace::Scope part("step", "gradient norm");
-      norm = model.grad_norm();
+      trace::Scope part("step", "gradient norm");  // and the step's one read of the device
+      model.reduce_grad_norm();
+      const Transformer::StepTotals t = model.read_step_totals();
+      loss = t.loss, norm = t.grad_norm;
     }
     trace::Scope part("step", "optimizer");
     adam.step(model, 1e-4f, AdamW::clip_factor(norm, 1.0));

@@ -57,6 +57,7 @@ struct Record {
   std::vector<double> losses;                     // one per step
   std::vector<std::vector<float>> first_grads;    // global gradient of every tensor, step 1
   std::map<std::string, int64_t> bytes, calls;    // counters of step 1
+  int head_chunk = 0;                             // rows of the LM head's chunks
 };
 
 const char* kKinds[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast"};
@@ -69,6 +70,7 @@ Record train(const ModelConfig& cfg, ProcessGrid& grid, const ModelOptions& opt 
   AdamW adam(model.backend(), model.table(), ops::AdamWConfig{});
   std::vector<int32_t> in(kB * kT), tg(kB * kT);
   Record run;
+  run.head_chunk = model.head_chunk_rows();
   for (int s = 0; s < kSteps; ++s) {
     for (int i = 0; i < kB * kT; ++i) {
       in[i] = int32_t(random_bits(s, 1, i) % cfg.vocab_size);
@@ -133,8 +135,8 @@ void compare(const std::string& what, const ModelConfig& cfg, const GridShape& g
     for (size_t j = 0; j < b.size(); ++j) diff = std::max(diff, double(std::fabs(a[j] - b[j])));
     EXPECT_LE(diff, tol.grad * std::max(max_abs(b), 1e-3 * scale)) << where << ", tensor " << i;
   }
-  Volume v = step_volume(cfg, {g.x, g.y, g.z, g.d}, kB, kT, 256, opt.keep_gathered, opt.recompute,
-                         opt.dp, opt.precision);
+  Volume v = step_volume(cfg, {g.x, g.y, g.z, g.d}, kB, kT, got.head_chunk, opt.keep_gathered,
+                         opt.recompute, opt.dp, opt.precision);
   EXPECT_EQ(got.bytes, v.bytes) << where;
   EXPECT_EQ(got.calls, v.calls) << where;
 }

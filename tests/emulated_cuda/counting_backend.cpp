@@ -258,10 +258,13 @@ class CountingBackend final : public Backend {
                                {{"rows", double(rows)}, {"Vloc", double(Vloc)}, {"V", double(V)}});
     inner_->ce_local_stats(stats, logits, targets, weight, rows, Vloc, v0, V);
   }
-  double ce_combine(float* lse, const float* gathered, const float* weight, int rows,
-                    int parts) override {
+  void ce_combine(float* lse, const float* gathered, const float* weight, int rows, int parts,
+                  double* total) override {
     const counters::OpScope op("ce_combine", {{"rows", double(rows)}, {"parts", double(parts)}});
-    return inner_->ce_combine(lse, gathered, weight, rows, parts);
+    inner_->ce_combine(lse, gathered, weight, rows, parts, total);
+  }
+  int lm_head_chunk_rows(int64_t bytes_per_row) const override {
+    return inner_->lm_head_chunk_rows(bytes_per_row);
   }
   void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const float* weight,
                   double denominator, int rows, int Vloc, int v0, int V) override {
@@ -318,6 +321,22 @@ class CountingBackend final : public Backend {
         "adamw_update",
         {{"n", double(n)}, {"decay", double(decay)}, {"bf16_copy", double(param_bf16 != nullptr)}});
     inner_->adamw_update(param, grad, m, v, n, lr, step, decay, c, grad_scale, param_bf16);
+  }
+  void sum_squares_tensors(double* total, const float* base, const ops::FlatTensor* table,
+                           int count, int64_t values) override {
+    const counters::OpScope op("sum_squares_tensors",
+                               {{"tensors", double(count)}, {"n", double(values)}});
+    inner_->sum_squares_tensors(total, base, table, count, values);
+  }
+  void adamw_update_tensors(float* param, const float* grad, float* m, float* v,
+                            const ops::FlatTensor* table, int count, int64_t values, float lr,
+                            int step, const ops::AdamWConfig& c, float grad_scale, bf16* low,
+                            int64_t low_count) override {
+    const counters::OpScope op("adamw_update_tensors", {{"tensors", double(count)},
+                                                        {"n", double(values)},
+                                                        {"bf16_copy", double(low_count)}});
+    inner_->adamw_update_tensors(param, grad, m, v, table, count, values, lr, step, c, grad_scale,
+                                 low, low_count);
   }
   double sum_squares(const float* g, long n) override {
     const counters::OpScope op("sum_squares", {{"n", double(n)}});

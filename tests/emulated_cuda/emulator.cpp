@@ -266,6 +266,7 @@ struct Runtime {
   std::mutex launch;                        // one launch at a time
   std::mutex memory;                        // guards the rest
   std::map<uintptr_t, size_t> allocations;  // device memory: start -> bytes
+  std::map<uintptr_t, size_t> pinned;       // pinned host memory: start -> bytes
   size_t used = 0, capacity = size_t(4) << 30;
   int devices = 1;  // GPUs the machine shows (one memory serves them all)
   std::map<const void*, size_t> shared_limit;  // cudaFuncAttributeMaxDynamicSharedMemorySize
@@ -704,15 +705,16 @@ void carries_collectives(EmulatedStream* s) {
 namespace {
 
 // Whether [p, p + bytes) lies inside one device allocation.
-bool on_device(const void* p, size_t bytes) {
+bool within(const std::map<uintptr_t, size_t>& a, const void* p, size_t bytes) {
   std::lock_guard<std::mutex> lock(emu::rt().memory);
-  auto& a = emu::rt().allocations;
   const auto u = reinterpret_cast<uintptr_t>(p);
   auto it = a.upper_bound(u);
   if (it == a.begin()) return false;
   --it;
   return u >= it->first && u + bytes <= it->first + it->second;
 }
+bool on_device(const void* p, size_t bytes) { return within(emu::rt().allocations, p, bytes); }
+bool pinned(const void* p, size_t bytes) { return within(emu::rt().pinned, p, bytes); }
 
 // What a synchronisation returns: a stream's failure, else the thread's last error.
 cudaError_t synchronised() {
@@ -810,6 +812,27 @@ cudaError_t cudaFree(void* p) {
   std::free(p);
   return cudaSuccess;
 }
+// Pinned host memory: a copy from it reads it when the copy runs, as a GPU's
+// does, so a buffer written again before its copy has run is caught.
+cudaError_t cudaMallocHost(void** p, size_t bytes) {
+  if (posix_memalign(p, 256, std::max<size_t>(bytes, 1)) != 0)
+    return emu::fail(cudaErrorMemoryAllocation, "cudaMallocHost: host allocation failed");
+  std::lock_guard<std::mutex> lock(emu::rt().memory);
+  emu::rt().pinned[reinterpret_cast<uintptr_t>(*p)] = bytes;
+  return cudaSuccess;
+}
+cudaError_t cudaFreeHost(void* p) {
+  if (!p) return cudaSuccess;
+  emu::drain_all();
+  auto& r = emu::rt();
+  std::unique_lock<std::mutex> lock(r.memory);
+  if (r.pinned.erase(reinterpret_cast<uintptr_t>(p)) == 0) {
+    lock.unlock();
+    return emu::fail(cudaErrorInvalidValue, "cudaFreeHost of a pointer not from cudaMallocHost");
+  }
+  std::free(p);
+  return cudaSuccess;
+}
 cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
   std::lock_guard<std::mutex> lock(emu::rt().memory);
   *total = emu::rt().capacity;
@@ -829,9 +852,10 @@ cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s) {
   if (!emu::counters::count_only()) emu::submit(s, [=] { std::memset(p, value, bytes); });
   return cudaSuccess;
 }
-// Host memory is pageable here (the backend pins none), with the GPU's rules
-// for it: a copy from it takes the bytes when called and writes them in the
-// stream's order; a copy to it returns once it has run.
+// Host memory is pageable unless cudaMallocHost made it, with the GPU's rules
+// for it: a copy from pageable memory takes the bytes when called and writes
+// them in the stream's order, one from pinned memory reads them when it runs;
+// a copy to host memory returns once it has run.
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t s) {
   if (!bytes) return cudaSuccess;
@@ -853,6 +877,8 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
     std::memmove(dst, src, bytes);
   } else if (dst_dev && src_dev) {
     if (!emu::counters::count_only()) emu::submit(s, [=] { std::memmove(dst, src, bytes); });
+  } else if (dst_dev && pinned(src, bytes)) {
+    emu::submit(s, [=] { std::memcpy(dst, src, bytes); });
   } else if (dst_dev) {
     const auto* from = static_cast<const unsigned char*>(src);
     auto staged = std::make_shared<std::vector<unsigned char>>(from, from + bytes);

@@ -70,6 +70,14 @@ void adamw_update(float* param, const float* grad, float* m, float* v, long n, f
                   cudaStream_t stream);
 double sum_squares(const float* g, long n, void* scratch, cudaStream_t stream);
 void scale(float* g, float s, long n, cudaStream_t stream);
+// The table forms of ops/optim.h, each one launch (the norm two: block sums,
+// then their sum into *total); values: the sum of the table's n.
+void sum_squares_tensors(double* total, const float* base, const ops::FlatTensor* table, int count,
+                         int64_t values, void* scratch, cudaStream_t stream);
+void adamw_update_tensors(float* param, const float* grad, float* m, float* v,
+                          const ops::FlatTensor* table, int count, int64_t values, float lr,
+                          int step, const ops::AdamWConfig& c, float grad_scale, bf16* low,
+                          int64_t low_count, cudaStream_t stream);
 
 // ---- attention (attention.cu) ----
 void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
@@ -115,8 +123,8 @@ void position_backward(float* dwpe, const float* dout, int m, int T, int C, cuda
 // ---- the vocabulary-parallel loss (cross_entropy.cu) ----
 void ce_local_stats(float* stats, const float* logits, const int32_t* targets, const float* weight,
                     int rows, int Vloc, int v0, int V, cudaStream_t stream);
-double ce_combine(float* lse, const float* gathered, const float* weight, int rows, int parts,
-                  void* scratch, cudaStream_t stream);
+void ce_combine(float* lse, const float* gathered, const float* weight, int rows, int parts,
+                double* total, cudaStream_t stream);
 void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const float* weight,
                 double denominator, int rows, int Vloc, int v0, int V, cudaStream_t stream);
 

@@ -517,9 +517,9 @@ void execute(dim3 grid, dim3 block, size_t shared, const char* name,
       blk.idx = uint3{unsigned(i % grid.x), unsigned(i / grid.x % grid.y),
                       unsigned(i / (uint64_t(grid.x) * grid.y))};
       std::fill(blk.shared.begin(), blk.shared.end(), 0x7f);
-      std::fill(blk.statics.begin(), blk.statics.end(), 0x7f);
+      if (b > 0) std::fill(blk.statics.begin(), blk.statics.end(), 0x7f);  // block 0's: in place
     }
-    if (statics > 0) std::memset(__start_emu_static_shared, 0x7f, statics);  // block 0's
+    if (statics > 0) std::memset(__start_emu_static_shared, 0x7f, statics);
     s.statics_owner = 0;
     const std::string e = run_blocks(s, n);
     if (!e.empty()) {
@@ -551,7 +551,8 @@ bool run(EmulatedStream* stream, dim3 grid, dim3 block, size_t shared, const voi
   size_t limit = kDefaultSharedLimit;
   {
     std::lock_guard<std::mutex> lock(rt().memory);
-    if (auto it = rt().shared_limit.find(kernel); it != rt().shared_limit.end()) limit = it->second;
+    if (auto it = rt().shared_limit.find(kernel); it != rt().shared_limit.end())
+      limit = it->second;
   }
   if (shared > limit)
     return config(std::to_string(shared) + " bytes of dynamic shared memory, past the " +
@@ -806,8 +807,8 @@ const char* cudaGetErrorString(cudaError_t e) {
                      : e == cudaErrorInvalidDevice        ? "invalid device ordinal"
                      : e == cudaErrorNotReady             ? "device not ready"
                      : e == cudaErrorIllegalAddress ? "an illegal memory access was encountered"
-                     : e == cudaErrorLaunchFailure  ? "unspecified launch failure"
-                                                    : "unknown error";
+                     : e == cudaErrorLaunchFailure        ? "unspecified launch failure"
+                                                          : "unknown error";
   text = base;
   std::string detail;
   {

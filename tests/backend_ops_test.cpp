@@ -46,16 +46,20 @@ Vf widened(const Vb& x) {
 
 // Where the ops run: a device's backend, or the CUDA backend on the emulator
 // (reversed: its threads, lanes and blocks run from the last, which exposes
-// a read of what another thread wrote without a barrier between).
+// a read of what another thread wrote without a barrier between; blocks > 1:
+// that many blocks run together, their threads interleaved at barriers, which
+// exposes a block that writes what another block reads or writes).
 struct Target {
   Device device;
   bool emulated;
   bool reversed = false;
+  int blocks = 1;
 };
 
 void PrintTo(const Target& t, std::ostream* os) {
   if (t.emulated)
-    *os << "the CUDA backend on the emulator" << (t.reversed ? ", threads reversed" : "");
+    *os << "the CUDA backend on the emulator" << (t.reversed ? ", threads reversed" : "")
+        << (t.blocks > 1 ? ", blocks interleaved" : "");
   else
     *os << (t.device == Device::kCuda ? "cuda" : "cpu");
 }
@@ -65,11 +69,17 @@ class BackendOps : public ::testing::TestWithParam<Target> {
   void SetUp() override {
     BackendOptions o;
     o.tf32 = false;  // full fp32 GEMMs: the tolerances above
-    if (GetParam().emulated) emu::set_reverse_order(GetParam().reversed);
+    if (GetParam().emulated) {
+      emu::set_reverse_order(GetParam().reversed);
+      emu::set_interleaved_blocks(GetParam().blocks);
+    }
     be_ = GetParam().emulated ? make_emulated_cuda_backend(o) : make_backend(GetParam().device, o);
   }
   void TearDown() override {
-    if (GetParam().emulated) emu::set_reverse_order(false);
+    if (GetParam().emulated) {
+      emu::set_reverse_order(false);
+      emu::set_interleaved_blocks(1);
+    }
   }
   Backend& be() { return *be_; }
   template <class T>
@@ -144,7 +154,9 @@ class BackendOps : public ::testing::TestWithParam<Target> {
 };
 
 std::string name(const ::testing::TestParamInfo<Target>& p) {
-  if (p.param.emulated) return p.param.reversed ? "emulated_reversed" : "emulated";
+  if (p.param.emulated)
+    return p.param.blocks > 1 ? "emulated_interleaved"
+                              : p.param.reversed ? "emulated_reversed" : "emulated";
   return p.param.device == Device::kCuda ? "cuda" : "cpu";
 }
 
@@ -719,7 +731,8 @@ TEST_P(BackendOps, BackwardsAreDeterministic) {
 INSTANTIATE_TEST_SUITE_P(Cpu, BackendOps, ::testing::Values(Target{Device::kCpu, false, false}), name);
 INSTANTIATE_TEST_SUITE_P(Emulated, BackendOps,
                          ::testing::Values(Target{Device::kCuda, true, false},
-                                           Target{Device::kCuda, true, true}),
+                                           Target{Device::kCuda, true, true},
+                                           Target{Device::kCuda, true, false, 64}),
                          name);
 #ifdef DENDRITE_HAVE_CUDA
 INSTANTIATE_TEST_SUITE_P(Cuda, BackendOps, ::testing::Values(Target{Device::kCuda, false, false}), name);

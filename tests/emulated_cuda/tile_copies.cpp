@@ -44,12 +44,11 @@ struct ThreadCopies {
   std::deque<std::vector<Copy>> groups;
 };
 
-// Kernels run one at a time (emulator.cpp), so one table serves them all.
+// Kernels run one at a time (emulator.cpp), so one table serves them all,
+// a row per thread of the blocks running together.
 ThreadCopies& thread_copies() {
   static std::vector<ThreadCopies>& all = *new std::vector<ThreadCopies>;
-  const uint3& t = thread_idx();
-  const dim3& b = block_dim();
-  const size_t i = t.x + size_t(b.x) * (t.y + size_t(b.y) * t.z);
+  const size_t i = thread_slot();
   if (all.size() <= i) all.resize(i + 1);
   ThreadCopies& c = all[i];
   if (c.serial != block_serial()) {  // a previous block's: its shared memory is gone

@@ -6,11 +6,14 @@
 #     build of what it needs, the tests labelled gpu, then GPT-2 124M and 350M
 #     at B16 T1024 bf16 with Dendrite and with compiled PyTorch, the planner's
 #     memory figure beside each (eager PyTorch only if time is left);
-#   stage 2: eager PyTorch, the attention kernels alone, calibrate and plans
-#     on the measured machine file, every grid on the GPU (fp32 and bf16,
-#     grad-accum, kept gathers, recomputation, overlap off, simulated nodes),
-#     NCCL on one rank, the kill test, and with --validate-comm issue 16's
-#     per-axis check on the machine's CPU cores.
+#   stage 2 (what the lease has left: 8 minutes by default), in this order:
+#     every grid on the GPU (fp32 and bf16, kept gathers, recomputation,
+#     overlap off), NCCL on one rank, the kill test, eager PyTorch, calibrate
+#     and plans on the measured machine file, grad-accum, the simulated nodes,
+#     the attention kernels alone, and with --validate-comm issue 16's per-axis
+#     check on the machine's CPU cores.
+# A part whose timeout would end past the stage's seconds is skipped
+# (DENDRITE_STAGE_SECONDS: 540 for stage 1, 480 for stage 2).
 # Both stages unpack the Debian packages that scripts/gpu_deps.sh downloaded
 # into .gpu-debs/ (carry it) into a private prefix, check that the MPI
 # launcher starts, and build into build-gpu/ (kept when the machine is still
@@ -45,11 +48,20 @@ t0=$(date +%s)
 elapsed() { echo $(($(date +%s) - t0)); }
 note() { echo "$*" | tee -a "$summary"; }
 
+# The stage's time: a part whose timeout would end past it is skipped, so the
+# call ends inside the device tool's 600 s and the lease's 15 minutes (stage 1
+# about 5 minutes, stage 2 what is left after it and the machine's start).
+budget=${DENDRITE_STAGE_SECONDS:-$((stage == 1 ? 540 : 480))}
+
 # part NAME SECONDS COMMAND...: runs COMMAND under a timeout, its output in
 # $OUT/NAME.log, and notes how it ended and how long it took.
 part() {
   local name=$1 limit=$2 start rc
   shift 2
+  if (($(elapsed) + limit > budget)); then
+    note "[$(elapsed) s] $name: skipped (its $limit s would end past the stage's $budget s)"
+    return 0
+  fi
   start=$(date +%s)
   timeout --kill-after=10 "$limit" "$@" > "$out/$name.log" 2>&1
   rc=$?
@@ -118,7 +130,7 @@ if [[ ! -f /usr/local/cuda/include/nccl.h ]]; then
   fi
 fi
 targets=(dendrite backend_ops_test cuda_model_test)
-((stage == 2)) && targets+=(parallel_mpi_test kill_test attention_bench)
+((stage == 2)) && targets+=(parallel_mpi_test grad_accum_mpi_test kill_test attention_bench)
 # Builds at -j of the machine's cores; on 2 cores here the rehearsal takes minutes.
 if ! part configure 180 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
      -DDENDRITE_CUDA=ON "${nccl[@]}" -DCMAKE_CUDA_ARCHITECTURES=90-real \
@@ -199,15 +211,29 @@ if ((stage == 1)); then
   done
   # Eager PyTorch when the stage has time left (each about 20 s).
   for m in gpt2-124m gpt2-350m; do
-    (($(elapsed) < 400)) && bench_torch eager $m && row $m
+    (($(elapsed) < 420)) && bench_torch eager $m && row $m
   done
 else
+  # In order of what a GPU can show and the emulator cannot: the GPU
+  # transports first, then the figures.
+  # Every grid of 1-8 ranks sharing the one GPU (the staged transport), fp32
+  # and bf16, kept gathers, recomputation and overlap off, and the simulated
+  # nodes; then one rank's groups of one over NCCL (NCCL refuses two ranks on
+  # one GPU); each against one process on the CPU.
+  grids() {  # label, ranks, transport, seconds, test binary, filter
+    gpu_part "grids_$1" "$4" env DENDRITE_TEST_DEVICE=cuda DENDRITE_GPU_TRANSPORT=$3 \
+      OMP_NUM_THREADS=1 "$mpirun" -np "$2" --oversubscribe --bind-to none "build-gpu/tests/$5" \
+      --gtest_filter="$6"
+  }
+  every='Models/EveryGrid.*:Models/EveryGridBf16.*'
+  grids staged 8 staged 180 parallel_mpi_test "$every"
+  grids nccl_groups_of_one 1 nccl 60 parallel_mpi_test "$every:RanksPerNode/SimulatedNodes.*"
+  # A rank killed mid-run ends the job (on the GPU; on the CPU in the rehearsal).
+  device=cpu
+  ((gpu)) && device=cuda
+  part "kill_test_$device" 90 env DENDRITE_TEST_DEVICE=$device build-gpu/tests/kill_test \
+    --gtest_filter=KillTest.OneRankKilledMidRunEndsTheJobNonZeroWithin30s
   for m in gpt2-124m gpt2-350m; do bench_torch eager $m; row $m; done
-  # Attention alone at GPT-2 124M's shape (B16 T1024, 12 heads of 64): the
-  # tensor-core kernels (bf16) and the SIMT ones (fp32), checked against the CPU.
-  for p in bf16 fp32; do
-    gpu_part "attention_$p" 60 "${one[@]}" build-gpu/bench/attention_bench cuda $p 16 1024 12 12 64
-  done
   # The node's machine file: this GPU's GEMM rates, memory and bandwidth
   # measured; NVLink, InfiniBand and the 8 GPUs of a node from the published
   # figures of machines/h200-node.json. Then the planner on it.
@@ -216,24 +242,16 @@ else
   machine=$out/h200-node-measured.json
   [[ -f $machine ]] || machine=machines/h200-node.json  # the rehearsal: the published file
   for w in 8 64; do
-    part "plan_h200_$w" 60 build-gpu/dendrite plan --machine "$machine" --model gpt2-350m \
+    part "plan_h200_$w" 30 build-gpu/dendrite plan --machine "$machine" --model gpt2-350m \
       --batch 512 --seq 1024 --precision bf16 --world $w --top 5
   done
-  # Every grid of 1-8 ranks on the one GPU (the staged transport: the ranks
-  # share it) and the NCCL path forced on one rank's groups of one, against
-  # one process on the CPU.
-  grids() {  # label, ranks, transport, filter
-    gpu_part "grids_$1" 150 env DENDRITE_TEST_DEVICE=cuda DENDRITE_GPU_TRANSPORT=$3 OMP_NUM_THREADS=1 \
-      "$mpirun" -np "$2" --oversubscribe --bind-to none build-gpu/tests/parallel_mpi_test \
-      --gtest_filter="$4"
-  }
-  grids staged 8 staged 'Models/EveryGrid.*:Models/EveryGridBf16.*'
-  grids nccl_groups_of_one 1 nccl 'Models/EveryGrid.*:Models/EveryGridBf16.*'
-  # A rank killed mid-run ends the job (on the GPU; on the CPU in the rehearsal).
-  device=cpu
-  ((gpu)) && device=cuda
-  part "kill_test_$device" 120 env DENDRITE_TEST_DEVICE=$device build-gpu/tests/kill_test \
-    --gtest_filter=KillTest.OneRankKilledMidRunEndsTheJobNonZeroWithin30s
+  grids grad_accum 8 staged 90 grad_accum_mpi_test '*'
+  grids staged_nodes 8 staged 150 parallel_mpi_test 'RanksPerNode/SimulatedNodes.*'
+  # Attention alone at GPT-2 124M's shape (B16 T1024, 12 heads of 64): the
+  # tensor-core kernels (bf16) and the SIMT ones (fp32), checked against the CPU.
+  for p in bf16 fp32; do
+    gpu_part "attention_$p" 45 "${one[@]}" build-gpu/bench/attention_bench cuda $p 16 1024 12 12 64
+  done
   if ((validate_comm)); then
     OUT=$out/validate_comm MPIRUN=$mpirun part validate_comm 300 bench/validate_comm.sh build-gpu
   fi

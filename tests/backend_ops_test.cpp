@@ -202,6 +202,50 @@ TEST_P(BackendOps, LinearForwardAndBackward) {
   }
 }
 
+// Every combination of the epilogue's steps, in both precisions: y, the GELU
+// input and the bf16 output against the oracle (the bf16 output within its
+// rounding, 2^-8 relative, of the oracle's value). Columns n = 40 (a multiple
+// of 8) let cuBLASLt fuse the GELU; n = 36 leaves it to the kernels; fp32
+// operands with a bf16 output leave the rounding to a kernel.
+TEST_P(BackendOps, LinearForwardWithEpilogues) {
+  const int m = 24, k = 64;
+  for (int n : {40, 36})
+    for (bool low : {false, true})
+      for (int steps = 0; steps < 8; ++steps) {
+        const bool bias = steps & 1, gelu = steps & 2, out_bf16 = steps & 4;
+        Vf x = randn(m * k, 41), w = randn(n * k, 42, 0.2);
+        const Vf b = randn(n, 43);
+        if (low) x = widened(rounded(x)), w = widened(rounded(w));
+        const Vd bd = to_d(b);
+        Vd y(m * n), pre(m * n);
+        ref::linear_forward_epilogue(y.data(), pre.data(), to_d(x).data(), to_d(w).data(),
+                                     bias ? bd.data() : nullptr, gelu, m, k, n);
+        Buffer<float> Xf = put(x), Wf = put(w), Bb = put(b);
+        Buffer<bf16> Xh = put(rounded(x)), Wh = put(rounded(w));
+        Buffer<float> Y = zeros<float>(m * n), P = zeros<float>(m * n);
+        Buffer<bf16> Yh = zeros<bf16>(m * n);
+        ops::LinearEpilogue e;
+        e.bias = bias ? Bb.data() : nullptr;
+        e.gelu = gelu;
+        e.pre_gelu = gelu ? P.data() : nullptr;
+        e.y_bf16 = out_bf16 ? Yh.data() : nullptr;
+        // On the emulator the bias (and the GELU after it, where n allows)
+        // runs inside cuBLASLt's product: an add_bias kernel would fault.
+        const bool bias_fused = GetParam().emulated && bias && (!gelu || n % 8 == 0);
+        if (bias_fused) emu::fault_next_launch("add_bias");
+        be().linear_forward_fused(Y.data(), low ? Operand(Xh.data()) : Operand(Xf.data()),
+                                  low ? Operand(Wh.data()) : Operand(Wf.data()), m, k, n, e);
+        if (bias_fused) emu::fault_next_launch("");  // disarmed, had it not fired
+        const std::string p = str(low ? " bf16" : " fp32", " n", n, bias ? " +bias" : "",
+                                  gelu ? " +gelu" : "", out_bf16 ? " ->bf16" : "");
+        if (out_bf16)
+          expect_close(widened(get(Yh)), y, 4e-3, "linear epilogue y_bf16" + p);
+        else
+          expect_close(get(Y), y, 1e-4, "linear epilogue y" + p);
+        if (gelu) expect_close(get(P), pre, 1e-4, "linear epilogue pre_gelu" + p);
+      }
+}
+
 TEST_P(BackendOps, LayerNormAndRmsNormWholeAndSplit) {
   const int m = 33, c = 96;
   const Vf x = randn(m * c, 8, 2.0, 0.5), g = randn(c, 9, 0.2, 1.0), bt = randn(c, 10, 0.1),

@@ -8,7 +8,15 @@
 // are not the descriptor's, the algorithm was not found for these
 // descriptors, or a pointer is less aligned than the preference promised.
 // Products are exact and summed in double; TF32 compute rounds the fp32
-// operands to TF32 first.
+// operands to TF32 first. Epilogues (cublasLtEpilogue_t: bias, GELU with or
+// without its input kept) apply to the sum rounded once to fp32: the bias
+// added in double and rounded, GELU (the tanh form, which cuBLASLt's GELU
+// is, as GPT-2's) evaluated in double on that and rounded to D's type; D
+// (and C, of the same type) fp32, or bf16 with bf16 operands, rounded to
+// nearest-even. The bias and the GELU input are of D's type (cuBLASLt's
+// default; the emulator takes no other), the GELU input's leading dimension
+// a multiple of 8 and at least D's rows.
+// Not emulated, and refused: any other epilogue or attribute.
 #pragma once
 
 #include <cstddef>
@@ -28,6 +36,19 @@ enum cublasOperation_t { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 };
 enum cublasLtMatmulDescAttributes_t {
   CUBLASLT_MATMUL_DESC_TRANSA = 3,
   CUBLASLT_MATMUL_DESC_TRANSB = 4,
+  CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
+  CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+  CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,
+  CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,
+  CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26,
+};
+enum cublasLtEpilogue_t {
+  CUBLASLT_EPILOGUE_DEFAULT = 1,
+  CUBLASLT_EPILOGUE_BIAS = 4,
+  CUBLASLT_EPILOGUE_GELU = 32,
+  CUBLASLT_EPILOGUE_GELU_AUX = 32 | 128,
+  CUBLASLT_EPILOGUE_GELU_BIAS = 32 | 4,
+  CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 32 | 128 | 4,
 };
 enum cublasLtMatmulPreferenceAttributes_t {
   CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK = 3,

@@ -1,4 +1,6 @@
 // The emulated cuBLASLt (cublasLt.h).
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -13,6 +15,11 @@ struct EmulatedLtDesc {
   cublasComputeType_t compute;
   cudaDataType_t scale;
   cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
+  uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* bias = nullptr;
+  void* aux = nullptr;
+  int64_t aux_ld = 0;
+  int32_t bias_type = -1;  // -1: D's type
 };
 struct EmulatedLtLayout {
   cudaDataType_t type;
@@ -38,6 +45,7 @@ uint64_t fingerprint(const EmulatedLtDesc& op, const EmulatedLtLayout* const (&l
   uint64_t h = 1469598103934665603ull;
   auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
   mix(op.compute), mix(op.scale), mix(op.ta), mix(op.tb);
+  mix(op.epilogue), mix(uint64_t(op.aux_ld)), mix(uint64_t(int64_t(op.bias_type)));
   for (const EmulatedLtLayout* x : l)
     mix(x->type), mix(x->rows), mix(x->cols), mix(uint64_t(x->ld));
   return h;
@@ -65,9 +73,38 @@ std::string check_shapes(const EmulatedLtDesc& op, const EmulatedLtLayout& a,
     if (x->ld < int64_t(std::max<uint64_t>(x->rows, 1)))
       return "leading dimension shorter than the rows: " + dims(*x);
   if (a.type != b.type) return "A and B of different types";
-  if (c.type != CUDA_R_32F || d.type != CUDA_R_32F) return "C and D must be fp32 here";
+  if (c.type != d.type) return "C and D of different types";
+  if (d.type != CUDA_R_32F && !(d.type == CUDA_R_16BF && a.type == CUDA_R_16BF))
+    return "D must be fp32, or bf16 with bf16 operands";
   if (op.compute == CUBLAS_COMPUTE_32F_FAST_TF32 && a.type != CUDA_R_32F)
     return "TF32 compute with operands that are not fp32";
+  return "";
+}
+
+bool has_bias(uint32_t e) { return e & CUBLASLT_EPILOGUE_BIAS; }
+bool has_gelu(uint32_t e) { return e & CUBLASLT_EPILOGUE_GELU; }
+bool keeps_gelu_input(uint32_t e) {
+  return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+
+// The epilogue is one the emulator implements, set up as cuBLASLt documents; "" or why not.
+std::string check_epilogue(const EmulatedLtDesc& op, const EmulatedLtLayout& d) {
+  switch (op.epilogue) {
+    case CUBLASLT_EPILOGUE_DEFAULT:
+    case CUBLASLT_EPILOGUE_BIAS:
+    case CUBLASLT_EPILOGUE_GELU:
+    case CUBLASLT_EPILOGUE_GELU_AUX:
+    case CUBLASLT_EPILOGUE_GELU_BIAS:
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
+      break;
+    default:
+      return "epilogue " + std::to_string(op.epilogue) + " is not emulated";
+  }
+  if (has_bias(op.epilogue) && op.bias_type != -1 && op.bias_type != d.type)
+    return "a bias of another type than D's is not emulated";
+  if (keeps_gelu_input(op.epilogue) && (op.aux_ld % 8 != 0 || op.aux_ld < int64_t(d.rows)))
+    return "the GELU input's leading dimension " + std::to_string(op.aux_ld) +
+           " is not a multiple of 8 at least D's " + std::to_string(d.rows) + " rows";
   return "";
 }
 
@@ -87,6 +124,29 @@ int alignment(const void* p) {
   return a;
 }
 
+// Bits of a bf16 rounded from f to nearest-even (NaN stays NaN).
+uint16_t bf16_bits(float f) {
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+
+// Stores v at element i of a matrix of `type`.
+void store(void* p, size_t i, float v, cudaDataType_t type) {
+  if (type == CUDA_R_16BF) {
+    const uint16_t h = bf16_bits(v);
+    std::memcpy(static_cast<char*>(p) + 2 * i, &h, 2);
+  } else {
+    std::memcpy(static_cast<char*>(p) + 4 * i, &v, 4);
+  }
+}
+
+double gelu(double x) {
+  const double s = std::sqrt(2.0 / 3.14159265358979323846);
+  return 0.5 * x * (1.0 + std::tanh(s * (x + 0.044715 * x * x * x)));
+}
+
 double element(const void* p, const EmulatedLtLayout& l, uint64_t r, uint64_t c, bool tf32) {
   const size_t i = r + c * size_t(l.ld);
   if (l.type == CUDA_R_16BF) {
@@ -104,7 +164,8 @@ double element(const void* p, const EmulatedLtLayout& l, uint64_t r, uint64_t c,
   return double(f);
 }
 
-// D = alpha op(A) op(B) + beta C, the products exact and summed in double.
+// D = alpha op(A) op(B) + beta C, the products exact and summed in double,
+// then the epilogue.
 void product(const EmulatedLtDesc& op, const EmulatedLtLayout& a, const EmulatedLtLayout& b,
              const EmulatedLtLayout& c, const EmulatedLtLayout& d, const void* A, const void* B,
              const void* C, void* D, float al, float be) {
@@ -129,11 +190,35 @@ void product(const EmulatedLtDesc& op, const EmulatedLtLayout& a, const Emulated
       for (uint64_t p = 0; p < k; ++p) sum += xi[p] * yj[p];
       double v = double(al) * sum;
       if (be != 0.0f) v += double(be) * element(C, c, i, j, false);  // beta 0: C is not read
+      if (has_bias(op.epilogue)) v += element(op.bias, d, i, 0, false);
       out[i + j * m] = float(v);
     }
   for (uint64_t j = 0; j < n; ++j)
-    for (uint64_t i = 0; i < m; ++i)
-      std::memcpy(static_cast<char*>(D) + 4 * (i + j * size_t(d.ld)), &out[i + j * m], 4);
+    for (uint64_t i = 0; i < m; ++i) {
+      float t = out[i + j * m];
+      if (keeps_gelu_input(op.epilogue)) store(op.aux, i + j * size_t(op.aux_ld), t, d.type);
+      if (has_gelu(op.epilogue)) t = float(gelu(double(t)));
+      store(D, i + j * size_t(d.ld), t, d.type);
+    }
+}
+
+// The bias and the GELU input lie in device memory, aligned as the algorithm
+// was found for; "" or why not.
+std::string check_epilogue_pointers(const EmulatedLtDesc& op, const EmulatedLtLayout& d,
+                                    const cublasLtMatmulAlgo_t& algo) {
+  if (has_bias(op.epilogue)) {
+    if (!op.bias || !device_range(op.bias, EmulatedLtLayout{d.type, d.rows, 1, int64_t(d.rows)}))
+      return "the bias is not a vector of D's rows in device memory";
+    if (alignment(op.bias) < int(algo.data[6]))
+      return "the bias is less aligned than its algorithm was chosen for";
+  }
+  if (keeps_gelu_input(op.epilogue)) {
+    if (!op.aux || !device_range(op.aux, EmulatedLtLayout{d.type, d.rows, d.cols, op.aux_ld}))
+      return "the GELU input is not a matrix of D's shape in device memory";
+    if (alignment(op.aux) < int(algo.data[7]))
+      return "the GELU input is less aligned than its algorithm was chosen for";
+  }
+  return "";
 }
 
 }  // namespace
@@ -171,16 +256,30 @@ cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
 cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
                                               cublasLtMatmulDescAttributes_t attr, const void* buf,
                                               size_t bytes) {
-  if (bytes != sizeof(cublasOperation_t)) return refuse("a descriptor attribute of the wrong size");
-  cublasOperation_t o;
-  std::memcpy(&o, buf, bytes);
-  if (attr == CUBLASLT_MATMUL_DESC_TRANSA)
-    d->ta = o;
-  else if (attr == CUBLASLT_MATMUL_DESC_TRANSB)
-    d->tb = o;
-  else
-    return refuse("a descriptor attribute the emulator does not know");
-  return CUBLAS_STATUS_SUCCESS;
+  // Each attribute's size, as cublasLt.h documents it.
+  auto take = [&](auto& field, const char* what) {
+    if (bytes != sizeof(field))
+      return refuse(std::string("the attribute ") + what + " of the wrong size");
+    std::memcpy(&field, buf, bytes);
+    return CUBLAS_STATUS_SUCCESS;
+  };
+  switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+      return take(d->ta, "TRANSA");
+    case CUBLASLT_MATMUL_DESC_TRANSB:
+      return take(d->tb, "TRANSB");
+    case CUBLASLT_MATMUL_DESC_EPILOGUE:
+      return take(d->epilogue, "EPILOGUE");
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+      return take(d->bias, "BIAS_POINTER");
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+      return take(d->aux, "EPILOGUE_AUX_POINTER");
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+      return take(d->aux_ld, "EPILOGUE_AUX_LD");
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
+      return take(d->bias_type, "BIAS_DATA_TYPE");
+  }
+  return refuse("a descriptor attribute the emulator does not know");
 }
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType_t type,
                                           uint64_t rows, uint64_t cols, int64_t ld) {
@@ -233,13 +332,18 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
   if (!h || !op || !a || !b || !c || !d || !pref || requested < 1)
     return refuse("cublasLtMatmulAlgoGetHeuristic: a null argument");
   *found = 0;
-  const std::string why = check_shapes(*op, *a, *b, *c, *d);
+  std::string why = check_shapes(*op, *a, *b, *c, *d);
+  if (why.empty()) why = check_epilogue(*op, *d);
   if (!why.empty()) return refuse("cublasLtMatmulAlgoGetHeuristic: " + why);
   results[0] = cublasLtMatmulHeuristicResult_t{};
   const EmulatedLtLayout* const l[4] = {a, b, c, d};
   results[0].algo.data[0] = kMagic;
   results[0].algo.data[1] = fingerprint(*op, l);
   for (int i = 0; i < 4; ++i) results[0].algo.data[2 + i] = pref->align[i];
+  // The bias's and the GELU input's alignment, read from their pointers
+  // (up to the 16 bytes of a vector access).
+  results[0].algo.data[6] = has_bias(op->epilogue) ? std::min(alignment(op->bias), 16) : 1;
+  results[0].algo.data[7] = keeps_gelu_input(op->epilogue) ? std::min(alignment(op->aux), 16) : 1;
   results[0].workspaceSize = 0;
   *found = 1;
   return CUBLAS_STATUS_SUCCESS;
@@ -251,7 +355,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
                               const cublasLtMatmulAlgo_t* algo, void* workspace,
                               size_t workspace_bytes, cudaStream_t stream) {
   if (!h || !op || !a || !b || !c || !d || !algo) return refuse("cublasLtMatmul: a null argument");
-  const std::string why = check_shapes(*op, *a, *b, *c, *d);
+  std::string why = check_shapes(*op, *a, *b, *c, *d);
+  if (why.empty()) why = check_epilogue(*op, *d);
   if (!why.empty()) return refuse("cublasLtMatmul: " + why);
   const EmulatedLtLayout* const l[4] = {a, b, c, d};
   if (algo->data[0] != kMagic || algo->data[1] != fingerprint(*op, l))
@@ -262,6 +367,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
       return refuse(std::string("cublasLtMatmul: ") + "ABCD"[i] + " is aligned to " +
                     std::to_string(alignment(ptrs[i])) + " bytes, less than the " +
                     std::to_string(algo->data[2 + i]) + " its algorithm was chosen for");
+  if (std::string e = check_epilogue_pointers(*op, *d, *algo); !e.empty())
+    return refuse("cublasLtMatmul: " + e);
   const uint64_t m = d->rows, n = d->cols, k = op->ta == CUBLAS_OP_T ? a->rows : a->cols;
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);

@@ -157,6 +157,12 @@ class Transformer {
   // The GEMM operand of an fp32 activation x [n]: x itself, or under bf16
   // precision its rounding written to low.
   Operand operand(const float* x, Buffer<bf16>& low, int64_t n) const;
+  // A linear layer's epilogue that writes its output as bf16 to `low` (none: fp32 only).
+  static ops::LinearEpilogue bf16_output(bf16* low) {
+    ops::LinearEpilogue e;
+    e.y_bf16 = low;
+    return e;
+  }
   // A saved GEMM input: the fp32 or the bf16 buffer.
   Operand saved(const Buffer<float>& f32, const Buffer<bf16>& b16) const {
     return low_precision() ? Operand(b16.data()) : Operand(f32.data());

@@ -39,8 +39,14 @@ class ParallelLinear {
 
   // The operands x, dy and the weight block are fp32, or bf16 under bf16
   // precision (core/operand.h); outputs and gradients are fp32 either way.
-  // y [m, out_local] = x [m, in_local] W^T, summed over the forward axis, + b.
-  void forward(float* y, Operand x, int m, const float* params, WeightStream& stream);
+  // y [m, out_local] = x [m, in_local] W^T, summed over the forward axis, + b,
+  // then the rest of `after` (ops::LinearEpilogue; its bias is the layer's,
+  // so left null): GELU keeping its input, a bf16 output. Where the forward
+  // axis has one rank there is no sum between the product and the epilogue,
+  // and the backend fuses them (cuBLASLt's epilogues on a GPU); the CPU's
+  // bits are the same either way.
+  void forward(float* y, Operand x, int m, const float* params, WeightStream& stream,
+               const ops::LinearEpilogue& after = {});
 
   // The backward is AxoNN's, in its three steps, so that the model can put
   // the dW products of a group of layers behind one dx sum (layers that share

@@ -233,9 +233,30 @@ class CudaBackend final : public Backend {
   }
   void linear_forward(float* y, Operand x, Operand w, const float* b, int m, int k,
                       int n) override {
+    ops::LinearEpilogue e;
+    e.bias = b;
+    linear_forward_fused(y, x, w, m, k, n, e);
+  }
+  // The epilogue in the product where cuBLASLt offers it (gemm.h: bias and
+  // GELU into fp32, bf16 alone); what it does not, as the kernels the CPU's
+  // separate ops mirror.
+  void linear_forward_fused(float* y, Operand x, Operand w, int m, int k, int n,
+                            const ops::LinearEpilogue& e) override {
+    ops::check_epilogue(e, "linear_forward");
     const bool low = both_bf16(x, w, "linear_forward");
-    gemm_->run(false, true, m, n, k, 1.0f, ptr(x), k, ptr(w), k, 0.0f, y, n, low, stream_);
-    if (b) cuda::add_bias(y, b, m, n, stream_);
+    const bool bf16_alone = e.y_bf16 && !e.bias && !e.gelu;
+    const cuda::Gemm::Epilogue fused{e.bias, e.gelu, e.pre_gelu, bf16_alone};
+    void* d = bf16_alone ? static_cast<void*>(e.y_bf16) : static_cast<void*>(y);  // [m, n]
+    const int64_t mn = int64_t(m) * n;
+    if (gemm_->run_fused(false, true, m, n, k, ptr(x), k, ptr(w), k, d, low, fused, stream_)) {
+      if (e.y_bf16 && !bf16_alone) cuda::to_bf16(e.y_bf16, y, mn, stream_);
+      return;
+    }
+    float* t = e.gelu ? e.pre_gelu : y;  // [m, n]
+    gemm_->run(false, true, m, n, k, 1.0f, ptr(x), k, ptr(w), k, 0.0f, t, n, low, stream_);
+    if (e.bias) cuda::add_bias(t, e.bias, m, n, stream_);
+    if (e.gelu) cuda::gelu_forward(y, t, mn, stream_);
+    if (e.y_bf16) cuda::to_bf16(e.y_bf16, y, mn, stream_);
   }
   void linear_backward_input(float* dx, Operand dy, Operand w, int m, int k, int n,
                              bool accumulate) override {

@@ -137,6 +137,12 @@ void gelu_forward(double* y, const double* x, long n) {
   }
 }
 
+void linear_forward_epilogue(double* y, double* pre, const double* x, const double* w,
+                             const double* b, bool gelu, int m, int k, int n) {
+  linear_forward(gelu ? pre : y, x, w, b, m, k, n);
+  if (gelu) gelu_forward(y, pre, long(m) * n);
+}
+
 void gelu_backward(double* dx, const double* dy, const double* x, long n) {
   for (long i = 0; i < n; ++i) {
     double u = kGeluS * (x[i] + kGeluA * x[i] * x[i] * x[i]);

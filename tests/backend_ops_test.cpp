@@ -172,6 +172,36 @@ TEST_P(BackendOps, GemmInEveryLayoutAndPrecision) {
       }
 }
 
+// A weight gradient's shape: a small output over a long sum (K: the rows).
+// cuBLASLt may split the sum over K (the emulator does, into 16 slices),
+// adding the slices in a fixed order: within the GEMM tolerance of the
+// oracle, and the same bits when run again.
+TEST_P(BackendOps, GemmSplitOverALongSumIsDeterministic) {
+  const int M = 24, N = 40, K = 4096;
+  for (bool low : {false, true}) {
+    Vf dy = randn(K * M, 51), x = randn(K * N, 52);  // dW [M, N] = dy^T x
+    if (low) dy = widened(rounded(dy)), x = widened(rounded(x));
+    Vd want(M * N);
+    ref::gemm(true, false, M, N, K, 1.0, to_d(dy).data(), M, to_d(x).data(), N, 0.0, want.data(),
+              N);
+    Buffer<float> Df = put(dy), Xf = put(x);
+    Buffer<bf16> Dh = put(rounded(dy)), Xh = put(rounded(x));
+    std::vector<Vf> runs;
+    for (int run = 0; run < 2; ++run) {
+      Buffer<float> C = zeros<float>(M * N);
+      be().gemm(true, false, M, N, K, 1.0f, low ? Operand(Dh.data()) : Operand(Df.data()), M,
+                low ? Operand(Xh.data()) : Operand(Xf.data()), N, 0.0f, C.data(), N);
+      runs.push_back(get(C));
+    }
+    const std::string p = low ? " bf16" : " fp32";
+    expect_close(runs[0], want, 1e-4, "split gemm" + p);
+    EXPECT_EQ(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * 4), 0) << p;
+    if (GetParam().emulated) {
+      EXPECT_EQ(emu::last_gemm_splits(), 16) << p;
+    }
+  }
+}
+
 TEST_P(BackendOps, LinearForwardAndBackward) {
   const int m = 48, k = 64, n = 40;
   for (bool low : {false, true}) {

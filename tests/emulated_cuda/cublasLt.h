@@ -16,6 +16,12 @@
 // nearest-even. The bias and the GELU input are of D's type (cuBLASLt's
 // default; the emulator takes no other), the GELU input's leading dimension
 // a multiple of 8 and at least D's rows.
+// Split-K: where the preference's reduction schemes allow it and the
+// workspace fits, the heuristic splits the sum over K of a product with few
+// output tiles and a long K (a model of cuBLASLt's choice, choose_split):
+// each slice summed in double and rounded as the scheme stores it (fp32 for
+// COMPUTE_TYPE, D's type for INPLACE and OUTPUT_TYPE), the slices added in
+// order; cublasLtMatmulAlgoConfigGetAttribute reports the split.
 // Not emulated, and refused: any other epilogue or attribute.
 #pragma once
 
@@ -58,7 +64,17 @@ enum cublasLtMatmulPreferenceAttributes_t {
   CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
   CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8,
 };
-enum cublasLtReductionScheme_t { CUBLASLT_REDUCTION_SCHEME_NONE = 0 };
+enum cublasLtReductionScheme_t {
+  CUBLASLT_REDUCTION_SCHEME_NONE = 0,
+  CUBLASLT_REDUCTION_SCHEME_INPLACE = 1,
+  CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE = 2,
+  CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE = 4,
+  CUBLASLT_REDUCTION_SCHEME_MASK = 7,
+};
+enum cublasLtMatmulAlgoConfigAttributes_t {
+  CUBLASLT_ALGO_CONFIG_SPLITK_NUM = 2,
+  CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME = 3,
+};
 
 struct EmulatedLtHandle;
 struct EmulatedLtDesc;
@@ -101,6 +117,9 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
                                               cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
                                               cublasLtMatmulPreference_t pref, int requested,
                                               cublasLtMatmulHeuristicResult_t* results, int* found);
+cublasStatus_t cublasLtMatmulAlgoConfigGetAttribute(const cublasLtMatmulAlgo_t* algo,
+                                                    cublasLtMatmulAlgoConfigAttributes_t attr,
+                                                    void* buf, size_t bytes, size_t* written);
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const void* alpha,
                               const void* A, cublasLtMatrixLayout_t a, const void* B,
                               cublasLtMatrixLayout_t b, const void* beta, const void* C,

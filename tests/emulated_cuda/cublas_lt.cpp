@@ -1,5 +1,6 @@
 // The emulated cuBLASLt (cublasLt.h).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -28,8 +29,11 @@ struct EmulatedLtLayout {
 };
 struct EmulatedLtPreference {
   size_t workspace = 0;
-  uint32_t align[4] = {256, 256, 256, 256};  // A, B, C, D: cuBLASLt's defaults
+  uint32_t align[4] = {256, 256, 256, 256};           // A, B, C, D: cuBLASLt's defaults
+  uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_MASK;  // cuBLASLt's default: all allowed
 };
+
+std::atomic<int> g_last_splits{1};
 
 namespace {
 
@@ -142,6 +146,39 @@ void store(void* p, size_t i, float v, cudaDataType_t type) {
   }
 }
 
+// v rounded to a matrix type's precision.
+float rounded_to(float v, cudaDataType_t type) {
+  return type == CUDA_R_16BF ? __uint_as_float(uint32_t(bf16_bits(v)) << 16) : v;
+}
+
+// How the emulated heuristic splits K, as a model of cuBLASLt's: where the
+// output has few 128x128 tiles (not enough to fill a GPU of 132 SMs) and K
+// is long, into slices of at least 256, at most 16 of them.
+struct Split {
+  int slices = 1;
+  uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+  size_t workspace = 0;
+};
+Split choose_split(uint64_t m, uint64_t n, uint64_t k, const EmulatedLtPreference& pref,
+                   cudaDataType_t d_type) {
+  const uint64_t tiles = ((m + 127) / 128) * ((n + 127) / 128);
+  const uint64_t want = std::min<uint64_t>({16, k / 256, 132 / std::max<uint64_t>(tiles, 1)});
+  if (tiles >= 32 || k < 1024 || want < 2) return {};
+  const int slices = int(want);
+  const size_t partials = size_t(slices) * m * n;
+  // The first scheme allowed whose workspace fits: partial products in fp32
+  // (the compute type), then in place in D (counters in the workspace), then
+  // partial products in D's type.
+  const size_t d_elem = d_type == CUDA_R_16BF ? 2 : 4;
+  const std::pair<uint32_t, size_t> order[] = {
+      {CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE, 4 * partials},
+      {CUBLASLT_REDUCTION_SCHEME_INPLACE, 4 * tiles},
+      {CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE, d_elem * partials}};
+  for (const auto& [scheme, bytes] : order)
+    if ((pref.schemes & scheme) && bytes <= pref.workspace) return {slices, scheme, bytes};
+  return {};
+}
+
 double gelu(double x) {
   const double s = std::sqrt(2.0 / 3.14159265358979323846);
   return 0.5 * x * (1.0 + std::tanh(s * (x + 0.044715 * x * x * x)));
@@ -168,7 +205,7 @@ double element(const void* p, const EmulatedLtLayout& l, uint64_t r, uint64_t c,
 // then the epilogue.
 void product(const EmulatedLtDesc& op, const EmulatedLtLayout& a, const EmulatedLtLayout& b,
              const EmulatedLtLayout& c, const EmulatedLtLayout& d, const void* A, const void* B,
-             const void* C, void* D, float al, float be) {
+             const void* C, void* D, float al, float be, const Split& split) {
   const uint64_t m = d.rows, n = d.cols, k = op.ta == CUBLAS_OP_T ? a.rows : a.cols;
   const bool tf32 = op.compute == CUBLAS_COMPUTE_32F_FAST_TF32;
   // op(A) as m rows of k, op(B) as n columns of k, each contiguous.
@@ -186,9 +223,23 @@ void product(const EmulatedLtDesc& op, const EmulatedLtLayout& a, const Emulated
     for (uint64_t i = 0; i < m; ++i) {
       const double* xi = &x[i * k];
       const double* yj = &y[j * k];
-      double sum = 0;
-      for (uint64_t p = 0; p < k; ++p) sum += xi[p] * yj[p];
-      double v = double(al) * sum;
+      double v = 0;
+      if (split.slices == 1) {
+        for (uint64_t p = 0; p < k; ++p) v += xi[p] * yj[p];
+        v *= double(al);
+      } else {  // each slice summed, rounded as its scheme stores it, added in slice order
+        const cudaDataType_t part =
+            split.scheme == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE ? CUDA_R_32F : d.type;
+        float acc = 0;
+        for (int s = 0; s < split.slices; ++s) {
+          double slice = 0;
+          for (uint64_t p = k * s / split.slices; p < k * (s + 1) / split.slices; ++p)
+            slice += xi[p] * yj[p];
+          const float term = rounded_to(float(double(al) * slice), part);
+          acc = s == 0 ? term : rounded_to(acc + term, part);
+        }
+        v = double(acc);
+      }
       if (be != 0.0f) v += double(be) * element(C, c, i, j, false);  // beta 0: C is not read
       if (has_bias(op.epilogue)) v += element(op.bias, d, i, 0, false);
       out[i + j * m] = float(v);
@@ -209,16 +260,31 @@ std::string check_epilogue_pointers(const EmulatedLtDesc& op, const EmulatedLtLa
   if (has_bias(op.epilogue)) {
     if (!op.bias || !device_range(op.bias, EmulatedLtLayout{d.type, d.rows, 1, int64_t(d.rows)}))
       return "the bias is not a vector of D's rows in device memory";
-    if (alignment(op.bias) < int(algo.data[6]))
+    if (alignment(op.bias) < int(algo.data[6] & 0xff))
       return "the bias is less aligned than its algorithm was chosen for";
   }
   if (keeps_gelu_input(op.epilogue)) {
     if (!op.aux || !device_range(op.aux, EmulatedLtLayout{d.type, d.rows, d.cols, op.aux_ld}))
       return "the GELU input is not a matrix of D's shape in device memory";
-    if (alignment(op.aux) < int(algo.data[7]))
+    if (alignment(op.aux) < int(algo.data[6] >> 8))
       return "the GELU input is less aligned than its algorithm was chosen for";
   }
   return "";
+}
+
+// The split an algorithm was found with, and the workspace it needs.
+Split split_of(const cublasLtMatmulAlgo_t& algo, uint64_t m, uint64_t n, cudaDataType_t d_type) {
+  Split s;
+  s.slices = int(algo.data[7] & 0xff);
+  s.scheme = uint32_t(algo.data[7] >> 8);
+  const size_t partials = size_t(s.slices) * m * n;
+  if (s.scheme == CUBLASLT_REDUCTION_SCHEME_INPLACE)
+    s.workspace = 4 * ((m + 127) / 128) * ((n + 127) / 128);
+  else if (s.scheme == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)
+    s.workspace = 4 * partials;
+  else if (s.scheme == CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE)
+    s.workspace = (d_type == CUDA_R_16BF ? 2 : 4) * partials;
+  return s;
 }
 
 }  // namespace
@@ -308,7 +374,8 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
       return CUBLAS_STATUS_SUCCESS;
     case CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK:
       if (bytes != sizeof(uint32_t)) return refuse("the reduction scheme is a uint32");
-      return CUBLAS_STATUS_SUCCESS;  // the emulator never splits a sum
+      std::memcpy(&p->schemes, buf, bytes);
+      return CUBLAS_STATUS_SUCCESS;
     case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES:
     case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES:
     case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES:
@@ -342,9 +409,13 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
   for (int i = 0; i < 4; ++i) results[0].algo.data[2 + i] = pref->align[i];
   // The bias's and the GELU input's alignment, read from their pointers
   // (up to the 16 bytes of a vector access).
-  results[0].algo.data[6] = has_bias(op->epilogue) ? std::min(alignment(op->bias), 16) : 1;
-  results[0].algo.data[7] = keeps_gelu_input(op->epilogue) ? std::min(alignment(op->aux), 16) : 1;
-  results[0].workspaceSize = 0;
+  const uint64_t bias_align = has_bias(op->epilogue) ? std::min(alignment(op->bias), 16) : 1;
+  const uint64_t aux_align = keeps_gelu_input(op->epilogue) ? std::min(alignment(op->aux), 16) : 1;
+  results[0].algo.data[6] = bias_align | aux_align << 8;
+  const uint64_t k = op->ta == CUBLAS_OP_T ? a->rows : a->cols;
+  const Split split = choose_split(d->rows, d->cols, k, *pref, d->type);
+  results[0].algo.data[7] = uint64_t(split.slices) | uint64_t(split.scheme) << 8;
+  results[0].workspaceSize = split.workspace;
   *found = 1;
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -376,9 +447,36 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
       (be != 0.0f && !device_range(C, *c)))
     return refuse("cublasLtMatmul: an operand is not inside device memory");
   if (workspace_bytes > 0 && !workspace) return refuse("cublasLtMatmul: a null workspace");
+  const Split split = split_of(*algo, d->rows, d->cols, d->type);
+  if (workspace_bytes < split.workspace)
+    return refuse("cublasLtMatmul: a workspace of " + std::to_string(workspace_bytes) +
+                  " bytes, less than the " + std::to_string(split.workspace) +
+                  " its algorithm needs");
   // The product runs in the stream's order, on copies of the descriptors.
-  emu::submit(stream, [op = *op, a = *a, b = *b, c = *c, d = *d, A, B, C, D, al, be] {
-    product(op, a, b, c, d, A, B, C, D, al, be);
+  emu::submit(stream, [op = *op, a = *a, b = *b, c = *c, d = *d, A, B, C, D, al, be, split] {
+    g_last_splits = split.slices;
+    product(op, a, b, c, d, A, B, C, D, al, be, split);
   });
   return CUBLAS_STATUS_SUCCESS;
 }
+cublasStatus_t cublasLtMatmulAlgoConfigGetAttribute(const cublasLtMatmulAlgo_t* algo,
+                                                    cublasLtMatmulAlgoConfigAttributes_t attr,
+                                                    void* buf, size_t bytes, size_t* written) {
+  if (!algo || !buf || algo->data[0] != kMagic)
+    return refuse("cublasLtMatmulAlgoConfigGetAttribute: a null or unknown algorithm");
+  if (attr == CUBLASLT_ALGO_CONFIG_SPLITK_NUM && bytes == sizeof(int32_t)) {
+    const int32_t v = int32_t(algo->data[7] & 0xff);
+    std::memcpy(buf, &v, sizeof(v));
+  } else if (attr == CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME && bytes == sizeof(uint32_t)) {
+    const uint32_t v = uint32_t(algo->data[7] >> 8);
+    std::memcpy(buf, &v, sizeof(v));
+  } else {
+    return refuse("cublasLtMatmulAlgoConfigGetAttribute: an attribute or size not emulated");
+  }
+  if (written) *written = bytes;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+namespace emu {
+int last_gemm_splits() { return g_last_splits; }
+}  // namespace emu

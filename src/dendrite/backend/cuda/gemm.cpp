@@ -25,6 +25,15 @@ int alignment(const void* p) {
   return a;
 }
 
+// What a split over K adds to a shape's line ("" for none).
+std::string split_name(int splits, uint32_t scheme) {
+  if (splits <= 1) return "";
+  const char* how = scheme == CUBLASLT_REDUCTION_SCHEME_INPLACE        ? "in place"
+                    : scheme == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE ? "fp32 partials"
+                                                                       : "partials in D's type";
+  return str(" split-K ", splits, " (", how, ")");
+}
+
 // What an epilogue adds to a shape's line ("" for none).
 std::string epilogue_name(int epilogue, bool out_bf16) {
   std::string s;
@@ -86,15 +95,28 @@ void describe_epilogue(cublasLtMatmulDesc_t op, int epilogue, int N) {
   }
 }
 
-// The preference: the workspace, no split-K, the operands' alignment.
-cublasLtMatmulPreference_t preference(size_t workspace_bytes, int align_bytes) {
+// The reduction schemes a split over K may use. None of cuBLASLt's uses
+// atomics (cublasLt.h): INPLACE adds the slices into D one after another,
+// ordered by counters in the workspace; COMPUTE_TYPE and OUTPUT_TYPE store
+// each slice's partial product in the workspace and sum them in a second
+// step. So a product's bits are fixed by its algorithm, which is chosen once
+// per shape. Into a bf16 D, INPLACE and OUTPUT_TYPE would round every
+// partial sum to bf16: only COMPUTE_TYPE (fp32 partials) there.
+uint32_t reduction_schemes(bool out_bf16) {
+  return out_bf16
+             ? uint32_t(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)
+             : uint32_t(CUBLASLT_REDUCTION_SCHEME_INPLACE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
+                        CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE);
+}
+
+// The preference: the workspace, the reduction schemes, the operands' alignment.
+cublasLtMatmulPreference_t preference(size_t workspace_bytes, int align_bytes, bool out_bf16) {
   cublasLtMatmulPreference_t pref;
   check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
   check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                              &workspace_bytes, sizeof(workspace_bytes)),
         "cublasLtMatmulPreferenceSetAttribute(workspace)");
-  // Deterministic: no split-K reductions through atomics or another buffer.
-  const uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+  const uint32_t scheme = reduction_schemes(out_bf16);
   check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                              &scheme, sizeof(scheme)),
         "cublasLtMatmulPreferenceSetAttribute(reduction scheme)");
@@ -108,6 +130,20 @@ cublasLtMatmulPreference_t preference(size_t workspace_bytes, int align_bytes) {
 }
 
 }  // namespace
+
+void Gemm::read_split(Plan& p) const {
+  int32_t splits = 1;
+  uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+  size_t written = 0;
+  check(cublasLtMatmulAlgoConfigGetAttribute(&p.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
+                                             sizeof(splits), &written),
+        "cublasLtMatmulAlgoConfigGetAttribute(SPLITK_NUM)");
+  check(cublasLtMatmulAlgoConfigGetAttribute(&p.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                             &scheme, sizeof(scheme), &written),
+        "cublasLtMatmulAlgoConfigGetAttribute(REDUCTION_SCHEME)");
+  p.splits = splits;
+  p.scheme = scheme;
+}
 
 const Gemm::Plan& Gemm::plan(const Key& k, const Epilogue& e) {
   auto it = plans_.find(k);
@@ -134,7 +170,7 @@ const Gemm::Plan& Gemm::plan(const Key& k, const Epilogue& e) {
         "cublasLtMatrixLayoutCreate(A)");
   check(cublasLtMatrixLayoutCreate(&p.c, k.out_bf16 ? CUDA_R_16BF : CUDA_R_32F, k.N, k.M, k.ldc),
         "cublasLtMatrixLayoutCreate(C)");
-  cublasLtMatmulPreference_t pref = preference(workspace_bytes_, k.align);
+  cublasLtMatmulPreference_t pref = preference(workspace_bytes_, k.align, k.out_bf16);
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t s =
@@ -150,6 +186,7 @@ const Gemm::Plan& Gemm::plan(const Key& k, const Epilogue& e) {
   p.found = s == CUBLAS_STATUS_SUCCESS && found > 0;
   p.algo = result.algo;
   p.workspace = result.workspaceSize;
+  if (p.found) read_split(p);
   return plans_.emplace(k, p).first->second;
 }
 
@@ -200,7 +237,7 @@ std::vector<std::string> Gemm::shapes() const {
   for (const auto& [k, p] : plans_)
     out.push_back(str(k.ta ? "T" : "N", k.tb ? "T" : "N", " ", k.M, "x", k.N, "x", k.K,
                       k.bf16 ? " bf16" : (tf32_ ? " tf32" : " fp32"),
-                      epilogue_name(k.epilogue, k.out_bf16),
+                      epilogue_name(k.epilogue, k.out_bf16), split_name(p.splits, p.scheme),
                       p.found ? "" : " (no algorithm: kernels)"));
   return out;
 }

@@ -2,8 +2,9 @@
 // operands and fp32 accumulation; fp32 output, or with an epilogue (bias,
 // GELU keeping its input, a bf16 output) fused into the product. Each
 // shape's algorithm is chosen at its first product (the heuristic's first
-// pick among algorithms that reduce without atomics) and kept for the run,
-// so that results are deterministic. Letters: the row-major product
+// pick, split over K where it picks that, with one of cuBLASLt's reduction
+// schemes, none of which uses atomics) and kept for the run, so that
+// results are deterministic. Letters: the row-major product
 // C[M,N] = op(A) op(B) over K.
 #pragma once
 
@@ -78,7 +79,10 @@ class Gemm {
     cublasLtMatmulAlgo_t algo{};
     size_t workspace = 0;
     bool found = false;  // false: no algorithm (only an epilogue's plan may lack one)
+    int splits = 1;      // the slices of the sum over K, and how they are added
+    uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
   };
+  void read_split(Plan& p) const;
   // The plan of k, made at its first use; e's pointers are those the
   // heuristic reads alignments from.
   const Plan& plan(const Key& k, const Epilogue& e = {});

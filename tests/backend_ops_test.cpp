@@ -276,6 +276,62 @@ TEST_P(BackendOps, LinearForwardWithEpilogues) {
       }
 }
 
+// Sums over more rows than one block takes (a GPU splits 1100 rows into
+// blocks of 512, whose partial sums are added in block order): the norms'
+// backwards and the bias gradient against the oracle, dgamma, dbeta and db
+// added to (from ones), and the same bits when run again.
+TEST_P(BackendOps, ColumnSumsOverManyRowsAreDeterministic) {
+  const int m = 1100, c = 20;
+  const Vf x = randn(m * c, 61, 2.0, 0.5), g = randn(c, 62, 0.2, 1.0), dy = randn(m * c, 63);
+  const Vd xd = to_d(x), gd = to_d(g), dyd = to_d(dy);
+  Vd y(m * c), mean(m), rstd(m), dx(m * c), dg(c, 1.0), db(c, 1.0), rdx(m * c), rdg(c, 1.0);
+  ref::layernorm_forward(y.data(), mean.data(), rstd.data(), xd.data(), gd.data(), gd.data(), m, c,
+                         1e-5);
+  ref::layernorm_backward(dx.data(), dg.data(), db.data(), dyd.data(), xd.data(), mean.data(),
+                          rstd.data(), gd.data(), m, c);
+  Vd rr(m), col(c, 1.0);
+  ref::rmsnorm_forward(y.data(), rr.data(), xd.data(), gd.data(), m, c, 1e-5);
+  ref::rmsnorm_backward(rdx.data(), rdg.data(), dyd.data(), xd.data(), rr.data(), gd.data(), m, c);
+  for (int r = 0; r < m; ++r)
+    for (int j = 0; j < c; ++j) col[j] += dyd[r * c + j];
+  Buffer<float> X = put(x), G = put(g), DY = put(dy), Y = zeros<float>(m * c);
+  Buffer<float> Mean = zeros<float>(m), Rstd = zeros<float>(m), R = zeros<float>(m);
+  Buffer<double> S = zeros<double>(2 * m);
+  be().layernorm_row_sums(S.data(), X.data(), m, c);
+  be().layernorm_apply(Y.data(), Mean.data(), Rstd.data(), S.data(), X.data(), G.data(), G.data(),
+                       m, c, c, 1e-5f);
+  be().layernorm_backward_sums(S.data(), DY.data(), X.data(), Mean.data(), Rstd.data(), G.data(), m,
+                               c);
+  Buffer<double> RS = zeros<double>(m);
+  be().rmsnorm_row_sums(RS.data(), X.data(), m, c);
+  be().rmsnorm_apply(Y.data(), R.data(), RS.data(), X.data(), G.data(), m, c, c, 1e-5f);
+  be().rmsnorm_backward_sums(RS.data(), DY.data(), X.data(), G.data(), m, c);
+  std::vector<Vf> runs;
+  for (int run = 0; run < 2; ++run) {
+    Buffer<float> DX = zeros<float>(m * c), RDX = zeros<float>(m * c);
+    Buffer<float> DG = put(Vf(c, 1.0f)), DB = put(Vf(c, 1.0f)), RDG = put(Vf(c, 1.0f)),
+                  COL = put(Vf(c, 1.0f));
+    be().layernorm_backward_apply(DX.data(), DG.data(), DB.data(), S.data(), DY.data(), X.data(),
+                                  Mean.data(), Rstd.data(), G.data(), m, c, c);
+    be().rmsnorm_backward_apply(RDX.data(), RDG.data(), RS.data(), DY.data(), X.data(), R.data(),
+                                G.data(), m, c, c);
+    be().add_column_sums(COL.data(), DY.data(), m, c);
+    expect_close(get(DX), dx, 1e-5, "layernorm dx, many rows");
+    expect_close(get(DG), dg, 1e-5, "layernorm dgamma, many rows");
+    expect_close(get(DB), db, 1e-5, "layernorm dbeta, many rows");
+    expect_close(get(RDX), rdx, 1e-5, "rmsnorm dx, many rows");
+    expect_close(get(RDG), rdg, 1e-5, "rmsnorm dgamma, many rows");
+    expect_close(get(COL), col, 1e-5, "column sums, many rows");
+    Vf all = get(DG);
+    for (const Buffer<float>* b : {&DB, &RDG, &COL}) {
+      const Vf v = get(*b);
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    runs.push_back(all);
+  }
+  EXPECT_EQ(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * 4), 0);
+}
+
 TEST_P(BackendOps, LayerNormAndRmsNormWholeAndSplit) {
   const int m = 33, c = 96;
   const Vf x = randn(m * c, 8, 2.0, 0.5), g = randn(c, 9, 0.2, 1.0), bt = randn(c, 10, 0.1),

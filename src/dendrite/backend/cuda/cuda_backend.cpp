@@ -274,7 +274,7 @@ class CudaBackend final : public Backend {
     cuda::add_bias(y, b, m, n, stream_);
   }
   void add_column_sums(float* db, const float* dy, int m, int n) override {
-    cuda::add_column_sums(db, dy, m, n, stream_);
+    cuda::add_column_sums(db, dy, m, n, scratch_, stream_);
   }
   bool bf16_native() const override { return true; }
   std::string bf16_missing() const override { return ""; }
@@ -321,7 +321,7 @@ class CudaBackend final : public Backend {
                                 const float* rstd, const float* gamma, int m, int c,
                                 int c_total) override {
     cuda::layernorm_backward_apply(dx, dgamma, dbeta, sums, dy, x, mean, rstd, gamma, m, c, c_total,
-                                   stream_);
+                                   scratch_, stream_);
   }
   void rmsnorm_row_sums(double* sums, const float* x, int m, int c) override {
     cuda::rmsnorm_row_sums(sums, x, m, c, stream_);
@@ -337,7 +337,8 @@ class CudaBackend final : public Backend {
   void rmsnorm_backward_apply(float* dx, float* dgamma, const double* sums, const float* dy,
                               const float* x, const float* rstd, const float* gamma, int m, int c,
                               int c_total) override {
-    cuda::rmsnorm_backward_apply(dx, dgamma, sums, dy, x, rstd, gamma, m, c, c_total, stream_);
+    cuda::rmsnorm_backward_apply(dx, dgamma, sums, dy, x, rstd, gamma, m, c, c_total, scratch_,
+                                 stream_);
   }
 
   // ---- elementwise ----

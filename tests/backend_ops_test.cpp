@@ -172,6 +172,28 @@ TEST_P(BackendOps, GemmInEveryLayoutAndPrecision) {
       }
 }
 
+// GELU's backward in the input gradient's product (cuBLASLt's DGELU where
+// the columns k are a multiple of 8, else the gelu_backward kernel after it).
+TEST_P(BackendOps, LinearInputGradientWithGeluBackward) {
+  const int m = 24, n = 48;
+  for (int k : {40, 36})
+    for (bool low : {false, true}) {
+      Vf dy = randn(m * n, 71), w = randn(n * k, 72, 0.2);
+      const Vf pre = randn(m * k, 73);
+      if (low) dy = widened(rounded(dy)), w = widened(rounded(w));
+      Vd want(m * k);
+      ref::linear_backward_input_dgelu(want.data(), to_d(dy).data(), to_d(w).data(),
+                                       to_d(pre).data(), m, k, n);
+      Buffer<float> DYf = put(dy), Wf = put(w), P = put(pre), DX = zeros<float>(m * k);
+      Buffer<bf16> DYh = put(rounded(dy)), Wh = put(rounded(w));
+      be().linear_backward_input_dgelu(DX.data(), low ? Operand(DYh.data()) : Operand(DYf.data()),
+                                       low ? Operand(Wh.data()) : Operand(Wf.data()), P.data(), m,
+                                       k, n);
+      expect_close(get(DX), want, 1e-4,
+                   str("linear dx with gelu'", low ? " bf16" : " fp32", " k", k));
+    }
+}
+
 // A weight gradient's shape: a small output over a long sum (K: the rows).
 // cuBLASLt may split the sum over K (the emulator does, into 16 slices),
 // adding the slices in a fixed order: within the GEMM tolerance of the

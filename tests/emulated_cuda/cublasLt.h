@@ -9,9 +9,10 @@
 // descriptors, or a pointer is less aligned than the preference promised.
 // Products are exact and summed in double; TF32 compute rounds the fp32
 // operands to TF32 first. Epilogues (cublasLtEpilogue_t: bias, GELU with or
-// without its input kept) apply to the sum rounded once to fp32: the bias
-// added in double and rounded, GELU (the tanh form, which cuBLASLt's GELU
-// is, as GPT-2's) evaluated in double on that and rounded to D's type; D
+// without its input kept, DGELU) apply to the sum rounded once to fp32: the
+// bias added in double and rounded, GELU (the tanh form, which cuBLASLt's
+// GELU is, as GPT-2's) evaluated in double on that and rounded to D's type,
+// or for DGELU that times GELU's derivative at the auxiliary input; D
 // (and C, of the same type) fp32, or bf16 with bf16 operands, rounded to
 // nearest-even. The bias and the GELU input are of D's type (cuBLASLt's
 // default; the emulator takes no other), the GELU input's leading dimension
@@ -55,6 +56,7 @@ enum cublasLtEpilogue_t {
   CUBLASLT_EPILOGUE_GELU_AUX = 32 | 128,
   CUBLASLT_EPILOGUE_GELU_BIAS = 32 | 4,
   CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 32 | 128 | 4,
+  CUBLASLT_EPILOGUE_DGELU = 64 | 128,
 };
 enum cublasLtMatmulPreferenceAttributes_t {
   CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK = 3,

@@ -90,6 +90,8 @@ bool has_gelu(uint32_t e) { return e & CUBLASLT_EPILOGUE_GELU; }
 bool keeps_gelu_input(uint32_t e) {
   return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
 }
+bool is_dgelu(uint32_t e) { return e == CUBLASLT_EPILOGUE_DGELU; }
+bool has_aux(uint32_t e) { return keeps_gelu_input(e) || is_dgelu(e); }
 
 // The epilogue is one the emulator implements, set up as cuBLASLt documents; "" or why not.
 std::string check_epilogue(const EmulatedLtDesc& op, const EmulatedLtLayout& d) {
@@ -100,13 +102,14 @@ std::string check_epilogue(const EmulatedLtDesc& op, const EmulatedLtLayout& d) 
     case CUBLASLT_EPILOGUE_GELU_AUX:
     case CUBLASLT_EPILOGUE_GELU_BIAS:
     case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
+    case CUBLASLT_EPILOGUE_DGELU:
       break;
     default:
       return "epilogue " + std::to_string(op.epilogue) + " is not emulated";
   }
   if (has_bias(op.epilogue) && op.bias_type != -1 && op.bias_type != d.type)
     return "a bias of another type than D's is not emulated";
-  if (keeps_gelu_input(op.epilogue) && (op.aux_ld % 8 != 0 || op.aux_ld < int64_t(d.rows)))
+  if (has_aux(op.epilogue) && (op.aux_ld % 8 != 0 || op.aux_ld < int64_t(d.rows)))
     return "the GELU input's leading dimension " + std::to_string(op.aux_ld) +
            " is not a multiple of 8 at least D's " + std::to_string(d.rows) + " rows";
   return "";
@@ -183,6 +186,11 @@ double gelu(double x) {
   const double s = std::sqrt(2.0 / 3.14159265358979323846);
   return 0.5 * x * (1.0 + std::tanh(s * (x + 0.044715 * x * x * x)));
 }
+double gelu_derivative(double x) {
+  const double s = std::sqrt(2.0 / 3.14159265358979323846);
+  const double t = std::tanh(s * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * s * (1.0 + 3.0 * 0.044715 * x * x);
+}
 
 double element(const void* p, const EmulatedLtLayout& l, uint64_t r, uint64_t c, bool tf32) {
   const size_t i = r + c * size_t(l.ld);
@@ -248,7 +256,12 @@ void product(const EmulatedLtDesc& op, const EmulatedLtLayout& a, const Emulated
     for (uint64_t i = 0; i < m; ++i) {
       float t = out[i + j * m];
       if (keeps_gelu_input(op.epilogue)) store(op.aux, i + j * size_t(op.aux_ld), t, d.type);
-      if (has_gelu(op.epilogue)) t = float(gelu(double(t)));
+      if (is_dgelu(op.epilogue)) {
+        const EmulatedLtLayout aux{d.type, d.rows, d.cols, op.aux_ld};
+        t = float(double(t) * gelu_derivative(element(op.aux, aux, i, j, false)));
+      } else if (has_gelu(op.epilogue)) {
+        t = float(gelu(double(t)));
+      }
       store(D, i + j * size_t(d.ld), t, d.type);
     }
 }
@@ -263,7 +276,7 @@ std::string check_epilogue_pointers(const EmulatedLtDesc& op, const EmulatedLtLa
     if (alignment(op.bias) < int(algo.data[6] & 0xff))
       return "the bias is less aligned than its algorithm was chosen for";
   }
-  if (keeps_gelu_input(op.epilogue)) {
+  if (has_aux(op.epilogue)) {
     if (!op.aux || !device_range(op.aux, EmulatedLtLayout{d.type, d.rows, d.cols, op.aux_ld}))
       return "the GELU input is not a matrix of D's shape in device memory";
     if (alignment(op.aux) < int(algo.data[6] >> 8))
@@ -410,7 +423,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
   // The bias's and the GELU input's alignment, read from their pointers
   // (up to the 16 bytes of a vector access).
   const uint64_t bias_align = has_bias(op->epilogue) ? std::min(alignment(op->bias), 16) : 1;
-  const uint64_t aux_align = keeps_gelu_input(op->epilogue) ? std::min(alignment(op->aux), 16) : 1;
+  const uint64_t aux_align = has_aux(op->epilogue) ? std::min(alignment(op->aux), 16) : 1;
   results[0].algo.data[6] = bias_align | aux_align << 8;
   const uint64_t k = op->ta == CUBLAS_OP_T ? a->rows : a->cols;
   const Split split = choose_split(d->rows, d->cols, k, *pref, d->type);

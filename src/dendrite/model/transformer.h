@@ -211,8 +211,11 @@ class Transformer {
   };
   // The backward of layers that read one input, with OAR over the group
   // (transformer_step.cpp).
+  // gelu_input [m, in_local]: dx then goes through GELU's backward (in
+  // place), fused into a lone layer's product where nothing sums dx.
   void linear_backward(float* dx, int m, std::initializer_list<LinearGrad> group,
-                       const LinearGrad& behind, LinearGrad* hand_on);
+                       const LinearGrad& behind, LinearGrad* hand_on,
+                       const float* gelu_input = nullptr);
   double global_sum(double local);  // over Z and D
   struct Range {
     int64_t begin, end;  // in the flat buffer

@@ -149,11 +149,12 @@ void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
 
   // MLP: out = mid + down(act): [m, C/Gx] -> [m, F/Gy] -> [m, C/Gx]
   LinearGrad down_dw;  // down's dW, when it runs behind the MLP's dx sum
-  linear_backward(dact_.data(), m, {{&L.down, dres, operand(dres, dres_h_, mC), saved(a.act, a.acth)}},
-                  {}, &down_dw);
-  if (cfg_.gpt2()) {
-    be_.gelu_backward(dup_.data(), dact_.data(), a.up.data(), mF);
-  } else {
+  // GPT-2: dup = gelu'(up) * (the dx of down), GELU's backward in dup itself
+  const bool gelu = cfg_.gpt2();
+  linear_backward(gelu ? dup_.data() : dact_.data(), m,
+                  {{&L.down, dres, operand(dres, dres_h_, mC), saved(a.act, a.acth)}}, {}, &down_dw,
+                  gelu ? a.up.data() : nullptr);
+  if (!gelu) {
     be_.swiglu_backward(dgate_.data(), dup_.data(), dact_.data(), a.gate.data(), a.up.data(), mF);
   }
   const Operand h2 = saved(a.norm2, a.norm2h);
@@ -197,12 +198,15 @@ void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
 // is left there, and the next group of the block runs it as its `behind`.
 // The products are the same bits in any order; only their place changes.
 void Transformer::linear_backward(float* dx, int m, std::initializer_list<LinearGrad> group,
-                                  const LinearGrad& behind, LinearGrad* hand_on) {
+                                  const LinearGrad& behind, LinearGrad* hand_on,
+                                  const float* gelu_input) {
   float* G = grads_->data();
   const ParallelLinear* summing = nullptr;  // the group's first layer: all share the axis
+  const bool fuse_gelu = gelu_input && group.size() == 1 && !group.begin()->layer->sums_input();
   for (const LinearGrad& g : group) {
     if (!g.layer) continue;
-    g.layer->input_gradient(dx, summing != nullptr, g.dy, m, stream_);
+    g.layer->input_gradient(dx, summing != nullptr, g.dy, m, stream_,
+                            fuse_gelu ? gelu_input : nullptr);
     if (!summing) summing = g.layer;
   }
   Request sum = summing->sum_input_gradient(dx, m);
@@ -217,6 +221,8 @@ void Transformer::linear_backward(float* dx, int m, std::initializer_list<Linear
   if (behind.layer)
     behind.layer->weight_gradient(behind.dy_f32, behind.dy, behind.x, m, G, stream_, &sum);
   sum.wait();
+  if (gelu_input && !fuse_gelu)
+    be_.gelu_backward(dx, dx, gelu_input, int64_t(m) * summing->in_local());
 }
 
 const float* Transformer::upload_weights(const float* host, int64_t m) {

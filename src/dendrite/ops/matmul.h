@@ -101,6 +101,14 @@ inline void check_epilogue(const LinearEpilogue& e, const char* op) {
                  "backward reads; pass one");
 }
 
+// dx [m,k] = (dy [m,n] w [n,k]) * gelu'(gelu_input [m,k]): linear_backward_input
+// (overwriting), then gelu_backward in place (activation.h); one kernel where
+// the device fuses them (cuBLASLt's DGELU epilogue).
+void linear_backward_input_dgelu(float* dx, const float* dy, const float* w,
+                                 const float* gelu_input, int m, int k, int n);
+void linear_backward_input_dgelu(float* dx, const bf16* dy, const bf16* w, const float* gelu_input,
+                                 int m, int k, int n);
+
 // y[m,n] += b[n] on every row (the bias of a linear layer whose product came first).
 void add_bias(float* y, const float* b, int m, int n);
 

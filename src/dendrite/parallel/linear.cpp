@@ -55,8 +55,15 @@ void ParallelLinear::forward(float* y, Operand x, int m, const float* params, We
 }
 
 void ParallelLinear::input_gradient(float* dx, bool accumulate, Operand dy, int m,
-                                    WeightStream& stream) const {
+                                    WeightStream& stream, const float* gelu_input) const {
   const Operand w = keep_ ? kept_block_ : stream.gather(*w_);  // [out, in]
+  if (gelu_input) {
+    DENDRITE_CHECK(!accumulate && !sums_input(), "parallel linear ", w_->name,
+                   ": GELU's backward fuses into dx only where dx is neither added to nor "
+                   "summed over the backward axis");
+    be_->linear_backward_input_dgelu(dx, dy, w, gelu_input, m, in_, out_);
+    return;
+  }
   be_->linear_backward_input(dx, dy, w, m, in_, out_, accumulate);
 }
 

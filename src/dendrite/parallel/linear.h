@@ -52,8 +52,11 @@ class ParallelLinear {
   // the dW products of a group of layers behind one dx sum (layers that share
   // an input add their dx and sum it once: Transformer::linear_backward).
   // 1. dx [m, in_local] = dy [m, out_local] W (overwritten, or added to when
-  //    accumulate), with the kept block or a fresh gather;
-  void input_gradient(float* dx, bool accumulate, Operand dy, int m, WeightStream& stream) const;
+  //    accumulate), with the kept block or a fresh gather; given gelu_input
+  //    [m, in_local] (only where step 2 sums nothing, and not accumulating),
+  //    then times gelu'(gelu_input), GELU's backward fused into the product;
+  void input_gradient(float* dx, bool accumulate, Operand dy, int m, WeightStream& stream,
+                      const float* gelu_input = nullptr) const;
   // 2. dx summed over the backward axis: posted non-blocking with OAR (wait
   //    for the request before reading dx), else summed before returning;
   Request sum_input_gradient(float* dx, int m) const;

@@ -90,6 +90,13 @@ class CpuBackend final : public Backend {
     else
       ops::linear_backward_input(dx, dy.f32, w.f32, m, k, n, accumulate);
   }
+  void linear_backward_input_dgelu(float* dx, Operand dy, Operand w, const float* gelu_input, int m,
+                                   int k, int n) override {
+    if (both_bf16(dy, w, "linear_backward_input"))
+      ops::linear_backward_input_dgelu(dx, dy.b16, w.b16, gelu_input, m, k, n);
+    else
+      ops::linear_backward_input_dgelu(dx, dy.f32, w.f32, gelu_input, m, k, n);
+  }
   void linear_backward_weight(float* dw, Operand dy, Operand x, int m, int k, int n,
                               bool accumulate) override {
     if (both_bf16(dy, x, "linear_backward_weight"))

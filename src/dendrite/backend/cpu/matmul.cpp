@@ -231,6 +231,18 @@ void linear_forward(float* y, const bf16* x, const bf16* w, int m, int k, int n,
   finish_epilogue(y, t, m, n, e);
 }
 
+void linear_backward_input_dgelu(float* dx, const float* dy, const float* w,
+                                 const float* gelu_input, int m, int k, int n) {
+  linear_backward_input(dx, dy, w, m, k, n, false);
+  gelu_backward(dx, dx, gelu_input, long(m) * k);
+}
+
+void linear_backward_input_dgelu(float* dx, const bf16* dy, const bf16* w, const float* gelu_input,
+                                 int m, int k, int n) {
+  linear_backward_input(dx, dy, w, m, k, n, false);
+  gelu_backward(dx, dx, gelu_input, long(m) * k);
+}
+
 void add_bias(float* y, const float* b, int m, int n) {
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < m; ++r) {

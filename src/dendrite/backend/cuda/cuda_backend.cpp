@@ -245,7 +245,11 @@ class CudaBackend final : public Backend {
     ops::check_epilogue(e, "linear_forward");
     const bool low = both_bf16(x, w, "linear_forward");
     const bool bf16_alone = e.y_bf16 && !e.bias && !e.gelu;
-    const cuda::Gemm::Epilogue fused{e.bias, e.gelu, e.pre_gelu, bf16_alone};
+    cuda::Gemm::Epilogue fused;
+    fused.bias = e.bias;
+    fused.gelu = e.gelu;
+    fused.gelu_input = e.pre_gelu;
+    fused.out_bf16 = bf16_alone;
     void* d = bf16_alone ? static_cast<void*>(e.y_bf16) : static_cast<void*>(y);  // [m, n]
     const int64_t mn = int64_t(m) * n;
     if (gemm_->run_fused(false, true, m, n, k, ptr(x), k, ptr(w), k, d, low, fused, stream_)) {
@@ -263,6 +267,17 @@ class CudaBackend final : public Backend {
     const bool low = both_bf16(dy, w, "linear_backward_input");
     gemm_->run(false, false, m, k, n, 1.0f, ptr(dy), n, ptr(w), k, accumulate ? 1.0f : 0.0f, dx, k,
                low, stream_);
+  }
+  // cuBLASLt's DGELU epilogue where it offers it, else the product and the
+  // gelu_backward kernel.
+  void linear_backward_input_dgelu(float* dx, Operand dy, Operand w, const float* gelu_input, int m,
+                                   int k, int n) override {
+    const bool low = both_bf16(dy, w, "linear_backward_input");
+    cuda::Gemm::Epilogue e;
+    e.dgelu_input = gelu_input;
+    if (gemm_->run_fused(false, false, m, k, n, ptr(dy), n, ptr(w), k, dx, low, e, stream_)) return;
+    gemm_->run(false, false, m, k, n, 1.0f, ptr(dy), n, ptr(w), k, 0.0f, dx, k, low, stream_);
+    cuda::gelu_backward(dx, dx, gelu_input, long(m) * k, stream_);
   }
   void linear_backward_weight(float* dw, Operand dy, Operand x, int m, int k, int n,
                               bool accumulate) override {

@@ -38,7 +38,10 @@ std::string split_name(int splits, uint32_t scheme) {
 std::string epilogue_name(int epilogue, bool out_bf16) {
   std::string s;
   if (epilogue & CUBLASLT_EPILOGUE_BIAS) s += " +bias";
-  if (epilogue & CUBLASLT_EPILOGUE_GELU) s += " +gelu";
+  if (epilogue == CUBLASLT_EPILOGUE_DGELU)
+    s += " *gelu'";
+  else if (epilogue & CUBLASLT_EPILOGUE_GELU)
+    s += " +gelu";
   if (out_bf16) s += " ->bf16";
   return s;
 }
@@ -69,9 +72,10 @@ void Gemm::set_epilogue_pointers(const Plan& p, const Key& k, const Epilogue& e)
     check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias,
                                          sizeof(e.bias)),
           "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
-  if (e.gelu)
-    check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
-                                         &e.gelu_input, sizeof(e.gelu_input)),
+  const void* aux = e.gelu ? static_cast<const void*>(e.gelu_input) : e.dgelu_input;
+  if (aux)
+    check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                         sizeof(aux)),
           "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_POINTER)");
 }
 
@@ -88,7 +92,8 @@ void describe_epilogue(cublasLtMatmulDesc_t op, int epilogue, int N) {
                                          sizeof(type)),
           "cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)");
   }
-  if (epilogue == CUBLASLT_EPILOGUE_GELU_AUX || epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+  if (epilogue == CUBLASLT_EPILOGUE_GELU_AUX || epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+      epilogue == CUBLASLT_EPILOGUE_DGELU) {
     const int64_t ld = N;  // the GELU input [M, N] row-major: column-major [N, M]
     check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)),
           "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_LD)");
@@ -209,15 +214,18 @@ bool Gemm::run_fused(bool trans_a, bool trans_b, int M, int N, int K, const void
   // Only what cuBLASLt documents for these types: bias and GELU input take
   // D's type, a bf16 D needs bf16 operands, and the GELU input's leading
   // dimension is a multiple of 8.
-  if (e.out_bf16 && (e.bias || e.gelu || !bf16)) return false;
+  if (e.out_bf16 && (e.bias || e.gelu || e.dgelu_input || !bf16)) return false;
   if (e.gelu && (!e.gelu_input || N % 8 != 0)) return false;
+  if (e.dgelu_input && (e.gelu || e.bias || N % 8 != 0)) return false;
   int epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   if (e.bias) epilogue = CUBLASLT_EPILOGUE_BIAS;
   if (e.gelu) epilogue = e.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  if (e.dgelu_input) epilogue = CUBLASLT_EPILOGUE_DGELU;
   const int align = std::min(std::min(alignment(A), alignment(B)), alignment(D));
   int epi_align = 16;
   if (e.bias) epi_align = std::min(epi_align, alignment(e.bias));
   if (e.gelu) epi_align = std::min(epi_align, alignment(e.gelu_input));
+  if (e.dgelu_input) epi_align = std::min(epi_align, alignment(e.dgelu_input));
   Key k{trans_a, trans_b, bf16, false, M, N, K, lda, ldb, N, align};
   k.epilogue = epilogue;
   k.out_bf16 = e.out_bf16;

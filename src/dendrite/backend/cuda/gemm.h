@@ -21,13 +21,15 @@ namespace dendrite::cuda {
 
 // What cuBLASLt does to a product before storing it (its epilogues), in
 // Gemm::run()'s row-major terms: D [M,N] = op(A) op(B), + bias [N] on every row,
-// then gelu_input [M,N] (ld N) = D and D = GELU(D); D fp32, or bf16 with
-// neither bias nor GELU (cuBLASLt's bias and GELU input take D's type, and
-// Dendrite keeps both in fp32).
+// then gelu_input [M,N] (ld N) = D and D = GELU(D); or, for GELU's
+// backward, D *= GELU'(dgelu_input [M,N], ld N). D fp32, or bf16 with none
+// of them (cuBLASLt's bias and GELU input take D's type, and Dendrite keeps
+// both in fp32).
 struct GemmEpilogue {
   const float* bias = nullptr;
   bool gelu = false;
   float* gelu_input = nullptr;
+  const float* dgelu_input = nullptr;
   bool out_bf16 = false;
 };
 

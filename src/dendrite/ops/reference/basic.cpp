@@ -143,6 +143,12 @@ void linear_forward_epilogue(double* y, double* pre, const double* x, const doub
   if (gelu) gelu_forward(y, pre, long(m) * n);
 }
 
+void linear_backward_input_dgelu(double* dx, const double* dy, const double* w,
+                                 const double* gelu_input, int m, int k, int n) {
+  gemm(false, false, m, k, n, 1.0, dy, n, w, k, 0.0, dx, k);
+  gelu_backward(dx, dx, gelu_input, long(m) * k);
+}
+
 void gelu_backward(double* dx, const double* dy, const double* x, long n) {
   for (long i = 0; i < n; ++i) {
     double u = kGeluS * (x[i] + kGeluA * x[i] * x[i] * x[i]);

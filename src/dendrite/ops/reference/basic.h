@@ -24,6 +24,9 @@ void linear_forward(double* y, const double* x, const double* w, const double* b
 // gelu pre [m,n] = that and y = gelu(pre)
 void linear_forward_epilogue(double* y, double* pre, const double* x, const double* w,
                              const double* b, bool gelu, int m, int k, int n);
+// dx [m,k] = (dy w) gelu'(gelu_input)  (overwritten)
+void linear_backward_input_dgelu(double* dx, const double* dy, const double* w,
+                                 const double* gelu_input, int m, int k, int n);
 // dx [m,k] = dy w (overwritten);  dw [n,k] += dy^T x;  db [n] += column sums of dy (may be null)
 void linear_backward(double* dx, double* dw, double* db, const double* dy, const double* x,
                      const double* w, int m, int k, int n);

@@ -209,6 +209,29 @@ double element(const void* p, const EmulatedLtLayout& l, uint64_t r, uint64_t c,
   return double(f);
 }
 
+// alpha times the sum of the k products x[p] y[p]: one sum in double, or
+// split: each slice summed in double, rounded as its scheme stores it (fp32
+// partials for COMPUTE_TYPE, D's type otherwise), the slices added in order.
+double sum_of_products(const double* x, const double* y, uint64_t k, float al, const Split& split,
+                       cudaDataType_t d_type) {
+  if (split.slices == 1) {
+    double v = 0;
+    for (uint64_t p = 0; p < k; ++p) v += x[p] * y[p];
+    return double(al) * v;
+  }
+  const cudaDataType_t part =
+      split.scheme == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE ? CUDA_R_32F : d_type;
+  float acc = 0;
+  for (int s = 0; s < split.slices; ++s) {
+    double slice = 0;
+    for (uint64_t p = k * s / split.slices; p < k * (s + 1) / split.slices; ++p)
+      slice += x[p] * y[p];
+    const float term = rounded_to(float(double(al) * slice), part);
+    acc = s == 0 ? term : rounded_to(acc + term, part);
+  }
+  return double(acc);
+}
+
 // D = alpha op(A) op(B) + beta C, the products exact and summed in double,
 // then the epilogue.
 void product(const EmulatedLtDesc& op, const EmulatedLtLayout& a, const EmulatedLtLayout& b,
@@ -229,25 +252,7 @@ void product(const EmulatedLtDesc& op, const EmulatedLtLayout& a, const Emulated
   std::vector<float> out(size_t(m) * n);
   for (uint64_t j = 0; j < n; ++j)
     for (uint64_t i = 0; i < m; ++i) {
-      const double* xi = &x[i * k];
-      const double* yj = &y[j * k];
-      double v = 0;
-      if (split.slices == 1) {
-        for (uint64_t p = 0; p < k; ++p) v += xi[p] * yj[p];
-        v *= double(al);
-      } else {  // each slice summed, rounded as its scheme stores it, added in slice order
-        const cudaDataType_t part =
-            split.scheme == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE ? CUDA_R_32F : d.type;
-        float acc = 0;
-        for (int s = 0; s < split.slices; ++s) {
-          double slice = 0;
-          for (uint64_t p = k * s / split.slices; p < k * (s + 1) / split.slices; ++p)
-            slice += xi[p] * yj[p];
-          const float term = rounded_to(float(double(al) * slice), part);
-          acc = s == 0 ? term : rounded_to(acc + term, part);
-        }
-        v = double(acc);
-      }
+      double v = sum_of_products(&x[i * k], &y[j * k], k, al, split, d.type);
       if (be != 0.0f) v += double(be) * element(C, c, i, j, false);  // beta 0: C is not read
       if (has_bias(op.epilogue)) v += element(op.bias, d, i, 0, false);
       out[i + j * m] = float(v);

@@ -1,6 +1,7 @@
 // `dendrite bench step`: warm up, time training steps of a model on random
 // tokens, and print tokens/s, GFLOP/s against the measured FMA peak, MFU and
-// peak memory.
+// peak memory; with --anatomy (a program that counts its device's work, the
+// emulated GPU's), what the device did in each step.
 // `dendrite bench generate`: time greedy generation from random prompts with
 // the key/value cache and without it, side by side.
 #include <omp.h>
@@ -41,6 +42,8 @@ struct BenchOptions {
   int steps = 5, warmup = 2;
   bool json = false;
   std::string trace;  // a timeline of the timed steps (core/trace.h)
+  bool anatomy = false;
+  StepCounter* counter = nullptr;  // the program's, if it counts its device's work
 };
 
 // This process's resident pages that are shared memory (its own and its
@@ -85,6 +88,7 @@ struct StepTimes {
   double secs = 0;    // per step
   double cpu[3] = {};  // user ms, system ms, context switches per step, summed over the ranks
   double loss = 0;
+  std::vector<std::string> anatomy;  // each step's, warm-up first (--anatomy)
 };
 
 // Warms up, then times o.steps training steps on random tokens.
@@ -97,20 +101,30 @@ StepTimes time_steps(const BenchOptions& o, const ModelConfig& mc, Transformer& 
     tg[i] = int32_t(random_bits(7, 2, i) % mc.vocab_size);
   }
   int number = 0;
-  auto step = [&] {
+  StepTimes t;
+  auto counted_step = [&] {
     trace::Scope whole("step", str("step ", ++number));
     double loss = 0, norm = 0;
     {
       trace::Scope part("step", "forward and backward");
-      loss = step_gradients(model, in.data(), tg.data(), nullptr, double(count), r.batch, r.seq,
+      step_gradients_unread(model, in.data(), tg.data(), nullptr, double(count), r.batch, r.seq,
                             r.grad_accum);
     }
     {
-      trace::Scope part("step", "gradient norm");
-      norm = model.grad_norm();
+      trace::Scope part("step", "gradient norm");  // and the step's one read of the device
+      model.reduce_grad_norm();
+      const Transformer::StepTotals t = model.read_step_totals();
+      loss = t.loss, norm = t.grad_norm;
     }
     trace::Scope part("step", "optimizer");
     adam.step(model, 1e-4f, AdamW::clip_factor(norm, 1.0));
+    return loss;
+  };
+  auto step = [&] {
+    if (!o.anatomy) return counted_step();
+    o.counter->begin();
+    const double loss = counted_step();
+    t.anatomy.push_back(o.counter->end());
     return loss;
   };
   for (int i = 0; i < o.warmup; ++i) step();
@@ -119,7 +133,6 @@ StepTimes time_steps(const BenchOptions& o, const ModelConfig& mc, Transformer& 
   rusage u0{}, u1{};
   getrusage(RUSAGE_SELF, &u0);
   auto t0 = std::chrono::steady_clock::now();
-  StepTimes t;
   for (int i = 0; i < o.steps; ++i) t.loss = step();
   t.secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / o.steps;
   getrusage(RUSAGE_SELF, &u1);
@@ -224,10 +237,38 @@ nlohmann::json comm_report(ProcessGrid& grid, int steps, CommTotals& sums,
   return comm;
 }
 
+// Rank 0's device work in the first step (warm-up included) and the last,
+// with what the model and MFU need (bench/step_roofline.py reads it): the
+// model's sizes, the model flops per token that MFU counts, and whether every
+// step after the first did the same work.
+nlohmann::json anatomy_report(const ModelConfig& mc, const TrainOptions& r,
+                              const std::vector<std::string>& steps) {
+  nlohmann::json a = {{"steps_counted", steps.size()},
+                      {"train_flops_per_token", mc.train_flops_per_token(r.seq)},
+                      {"config",
+                       {{"arch", arch_name(mc.arch)}, {"L", mc.n_layer}, {"C", mc.n_embd},
+                        {"NH", mc.n_head}, {"NKV", mc.n_kv_head}, {"hs", mc.head_size()},
+                        {"F", mc.ffn_hidden}, {"V", mc.vocab_size}, {"Vp", mc.padded_vocab()},
+                        {"B", r.batch}, {"T", r.seq}, {"grad_accum", r.grad_accum},
+                        {"precision", r.precision}}}};
+  if (steps.empty()) return a;
+  a["first_step"] = nlohmann::json::parse(steps.front());
+  a["later_step"] = nlohmann::json::parse(steps.back());
+  if (steps.size() > 2)  // the last step stands for every step after the first
+    a["later_steps_identical"] =
+        std::all_of(steps.begin() + 2, steps.end(), [&](const auto& s) { return s == steps[1]; });
+  return a;
+}
+
 int run_bench_step(const BenchOptions& o, MpiEnv& env) {
   const TrainOptions& r = o.run;
   if (r.threads > 0) omp_set_num_threads(r.threads);
   const int threads = omp_get_max_threads();
+  DENDRITE_CHECK(!o.anatomy || o.counter,
+                 "bench step --anatomy: this program cannot count its device's work; the tests' ",
+                 "build/tests/dendrite_emulated counts the emulated GPU's");
+  DENDRITE_CHECK(!o.anatomy || o.trace.empty(),
+                 "bench step: --anatomy records the steps' trace itself; leave out --trace");
   ModelConfig mc = load_model_config(r.model);
   std::unique_ptr<Backend> backend = make_rank_backend(r.device, env);
   ProcessGrid grid = make_grid(backend->transport(env.world()), r.grid);
@@ -239,8 +280,10 @@ int run_bench_step(const BenchOptions& o, MpiEnv& env) {
   grid.world().barrier();
   const int ranks = grid.shape().size();
   const double device_peak_mb = double(backend->device_peak_bytes()) / (1 << 20);  // before the GEMM peak's
-  const double peak = backend->peak_gflops(model->precision(), threads, 0.3) *
-                      ranks;  // in the run's precision
+  // In the run's precision; not measured for --anatomy (a device that counts
+  // its work is an emulated one, whose rates mean nothing).
+  const double peak =
+      o.anatomy ? 0 : backend->peak_gflops(model->precision(), threads, 0.3) * ranks;
   const double tokens = double(r.batch) * r.seq;
   const double gflops = mc.train_flops_per_token(r.seq) * tokens / t.secs / 1e9;
   const double max_rss = max_over_ranks(grid, peak_rss_mb());
@@ -255,7 +298,7 @@ int run_bench_step(const BenchOptions& o, MpiEnv& env) {
                       {"steps", o.steps}, {"loss", t.loss},
                       {"tokens_per_s", tokens / t.secs}, {"step_ms", t.secs * 1e3},
                       {"gflops_per_s", gflops}, {"peak_gflops", peak},
-                      {"mfu", gflops / peak}, {"peak_rss_mb", max_rss},
+                      {"mfu", peak > 0 ? gflops / peak : 0}, {"peak_rss_mb", max_rss},
                       {"rss_shmem_mb", max_shm}, {"grid", grid.shape().str()},
                       {"overlap", r.overlap},
                       {"overlap_used", resolve_overlap(r.overlap, grid.world().ranks_on_node(),
@@ -278,6 +321,7 @@ int run_bench_step(const BenchOptions& o, MpiEnv& env) {
   if (backend->device() == Device::kCuda)  // what the model and its step held at most
     j["device_peak_mb"] = device_peak_mb;
   if (r.gemm_tune) j["gemm"] = gemm_report(*backend, o.steps + o.warmup);
+  if (o.anatomy) j["anatomy"] = anatomy_report(mc, r, t.anatomy);
   if (o.json) {
     std::printf("%s\n", j.dump().c_str());
   } else {
@@ -373,8 +417,9 @@ int run_bench_generate(const GenerateBenchOptions& o, MpiEnv& env) {
 
 }  // namespace
 
-Runner add_bench(CLI::App& app, MpiEnv& env) {
+Runner add_bench(CLI::App& app, MpiEnv& env, StepCounter* counter) {
   auto o = std::make_shared<BenchOptions>();
+  o->counter = counter;
   app.require_subcommand(1);
   CLI::App* step = app.add_subcommand("step", "Time training steps (forward, backward, AdamW)");
   TrainOptions& r = o->run;
@@ -392,6 +437,11 @@ Runner add_bench(CLI::App& app, MpiEnv& env) {
   step->add_option("--trace", o->trace,
                    "Write a timeline of every rank's timed steps and collectives to this file "
                    "(Trace Event JSON: ui.perfetto.dev or chrome://tracing)");
+  step->add_flag("--anatomy", o->anatomy,
+                 "Count the device's work in every step (launches, synchronisations, "
+                 "allocations, copies, by op and part of the step) and print the first and the "
+                 "last in the JSON's \"anatomy\" (only a program that counts its device's work: "
+                 "the tests' dendrite_emulated)");
   step->add_flag("--recompute", r.recompute, "Activation recomputation");
   step->add_option("--overlap", r.overlap,
                    "Communication to hide: a list of oar, ors, oag, dp; or all, none; or auto (as "

@@ -13,7 +13,7 @@
 
 namespace dendrite::app {
 
-int dendrite_main(int argc, char** argv, const TrainHooks* hooks) {
+int dendrite_main(int argc, char** argv, const TrainHooks* hooks, StepCounter* counter) {
   // The one place the communication settings are read from the environment;
   // a bad value ends every rank the same way, before MPI starts.
   CommOptions options;
@@ -47,7 +47,7 @@ int dendrite_main(int argc, char** argv, const TrainHooks* hooks) {
     add("memorization", "Measure verbatim memorization: greedy continuations of training, canary and held-out text",
         [&](CLI::App& s) { return dendrite::app::add_memorization(s, env); });
     add("bench", "Benchmarks (`bench step`: time training steps)",
-        [&](CLI::App& s) { return dendrite::app::add_bench(s, env); });
+        [&](CLI::App& s) { return dendrite::app::add_bench(s, env, counter); });
     add("plan", "Predict step time and memory of every process grid, and rank them",
         [&](CLI::App& s) { return dendrite::app::add_plan(s, env); });
     add("calibrate", "Measure this machine (GEMM rates, collectives, memory) into a machine file",

@@ -17,16 +17,26 @@ namespace dendrite::app {
 
 using Runner = std::function<int()>;
 
+// What the device did during one training step, for `bench step --anatomy`:
+// the tests' program on the emulated GPU passes one (its launches,
+// synchronisations, allocations and copies by op); `dendrite` passes none.
+struct StepCounter {
+  virtual ~StepCounter() = default;
+  virtual void begin() = 0;
+  // What the device did since begin(), as one JSON object.
+  virtual std::string end() = 0;
+};
+
 // The whole program: MPI set up, the subcommand parsed and run, any error on
 // any rank ending the job. hooks reach `train` (tests inject failures; null
-// in `dendrite` itself).
-int dendrite_main(int argc, char** argv, const TrainHooks* hooks);
+// in `dendrite` itself); counter reaches `bench step` (null in `dendrite`).
+int dendrite_main(int argc, char** argv, const TrainHooks* hooks, StepCounter* counter = nullptr);
 
 Runner add_tokenize(CLI::App& app);
 Runner add_train(CLI::App& app, int argc, char** argv, const TrainHooks* hooks, MpiEnv& env);
 Runner add_generate(CLI::App& app, MpiEnv& env);
 Runner add_memorization(CLI::App& app, MpiEnv& env);  // apps/memorization_cmd.cpp
-Runner add_bench(CLI::App& app, MpiEnv& env);
+Runner add_bench(CLI::App& app, MpiEnv& env, StepCounter* counter = nullptr);
 Runner add_plan(CLI::App& app, MpiEnv& env);       // apps/plan_cmd.cpp
 Runner add_calibrate(CLI::App& app, MpiEnv& env);  // apps/plan_cmd.cpp
 Runner add_export(CLI::App& app, MpiEnv& env);

@@ -1,55 +1,115 @@
 #!/usr/bin/env bash
 # The prepared check for a lent GPU machine (one NVIDIA GPU, nvcc, PyTorch;
-# no OpenMPI, oneDNN or SentencePiece): unpacks the Debian packages that
-# scripts/gpu_deps.sh downloaded into .gpu-debs/ (carry it) into a private
-# prefix, builds Dendrite with the CUDA backend (Release, 16 jobs, sm_90),
-# runs the tests labelled gpu, every grid of 1-8 ranks on the GPU (staged)
-# and the NCCL path on one rank, then GPT-2 124M and 350M training steps at
-# B16 T1024 in bf16 beside PyTorch eager and compiled on the same GPU, and
-# calibrates the GPU into an H200 node's machine file for the planner.
-# Logs and one JSON line per bench run go to $OUT (or /tmp/gpu_check); the
-# summary is printed last. The tests and figures come first (within about 8
-# minutes); the grid, NCCL and kill checks follow (each bounded by a timeout,
-# 7.5 minutes at most together): give the call 600 s.
-#   scripts/gpu_check.sh [--no-compile] [--validate-comm]
-#     --no-compile: skip torch.compile
-#     --validate-comm: then bench/validate_comm.sh on the machine's CPU cores
-#       (issue 16's per-axis check with a core per rank; about 4 more minutes)
+# no OpenMPI, oneDNN or SentencePiece, no ssh, no Debian alternatives), in two
+# stages that each fit one device call of 600 s:
+#   stage 1 (about 5 minutes; docs/cuda.md gives the estimate by part): the
+#     build of what it needs, the tests labelled gpu, then GPT-2 124M and 350M
+#     at B16 T1024 bf16 with Dendrite and with compiled PyTorch, the planner's
+#     memory figure beside each (eager PyTorch only if time is left);
+#   stage 2: eager PyTorch, the attention kernels alone, calibrate and plans
+#     on the measured machine file, every grid on the GPU (fp32 and bf16,
+#     grad-accum, kept gathers, recomputation, overlap off, simulated nodes),
+#     NCCL on one rank, the kill test, and with --validate-comm issue 16's
+#     per-axis check on the machine's CPU cores.
+# Both stages unpack the Debian packages that scripts/gpu_deps.sh downloaded
+# into .gpu-debs/ (carry it) into a private prefix, check that the MPI
+# launcher starts, and build into build-gpu/ (kept when the machine is still
+# warm for stage 2). Every command runs under a timeout and the summary
+# ($OUT/summary-stage<N>.txt, or /tmp/gpu_check) is written as each part ends,
+# so a run cut short still reports what it did.
+# On a machine without a GPU (scripts/gpu_rehearse.sh runs it so) the parts
+# that need one are listed as skipped and the rest runs: the rehearsal of
+# everything up to the first GPU call.
+#   scripts/gpu_check.sh --stage 1|2 [--no-compile] [--validate-comm]
 set -uo pipefail
-no_compile=0 validate_comm=0
-for a in "$@"; do
-  case $a in
+stage="" no_compile=0 validate_comm=0
+usage="usage: scripts/gpu_check.sh --stage 1|2 [--no-compile] [--validate-comm]"
+while (($#)); do
+  case $1 in
+    --stage) stage=${2:-}; shift ;;
+    --stage=*) stage=${1#--stage=} ;;
     --no-compile) no_compile=1 ;;
     --validate-comm) validate_comm=1 ;;
-    *) echo "gpu_check: unknown option $a (--no-compile, --validate-comm)"; exit 2 ;;
+    -h|--help) echo "$usage"; exit 0 ;;
+    *) echo "gpu_check: unknown option $1; $usage"; exit 2 ;;
   esac
+  shift
 done
+[[ $stage == 1 || $stage == 2 ]] || { echo "gpu_check: say which stage: $usage"; exit 2; }
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/gpu_check}
 mkdir -p "$out"
-summary=$out/summary.txt
+summary=$out/summary-stage$stage.txt
 : > "$summary"
-note() { echo "$*" | tee -a "$summary"; }
 t0=$(date +%s)
 elapsed() { echo $(($(date +%s) - t0)); }
+note() { echo "$*" | tee -a "$summary"; }
 
-[[ -d .gpu-debs ]] || { echo "gpu_check: no .gpu-debs/: run scripts/gpu_deps.sh here and carry .gpu-debs"; exit 2; }
-prefix=/tmp/dendrite-prefix
-for f in .gpu-debs/*.deb; do dpkg -x "$f" "$prefix"; done
-lib=$prefix/usr/lib/x86_64-linux-gnu
-export OPAL_PREFIX=$prefix/usr PATH=$prefix/usr/bin:$PATH CPATH=$prefix/usr/include
-export LD_LIBRARY_PATH=$lib:$lib/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export PKG_CONFIG_SYSROOT_DIR=$prefix PKG_CONFIG_LIBDIR=$lib/pkgconfig:$prefix/usr/share/pkgconfig
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# part NAME SECONDS COMMAND...: runs COMMAND under a timeout, its output in
+# $OUT/NAME.log, and notes how it ended and how long it took.
+part() {
+  local name=$1 limit=$2 start rc
+  shift 2
+  start=$(date +%s)
+  timeout --kill-after=10 "$limit" "$@" > "$out/$name.log" 2>&1
+  rc=$?
+  local took=$(($(date +%s) - start)) how="ok"
+  ((rc == 124 || rc == 137)) && how="TIMED OUT after ${limit} s"
+  ((rc != 0 && rc != 124 && rc != 137)) && how="FAILED (exit $rc)"
+  note "[$(elapsed) s] $name: $how in $took s"
+  return $rc
+}
+gpu=0
+nvidia-smi -L > /dev/null 2>&1 && gpu=1
+# gpu_part NAME SECONDS COMMAND...: a part that needs the GPU.
+gpu_part() {
+  if ((!gpu)); then note "[$(elapsed) s] $1: skipped (no GPU on this machine)"; return 0; fi
+  part "$@"
+}
 
-note "date: $(date -u +%Y-%m-%dT%H:%MZ)"
-note "gpu: $(nvidia-smi -L 2>&1 | head -1); driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1 | head -1)"
-note "nvcc: $(nvcc --version | tail -1); torch: $(python3 -c 'import torch; print(torch.__version__)' 2>&1)"
+# ---- the prefix: OpenMPI, oneDNN, SentencePiece and the rest, from .gpu-debs ----
+[[ -d .gpu-debs ]] || { note "gpu_check: no .gpu-debs/: run scripts/gpu_deps.sh here and carry .gpu-debs"; exit 2; }
+prefix=${DENDRITE_PREFIX:-/tmp/dendrite-prefix}
+if [[ ! -f $prefix/.unpacked ]] || ! cmp -s "$prefix/.unpacked" <(ls .gpu-debs); then
+  for f in .gpu-debs/*.deb; do dpkg-deb -x "$f" "$prefix" || { note "gpu_check: cannot unpack $f"; exit 1; }; done
+  ls .gpu-debs > "$prefix/.unpacked"
+fi
+source scripts/gpu_prefix_env.sh "$prefix"
+mpirun=$prefix/usr/bin/mpirun.openmpi
 
-# NCCL: the toolkit's where it has one, else the one PyTorch's nvidia-nccl
-# wheel brings (its header and libnccl.so.2).
+note "stage $stage, $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores"
+if ((gpu)); then
+  note "gpu: $(nvidia-smi -L 2>&1 | head -1); driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1 | head -1)"
+else
+  note "gpu: none (nvidia-smi -L fails): the GPU parts are skipped, as in the rehearsal"
+fi
+note "nvcc: $(nvcc --version 2>&1 | tail -1); torch: $(python3 -c 'import torch; print(torch.__version__)' 2>&1 | tail -1)"
+
+# The launcher first: a machine where mpirun cannot start two processes stops here.
+if ! timeout 60 "$mpirun" -np 2 true > "$out/launcher.log" 2>&1; then
+  note "gpu_check: the MPI launcher cannot start 2 processes ($mpirun -np 2 true); see launcher.log:"
+  tail -15 "$out/launcher.log" | tee -a "$summary"
+  exit 3
+fi
+note "[$(elapsed) s] launcher: mpirun -np 2 true ok"
+
+# torch.compile's first run is mostly CPU work (tracing, Triton builds): in
+# stage 1 it runs for both models beside the build and the tests, while
+# nothing is timed, so that the timed runs find the compiled kernels in
+# PyTorch's caches.
+warm_pid=""
+if ((stage == 1 && gpu && !no_compile)); then
+  (for m in gpt2-124m gpt2-350m; do
+     timeout 300 python3 bench/pytorch_step.py --device cuda --precision bf16 --model $m \
+       --batch 16 --seq 1024 --steps 1 --warmup 1 --compile > "$out/torch_compile_warm_$m.log" 2>&1
+   done) &
+  warm_pid=$!
+fi
+
+# ---- configure and build what the stage needs ----
 nccl=()
 if [[ ! -f /usr/local/cuda/include/nccl.h ]]; then
+  # PyTorch's nvidia-nccl wheel brings a header and libnccl.so.2.
   wheel=$(python3 -c 'import importlib.util as u; print(list(u.find_spec("nvidia.nccl").submodule_search_locations)[0])' 2>/dev/null)
   lib=$(ls "$wheel"/lib/libnccl.so* 2>/dev/null | head -1)
   if [[ -f $wheel/include/nccl.h && -n $lib ]]; then
@@ -57,112 +117,126 @@ if [[ ! -f /usr/local/cuda/include/nccl.h ]]; then
     export LD_LIBRARY_PATH=$wheel/lib:$LD_LIBRARY_PATH
   fi
 fi
-note "nccl: ${nccl[*]:-from the CUDA toolkit}"
-
-if ! cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDENDRITE_CUDA=ON "${nccl[@]}" \
-     -DCMAKE_CUDA_ARCHITECTURES=90-real -DCMAKE_PREFIX_PATH="$prefix/usr" \
-     -DMPI_CXX_COMPILER="$prefix/usr/bin/mpicxx.openmpi" \
-     -DPKG_CONFIG_EXECUTABLE="$prefix/usr/bin/pkgconf" > "$out/configure.log" 2>&1; then
-  tail -40 "$out/configure.log"; note "configure failed after $(elapsed) s"; exit 1
+targets=(dendrite backend_ops_test cuda_model_test)
+((stage == 2)) && targets+=(parallel_mpi_test kill_test attention_bench)
+# Builds at -j of the machine's cores; on 2 cores here the rehearsal takes minutes.
+if ! part configure 180 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
+     -DDENDRITE_CUDA=ON "${nccl[@]}" -DCMAKE_CUDA_ARCHITECTURES=90-real \
+     -DCMAKE_PREFIX_PATH="$prefix/usr" -DMPI_CXX_COMPILER="$prefix/usr/bin/mpicxx.openmpi" \
+     -DMPIEXEC_EXECUTABLE="$mpirun" -DPKG_CONFIG_EXECUTABLE="$prefix/usr/bin/pkgconf"; then
+  tail -30 "$out/configure.log" | tee -a "$summary"
+  exit 1
 fi
-if ! cmake --build build-gpu -j 16 --target dendrite backend_ops_test cuda_model_test parallel_mpi_test kill_test attention_bench \
-     > "$out/build.log" 2>&1; then
-  grep -m 20 -B2 -A6 "error" "$out/build.log"; note "build failed after $(elapsed) s"; exit 1
+note "$(grep -m1 -E 'NCCL transport|no NCCL' "$out/configure.log" || echo 'NCCL: see configure.log')"
+# (bash's time at the end of build.log: the CPU seconds scale the build to other machines.)
+if ! part build "${DENDRITE_BUILD_TIMEOUT:-420}" bash -c 'time "$@"' build \
+     cmake --build build-gpu -j "$(nproc)" --target "${targets[@]}"; then
+  grep -m 10 -B2 -A6 -E "error|Error" "$out/build.log" | tee -a "$summary"
+  exit 1
 fi
-note "built in $(elapsed) s; $(grep -m1 -E 'NCCL transport|no NCCL' "$out/configure.log" || echo 'NCCL: see configure.log')"
+# The launcher with the program: two ranks on the CPU, before any GPU call.
+part two_ranks_cpu 60 "$mpirun" -np 2 --bind-to none build-gpu/dendrite bench step --device cpu \
+  --model gpt2-tiny --batch 2 --seq 16 --steps 2 --warmup 1 --grid d=2 --threads 1
 
-(cd build-gpu && timeout 180 ctest -L gpu --output-on-failure --timeout 120) > "$out/gpu_tests.log" 2>&1
-note "gpu tests: $(grep -E 'tests passed|tests failed' "$out/gpu_tests.log" | tail -1)"
-grep -E "Failed|\*\*\*" "$out/gpu_tests.log" | head -20 | tee -a "$summary"
+one=("$mpirun" -np 1 --bind-to none)
+# Full fp32 in the tests' GEMMs (docs/cuda.md): TF32 must not be forced on.
+unset NVIDIA_TF32_OVERRIDE
 
-mpirun=("$prefix/usr/bin/mpirun.openmpi" -np 1 --bind-to none)
-# Attention alone at GPT-2 124M's shape (B16 T1024, 12 heads of 64): the
-# tensor-core kernels (bf16) and the SIMT ones (fp32), checked against the CPU.
-for p in bf16 fp32; do
-  timeout 60 "${mpirun[@]}" build-gpu/bench/attention_bench cuda $p 16 1024 12 12 64 \
-    > "$out/attention_$p.log" 2>&1
-  note "attention $p (exit $?): $(grep -E '^(check|forward|backward)' "$out/attention_$p.log" | tr -s ' ' | tr '\n' ';')"
-done
-bench() {  # model
-  timeout 150 "${mpirun[@]}" build-gpu/dendrite bench step --device cuda --model "$1" --batch 16 \
-    --seq 1024 --precision bf16 --steps 10 --warmup 2 --json > "$out/dendrite_$1.json" \
-    2> "$out/dendrite_$1.err" || note "dendrite bench $1 failed: $(tail -2 "$out/dendrite_$1.err")"
-  for mode in eager compile; do
-    [[ $mode == compile && $no_compile == 1 ]] && continue
-    local extra=()
-    [[ $mode == compile ]] && extra=(--compile)
-    timeout 200 python3 bench/pytorch_step.py --device cuda --precision bf16 --model "$1" --batch 16 \
-      --seq 1024 --steps 10 --warmup 3 "${extra[@]}" > "$out/torch_${mode}_$1.json" \
-      2> "$out/torch_${mode}_$1.err" || note "pytorch $mode $1 failed: $(tail -2 "$out/torch_${mode}_$1.err")"
-  done
+# bench_dendrite MODEL: its JSON line in dendrite_MODEL.json.
+bench_dendrite() {
+  gpu_part "dendrite_$1" 120 "${one[@]}" build-gpu/dendrite bench step --device cuda --model "$1" \
+    --batch 16 --seq 1024 --precision bf16 --steps 10 --warmup 2 --json
+  grep -s '^{' "$out/dendrite_$1.log" | tail -1 > "$out/dendrite_$1.json"
 }
-for m in gpt2-124m gpt2-350m; do
-  bench "$m"
-  # The planner's memory estimate for the same run (any machine file: memory does not depend on it).
-  build-gpu/dendrite plan --model "$m" --batch 16 --seq 1024 --precision bf16 \
-    --machine machines/alps.json --json 2>/dev/null | tail -1 > "$out/plan_$m.json"
-done
+# bench_torch MODE MODEL [extra...]
+bench_torch() {
+  local mode=$1 model=$2
+  shift 2
+  gpu_part "torch_${mode}_$model" "${TORCH_TIMEOUT:-150}" python3 bench/pytorch_step.py --device cuda \
+    --precision bf16 --model "$model" --batch 16 --seq 1024 --steps 10 --warmup 3 "$@"
+  grep -s '^{' "$out/torch_${mode}_$model.log" | tail -1 > "$out/torch_${mode}_$model.json"
+}
+plan_memory() {
+  part "plan_$1" 60 build-gpu/dendrite plan --model "$1" --batch 16 --seq 1024 --precision bf16 \
+    --machine machines/alps.json --json
+  grep -s '^{' "$out/plan_$1.log" | tail -1 > "$out/plan_$1.json"
+}
 
-python3 - "$out" <<'PY' | tee -a "$summary"
+# row MODEL: the model's figures so far, one line in the summary.
+row() {
+  python3 - "$out" "$1" <<'PY' | tee -a "$summary"
 import json, os, sys
-out = sys.argv[1]
+out, m = sys.argv[1], sys.argv[2]
 def load(name):
     try:
         return json.loads(open(os.path.join(out, name)).read().strip().splitlines()[-1])
     except Exception:
         return None
-for m in ("gpt2-124m", "gpt2-350m"):
-    d = load(f"dendrite_{m}.json")
-    row = [m]
-    p = load(f"plan_{m}.json")
-    if d:
-        row.append(f"dendrite {d['tokens_per_s']:.0f} tok/s, MFU {100 * d['mfu']:.1f}% of a "
-                   f"{d['peak_gflops'] / 1e3:.0f} TFLOP/s bf16 GEMM, {d.get('device_peak_mb', 0):.0f} MB")
-        if p:
-            row.append(f"planner {p['ranked'][0]['memory_mb']:.0f} MB")
-    for mode in ("eager", "compile"):
-        t = load(f"torch_{mode}_{m}.json")
-        if t:
-            row.append(f"torch {mode} {t['tokens_per_s']:.0f} tok/s, {t.get('peak_memory_mb', 0):.0f} MB")
-    print(" | ".join(row))
+row = [m]
+d, p = load(f"dendrite_{m}.json"), load(f"plan_{m}.json")
+if d:
+    row.append(f"dendrite {d['tokens_per_s']:.0f} tok/s, MFU {100 * d['mfu']:.1f}% of a "
+               f"{d['peak_gflops'] / 1e3:.0f} TFLOP/s bf16 GEMM, {d.get('device_peak_mb', 0):.0f} MB")
+if p:
+    row.append(f"planner {p['ranked'][0]['memory_mb']:.0f} MB")
+for mode in ("eager", "compile"):
+    t = load(f"torch_{mode}_{m}.json")
+    if t:
+        row.append(f"torch {mode} {t['tokens_per_s']:.0f} tok/s, {t.get('peak_memory_mb', 0):.0f} MB")
+print("figures: " + " | ".join(row))
 PY
-# The node's machine file: this GPU's GEMM rates (bf16 and TF32 by shape), memory and
-# bandwidth measured; NVLink, InfiniBand and the 8 GPUs of a node from the published
-# figures of machines/h200-node.json (one GPU cannot measure them). Then the planner
-# on it: 8 and 64 H200 for GPT-2 350M, and the weak-scaling sweep.
-timeout 150 "${mpirun[@]}" build-gpu/dendrite calibrate --device cuda --name h200-node-measured \
-  --links-from machines/h200-node.json --out "$out/h200-node-measured.json" > "$out/calibrate.log" 2>&1
-note "calibrate on the GPU (exit $?): $(tail -1 "$out/calibrate.log")"
-if [[ -f $out/h200-node-measured.json ]]; then
-  for w in 8 64; do
-    build-gpu/dendrite plan --machine "$out/h200-node-measured.json" --model gpt2-350m --batch 512 \
-      --seq 1024 --precision bf16 --world $w --top 5 > "$out/plan_h200_$w.txt" 2>&1
-    note "plan $w H200: $(grep -m1 'first choice' "$out/plan_h200_$w.txt")"
-  done
-  build-gpu/dendrite plan --sweep --machine "$out/h200-node-measured.json" --precision bf16 \
-    --overlap all --recompute --json > "$out/sweep_h200.json" 2> "$out/sweep_h200.err"
-  note "sweep on the measured file: $out/sweep_h200.json (exit $?)"
-fi
-# After the figures: every grid of 1-8 ranks on the one GPU (the staged transport: the ranks
-# share it) and the NCCL path forced on one rank's groups of one, against one
-# process on the CPU (parallel_mpi_test's EveryGrid, GPT-2 and Llama).
-grids() {  # label, ranks, transport
-  local rc=0
-  (cd build-gpu && DENDRITE_TEST_DEVICE=cuda DENDRITE_GPU_TRANSPORT=$3 OMP_NUM_THREADS=1 \
-    timeout 150 "$prefix/usr/bin/mpirun.openmpi" -np "$2" --oversubscribe --bind-to none \
-    tests/parallel_mpi_test --gtest_filter='Models/EveryGrid.*') > "$out/grids_$1.log" 2>&1 || rc=$?
-  note "grids on the GPU, $1: $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/grids_$1.log" | tr '\n' ' ')(exit $rc)"
 }
-grids staged 8 staged
-grids nccl-groups-of-one 1 nccl
-# A rank killed mid-run (8 ranks training on the GPU) ends the job within 30 s.
-(cd build-gpu && DENDRITE_TEST_DEVICE=cuda timeout 150 tests/kill_test \
-  --gtest_filter=KillTest.OneRankKilledMidRunEndsTheJobNonZeroWithin30s) > "$out/kill.log" 2>&1
-note "kill test on the GPU (exit $?): $(grep -E '^killed rank|^\[  (PASSED|FAILED)' "$out/kill.log" | tr '\n' ' ')"
 
-if ((validate_comm)); then
-  OUT=$out/validate_comm MPIRUN=$prefix/usr/bin/mpirun.openmpi timeout 420 \
-    bench/validate_comm.sh build-gpu > "$out/validate_comm.log" 2>&1
-  note "validate_comm (exit $?): $(grep -E 'axis figures within|first choice' "$out/validate_comm.log" | tr '\n' ' ')"
+if ((stage == 1)); then
+  gpu_part gpu_tests_ops 150 build-gpu/tests/backend_ops_test --gtest_filter='Cuda/*' --gtest_brief=1
+  gpu_part gpu_tests_model 150 build-gpu/tests/cuda_model_test --gtest_filter='Gpu/*' --gtest_brief=1
+  [[ -n $warm_pid ]] && { wait "$warm_pid"; note "[$(elapsed) s] torch.compile warm-up done"; }
+  for m in gpt2-124m gpt2-350m; do
+    bench_dendrite $m
+    plan_memory $m
+    ((no_compile)) || bench_torch compile $m --compile
+    row $m
+  done
+  # Eager PyTorch when the stage has time left (each about 20 s).
+  for m in gpt2-124m gpt2-350m; do
+    (($(elapsed) < 400)) && bench_torch eager $m && row $m
+  done
+else
+  for m in gpt2-124m gpt2-350m; do bench_torch eager $m; row $m; done
+  # Attention alone at GPT-2 124M's shape (B16 T1024, 12 heads of 64): the
+  # tensor-core kernels (bf16) and the SIMT ones (fp32), checked against the CPU.
+  for p in bf16 fp32; do
+    gpu_part "attention_$p" 60 "${one[@]}" build-gpu/bench/attention_bench cuda $p 16 1024 12 12 64
+  done
+  # The node's machine file: this GPU's GEMM rates, memory and bandwidth
+  # measured; NVLink, InfiniBand and the 8 GPUs of a node from the published
+  # figures of machines/h200-node.json. Then the planner on it.
+  gpu_part calibrate 120 "${one[@]}" build-gpu/dendrite calibrate --device cuda \
+    --name h200-node-measured --links-from machines/h200-node.json --out "$out/h200-node-measured.json"
+  machine=$out/h200-node-measured.json
+  [[ -f $machine ]] || machine=machines/h200-node.json  # the rehearsal: the published file
+  for w in 8 64; do
+    part "plan_h200_$w" 60 build-gpu/dendrite plan --machine "$machine" --model gpt2-350m \
+      --batch 512 --seq 1024 --precision bf16 --world $w --top 5
+  done
+  # Every grid of 1-8 ranks on the one GPU (the staged transport: the ranks
+  # share it) and the NCCL path forced on one rank's groups of one, against
+  # one process on the CPU.
+  grids() {  # label, ranks, transport, filter
+    gpu_part "grids_$1" 150 env DENDRITE_TEST_DEVICE=cuda DENDRITE_GPU_TRANSPORT=$3 OMP_NUM_THREADS=1 \
+      "$mpirun" -np "$2" --oversubscribe --bind-to none build-gpu/tests/parallel_mpi_test \
+      --gtest_filter="$4"
+  }
+  grids staged 8 staged 'Models/EveryGrid.*:Models/EveryGridBf16.*'
+  grids nccl_groups_of_one 1 nccl 'Models/EveryGrid.*:Models/EveryGridBf16.*'
+  # A rank killed mid-run ends the job (on the GPU; on the CPU in the rehearsal).
+  device=cpu
+  ((gpu)) && device=cuda
+  part "kill_test_$device" 120 env DENDRITE_TEST_DEVICE=$device build-gpu/tests/kill_test \
+    --gtest_filter=KillTest.OneRankKilledMidRunEndsTheJobNonZeroWithin30s
+  if ((validate_comm)); then
+    OUT=$out/validate_comm MPIRUN=$mpirun part validate_comm 300 bench/validate_comm.sh build-gpu
+  fi
 fi
-note "done in $(elapsed) s"
+
+note "stage $stage done in $(elapsed) s"

@@ -46,16 +46,20 @@ Vf widened(const Vb& x) {
 
 // Where the ops run: a device's backend, or the CUDA backend on the emulator
 // (reversed: its threads, lanes and blocks run from the last, which exposes
-// a read of what another thread wrote without a barrier between).
+// a read of what another thread wrote without a barrier between; blocks > 1:
+// that many blocks run together, their threads interleaved at barriers, which
+// exposes a block that writes what another block reads or writes).
 struct Target {
   Device device;
   bool emulated;
   bool reversed = false;
+  int blocks = 1;
 };
 
 void PrintTo(const Target& t, std::ostream* os) {
   if (t.emulated)
-    *os << "the CUDA backend on the emulator" << (t.reversed ? ", threads reversed" : "");
+    *os << "the CUDA backend on the emulator" << (t.reversed ? ", threads reversed" : "")
+        << (t.blocks > 1 ? ", blocks interleaved" : "");
   else
     *os << (t.device == Device::kCuda ? "cuda" : "cpu");
 }
@@ -65,11 +69,17 @@ class BackendOps : public ::testing::TestWithParam<Target> {
   void SetUp() override {
     BackendOptions o;
     o.tf32 = false;  // full fp32 GEMMs: the tolerances above
-    if (GetParam().emulated) emu::set_reverse_order(GetParam().reversed);
+    if (GetParam().emulated) {
+      emu::set_reverse_order(GetParam().reversed);
+      emu::set_interleaved_blocks(GetParam().blocks);
+    }
     be_ = GetParam().emulated ? make_emulated_cuda_backend(o) : make_backend(GetParam().device, o);
   }
   void TearDown() override {
-    if (GetParam().emulated) emu::set_reverse_order(false);
+    if (GetParam().emulated) {
+      emu::set_reverse_order(false);
+      emu::set_interleaved_blocks(1);
+    }
   }
   Backend& be() { return *be_; }
   template <class T>
@@ -144,7 +154,9 @@ class BackendOps : public ::testing::TestWithParam<Target> {
 };
 
 std::string name(const ::testing::TestParamInfo<Target>& p) {
-  if (p.param.emulated) return p.param.reversed ? "emulated_reversed" : "emulated";
+  if (p.param.emulated)
+    return p.param.blocks > 1 ? "emulated_interleaved"
+                              : p.param.reversed ? "emulated_reversed" : "emulated";
   return p.param.device == Device::kCuda ? "cuda" : "cpu";
 }
 
@@ -601,8 +613,14 @@ TEST_P(BackendOps, CrossEntropyPiecesMatchTheSoftmaxLoss) {
     std::copy(sv.begin(), sv.end(), gathered.begin() + p * rows * 2);
   }
   Buffer<float> Ga = put(gathered), Lse = zeros<float>(rows);
-  const double got = be().ce_combine(Lse.data(), Ga.data(), Wt.data(), rows, 2) / denom;
+  // The loss is added to an accumulator in the backend's memory: twice here.
+  const double before = 7.25;
+  Buffer<double> Total = put(std::vector<double>{before});
+  be().ce_combine(Lse.data(), Ga.data(), Wt.data(), rows, 2, Total.data());
+  const double got = (get(Total)[0] - before) / denom;
   EXPECT_NEAR(got, loss, 1e-5 * std::fabs(loss));
+  be().ce_combine(Lse.data(), Ga.data(), Wt.data(), rows, 2, Total.data());
+  EXPECT_NEAR((get(Total)[0] - before) / denom, 2 * loss, 2e-5 * std::fabs(loss));
   for (int p = 0; p < 2; ++p) {
     be().ce_dlogits(parts[p].data(), Lse.data(), Tg.data(), Wt.data(), denom, rows, 32, p * 32, V);
     const Vf d = get(parts[p]);
@@ -673,6 +691,116 @@ TEST_P(BackendOps, EmbeddingsInRangesChunksAndPositions) {
   }
   expect_close(csum, want_low, 0, "embedding in chunks (bf16)");
   expect_close(cdw, dwte, 1e-6, "embedding backward in chunks");
+}
+
+// The LM head's chunk rows: 256 on the CPU; on a GPU a multiple of 256 from
+// 256 to 8192, fewer for wider rows, from the device's memory.
+TEST_P(BackendOps, LmHeadChunkRowsFollowTheDevicesMemory) {
+  const int64_t narrow = 64, wide = int64_t(1) << 40;
+  if (GetParam().device == Device::kCpu && !GetParam().emulated) {
+    EXPECT_EQ(be().lm_head_chunk_rows(narrow), 256);
+    EXPECT_EQ(be().lm_head_chunk_rows(wide), 256);
+    return;
+  }
+  const int64_t budget = be().device_capacity_bytes() / 64;
+  ASSERT_GT(budget, 0);
+  for (int64_t row : {narrow, int64_t(201236), int64_t(301828), wide}) {
+    const int rows = be().lm_head_chunk_rows(row);
+    EXPECT_EQ(rows % 256, 0) << row;
+    EXPECT_GE(rows, 256) << row;
+    EXPECT_LE(rows, 8192) << row;
+    if (rows > 256) {
+      EXPECT_LE(int64_t(rows) * row, budget) << row;
+    }
+    if (rows < 8192) {
+      EXPECT_GT(int64_t(rows + 256) * row, budget) << row;
+    }
+  }
+  EXPECT_EQ(be().lm_head_chunk_rows(wide), 256);
+}
+
+// An upload returns before the device has the bytes (CUDA: through a pinned
+// ring, no wait): the host may write its buffer again at once. On the
+// emulator the device's stream runs late, so a part of the ring written again
+// before its copy ran would reach the device; the uploads wrap the ring
+// several times.
+TEST_P(BackendOps, UploadsLeaveTheHostBufferFreeAtOnce) {
+  std::unique_ptr<Backend> late;
+  if (GetParam().emulated) {
+    emu::set_streams(emu::Streams::kComputeLate);
+    BackendOptions o;
+    o.tf32 = false;
+    late = make_emulated_cuda_backend(o);
+    emu::set_streams(emu::Streams::kAtOnce);
+  }
+  Backend& b = late ? *late : be();
+  const int uploads = 12;
+  const size_t n = size_t(3) << 18;  // 3 MiB of int32 each
+  std::vector<Buffer<int32_t>> device;
+  std::vector<int32_t> host(n);
+  for (int u = 0; u < uploads; ++u) {
+    for (size_t i = 0; i < n; ++i) host[i] = int32_t(u * 1000003 + i);
+    device.push_back(b.alloc<int32_t>(int64_t(n)));
+    b.upload(device.back().data(), host.data(), n * sizeof(int32_t));
+  }
+  std::fill(host.begin(), host.end(), -1);
+  for (int u = 0; u < uploads; ++u) {
+    b.download(host.data(), device[u].data(), n * sizeof(int32_t));
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_EQ(host[i], int32_t(u * 1000003 + i)) << "upload " << u << ", value " << i;
+  }
+}
+
+// The table forms of the optimizer ops (one launch on a GPU) against the
+// oracle, over tensors with gaps between them, offsets not a multiple of 4,
+// sizes from 1 up to several of the GPU's blocks, and a bf16 copy that ends
+// between two tensors; values outside the tensors are left alone.
+TEST_P(BackendOps, OptimizerOpsOverATableOfTensors) {
+  std::vector<ops::FlatTensor> table = {
+      {0, 1000, 0, 1}, {1003, 5, 0, 0}, {1010, 2900, 0, 1}, {3911, 1, 0, 0}, {3920, 1200, 0, 1}};
+  const int count = int(table.size());
+  const int64_t values = ops::number_tensors(table.data(), count), n = 5200;
+  const int64_t low_count = 3911;  // the bf16 copy: the first three tensors
+  const Vf p = randn(n, 41), g = randn(n, 42), m0 = randn(n, 43, 0.1), v0 = randn(n, 44, 0.0, 0.01);
+  Vf v0abs(v0);
+  for (float& x : v0abs) x = std::fabs(x);
+  Buffer<ops::FlatTensor> Table = put(table);
+  Buffer<float> G = put(g);
+  Buffer<double> Total = zeros<double>(1);
+  be().sum_squares_tensors(Total.data(), G.data(), Table.data(), count, values);
+  const double want = ref::sum_squares_tensors(to_d(g).data(), table.data(), count);
+  const double got = get(Total)[0];
+  EXPECT_NEAR(got, want, 1e-12 * want);
+  if (!GetParam().emulated &&
+      GetParam().device == Device::kCpu) {  // tensor by tensor: the same bits
+    double by_tensor = 0.0;
+    for (const ops::FlatTensor& t : table) by_tensor += be().sum_squares(G.data() + t.offset, t.n);
+    EXPECT_EQ(got, by_tensor);
+  }
+  const ops::AdamWConfig c{0.9f, 0.95f, 1e-8f, 0.1f};
+  Vd pd = to_d(p), gd = to_d(g), md = to_d(m0), vd = to_d(v0abs);
+  for (double& x : gd) x *= 0.5;  // the grad_scale
+  ref::adamw_step_tensors(pd.data(), gd.data(), md.data(), vd.data(), table.data(), count, 3e-4, 3,
+                          c);
+  Buffer<float> P = put(p), M = put(m0), V = put(v0abs);
+  Buffer<bf16> Low = zeros<bf16>(n);
+  be().adamw_update_tensors(P.data(), G.data(), M.data(), V.data(), Table.data(), count, values,
+                            3e-4f, 3, c, 0.5f, Low.data(), low_count);
+  const Vf got_p = get(P);
+  expect_close(got_p, pd, 1e-6, "adamw over a table: params");
+  expect_close(get(M), md, 1e-6, "adamw over a table: m");
+  expect_close(get(V), vd, 1e-6, "adamw over a table: v");
+  const Vb low = get(Low);
+  std::vector<bool> inside(n, false);
+  for (const ops::FlatTensor& t : table)
+    for (int64_t i = t.offset; i < t.offset + t.n; ++i) inside[i] = true;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!inside[i]) {
+      ASSERT_EQ(got_p[i], p[i]) << "value " << i << " outside the tensors changed";
+    }
+    const uint16_t want_low = inside[i] && i < low_count ? to_bf16(got_p[i]).bits : 0;
+    ASSERT_EQ(low[i].bits, want_low) << "bf16 copy " << i;
+  }
 }
 
 TEST_P(BackendOps, AdamWWithItsBf16CopyAndTheDataOps) {
@@ -755,7 +883,8 @@ TEST_P(BackendOps, BackwardsAreDeterministic) {
 INSTANTIATE_TEST_SUITE_P(Cpu, BackendOps, ::testing::Values(Target{Device::kCpu, false, false}), name);
 INSTANTIATE_TEST_SUITE_P(Emulated, BackendOps,
                          ::testing::Values(Target{Device::kCuda, true, false},
-                                           Target{Device::kCuda, true, true}),
+                                           Target{Device::kCuda, true, true},
+                                           Target{Device::kCuda, true, false, 64}),
                          name);
 #ifdef DENDRITE_HAVE_CUDA
 INSTANTIATE_TEST_SUITE_P(Cuda, BackendOps, ::testing::Values(Target{Device::kCuda, false, false}), name);

@@ -23,6 +23,8 @@
 #include "dendrite/core/log.h"
 #include "dendrite/train/hooks.h"
 #ifdef DENDRITE_EMULATED_GPU
+#include "emulated_cuda/counters.h"
+#include "emulated_cuda/counting_backend.h"
 #include "emulated_cuda/emulated_backend.h"
 #endif
 
@@ -81,6 +83,20 @@ class EnvironmentFaults : public TrainHooks {
   double pause_seconds_ = -1;
 };
 
+#ifdef DENDRITE_EMULATED_GPU
+// The emulated CUDA backend, its ops named for the counters.
+std::unique_ptr<Backend> make_counted_emulated_backend(const BackendOptions& options) {
+  return make_counting_backend(make_emulated_cuda_backend(options));
+}
+
+// bench step --anatomy: the emulated GPU's counters over each step.
+class EmulatedStepCounter final : public app::StepCounter {
+ public:
+  void begin() override { emu::counters::start(); }
+  std::string end() override { return emu::counters::stop(); }
+};
+#endif
+
 }  // namespace
 }  // namespace dendrite
 
@@ -89,11 +105,22 @@ int main(int argc, char** argv) {
   // dendrite_emulated: --device cuda runs the CUDA backend built on the CPU
   // emulator (tests/emulated_cuda), on DENDRITE_EMULATED_GPUS GPUs (default
   // 8: a GPU per rank, so the NCCL transport where it is asked for), its
-  // streams as DENDRITE_EMULATED_STREAMS says.
+  // streams as DENDRITE_EMULATED_STREAMS says. DENDRITE_EMULATED_COUNT_ONLY=1:
+  // kernels and products are counted, not run (emulated_cuda/counters.h), on
+  // a device with an H200's memory, for `bench step --anatomy` at a real
+  // model's size (the losses and weights it computes are meaningless).
   emu::set_device_count(int(dendrite::env_number("DENDRITE_EMULATED_GPUS", 8)));
+  if (dendrite::env_number("DENDRITE_EMULATED_COUNT_ONLY", 0) == 1) {
+    emu::counters::set_count_only(true);
+    emu::set_device_memory(size_t(143771) << 20);
+  }
   dendrite::set_cuda_backend_source(
-      {&dendrite::make_emulated_cuda_backend, &dendrite::emulated_cuda_device_count});
-#endif
+      {&dendrite::make_counted_emulated_backend, &dendrite::emulated_cuda_device_count});
+  dendrite::EmulatedStepCounter counter;
+  const dendrite::EnvironmentFaults faults;
+  return dendrite::app::dendrite_main(argc, argv, &faults, &counter);
+#else
   const dendrite::EnvironmentFaults faults;
   return dendrite::app::dendrite_main(argc, argv, &faults);
+#endif
 }

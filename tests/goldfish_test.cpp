@@ -200,7 +200,8 @@ TEST(Goldfish, DroppedLogitRowsAndInputRowsHaveZeroGradient) {
   std::vector<float> logits(m * Vp), stats(2 * m), lse(m);
   for (int i = 0; i < m * Vp; ++i) logits[i] = float(random_normal(2, 3, i));
   ops::ce_local_stats(stats.data(), logits.data(), tg.data(), weight.data(), m, Vp, 0, V);
-  ops::ce_combine(lse.data(), stats.data(), weight.data(), m, 1);
+  double total = 0.0;
+  ops::ce_combine(lse.data(), stats.data(), weight.data(), m, 1, &total);
   ops::ce_dlogits(logits.data(), lse.data(), tg.data(), weight.data(), double(kept), m, Vp, 0, V);
   for (int r = 0; r < m; ++r) {
     if (weight[r] != 0) continue;

@@ -148,7 +148,7 @@ inline double lm_head_loss(float* dx, float* dw, const float* x, const float* w,
     const float* wc = weight ? weight + r0 : nullptr;
     ops::linear_forward(logits.data(), xc, w, nullptr, rows, C, Vp);
     ops::ce_local_stats(stats.data(), logits.data(), targets + r0, wc, rows, Vp, 0, V);
-    loss += ops::ce_combine(lse.data(), stats.data(), wc, rows, 1);
+    ops::ce_combine(lse.data(), stats.data(), wc, rows, 1, &loss);
     if (!dx) continue;
     ops::ce_dlogits(logits.data(), lse.data(), targets + r0, wc, denominator, rows, Vp, 0, V);
     ops::linear_backward_input(dx + static_cast<long>(r0) * C, logits.data(), w, rows, C, Vp,

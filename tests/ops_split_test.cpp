@@ -405,7 +405,8 @@ double ce_split(const CeCase& k, const std::vector<int>& b, const float* wt, dou
   double sum = 0.0;
   dlogits.assign(static_cast<size_t>(m) * k.Vp, 0.0f);
   for (int p = 0; p < parts; ++p) {  // every part combines the same gathered stats
-    const double sum_p = ops::ce_combine(lse_p.data(), gathered.data(), wt, m, parts);
+    double sum_p = 0.0;
+    ops::ce_combine(lse_p.data(), gathered.data(), wt, m, parts, &sum_p);
     if (p == 0) sum = sum_p, lse = lse_p;
     EXPECT_EQ(sum_p, sum) << "part " << p;
     EXPECT_TRUE(same_bits(lse_p, lse)) << "part " << p;

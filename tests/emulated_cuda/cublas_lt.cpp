@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "counters.h"
 #include "cublasLt.h"
 
 struct EmulatedLtHandle {
@@ -470,6 +471,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
     return refuse("cublasLtMatmul: a workspace of " + std::to_string(workspace_bytes) +
                   " bytes, less than the " + std::to_string(split.workspace) +
                   " its algorithm needs");
+  emu::counters::matmul(m, n, k, a->type == CUDA_R_16BF ? 2 : 4, b->type == CUDA_R_16BF ? 2 : 4,
+                        d->type == CUDA_R_16BF ? 2 : 4, be != 0.0f);
+  if (emu::counters::count_only()) return CUBLAS_STATUS_SUCCESS;
   // The product runs in the stream's order, on copies of the descriptors.
   emu::submit(stream, [op = *op, a = *a, b = *b, c = *c, d = *d, A, B, C, D, al, be, split] {
     g_last_splits = split.slices;

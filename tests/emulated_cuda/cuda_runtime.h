@@ -32,8 +32,11 @@
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
-// Blocks run one at a time, so a function's static variable is its block's.
-#define __shared__ static
+// A static __shared__ variable is a function's static, in a section of its
+// own: before each block the emulator fills the section with 0x7f bytes, as
+// it does dynamic shared memory, and swaps it between blocks that run
+// interleaved (emulator.cpp), so that each block has its own.
+#define __shared__ static __attribute__((section("emu_static_shared")))
 
 #define threadIdx (::emu::thread_idx())
 #define blockIdx (::emu::block_idx())
@@ -166,6 +169,8 @@ cudaError_t cudaGetDevice(int* d);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d);
 cudaError_t cudaMalloc(void** p, size_t bytes);
 cudaError_t cudaFree(void* p);
+cudaError_t cudaMallocHost(void** p, size_t bytes);
+cudaError_t cudaFreeHost(void* p);
 cudaError_t cudaMemGetInfo(size_t* free, size_t* total);
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p);
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s = nullptr);

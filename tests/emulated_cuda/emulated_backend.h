@@ -29,6 +29,12 @@ void set_device_count(int n);
 // wrote without a barrier between see it in one order and not in the other,
 // so a test passing in both finds such races where they change a result.
 void set_reverse_order(bool reverse);
+// Run up to `blocks` blocks of a grid together (default 1: one after
+// another), at most 4096 threads in all: their threads interleave at every
+// barrier, block by block, as blocks resident on a GPU at once. Blocks that
+// share what they should not (scratch memory indexed without blockIdx, say)
+// see each other's writes between their barriers.
+void set_interleaved_blocks(int blocks);
 
 // How the emulated streams run their work (emulator.h). A stream keeps the
 // way in force when it was made, so set it before making the backend. Where
@@ -60,4 +66,7 @@ void clear_errors();
 // The slices the emulated cuBLASLt's last product split its sum over K into
 // (1: none; cublasLt.h).
 int last_gemm_splits();
+// The emulated NCCL communicators this process has made (ncclCommInitRank
+// calls): a training step must make none.
+int nccl_communicators_made();
 }  // namespace emu

@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "counters.h"
 #include "cuda_runtime.h"
 #include "emulated_backend.h"
 
@@ -106,6 +108,7 @@ struct Fiber {
   char* stack = nullptr;  // mapped once, reused by every launch
   uint3 idx{};
   int lane = 0, warp = 0;
+  int block = 0;  // which of the blocks running together it belongs to
   State state = State::kRunnable;
   int phase = 0;               // which exchange set the lane's next warp collective uses
   void* fake_stack = nullptr;  // ASan's, while the fiber is switched out
@@ -119,28 +122,51 @@ struct Warp {
   unsigned waiting = 0;  // lanes at the warp's current collective
   unsigned mask = 0;     // the mask the first of them passed
   bool masks_differ = false;
+  int first_fiber = 0;  // the fiber of lane 0
 };
 
-// The block being run. Fibers switch to one another directly: one that stops
-// at a barrier (or exits) resumes the next runnable fiber, and the home
-// context (run_block) gets control back only when none is left.
+// A block being run: its coordinates, its shared memory and its barrier.
+struct Block {
+  uint3 idx{};
+  std::vector<unsigned char> shared;   // dynamic shared memory
+  std::vector<unsigned char> statics;  // its static shared memory while another block's is in place
+  int live = 0, at_barrier = 0;        // threads not exited, and those at __syncthreads
+  uint64_t serial = 0;                 // which block this is, of all run (block_serial)
+};
+
+// Static __shared__ variables (cuda_runtime.h) live in the section
+// emu_static_shared; the linker marks its ends.
+extern "C" unsigned char __start_emu_static_shared[] __attribute__((weak));
+extern "C" unsigned char __stop_emu_static_shared[] __attribute__((weak));
+size_t static_shared_bytes() {
+  return __start_emu_static_shared ? size_t(__stop_emu_static_shared - __start_emu_static_shared)
+                                   : 0;
+}
+
+// The blocks being run (one, or several interleaved). Fibers switch to one
+// another directly: one that stops at a barrier (or exits) resumes the next
+// runnable fiber, and the home context (run_blocks) gets control back only
+// when none is left.
 struct Scheduler {
   Context home;
   void* home_fake = nullptr;
   const void* home_bottom = nullptr;
   size_t home_size = 0;
-  std::vector<Fiber> fibers;
-  std::vector<Warp> warps;
-  std::vector<unsigned char> shared;
-  std::vector<int> ready;  // runnable fibers, in order, from `head` on
+  std::vector<Fiber> fibers;  // block b's thread t: fiber b * threads + t
+  std::vector<Warp> warps;    // block b's warp w: b * warps of a block + w
+  std::vector<Block> blocks;  // those running together
+  int statics_owner = 0;      // the block whose static shared memory is in place
+  std::vector<int> ready;     // runnable fibers, in order, from `head` on
   size_t head = 0;
   Fiber* current = nullptr;
-  int threads = 0, live = 0, at_block = 0;
+  int threads = 0;       // a block's
   bool reverse = false;  // run threads, lanes and blocks from the last (set_reverse_order)
-  uint3 block{};
+  int interleave = 1;    // blocks run together at most (set_interleaved_blocks)
+  uint64_t serial = 0;   // blocks started so far (block_serial)
   dim3 grid, block_dim;
   const std::function<void()>* body = nullptr;
-  std::string error;  // the first failure of the block
+  std::string error;    // the first failure of the blocks
+  uint3 error_block{};  // the block it names
 };
 
 // Never destroyed: a static backend's destructor may still free memory at exit.
@@ -163,6 +189,16 @@ void transfer(Context& from, void** from_fake, Context& to, const void* bottom, 
 #endif
 }
 
+// Puts block b's static shared memory in place of the running block's.
+void enter_block(int b) {
+  Scheduler& s = sched();
+  const size_t n = static_shared_bytes();
+  if (b == s.statics_owner || n == 0) return;
+  std::memcpy(s.blocks[size_t(s.statics_owner)].statics.data(), __start_emu_static_shared, n);
+  std::memcpy(__start_emu_static_shared, s.blocks[size_t(b)].statics.data(), n);
+  s.statics_owner = b;
+}
+
 // The running fiber has stopped (at a barrier, or at its end): run the next.
 void switch_away() {
   Scheduler& s = sched();
@@ -170,6 +206,7 @@ void switch_away() {
   void** fake = f.state == State::kDone ? nullptr : &f.fake_stack;
   if (s.head < s.ready.size() && s.error.empty()) {
     Fiber& next = s.fibers[size_t(s.ready[s.head++])];
+    enter_block(next.block);
     s.current = &next;
     transfer(f.ctx, fake, next.ctx, next.stack, kStackBytes);
   } else {
@@ -183,16 +220,16 @@ void make_ready(int t) {
   s.ready.push_back(t);
 }
 
-// Thread (or lane, or block) i of n in the order the fibers run.
+// Thread (or lane) i of n in the order the fibers run.
 int in_order(int i, int n) { return sched().reverse ? n - 1 - i : i; }
 
-void release_block() {
+void release_block(int b) {
   Scheduler& s = sched();
   for (int i = 0; i < s.threads; ++i) {
-    const int t = in_order(i, s.threads);
+    const int t = b * s.threads + in_order(i, s.threads);
     if (s.fibers[size_t(t)].state == State::kAtBlockBarrier) make_ready(t);
   }
-  s.at_block = 0;
+  s.blocks[size_t(b)].at_barrier = 0;
 }
 
 void set_error(const std::string& e) {
@@ -212,7 +249,7 @@ void release_warp(Warp& w) {
               "leaves out lanes that wait with it");
   for (int i = 0; i < 32; ++i) {
     const int l = in_order(i, 32);
-    if (w.waiting >> l & 1u) make_ready(int(index) * 32 + l);
+    if (w.waiting >> l & 1u) make_ready(w.first_fiber + l);
   }
   w.waiting = 0;
   w.masks_differ = false;
@@ -226,11 +263,12 @@ void fiber_main() {
   (*s.body)();
   Fiber& f = *s.current;
   f.state = State::kDone;
-  --s.live;
+  Block& b = s.blocks[size_t(f.block)];
+  --b.live;
   Warp& w = s.warps[size_t(f.warp)];
   w.alive &= ~(1u << f.lane);
   if (w.waiting != 0 && w.waiting == w.alive) release_warp(w);
-  if (s.at_block > 0 && s.at_block == s.live) release_block();
+  if (b.at_barrier > 0 && b.at_barrier == b.live) release_block(f.block);
   switch_away();
   std::abort();  // a finished fiber is never resumed
 }
@@ -264,6 +302,7 @@ struct Runtime {
   std::mutex launch;                        // one launch at a time
   std::mutex memory;                        // guards the rest
   std::map<uintptr_t, size_t> allocations;  // device memory: start -> bytes
+  std::map<uintptr_t, size_t> pinned;       // pinned host memory: start -> bytes
   size_t used = 0, capacity = size_t(4) << 30;
   int devices = 1;  // GPUs the machine shows (one memory serves them all)
   std::map<const void*, size_t> shared_limit;  // cudaFuncAttributeMaxDynamicSharedMemorySize
@@ -298,36 +337,50 @@ cudaError_t sticky_error() {
   return rt().sticky;
 }
 
-// Runs one block to its end; returns "" or what went wrong.
-std::string run_block(Scheduler& s) {
+// Runs blocks[0, n) to their end, their threads interleaved at barriers
+// (each block's from the first fiber, or the last); returns "" or what went
+// wrong, and in error_block the block that failed.
+std::string run_blocks(Scheduler& s, int n) {
   s.ready.clear();
   s.head = 0;
-  for (int t = 0; t < s.threads; ++t) {
-    Fiber& f = s.fibers[size_t(t)];
+  const int warps = (s.threads + 31) / 32;
+  for (int i = 0; i < n * s.threads; ++i) {
+    Fiber& f = s.fibers[size_t(i)];
+    const int t = i % s.threads;
     const unsigned bx = s.block_dim.x, by = s.block_dim.y;
     f.idx = uint3{unsigned(t) % bx, unsigned(t) / bx % by, unsigned(t) / (bx * by)};
-    f.lane = t % 32, f.warp = t / 32;
+    f.block = i / s.threads;
+    f.lane = t % 32, f.warp = f.block * warps + t / 32;
     f.phase = 0;
     f.fake_stack = nullptr;
     // Stack tops staggered by 4160 bytes a thread (up to 128 KB): tops a
     // power of two apart would share cache sets and miss on every switch.
-    new_context(f.ctx, f.stack, kStackBytes - size_t(t) * 4160 % (size_t(128) << 10), fiber_main);
+    new_context(f.ctx, f.stack, kStackBytes - size_t(i) * 4160 % (size_t(128) << 10), fiber_main);
   }
-  for (int i = 0; i < s.threads; ++i) make_ready(in_order(i, s.threads));
-  for (size_t w = 0; w < s.warps.size(); ++w) {
-    const int n = std::min(32, s.threads - 32 * int(w));
-    s.warps[w].alive = n == 32 ? 0xffffffffu : (1u << n) - 1;
-    s.warps[w].waiting = 0;
-    s.warps[w].masks_differ = false;
+  for (int b = 0; b < n; ++b) {
+    for (int i = 0; i < s.threads; ++i) make_ready(b * s.threads + in_order(i, s.threads));
+    for (int w = 0; w < warps; ++w) {
+      Warp& wp = s.warps[size_t(b * warps + w)];
+      const int lanes = std::min(32, s.threads - 32 * w);
+      wp.alive = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1;
+      wp.waiting = 0;
+      wp.masks_differ = false;
+      wp.first_fiber = b * s.threads + 32 * w;
+    }
+    s.blocks[size_t(b)].live = s.threads;
+    s.blocks[size_t(b)].at_barrier = 0;
+    s.blocks[size_t(b)].serial = ++s.serial;
   }
-  s.live = s.threads;
-  s.at_block = 0;
   s.error.clear();
   Fiber& first = s.fibers[size_t(s.ready[s.head++])];
+  enter_block(first.block);
   s.current = &first;
   transfer(s.home, &s.home_fake, first.ctx, first.stack, kStackBytes);
+  s.error_block = s.blocks[size_t(s.current->block)].idx;
   if (!s.error.empty()) return s.error;
-  if (s.live == 0) return "";
+  int live = 0;
+  for (int b = 0; b < n; ++b) live += s.blocks[size_t(b)].live;
+  if (live == 0) return "";
   return "deadlock: the block's threads wait at barriers that none can pass (a __syncthreads "
          "some threads skip, or a warp collective inside a divergent branch)";
 }
@@ -335,16 +388,32 @@ std::string run_block(Scheduler& s) {
 }  // namespace
 
 const uint3& thread_idx() { return sched().current->idx; }
-const uint3& block_idx() { return sched().block; }
+const uint3& block_idx() {
+  Scheduler& s = sched();
+  return s.blocks[size_t(s.current->block)].idx;
+}
 const dim3& grid_dim() { return sched().grid; }
 const dim3& block_dim() { return sched().block_dim; }
-void* dynamic_shared() { return sched().shared.data(); }
+void* dynamic_shared() {
+  Scheduler& s = sched();
+  return s.blocks[size_t(s.current->block)].shared.data();
+}
+size_t dynamic_shared_bytes() {
+  Scheduler& s = sched();
+  return s.blocks[size_t(s.current->block)].shared.size();
+}
+uint64_t block_serial() {
+  Scheduler& s = sched();
+  return s.blocks[size_t(s.current->block)].serial;
+}
+size_t thread_slot() { return size_t(sched().current - sched().fibers.data()); }
 int lane() { return sched().current->lane; }
 
 void block_barrier() {
   Scheduler& s = sched();
   s.current->state = State::kAtBlockBarrier;
-  if (++s.at_block == s.live) release_block();
+  Block& b = s.blocks[size_t(s.current->block)];
+  if (++b.at_barrier == b.live) release_block(s.current->block);
   switch_away();
 }
 
@@ -402,20 +471,41 @@ void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b
 namespace {
 
 // Runs the blocks of a launch that passed its checks (run).
-void execute(dim3 grid, dim3 block, size_t shared, const char* name,
-             const std::function<void()>& body) {
-  std::lock_guard<std::mutex> lock(rt().launch);
-  const uint64_t threads = uint64_t(block.x) * block.y * block.z;
-  Scheduler& s = sched();
-  while (s.fibers.size() < threads) {
+// Blocks run together at most this many threads in all (set_interleaved_blocks).
+constexpr uint64_t kInterleavedThreads = 4096;
+
+// Makes the fibers, warps and blocks for `together` blocks of `block`'s threads.
+void prepare(Scheduler& s, dim3 block, size_t shared, int together) {
+  const int threads = int(block.x * block.y * block.z);
+  while (s.fibers.size() < size_t(together) * size_t(threads)) {
     s.fibers.emplace_back();
     s.fibers.back().stack = map_stack();
   }
-  s.threads = int(threads);
-  s.grid = grid, s.block_dim = block;
+  s.threads = threads;
+  s.block_dim = block;
+  s.warps.resize(size_t(together) * size_t((threads + 31) / 32));
+  s.blocks.resize(size_t(together));
+  for (Block& b : s.blocks) {
+    b.shared.resize(shared);
+    b.statics.resize(static_shared_bytes());
+  }
+}
+
+// Runs the blocks of a launch that passed its checks (run): `together` at a
+// time, each with its shared memory, dynamic and static, filled with 0x7f
+// bytes (what a block reads before writing it shows in the results).
+void execute(dim3 grid, dim3 block, size_t shared, const char* name,
+             const std::function<void()>& body) {
+  std::lock_guard<std::mutex> lock(rt().launch);
+  Scheduler& s = sched();
+  const uint64_t total = uint64_t(grid.x) * grid.y * grid.z;
+  const uint64_t threads = uint64_t(block.x) * block.y * block.z;
+  const int together = int(std::min<uint64_t>(
+      total, std::max<uint64_t>(
+                 1, std::min<uint64_t>(uint64_t(s.interleave), kInterleavedThreads / threads))));
+  prepare(s, block, shared, together);
+  s.grid = grid;
   s.body = &body;
-  s.warps.resize((threads + 31) / 32);
-  s.shared.resize(shared);
   // The stack of the thread running the launch: switches back to it are
   // announced to ASan with it.
   thread_local const void* bottom = nullptr;
@@ -432,22 +522,28 @@ void execute(dim3 grid, dim3 block, size_t shared, const char* name,
       return;
     }
   }
-  for (unsigned bz = 0; bz < grid.z; ++bz)
-    for (unsigned by = 0; by < grid.y; ++by)
-      for (unsigned bx = 0; bx < grid.x; ++bx) {
-        const unsigned x = unsigned(in_order(int(bx), int(grid.x)));
-        const unsigned y = unsigned(in_order(int(by), int(grid.y)));
-        const unsigned z = unsigned(in_order(int(bz), int(grid.z)));
-        s.block = uint3{x, y, z};
-        if (!s.shared.empty()) std::memset(s.shared.data(), 0x7f, s.shared.size());
-        const std::string e = run_block(s);
-        if (!e.empty()) {
-          fail(cudaErrorLaunchFailure, std::string("kernel ") + name + ", block (" +
-                                           std::to_string(x) + ", " + std::to_string(y) + ", " +
-                                           std::to_string(z) + "): " + e);
-          return;
-        }
-      }
+  const size_t statics = static_shared_bytes();
+  for (uint64_t first = 0; first < total; first += uint64_t(together)) {
+    const int n = int(std::min<uint64_t>(uint64_t(together), total - first));
+    for (int b = 0; b < n; ++b) {
+      const uint64_t i = s.reverse ? total - 1 - (first + uint64_t(b)) : first + uint64_t(b);
+      Block& blk = s.blocks[size_t(b)];
+      blk.idx = uint3{unsigned(i % grid.x), unsigned(i / grid.x % grid.y),
+                      unsigned(i / (uint64_t(grid.x) * grid.y))};
+      std::fill(blk.shared.begin(), blk.shared.end(), 0x7f);
+      if (b > 0) std::fill(blk.statics.begin(), blk.statics.end(), 0x7f);  // block 0's: in place
+    }
+    if (statics > 0) std::memset(__start_emu_static_shared, 0x7f, statics);
+    s.statics_owner = 0;
+    const std::string e = run_blocks(s, n);
+    if (!e.empty()) {
+      const uint3 at = s.error_block;
+      fail(cudaErrorLaunchFailure, std::string("kernel ") + name + ", block (" +
+                                       std::to_string(at.x) + ", " + std::to_string(at.y) + ", " +
+                                       std::to_string(at.z) + "): " + e);
+      return;
+    }
+  }
 }
 
 }  // namespace
@@ -476,6 +572,8 @@ bool run(EmulatedStream* stream, dim3 grid, dim3 block, size_t shared, const voi
     return config(std::to_string(shared) + " bytes of dynamic shared memory, past the " +
                   std::to_string(limit) + " the kernel is allowed" +
                   (limit == kDefaultSharedLimit ? " (cudaFuncSetAttribute raises it)" : ""));
+  counters::launch(name, grid, block);
+  if (counters::count_only()) return true;
   submit(stream, [grid, block, shared, name, body = std::move(body)] {
     execute(grid, block, shared, name, body);
   });
@@ -485,6 +583,7 @@ bool run(EmulatedStream* stream, dim3 grid, dim3 block, size_t shared, const voi
 void set_device_memory(size_t bytes) { rt().capacity = bytes; }
 void set_device_count(int n) { rt().devices = n; }
 void set_reverse_order(bool reverse) { sched().reverse = reverse; }
+void set_interleaved_blocks(int blocks) { sched().interleave = std::max(1, blocks); }
 
 // ---- streams
 
@@ -697,15 +796,16 @@ void carries_collectives(EmulatedStream* s) {
 namespace {
 
 // Whether [p, p + bytes) lies inside one device allocation.
-bool on_device(const void* p, size_t bytes) {
+bool within(const std::map<uintptr_t, size_t>& a, const void* p, size_t bytes) {
   std::lock_guard<std::mutex> lock(emu::rt().memory);
-  auto& a = emu::rt().allocations;
   const auto u = reinterpret_cast<uintptr_t>(p);
   auto it = a.upper_bound(u);
   if (it == a.begin()) return false;
   --it;
   return u >= it->first && u + bytes <= it->first + it->second;
 }
+bool on_device(const void* p, size_t bytes) { return within(emu::rt().allocations, p, bytes); }
+bool pinned(const void* p, size_t bytes) { return within(emu::rt().pinned, p, bytes); }
 
 // What a synchronisation returns: a stream's failure, else the thread's last error.
 cudaError_t synchronised() {
@@ -783,6 +883,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   }
   r.allocations[reinterpret_cast<uintptr_t>(*p)] = bytes;
   r.used += rounded;
+  emu::counters::allocation(bytes);
   return cudaSuccess;
 }
 cudaError_t cudaFree(void* p) {
@@ -796,7 +897,30 @@ cudaError_t cudaFree(void* p) {
     return emu::fail(cudaErrorInvalidValue, "cudaFree of a pointer not from cudaMalloc");
   }
   r.used -= (std::max<size_t>(it->second, 1) + 255) / 256 * 256;
+  emu::counters::free(it->second);
+  emu::counters::sync("cudaFree");
   r.allocations.erase(it);
+  std::free(p);
+  return cudaSuccess;
+}
+// Pinned host memory: a copy from it reads it when the copy runs, as a GPU's
+// does, so a buffer written again before its copy has run is caught.
+cudaError_t cudaMallocHost(void** p, size_t bytes) {
+  if (posix_memalign(p, 256, std::max<size_t>(bytes, 1)) != 0)
+    return emu::fail(cudaErrorMemoryAllocation, "cudaMallocHost: host allocation failed");
+  std::lock_guard<std::mutex> lock(emu::rt().memory);
+  emu::rt().pinned[reinterpret_cast<uintptr_t>(*p)] = bytes;
+  return cudaSuccess;
+}
+cudaError_t cudaFreeHost(void* p) {
+  if (!p) return cudaSuccess;
+  emu::drain_all();
+  auto& r = emu::rt();
+  std::unique_lock<std::mutex> lock(r.memory);
+  if (r.pinned.erase(reinterpret_cast<uintptr_t>(p)) == 0) {
+    lock.unlock();
+    return emu::fail(cudaErrorInvalidValue, "cudaFreeHost of a pointer not from cudaMallocHost");
+  }
   std::free(p);
   return cudaSuccess;
 }
@@ -815,12 +939,14 @@ cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s) {
   if (!bytes) return cudaSuccess;
   if (!on_device(p, bytes))
     return emu::fail(cudaErrorInvalidValue, "cudaMemsetAsync: the range is not device memory");
-  emu::submit(s, [=] { std::memset(p, value, bytes); });
+  emu::counters::memset(bytes);
+  if (!emu::counters::count_only()) emu::submit(s, [=] { std::memset(p, value, bytes); });
   return cudaSuccess;
 }
-// Host memory is pageable here (the backend pins none), with the GPU's rules
-// for it: a copy from it takes the bytes when called and writes them in the
-// stream's order; a copy to it returns once it has run.
+// Host memory is pageable unless cudaMallocHost made it, with the GPU's rules
+// for it: a copy from pageable memory takes the bytes when called and writes
+// them in the stream's order, one from pinned memory reads them when it runs;
+// a copy to host memory returns once it has run.
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t s) {
   if (!bytes) return cudaSuccess;
@@ -833,15 +959,23 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
                          (dst_dev != want_dst ? "destination" : "source") + " is " +
                          ((dst_dev != want_dst ? dst_dev : src_dev) ? "" : "not ") +
                          "device memory, against the copy's kind");
+  emu::counters::copy(dst_dev ? (src_dev ? emu::counters::Copy::kDeviceToDevice
+                                         : emu::counters::Copy::kHostToDevice)
+                      : (src_dev ? emu::counters::Copy::kDeviceToHost
+                                 : emu::counters::Copy::kHostToHost),
+                      bytes);
   if (!dst_dev && !src_dev) {
     std::memmove(dst, src, bytes);
   } else if (dst_dev && src_dev) {
-    emu::submit(s, [=] { std::memmove(dst, src, bytes); });
+    if (!emu::counters::count_only()) emu::submit(s, [=] { std::memmove(dst, src, bytes); });
+  } else if (dst_dev && pinned(src, bytes)) {
+    emu::submit(s, [=] { std::memcpy(dst, src, bytes); });
   } else if (dst_dev) {
     const auto* from = static_cast<const unsigned char*>(src);
     auto staged = std::make_shared<std::vector<unsigned char>>(from, from + bytes);
     emu::submit(s, [=] { std::memcpy(dst, staged->data(), bytes); });
   } else {
+    emu::counters::sync("cudaMemcpyAsync to pageable host memory");
     const auto& q = emu::queue_of(s);
     emu::wait_for(*q, emu::enqueue(q, [=] { std::memmove(dst, src, bytes); }));
   }
@@ -870,6 +1004,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  emu::counters::sync("cudaStreamSynchronize");
   emu::drain(*emu::queue_of(s));
   return synchronised();
 }
@@ -885,14 +1020,14 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   const auto& q = emu::queue_of(s);
   auto at = e->at;
-  const uint64_t ticket =
-      emu::enqueue(q, [at] { *at = std::chrono::steady_clock::now(); });
+  const uint64_t ticket = emu::enqueue(q, [at] { *at = std::chrono::steady_clock::now(); });
   std::lock_guard<std::mutex> lock(emu::streams().mu);
   e->q = q;
   e->ticket = ticket;
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  emu::counters::sync("cudaEventSynchronize");
   std::shared_ptr<emu::Queue> q;
   uint64_t ticket;
   {

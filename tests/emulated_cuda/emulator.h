@@ -1,10 +1,11 @@
 // The core of the CUDA emulator (tests/emulated_cuda/): runs the CUDA
 // backend's kernels on the CPU, for tests on machines without a GPU.
 //
-// A launch runs its blocks one after another. Each GPU thread of a block is a
-// fiber (its own stack, switched cooperatively on one host thread), so that
-// __syncthreads and the warp-wide primitives can stop a thread mid-kernel and
-// let the others reach the same point, as on a GPU:
+// A launch runs its blocks one after another, or several together
+// (set_interleaved_blocks), their threads interleaved at barriers. Each GPU
+// thread of a block is a fiber (its own stack, switched cooperatively on one
+// host thread), so that __syncthreads and the warp-wide primitives can stop
+// a thread mid-kernel and let the others reach the same point, as on a GPU:
 //   - __syncthreads: the block's threads that have not exited all arrive;
 //   - a warp collective (shuffle, __syncwarp, the m16n8k16 product): every
 //     lane of the warp arrives, with the same mask, which must name exactly
@@ -12,10 +13,11 @@
 //     GPU such a call is undefined);
 //   - threads waiting at different barriers that no one can release are a
 //     deadlock, reported as a failed launch.
-// Dynamic shared memory starts filled with 0x7f bytes (a large finite float),
-// so reading what no thread wrote shows in the results. Launch limits are an
-// H100's: 1024 threads a block, 48 KB of dynamic shared memory unless the
-// kernel's attribute allows more, up to 227 KB.
+// Each block's shared memory, dynamic and static, starts filled with 0x7f
+// bytes (a large finite float), so reading what no thread of the block wrote
+// shows in the results. Launch limits are an H100's: 1024 threads a block,
+// 48 KB of dynamic shared memory unless the kernel's attribute allows more,
+// up to 227 KB.
 //
 // Streams run their work in one of two ways (emulated_backend.h,
 // set_streams): at once, on the calling thread before the call returns (the
@@ -30,8 +32,9 @@
 // every access to host memory standing for device memory. Races between
 // threads that a barrier should have ordered show only as far as running the
 // threads in both orders changes a result (set_reverse_order): fibers switch
-// only at barriers. What it cannot: the GPU's timing, and the rounding of
-// sums inside the hardware's products.
+// only at barriers; races between blocks, as far as running the blocks in
+// both orders or interleaved changes one. What it cannot: the GPU's timing,
+// and the rounding of sums inside the hardware's products.
 #pragma once
 
 #include <cstddef>
@@ -133,6 +136,39 @@ T shuffle_from(unsigned mask, T v, int src) {
 // f32.bf16.bf16.f32; layouts as in the PTX ISA), products exact, summed in
 // fp32 in k order.
 void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
+
+// For tile_copies.cpp: the block's dynamic shared memory's size, and a
+// number no other block of the process has had (so that state a thread
+// keeps for its block is not taken for the next block's).
+size_t dynamic_shared_bytes();
+uint64_t block_serial();
+// The running thread's place among the threads of the blocks running
+// together (blocks may interleave: set_interleaved_blocks).
+size_t thread_slot();
+
+// ---- the tensor-core kernels' tile copies (tile_copies.cpp)
+
+// ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16, a warp collective
+// (all 32 lanes): lane l gives `row`, the address of row l % 8 of matrix l / 8
+// (8 b16, 16-byte aligned, in the block's dynamic shared memory; lanes past
+// the matrices' rows give none that is read), and reads it as it arrives,
+// before the other lanes run on. Register m of lane l gets,
+// packed with the lower column in the lower half, row l / 4 at columns
+// 2 (l % 4) and 2 (l % 4) + 1 of matrix m; with `trans`, rows 2 (l % 4) and
+// 2 (l % 4) + 1 of column l / 4 (the matrix transposed). Those are the
+// layouts the PTX ISA gives (and mma m16n8k16 reads).
+void ldmatrix(uint32_t* regs, int matrices, bool trans, const void* row);
+// cp.async.{ca,cg}.shared.global [dst], [src], bytes, src_bytes (bytes 4, 8
+// or 16, both addresses aligned to it): the first src_bytes of src, then
+// zeros. The bytes are read when called and land in dst only at the
+// cp_async_wait that covers their group; until then dst holds poison (0x7f
+// bytes), so a read before the wait shows in the results, and a store into
+// dst meanwhile fails the launch.
+void cp_async(void* dst, const void* src, int bytes, int src_bytes);
+// cp.async.commit_group: the thread's copies since the last commit become a group.
+void cp_async_commit();
+// cp.async.wait_group n: the thread's groups but the newest n land.
+void cp_async_wait(int n);
 
 // The settings tests make of the emulated device: emulated_backend.h.
 

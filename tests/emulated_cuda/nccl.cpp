@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "emulated_backend.h"
+
 struct EmulatedNcclComm {
   MPI_Comm comm = MPI_COMM_NULL;
   int rank = 0, size = 1;
@@ -137,7 +139,14 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
   return ncclSuccess;
 }
 
+namespace {
+std::atomic<int> communicators_made{0};
+}  // namespace
+
+int emu::nccl_communicators_made() { return communicators_made.load(); }
+
 ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId id, int rank) {
+  communicators_made.fetch_add(1);
   if (std::strncmp(id.internal, kTag, sizeof kTag - 1) != 0)
     return refuse("ncclCommInitRank: the unique id was not drawn by ncclGetUniqueId");
   if (nranks < 1 || rank < 0 || rank >= nranks)

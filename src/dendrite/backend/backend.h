@@ -171,9 +171,15 @@ class Backend : public Allocator {
   // ---- the vocabulary-parallel loss (ops/cross_entropy.h) ----
   virtual void ce_local_stats(float* stats, const float* logits, const int32_t* targets,
                               const float* weight, int rows, int Vloc, int v0, int V) = 0;
-  // Returns the summed weighted loss to the host.
-  virtual double ce_combine(float* lse, const float* gathered, const float* weight, int rows,
-                            int parts) = 0;
+  // Adds the summed weighted loss to *total (this backend's memory).
+  virtual void ce_combine(float* lse, const float* gathered, const float* weight, int rows,
+                          int parts, double* total) = 0;
+  // Rows of the LM head's chunks (ops/cross_entropy.h) whose buffers take
+  // bytes_per_row each: 256 on the CPU; on a GPU, thousands, as its memory allows.
+  virtual int lm_head_chunk_rows(int64_t bytes_per_row) const {
+    (void)bytes_per_row;
+    return 256;
+  }
   virtual void ce_dlogits(float* logits, const float* lse, const int32_t* targets,
                           const float* weight, double denominator, int rows, int Vloc, int v0,
                           int V) = 0;
@@ -197,6 +203,15 @@ class Backend : public Allocator {
                             bf16* param_bf16) = 0;
   virtual double sum_squares(const float* g, long n) = 0;
   virtual void scale(float* g, float s, long n) = 0;
+  // Over a table of tensors (in this backend's memory) numbered by
+  // ops::number_tensors, which returned `values`: the squared norm into *total (this backend's
+  // memory; no host sync), and AdamW in one pass (one launch on a GPU).
+  virtual void sum_squares_tensors(double* total, const float* base, const ops::FlatTensor* table,
+                                   int count, int64_t values) = 0;
+  virtual void adamw_update_tensors(float* param, const float* grad, float* m, float* v,
+                                    const ops::FlatTensor* table, int count, int64_t values,
+                                    float lr, int step, const ops::AdamWConfig& c, float grad_scale,
+                                    bf16* low, int64_t low_count) = 0;
 
   // ---- data movement (ops/tensor.h) ----
   virtual void fill(float* x, float value, int64_t n) = 0;

@@ -192,6 +192,15 @@ class Communicator {
                                   bool accumulate) = 0;
   virtual Request iall_reduce(SharedArray& a, int64_t offset, int64_t n) = 0;
 
+  // Makes now, collectively, what the group's device collectives need (NCCL:
+  // its communicator and axis stream), instead of at the first of them, so
+  // that no training step sets anything up. The process grid calls it for its
+  // four axes after splitting them. A transport with nothing to make ignores it.
+  virtual void connect() {}
+  // Accumulating reduce-scatters of at most n floats per rank will follow; a
+  // transport that reduces them in scratch memory (NCCL) allocates it now.
+  virtual void reserve_accumulating(int64_t n) { (void)n; }
+
   // Convenience for floats.
   void all_reduce(float* buf, int64_t n) { all_reduce(buf, n, DType::kF32); }
   void all_reduce(double* buf, int64_t n) { all_reduce(buf, n, DType::kF64); }

@@ -169,8 +169,18 @@ void Transformer::build_layers() {
   norm_f_ = ParallelNorm(grid_, be_, ln, *spec("norm_f.weight"), maybe("norm_f.bias"), cfg_.n_embd,
                          cfg_.norm_eps);
   const ParamSpec& head = cfg_.tied_embeddings() ? *spec("tok_emb") : *spec("lm_head");
-  head_ = VocabCrossEntropy(grid_, be_, head, cfg_.vocab_size, 256);
+  // The head's chunks: as many rows as the backend's memory allows, at most
+  // this rank's; each row holds its fp32 logits (and bf16 dlogits), its stats
+  // gathered over Y and its lse.
+  const int64_t Vloc = head.block_rows, gy = grid_.shape().y;
+  const int64_t row_bytes = Vloc * (low_precision() ? 6 : 4) + 8 * (1 + gy) + 4;
+  const int rows = std::max(1, max_B_ / (grid_.shape().d * grid_.shape().z)) * max_T_;
+  head_ = VocabCrossEntropy(grid_, be_, head, cfg_.vocab_size,
+                            std::min(rows, be_.lm_head_chunk_rows(row_bytes)));
   find_gradient_ranges();
+  norm_tensors_ = make_tensor_table(be_, table_, /*norm_only=*/true);
+  AllocationPurpose totals("the step's loss and gradient norm");
+  totals_ = be_.alloc<double>(1 + kLossSlots);
 }
 
 void Transformer::find_gradient_ranges() {

@@ -116,8 +116,24 @@ class Transformer {
   // The same global loss, no gradients.
   double forward_loss(const int32_t* inputs, const int32_t* targets, const float* weights,
                       double denominator, int B, int T);
-  // Global L2 norm of the gradients, each value counted once.
-  double grad_norm() const;
+  // Global L2 norm of the gradients, each value counted once: one reduction
+  // over this rank's gradient tensors on the device, one read.
+  double grad_norm();
+
+  // A step that reads the device once: forward_backward and grad_norm
+  // without their reads (the loss and the norm stay in the backend's memory),
+  // then read_step_totals reads both. The values, and on the CPU the bits,
+  // are those forward_backward and grad_norm return.
+  struct StepTotals {
+    double loss = 0;       // the sum of the passes' global losses since the last read
+    double grad_norm = 0;  // 0 unless reduce_grad_norm ran since the last read
+  };
+  void forward_backward_unread(const int32_t* inputs, const int32_t* targets, const float* weights,
+                               double denominator, int B, int T, bool sync = true);
+  void reduce_grad_norm();
+  StepTotals read_step_totals();
+  // Rows of the LM head's chunks (the backend's choice, at most a batch's rows).
+  int head_chunk_rows() const { return head_.chunk_rows(); }
   // The logits below are written to host memory.
   // logits [B_loc*T, V] of this rank's rows (on every rank of the X and Y axes).
   void logits(const int32_t* inputs, int B, int T, float* out);
@@ -262,6 +278,17 @@ class Transformer {
   // bf16 precision: the final norm's output and the gradients that feed GEMMs.
   Buffer<bf16> normf_h_, dres_h_, dq_h_, dk_h_, dv_h_, dup_h_, dgate_h_;
   Buffer<double> sums_;
+  // The gradient tensors this rank counts in the norm, and the device sums
+  // of a step that the host reads (read_step_totals): [0] the squared norm
+  // of those tensors, [1 + k] the loss sum of the k-th pass since the last
+  // read, whose denominator is pending_[k]; grown (with its contents) when a
+  // step has more passes than it holds.
+  static constexpr int kLossSlots = 8;
+  double* loss_slot(double denominator);
+  TensorTable norm_tensors_;
+  Buffer<double> totals_;
+  std::vector<double> pending_, read_;
+  bool norm_pending_ = false;
   Buffer<int32_t> tokens_, targets_;  // [m]: this rank's token ids and targets
   Buffer<float> weights_;             // [m]: the loss weights, when given
   Buffer<float> recompute_out_;  // [m, C/Gx]: where a recomputed layer writes its output

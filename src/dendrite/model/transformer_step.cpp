@@ -286,16 +286,22 @@ void Transformer::sync_gradients() {
 double Transformer::forward_backward(const int32_t* inputs, const int32_t* targets,
                                      const float* weights, double denominator, int B, int T,
                                      bool sync) {
+  forward_backward_unread(inputs, targets, weights, denominator, B, T, sync);
+  return read_step_totals().loss;
+}
+
+void Transformer::forward_backward_unread(const int32_t* inputs, const int32_t* targets,
+                                          const float* weights, double denominator, int B, int T,
+                                          bool sync) {
   const int B_loc = local_batch(B), m = B_loc * T;
   forward(inputs, B_loc, T, kPassStep);
   float* G = grads_->data();
   const Operand xf = operand(normf_.data(), normf_h_, int64_t(m) * c_);
-  double loss = 0;
   {
     trace::Scope part("step", "head and loss");
-    loss = head_.forward_backward(dnorm_.data(), xf, upload_targets(targets, m),
-                                  upload_weights(weights, m), denominator, m, G, stream_,
-                                  tied_head());
+    head_.forward_backward(dnorm_.data(), xf, upload_targets(targets, m),
+                           upload_weights(weights, m), denominator, m, G, stream_,
+                           loss_slot(denominator), tied_head());
   }
   float* dres = dres_.data();
   norm_f_.backward(dres, dnorm_.data(), residual_[cfg_.n_layer].data(), meanf_.data(),
@@ -316,7 +322,6 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
     sync_gradients();
   else
     stream_.finish_reductions();  // this micro-batch's dW chunks added before the next one's
-  return global_sum(loss);
 }
 
 double Transformer::forward_loss(const int32_t* inputs, const int32_t* targets,
@@ -324,21 +329,56 @@ double Transformer::forward_loss(const int32_t* inputs, const int32_t* targets,
   const int B_loc = local_batch(B), m = B_loc * T;
   forward(inputs, B_loc, T, kPassLoss);
   const Operand xf = operand(normf_.data(), normf_h_, int64_t(m) * c_);
-  double loss = head_.forward_backward(nullptr, xf, upload_targets(targets, m),
-                                       upload_weights(weights, m), denominator, m, grads_->data(),
-                                       stream_, tied_head());
+  head_.forward_backward(nullptr, xf, upload_targets(targets, m), upload_weights(weights, m),
+                         denominator, m, grads_->data(), stream_, loss_slot(denominator),
+                         tied_head());
   end_pass();
-  return global_sum(loss);
+  return read_step_totals().loss;
 }
 
-double Transformer::grad_norm() const {
-  double local = 0;
-  for (const ParamSpec& s : table_.specs())
-    if (table_.counts_in_norm(s)) local += be_.sum_squares(grads_->data() + s.offset, s.numel);
-  grid_.X().all_reduce(&local, 1);
-  grid_.Y().all_reduce(&local, 1);
-  grid_.Z().all_reduce(&local, 1);
-  return std::sqrt(local);
+double Transformer::grad_norm() {
+  reduce_grad_norm();
+  return read_step_totals().grad_norm;
+}
+
+void Transformer::reduce_grad_norm() {
+  const TensorTable& t = norm_tensors_;
+  be_.sum_squares_tensors(totals_.data(), grads_->data(), t.table.data(), t.count, t.values);
+  norm_pending_ = true;
+}
+
+double* Transformer::loss_slot(double denominator) {
+  const size_t k = pending_.size();
+  if (totals_.size() < k + 2) {  // a step of more passes than ever before
+    AllocationPurpose purpose("the step's loss and gradient norm");
+    Buffer<double> more = be_.alloc<double>(int64_t(2 * (k + 1)));
+    be_.copy(more.data(), totals_.data(), totals_.size() * sizeof(double));
+    totals_ = std::move(more);
+  }
+  double* slot = totals_.data() + 1 + k;
+  be_.zero(slot, sizeof(double));
+  pending_.push_back(denominator);
+  return slot;
+}
+
+// One download of the step's sums, then the host's sums over the grid, in
+// the order the unread calls would have made them: each pass's loss over Z
+// and D, then the squared norm over X, Y and Z.
+Transformer::StepTotals Transformer::read_step_totals() {
+  read_.resize(1 + pending_.size());
+  be_.download(read_.data(), totals_.data(), read_.size() * sizeof(double));
+  StepTotals t;
+  for (size_t k = 0; k < pending_.size(); ++k) t.loss += global_sum(read_[1 + k] / pending_[k]);
+  pending_.clear();
+  if (norm_pending_) {
+    double local = read_[0];
+    grid_.X().all_reduce(&local, 1);
+    grid_.Y().all_reduce(&local, 1);
+    grid_.Z().all_reduce(&local, 1);
+    t.grad_norm = std::sqrt(local);
+    norm_pending_ = false;
+  }
+  return t;
 }
 
 void Transformer::logits(const int32_t* inputs, int B, int T, float* out) {

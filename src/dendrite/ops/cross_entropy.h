@@ -23,9 +23,12 @@ namespace dendrite::ops {
 void ce_local_stats(float* stats, const float* logits, const int32_t* targets, const float* weight,
                     int rows, int Vloc, int v0, int V);
 // Combines the local stats of the `parts` ranks (all [rows, 2], rank-major:
-// gathered[p * rows * 2 + r * 2]) into lse[r] = logsumexp over parts; returns
-// sum_r weight[r] * (lse[r] - target_logit[r]) (target logits summed over parts).
-double ce_combine(float* lse, const float* gathered, const float* weight, int rows, int parts);
+// gathered[p * rows * 2 + r * 2]) into lse[r] = logsumexp over parts; adds
+// sum_r weight[r] * (lse[r] - target_logit[r]) (target logits summed over
+// parts; the rows summed in row order, then added) to *total, one double in
+// the backend's memory, so that a pass's loss stays there until it is read.
+void ce_combine(float* lse, const float* gathered, const float* weight, int rows, int parts,
+                double* total);
 // logits -> dlogits = (exp(logits - lse) - onehot) * weight / denominator,
 // zero for padding ids and zero-weight rows.
 void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const float* weight,

@@ -134,17 +134,18 @@ VocabCrossEntropy::VocabCrossEntropy(ProcessGrid& grid, Backend& backend, const 
   lse_ = backend.alloc<float>(chunk_);
 }
 
-double VocabCrossEntropy::forward_backward(float* dx, Operand x, const int32_t* targets,
-                                           const float* weight, double denominator, int m,
-                                           float* grads, WeightStream& stream, Operand gathered) {
+void VocabCrossEntropy::forward_backward(float* dx, Operand x, const int32_t* targets,
+                                         const float* weight, double denominator, int m,
+                                         float* grads, WeightStream& stream, double* loss_sum,
+                                         Operand gathered) {
   const int C = int(head_->block_cols), Vloc = int(head_->block_rows), v0 = int(head_->row_offset);
   const int gy = grid_->shape().y;
   const Operand w = gathered.empty() ? stream.gather(*head_) : gathered;  // [Vp/Gy, C/Gx]
   const bool direct = !stream.chunked();  // else dW is a block reduce-scattered over Z
   float* dw = nullptr;                    // [Vp/Gy, C/Gx]
   if (dx) dw = direct ? grads + head_->offset : stream.gradient_block(*head_);
-  if (dx && x.is_bf16() && dlogits_.size() == 0) dlogits_ = be_->alloc<bf16>(int64_t(chunk_) * Vloc);
-  double loss = 0;
+  if (dx && x.is_bf16() && dlogits_.size() == 0)
+    dlogits_ = be_->alloc<bf16>(int64_t(chunk_) * Vloc);
   for (int r0 = 0; r0 < m; r0 += chunk_) {
     const int rows = std::min(chunk_, m - r0);
     const Operand xc = x.plus(int64_t(r0) * C);
@@ -156,7 +157,7 @@ double VocabCrossEntropy::forward_backward(float* dx, Operand x, const int32_t* 
     be_->ce_local_stats(stats_.data(), logits, targets + r0, wc, rows, Vloc, v0, V_);
     be_->before_collective();
     grid_->Y().all_gather(stats_.data(), gathered_.data(), 2 * int64_t(rows), DType::kF32);
-    loss += be_->ce_combine(lse_.data(), gathered_.data(), wc, rows, gy);
+    be_->ce_combine(lse_.data(), gathered_.data(), wc, rows, gy, loss_sum);
     if (!dx) continue;
     be_->ce_dlogits(logits, lse_.data(), targets + r0, wc, denominator, rows, Vloc, v0, V_);
     // The block scratch starts fresh with the first chunk; the gradient itself accumulates.
@@ -175,7 +176,6 @@ double VocabCrossEntropy::forward_backward(float* dx, Operand x, const int32_t* 
     grid_->Y().all_reduce(dx, int64_t(m) * C);
     if (!direct) stream.reduce_scatter(*head_, grads);
   }
-  return loss / denominator;
 }
 
 void VocabCrossEntropy::logits(float* out, Operand x, int m, WeightStream& stream,

@@ -102,16 +102,18 @@ class VocabCrossEntropy {
   // V real ids; rows per chunk.
   VocabCrossEntropy(ProcessGrid& grid, Backend& backend, const ParamSpec& head, int V,
                     int chunk_rows);
-  // Returns sum_r weight[r] * CE_r / denominator over this rank's rows (the
-  // same on every X and Y rank; the caller sums over Z and D). With dx non-null
+  // Adds sum_r weight[r] * CE_r over this rank's rows to *loss_sum, one
+  // double in the backend's memory (the same on every X and Y rank; the
+  // caller divides by the denominator and sums over Z and D). With dx non-null
   // also dx [m, C/Gx] (summed over Y) and the head's gradient.
   // x [m, C/Gx] is fp32, or bf16 under bf16 precision (the logits' GEMMs
   // then run in bf16; the loss and its statistics stay fp32).
   // gathered: the head's block when the caller already holds it, else empty
   // (gathered from the stream).
-  double forward_backward(float* dx, Operand x, const int32_t* targets, const float* weight,
-                          double denominator, int m, float* grads, WeightStream& stream,
-                          Operand gathered = {});
+  void forward_backward(float* dx, Operand x, const int32_t* targets, const float* weight,
+                        double denominator, int m, float* grads, WeightStream& stream,
+                        double* loss_sum, Operand gathered = {});
+  int chunk_rows() const { return chunk_; }
   // logits [m, V] of every row, gathered on every rank (generation, tests),
   // into the backend's memory.
   void logits(float* out, Operand x, int m, WeightStream& stream, Operand gathered = {});

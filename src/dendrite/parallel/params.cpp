@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "dendrite/backend/backend.h"
 #include "dendrite/core/check.h"
 #include "dendrite/core/rng.h"
 
@@ -113,6 +114,20 @@ void gather_global(ProcessGrid& grid, const ParamSpec& s, const float* flat, flo
     const float* chunk = all.data() + size_t(r) * s.numel;
     for (int64_t i = 0; i < o.numel; ++i) global[o.global_index(i)] = chunk[i];
   }
+}
+
+TensorTable make_tensor_table(Backend& backend, const ParamTable& t, bool norm_only) {
+  std::vector<ops::FlatTensor> host;
+  for (const ParamSpec& s : t.specs())
+    if (!norm_only || t.counts_in_norm(s))
+      host.push_back({s.offset, s.numel, 0, s.decay ? 1 : 0, 0});
+  TensorTable out;
+  out.count = int(host.size());
+  out.values = ops::number_tensors(host.data(), out.count);
+  AllocationPurpose purpose("the optimizer's table of tensors");
+  out.table = backend.alloc<ops::FlatTensor>(std::max<int64_t>(1, out.count));
+  backend.upload(out.table.data(), host.data(), host.size() * sizeof(ops::FlatTensor));
+  return out;
 }
 
 }  // namespace dendrite

@@ -18,8 +18,12 @@
 #include <vector>
 
 #include "dendrite/comm/grid.h"
+#include "dendrite/core/buffer.h"
+#include "dendrite/ops/optim.h"
 
 namespace dendrite {
+
+class Backend;
 
 enum class Axis { kNone, kX, kY };
 enum class Init { kNormal, kOnes, kZeros };
@@ -97,5 +101,16 @@ class ParamTable {
 // every rank, from every rank's stored chunk in `flat` (laid out like the
 // parameters; the backend's memory, read by an all-gather over the world).
 void gather_global(ProcessGrid& grid, const ParamSpec& s, const float* flat, float* global);
+
+// A table of a ParamTable's tensors (ops/optim.h) in a backend's memory, made
+// once, for the ops that run over many tensors at a time (the gradient norm,
+// AdamW): every tensor with its decay flag, or (norm_only) those this rank
+// counts in the gradient norm.
+struct TensorTable {
+  Buffer<ops::FlatTensor> table;
+  int count = 0;
+  int64_t values = 0;  // ops::number_tensors
+};
+TensorTable make_tensor_table(Backend& backend, const ParamTable& t, bool norm_only);
 
 }  // namespace dendrite

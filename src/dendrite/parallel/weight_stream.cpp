@@ -28,6 +28,9 @@ WeightStream::WeightStream(Communicator& z, Backend& backend, const ParamTable& 
   block_ = (layer + 15) / 16 * 16;
   big_ = largest > block_ ? (largest + 15) / 16 * 16 : 0;
   grad_slots_ = backend.allocate_shared(z, kSlots * block_ + kBigSlots * big_);
+  int64_t shard = 0;  // the most a reduce-scatter of a block leaves on this rank
+  for (const ParamSpec& s : table.specs()) shard = std::max(shard, s.numel);
+  z.reserve_accumulating(shard);
   big_slot_ = backend.alloc<float>(big_ > 0 ? largest_floats : 0);
 }
 

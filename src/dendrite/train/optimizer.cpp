@@ -15,7 +15,11 @@ Buffer<float> moment(Backend& backend, int64_t n) {
 }  // namespace
 
 AdamW::AdamW(Backend& backend, const ParamTable& table, const ops::AdamWConfig& config)
-    : be_(backend), table_(table), config_(config), m_(moment(backend, table.total())),
+    : be_(backend),
+      table_(table),
+      tensors_(make_tensor_table(backend, table, false)),
+      config_(config),
+      m_(moment(backend, table.total())),
       v_(moment(backend, table.total())) {}
 
 float AdamW::clip_factor(double norm, double max_norm) {
@@ -26,14 +30,12 @@ float AdamW::clip_factor(double norm, double max_norm) {
 void AdamW::step(float* params, const float* grads, float lr, float grad_scale, bf16* low,
                  int64_t low_count) {
   ++step_;
-  for (const ParamSpec& s : table_.specs()) {
+  for (const ParamSpec& s : table_.specs())
     DENDRITE_CHECK(!low || s.offset + s.numel <= low_count || s.offset >= low_count,
                    "adamw: the bf16 copy ends inside ", s.name);
-    bf16* copy = low && s.offset < low_count ? low + s.offset : nullptr;
-    be_.adamw_update(params + s.offset, grads + s.offset, m_.data() + s.offset,
-                      v_.data() + s.offset, s.numel, lr, static_cast<int>(step_), s.decay, config_,
-                      grad_scale, copy);
-  }
+  be_.adamw_update_tensors(params, grads, m_.data(), v_.data(), tensors_.table.data(),
+                           tensors_.count, tensors_.values, lr, static_cast<int>(step_), config_,
+                           grad_scale, low, low_count);
 }
 
 void AdamW::step(Transformer& model, float lr, float grad_scale) {

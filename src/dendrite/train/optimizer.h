@@ -39,6 +39,7 @@ class AdamW {
  private:
   Backend& be_;
   const ParamTable& table_;
+  TensorTable tensors_;  // every tensor: one launch updates them all
   ops::AdamWConfig config_;
   Buffer<float> m_, v_;
   int64_t step_ = 0;

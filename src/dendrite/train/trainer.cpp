@@ -342,16 +342,22 @@ void check_batch_split(const TrainOptions& opt, const GridShape& grid) {
 
 double step_gradients(Transformer& model, const int32_t* inputs, const int32_t* targets,
                       const float* weights, double denominator, int B, int T, int micro_batches) {
+  step_gradients_unread(model, inputs, targets, weights, denominator, B, T, micro_batches);
+  return model.read_step_totals().loss;
+}
+
+void step_gradients_unread(Transformer& model, const int32_t* inputs, const int32_t* targets,
+                           const float* weights, double denominator, int B, int T,
+                           int micro_batches) {
   model.zero_grads();
   const int micro = B / micro_batches;
-  double loss = 0;
   for (int k = 0; k < micro_batches; ++k) {
     // This rank's sequences of micro-batch k: [k * micro + first, ...).
     const size_t first = (size_t(k) * micro + model.first_sequence(micro)) * T;
-    loss += model.forward_backward(inputs + first, targets + first, weights ? weights + first : nullptr,
-                                   denominator, micro, T, k + 1 == micro_batches);
+    model.forward_backward_unread(inputs + first, targets + first,
+                                  weights ? weights + first : nullptr, denominator, micro, T,
+                                  k + 1 == micro_batches);
   }
-  return loss;
 }
 
 namespace {
@@ -368,8 +374,8 @@ class Trainer {
   void resume();
   void open_metrics();
   void log_start() const;
-  // Gradients and loss of `step`; returns the loss, sets supervised.
-  double gradients(int64_t step, int64_t& supervised);
+  // Gradients of `step`, their loss left on the device; sets supervised.
+  void gradients(int64_t step, int64_t& supervised);
   void record(int64_t step, StepFigures& f, bool last);
   void save(int64_t step);
 
@@ -472,20 +478,19 @@ void Trainer::open_metrics() {
   DENDRITE_CHECK(metrics_.good(), "train: cannot open --metrics file ", opt_.metrics);
 }
 
-double Trainer::gradients(int64_t step, int64_t& supervised) {
+void Trainer::gradients(int64_t step, int64_t& supervised) {
   sampler_->batch(step, batch_.inputs.data(), batch_.targets.data());
   supervised = batch_.mask(goldfish_, opt_.batch, opt_.seq);
-  const double loss = step_gradients(
-      *model_, batch_.inputs.data(), batch_.targets.data(),
-      batch_.weights.empty() ? nullptr : batch_.weights.data(),
-      double(std::max<int64_t>(supervised, 1)), opt_.batch, opt_.seq, opt_.grad_accum);
+  step_gradients_unread(*model_, batch_.inputs.data(), batch_.targets.data(),
+                        batch_.weights.empty() ? nullptr : batch_.weights.data(),
+                        double(std::max<int64_t>(supervised, 1)), opt_.batch, opt_.seq,
+                        opt_.grad_accum);
   if (hooks_) {  // the hook sees (and may change) a host copy of the gradients
     std::vector<float> g(size_t(model_->table().total()));
     be_.download(g.data(), model_->grads(), g.size() * sizeof(float));
     hooks_->gradients_ready(step + 1, grid_.rank(), g.data(), int64_t(g.size()));
     be_.upload(model_->grads(), g.data(), g.size() * sizeof(float));
   }
-  return loss;
 }
 
 void Trainer::save(int64_t step) {
@@ -534,11 +539,13 @@ TrainResult Trainer::run() {
       trace::Scope whole("step", str("step ", step + 1));
       {
         trace::Scope part("step", "forward and backward");
-        loss = gradients(step, supervised);
+        gradients(step, supervised);
       }
       {
-        trace::Scope part("step", "gradient norm");
-        norm = model_->grad_norm();
+        trace::Scope part("step", "gradient norm");  // and the step's one read of the device
+        model_->reduce_grad_norm();
+        const Transformer::StepTotals t = model_->read_step_totals();
+        loss = t.loss, norm = t.grad_norm;
       }
       update = non_finite.accept(step + 1, loss, norm, result_.last_checkpoint, progress);
       trace::Scope part("step", "optimizer");

@@ -104,5 +104,9 @@ std::unique_ptr<Transformer> make_model(const ModelConfig& mc, ProcessGrid& grid
 // axis) and returns that loss. The loss denominator is the whole batch's.
 double step_gradients(Transformer& model, const int32_t* inputs, const int32_t* targets,
                       const float* weights, double denominator, int B, int T, int micro_batches);
+// The same, the loss left on the device for model.read_step_totals().
+void step_gradients_unread(Transformer& model, const int32_t* inputs, const int32_t* targets,
+                           const float* weights, double denominator, int B, int T,
+                           int micro_batches);
 
 }  // namespace dendrite

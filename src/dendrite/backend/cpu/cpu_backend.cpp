@@ -209,9 +209,9 @@ class CpuBackend final : public Backend {
                       const float* weight, int rows, int Vloc, int v0, int V) override {
     ops::ce_local_stats(stats, logits, targets, weight, rows, Vloc, v0, V);
   }
-  double ce_combine(float* lse, const float* gathered, const float* weight, int rows,
-                    int parts) override {
-    return ops::ce_combine(lse, gathered, weight, rows, parts);
+  void ce_combine(float* lse, const float* gathered, const float* weight, int rows, int parts,
+                  double* total) override {
+    ops::ce_combine(lse, gathered, weight, rows, parts, total);
   }
   void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const float* weight,
                   double denominator, int rows, int Vloc, int v0, int V) override {
@@ -259,6 +259,17 @@ class CpuBackend final : public Backend {
   }
   double sum_squares(const float* g, long n) override { return ops::sum_squares(g, n); }
   void scale(float* g, float s, long n) override { ops::scale(g, s, n); }
+  void sum_squares_tensors(double* total, const float* base, const ops::FlatTensor* table,
+                           int count, int64_t) override {
+    ops::sum_squares_tensors(total, base, table, count);
+  }
+  void adamw_update_tensors(float* param, const float* grad, float* m, float* v,
+                            const ops::FlatTensor* table, int count, int64_t, float lr, int step,
+                            const ops::AdamWConfig& c, float grad_scale, bf16* low,
+                            int64_t low_count) override {
+    ops::adamw_update_tensors(param, grad, m, v, table, count, lr, step, c, grad_scale, low,
+                              low_count);
+  }
 
   // ---- data movement ----
   void fill(float* x, float value, int64_t n) override { ops::fill(x, value, n); }

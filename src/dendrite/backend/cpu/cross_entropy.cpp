@@ -72,7 +72,8 @@ void ce_local_stats(float* stats, const float* logits, const int32_t* targets, c
   }
 }
 
-double ce_combine(float* lse, const float* gathered, const float* weight, int rows, int parts) {
+void ce_combine(float* lse, const float* gathered, const float* weight, int rows, int parts,
+                double* total_out) {
   DENDRITE_CHECK(rows >= 0 && parts >= 1,
                  "ce_combine: need rows >= 0 and parts >= 1, got rows=", rows, " parts=", parts,
                  "; parts is the size of the vocabulary split");
@@ -94,7 +95,7 @@ double ce_combine(float* lse, const float* gathered, const float* weight, int ro
     const double wt = weight ? weight[r] : 1.0;
     if (wt != 0.0) total += wt * (l - target);
   }
-  return total;
+  *total_out += total;
 }
 
 void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const float* weight,

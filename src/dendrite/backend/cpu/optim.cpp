@@ -3,7 +3,8 @@
 // fused pass reading param, grad, m, v and writing param, m, v. sum_squares
 // cuts the buffer into fixed blocks of kBlock values, sums each in double and
 // adds the block sums in block order, so the norm is bit-identical on every run
-// and for every thread count.
+// and for every thread count. The table forms (sum_squares_tensors,
+// adamw_update_tensors) run these tensor by tensor, in table order.
 // g++ will not vectorise std::sqrt without -fno-math-errno (sqrtf may set
 // errno), and a scalar sqrt + divide makes AdamW compute-bound (5x slower), so
 // its loop uses GCC vector types with the ISA's vector sqrt where there is one.
@@ -130,6 +131,27 @@ double sum_squares(const float* g, long n) {
   double total = 0.0;
   for (double s : partial) total += s;
   return total;
+}
+
+void sum_squares_tensors(double* total, const float* base, const FlatTensor* table, int count) {
+  double s = 0.0;
+  for (int t = 0; t < count; ++t) s += sum_squares(base + table[t].offset, long(table[t].n));
+  *total = s;
+}
+
+void adamw_update_tensors(float* param, const float* grad, float* m, float* v,
+                          const FlatTensor* table, int count, float lr, int step,
+                          const AdamWConfig& c, float grad_scale, bf16* low, int64_t low_count) {
+  for (int t = 0; t < count; ++t) {
+    const FlatTensor& f = table[t];
+    DENDRITE_CHECK(!low || f.offset + f.n <= low_count || f.offset >= low_count,
+                   "adamw_update_tensors: the bf16 copy ends inside tensor ", t, " (values ",
+                   f.offset, " to ", f.offset + f.n, ", copy of ", low_count,
+                   "); lay the tensors out so that the copy ends between two");
+    bf16* copy = low && f.offset < low_count ? low + f.offset : nullptr;
+    adamw_update(param + f.offset, grad + f.offset, m + f.offset, v + f.offset, long(f.n), lr, step,
+                 f.decay != 0, c, grad_scale, copy);
+  }
 }
 
 void scale(float* g, float s, long n) {

@@ -498,7 +498,9 @@ template <int C>
 __global__ void cached_attention_kernel(float* out, const float* q, const float* k_cache,
                                         const float* v_cache, ops::CachedAttentionShape s,
                                         float scale) {
-  __shared__ float qs[kCachedWarps][C * 32];
+  // [kCachedWarps][C * 32], dynamic: a kernel template's static __shared__
+  // escapes the CPU emulator's poisoning under GCC (tests/emulated_cuda).
+  DENDRITE_DYNAMIC_SHARED(float, cached_q);
   const int warp_in_block = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t w = int64_t(blockIdx.x) * kCachedWarps + warp_in_block;
   if (w >= int64_t(s.B) * s.NH * s.Tq) return;  // the whole warp
@@ -508,7 +510,7 @@ __global__ void cached_attention_kernel(float* out, const float* q, const float*
   const int g = h / (s.NH / s.NKV);
   const int64_t kvd = int64_t(s.NKV) * s.hs;
   const float* qrow = q + (int64_t(b) * s.Tq + t) * s.q_stride + int64_t(h) * s.hs;
-  float* qw = qs[warp_in_block];
+  float* qw = cached_q + warp_in_block * C * 32;
 #pragma unroll
   for (int c = 0; c < C; ++c)
     qw[c * 32 + lane] = c * 32 + lane < s.hs ? qrow[c * 32 + lane] * scale : 0.0f;
@@ -636,7 +638,9 @@ void cached_launch(float* out, const float* q, const float* k_cache, const float
   const int64_t blocks = (warps + kCachedWarps - 1) / kCachedWarps;
   DENDRITE_CHECK(blocks <= int64_t(0x7fffffff), "attention_cached: ", warps,
                  " query rows exceed the kernel's grid");
-  DENDRITE_LAUNCH(unsigned(blocks), kCachedWarps * 32, 0, stream, cached_attention_kernel<C>)(
+  const size_t shared = sizeof(float) * kCachedWarps * C * 32;
+  DENDRITE_LAUNCH(unsigned(blocks), kCachedWarps * 32, shared, stream,
+                  cached_attention_kernel<C>)(
       out, q, k_cache, v_cache, s, inv_sqrt_hs(s.hs));
   check_launch("attention_cached");
 }
@@ -675,11 +679,20 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
   backward_any(dq, dk, dv, dout, out, lse, q, k, v, s, stream);
 }
 
+size_t attention_backward_scratch_bytes(const ops::AttentionShape& s) {
+  return flash::backward_scratch_bytes(s);
+}
+
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const bf16* out,
                         const float* lse, const bf16* q, const bf16* k, const bf16* v,
-                        const ops::AttentionShape& s, cudaStream_t stream) {
+                        const ops::AttentionShape& s, void* scratch, size_t scratch_bytes,
+                        cudaStream_t stream) {
   check_shape(s, "attention_backward");
-  flash::backward(dq, dk, dv, dout, out, lse, q, k, v, s, stream);
+  DENDRITE_CHECK(scratch_bytes >= flash::backward_scratch_bytes(s),
+                 "attention_backward: the scratch holds ", scratch_bytes, " bytes; B=", s.B,
+                 " T=", s.T, " NH=", s.NH, " hs=", s.hs, " need ",
+                 flash::backward_scratch_bytes(s), " (attention_backward_scratch_bytes)");
+  flash::backward(dq, dk, dv, dout, out, lse, q, k, v, s, scratch, stream);
 }
 
 void attention_cached(float* out, const float* q, const float* k_new, const float* v_new,

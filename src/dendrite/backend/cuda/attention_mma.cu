@@ -1,7 +1,11 @@
 // Launches of the tensor-core attention kernels (flash_mma.cuh) for bf16
-// operands: one block of 4 warps per (b, head) and tile of 64 rows; dynamic
-// shared memory for the bf16 tiles (past 48 KB for head sizes over 64, which
-// allow_shared permits once per device).
+// operands: one block of 4 warps per (b, head) and tile of 64 rows (16 rows
+// a warp, the height of an mma tile); dynamic shared memory for the bf16
+// tiles, with two stages of the tiles a loop walks (46-105 KB: past the
+// default 48 KB for all but the forward at D = 64, which allow_shared
+// permits once per device). The backward's pre-pass runs a warp per (row,
+// head), 4 to a block: hs is at most 128, so a warp's lanes take at most 4
+// columns each and the grid has enough warps to fill the GPU.
 #include <cuda_runtime.h>
 
 #include "dendrite/backend/cuda/common.cuh"
@@ -21,7 +25,7 @@ unsigned tiles(int T) { return unsigned((T + kRows - 1) / kRows); }
 template <int D>
 void forward_launch(float* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
                     const ops::AttentionShape& s, cudaStream_t stream) {
-  const size_t bytes = shared_bytes<D>(3, 0);
+  const size_t bytes = shared_bytes<D>(5, 0);
   allow_shared<forward_kernel<D>>(bytes, "attention_forward (tensor cores)");
   DENDRITE_LAUNCH(dim3(unsigned(s.B * s.NH), tiles(s.T)), kThreads, bytes, stream,
                   forward_kernel<D>)(
@@ -29,21 +33,62 @@ void forward_launch(float* out, float* lse, const bf16* q, const bf16* k, const 
   check_launch("attention_forward (tensor cores)");
 }
 
+// ---- the backward's pre-pass: grid (B*T*NH / kWarps), a warp per (row r =
+// b*T + t, head h): dob[r][h*hs + c] = bf16(dout[r][h*hs + c]) ([B*T, NH*hs]),
+// and Dg[(b*NH + h)*T + t] = the sum over c of dob * out ([B, NH, T], the
+// layout of lse). Lane l takes columns l, l+32, ... with fmaf, then a
+// butterfly over the warp: a fixed order, the same bits on every run. D
+// uses the rounded dO of the products, so that it is the sum of P dP it
+// stands for up to the rounding of O alone (for the first query, exactly).
+__global__ void __launch_bounds__(kThreads) prepare_kernel(bf16* dob, float* Dg, const float* dout,
+                                                           const bf16* out, ops::AttentionShape s) {
+  const int lane = threadIdx.x % 32;
+  const int64_t item = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (item >= int64_t(s.B) * s.T * s.NH) return;  // whole warps leave
+  const int h = int(item % s.NH);
+  const int64_t r = item / s.NH;
+  const float* d = dout + r * s.out_stride + h * s.hs;
+  const bf16* o = out + r * s.out_stride + h * s.hs;
+  bf16* w = dob + r * (int64_t(s.NH) * s.hs) + h * s.hs;
+  float acc = 0.0f;
+  for (int c = lane; c < s.hs; c += 32) {
+    const uint16_t bits = bf16_bits(d[c]);
+    w[c].bits = bits;
+    acc = fmaf(__uint_as_float(uint32_t(bits) << 16), __uint_as_float(uint32_t(o[c].bits) << 16),
+               acc);
+  }
+  acc = warp_sum(acc);
+  if (lane == 0) Dg[(r / s.T * s.NH + h) * s.T + r % s.T] = acc;
+}
+
+// The scratch's two parts: dO in bf16 [B*T, NH*hs], then D [B, NH, T].
+size_t dob_bytes(const ops::AttentionShape& s) {
+  return (size_t(s.B) * s.T * s.NH * s.hs * sizeof(bf16) + 255) / 256 * 256;
+}
+
 template <int D>
 void backward_launch(float* dq, float* dk, float* dv, const float* dout, const bf16* out,
                      const float* lse, const bf16* q, const bf16* k, const bf16* v,
-                     const ops::AttentionShape& s, cudaStream_t stream) {
+                     const ops::AttentionShape& s, void* scratch, cudaStream_t stream) {
+  bf16* dob = static_cast<bf16*>(scratch);
+  float* Dg = reinterpret_cast<float*>(static_cast<char*>(scratch) + dob_bytes(s));
+  const int64_t warps = int64_t(s.B) * s.T * s.NH;
+  const int64_t blocks = (warps + kWarps - 1) / kWarps;
+  DENDRITE_CHECK(blocks <= int64_t(0x7fffffff), "attention_backward: B*T*NH = ", warps,
+                 " (row, head) pairs exceed the pre-pass's grid; use a smaller batch");
+  DENDRITE_LAUNCH(unsigned(blocks), kThreads, 0, stream, prepare_kernel)(dob, Dg, dout, out, s);
+  check_launch("attention_backward_prepare (tensor cores)");
   const bool vec = vector_loads(s, q, k, v);
-  const size_t dq_bytes = shared_bytes<D>(4, kRows);
+  const size_t dq_bytes = shared_bytes<D>(6, 0);
   allow_shared<dq_kernel<D>>(dq_bytes, "attention_backward_dq (tensor cores)");
   DENDRITE_LAUNCH(dim3(unsigned(s.B * s.NH), tiles(s.T)), kThreads, dq_bytes, stream, dq_kernel<D>)(
-      dq, dout, out, lse, q, k, v, s, vec);
+      dq, dob, Dg, lse, q, k, v, s, vec);
   check_launch("attention_backward_dq (tensor cores)");
-  const size_t kv_bytes = shared_bytes<D>(4, 2 * kCols);
+  const size_t kv_bytes = shared_bytes<D>(6, 4 * kCols);
   allow_shared<dkv_kernel<D>>(kv_bytes, "attention_backward_dkv (tensor cores)");
   DENDRITE_LAUNCH(dim3(unsigned(s.B * s.NKV), tiles(s.T)), kThreads, kv_bytes, stream,
                   dkv_kernel<D>)(
-      dk, dv, dout, out, lse, q, k, v, s, vec);
+      dk, dv, dob, Dg, lse, q, k, v, s, vec);
   check_launch("attention_backward_dkv (tensor cores)");
 }
 
@@ -57,13 +102,17 @@ void forward(float* out, float* lse, const bf16* q, const bf16* k, const bf16* v
     forward_launch<128>(out, lse, q, k, v, s, stream);
 }
 
+size_t backward_scratch_bytes(const ops::AttentionShape& s) {
+  return dob_bytes(s) + size_t(s.B) * s.NH * s.T * sizeof(float);
+}
+
 void backward(float* dq, float* dk, float* dv, const float* dout, const bf16* out, const float* lse,
               const bf16* q, const bf16* k, const bf16* v, const ops::AttentionShape& s,
-              cudaStream_t stream) {
+              void* scratch, cudaStream_t stream) {
   if (s.hs <= 64)
-    backward_launch<64>(dq, dk, dv, dout, out, lse, q, k, v, s, stream);
+    backward_launch<64>(dq, dk, dv, dout, out, lse, q, k, v, s, scratch, stream);
   else
-    backward_launch<128>(dq, dk, dv, dout, out, lse, q, k, v, s, stream);
+    backward_launch<128>(dq, dk, dv, dout, out, lse, q, k, v, s, scratch, stream);
 }
 
 }  // namespace dendrite::cuda::flash

@@ -6,7 +6,8 @@
 //   reductions; the same bits every run (not the CPU's: its order differs).
 // - ce_combine: one block; each thread combines one row over the parts as
 //   the CPU does, then one thread sums the row losses in row order, so the
-//   total is the CPU's (for one part exactly, given equal stats).
+//   total is the CPU's (for one part exactly, given equal stats), and adds it
+//   to the caller's accumulator in device memory (no copy to the host).
 // - ce_dlogits: elementwise, with the CPU's exp polynomial and its roundings
 //   spelled out, so equal lse gives the CPU's bits.
 #include <cmath>
@@ -81,7 +82,7 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
-// lse[r] = logsumexp over the parts; *total = sum_r weight[r] * (lse[r] - target[r]) in row order.
+// lse[r] = logsumexp over the parts; *total += sum_r weight[r] * (lse[r] - target[r]) in row order.
 __global__ void __launch_bounds__(kCombineThreads)
     ce_combine_kernel(float* __restrict__ lse, double* __restrict__ total_out,
                       const float* __restrict__ gathered, const float* __restrict__ weight, int rows,
@@ -117,7 +118,7 @@ __global__ void __launch_bounds__(kCombineThreads)
     }
     __syncthreads();
   }
-  if (threadIdx.x == 0) *total_out = total;
+  if (threadIdx.x == 0) *total_out += total;
 }
 
 // dlogits = (exp(logits - lse) - onehot) * weight / denominator; 0 for padding and zero weight.
@@ -152,23 +153,14 @@ void ce_local_stats(float* stats, const float* logits, const int32_t* targets, c
   check_launch("ce_local_stats");
 }
 
-double ce_combine(float* lse, const float* gathered, const float* weight, int rows, int parts,
-                  void* scratch, cudaStream_t stream) {
+void ce_combine(float* lse, const float* gathered, const float* weight, int rows, int parts,
+                double* total, cudaStream_t stream) {
   DENDRITE_CHECK(rows >= 0 && parts >= 1, "ce_combine: need rows >= 0 and parts >= 1, got rows=",
                  rows, " parts=", parts, "; parts is the size of the vocabulary split");
-  if (rows == 0) return 0.0;
-  double* total_dev = static_cast<double*>(scratch);
-  DENDRITE_LAUNCH(1, kCombineThreads, 0, stream, ce_combine_kernel)(
-      lse, total_dev, gathered, weight, rows, parts);
+  if (rows == 0) return;
+  DENDRITE_LAUNCH(1, kCombineThreads, 0, stream, ce_combine_kernel)(lse, total, gathered,
+                                                                    weight, rows, parts);
   check_launch("ce_combine");
-  double total = 0.0;
-  cudaError_t e = cudaMemcpyAsync(&total, total_dev, sizeof(double), cudaMemcpyDeviceToHost, stream);
-  DENDRITE_CHECK(e == cudaSuccess, "ce_combine: cudaMemcpyAsync of the loss sum failed: ",
-                 error_text(e));
-  e = cudaStreamSynchronize(stream);
-  DENDRITE_CHECK(e == cudaSuccess, "ce_combine: cudaStreamSynchronize failed: ",
-                 error_text(e));
-  return total;
 }
 
 void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const float* weight,

@@ -17,6 +17,7 @@
 #include "dendrite/backend/backend.h"
 #include "dendrite/backend/cuda/gemm.h"
 #include "dendrite/backend/cuda/kernels.h"
+#include "dendrite/backend/cuda/pinned_staging.h"
 #include "dendrite/backend/cuda/staged_communicator.h"
 #ifdef DENDRITE_HAVE_NCCL
 #include "dendrite/comm/nccl/nccl_communicator.h"
@@ -101,11 +102,14 @@ class CudaBackend final : public Backend {
     allocated_ = peak_ = gemm_->workspace_bytes();  // counted with what the run holds
     tf32_ = o.tf32;
     scratch_ = allocate(cuda::kScratchBytes);
+    staging_ = std::make_unique<cuda::PinnedStaging>(kStagingBytes);
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
+    staging_.reset();
     transports_.clear();
     if (scratch_) cudaFree(scratch_);
+    if (attention_scratch_) cudaFree(attention_scratch_);
     gemm_.reset();
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
     cudaStreamDestroy(stream_);
@@ -194,8 +198,10 @@ class CudaBackend final : public Backend {
   std::unique_ptr<SharedArray> allocate_shared(Communicator&, int64_t n, DType t) override {
     return std::make_unique<DeviceArray>(*this, n, t);
   }
+  // Through the pinned ring: no wait (a step's ids and weights); larger ones
+  // (parameters at load) from pageable memory, waiting for the copy.
   void upload(void* dst, const void* host, size_t bytes) override {
-    if (!bytes) return;
+    if (!bytes || staging_->upload(dst, host, bytes, stream_)) return;
     check_cuda(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_),
                "cudaMemcpyAsync (upload)");
     synchronize("upload");
@@ -389,10 +395,27 @@ class CudaBackend final : public Backend {
                           const float* lse, Operand q, Operand k, Operand v,
                           const ops::AttentionShape& s) override {
     if (both_bf16(q, k, "attention_backward") && both_bf16(v, out, "attention_backward") &&
-        both_bf16(q, v, "attention_backward"))
-      cuda::attention_backward(dq, dk, dv, dout, out.b16, lse, q.b16, k.b16, v.b16, s, stream_);
-    else
+        both_bf16(q, v, "attention_backward")) {
+      void* scratch = attention_scratch(s);
+      cuda::attention_backward(dq, dk, dv, dout, out.b16, lse, q.b16, k.b16, v.b16, s, scratch,
+                               attention_scratch_bytes_, stream_);
+    } else {
       cuda::attention_backward(dq, dk, dv, dout, out.f32, lse, q.f32, k.f32, v.f32, s, stream_);
+    }
+  }
+  // The bf16 backward's scratch, made at its first call and grown only for a
+  // larger shape (a run's shape is fixed, so once).
+  void* attention_scratch(const ops::AttentionShape& s) {
+    const size_t need = cuda::attention_backward_scratch_bytes(s);
+    if (need > attention_scratch_bytes_) {
+      release(attention_scratch_);
+      attention_scratch_ = nullptr;
+      attention_scratch_bytes_ = 0;
+      AllocationPurpose purpose("the attention backward's scratch (dO in bf16, rowsum(dO * O))");
+      attention_scratch_ = allocate(need);
+      attention_scratch_bytes_ = need;
+    }
+    return attention_scratch_;
   }
   void attention_cached(float* out, const float* q, const float* k_new, const float* v_new,
                         float* k_cache, float* v_cache,
@@ -421,9 +444,17 @@ class CudaBackend final : public Backend {
                       const float* weight, int rows, int Vloc, int v0, int V) override {
     cuda::ce_local_stats(stats, logits, targets, weight, rows, Vloc, v0, V, stream_);
   }
-  double ce_combine(float* lse, const float* gathered, const float* weight, int rows,
-                    int parts) override {
-    return cuda::ce_combine(lse, gathered, weight, rows, parts, scratch_, stream_);
+  void ce_combine(float* lse, const float* gathered, const float* weight, int rows, int parts,
+                  double* total) override {
+    cuda::ce_combine(lse, gathered, weight, rows, parts, total, stream_);
+  }
+  // The chunk's buffers in at most 1/64 of the device's memory, 256 to 8192
+  // rows (a multiple of 256): GPT-2's 50304 ids on an H200 (139 GiB) get
+  // 7680 rows in bf16.
+  int lm_head_chunk_rows(int64_t bytes_per_row) const override {
+    const int64_t budget = int64_t(total_) / 64;
+    const int64_t rows = budget / std::max<int64_t>(1, bytes_per_row) / 256 * 256;
+    return int(std::clamp<int64_t>(rows, 256, 8192));
   }
   void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const float* weight,
                   double denominator, int rows, int Vloc, int v0, int V) override {
@@ -473,6 +504,17 @@ class CudaBackend final : public Backend {
     return cuda::sum_squares(g, n, scratch_, stream_);
   }
   void scale(float* g, float s, long n) override { cuda::scale(g, s, n, stream_); }
+  void sum_squares_tensors(double* total, const float* base, const ops::FlatTensor* table,
+                           int count, int64_t values) override {
+    cuda::sum_squares_tensors(total, base, table, count, values, scratch_, stream_);
+  }
+  void adamw_update_tensors(float* param, const float* grad, float* m, float* v,
+                            const ops::FlatTensor* table, int count, int64_t values, float lr,
+                            int step, const ops::AdamWConfig& c, float grad_scale, bf16* low,
+                            int64_t low_count) override {
+    cuda::adamw_update_tensors(param, grad, m, v, table, count, values, lr, step, c, grad_scale,
+                               low, low_count, stream_);
+  }
 
   // ---- data movement ----
   void fill(float* x, float value, int64_t n) override { cuda::fill(x, value, n, stream_); }
@@ -566,6 +608,10 @@ class CudaBackend final : public Backend {
   uint64_t issued_ = 0;
   std::unique_ptr<cuda::Gemm> gemm_;
   void* scratch_ = nullptr;
+  void* attention_scratch_ = nullptr;
+  size_t attention_scratch_bytes_ = 0;
+  static constexpr size_t kStagingBytes = size_t(8) << 20;
+  std::unique_ptr<cuda::PinnedStaging> staging_;
   std::vector<std::pair<void*, size_t>> sizes_;  // live allocations
   size_t allocated_ = 0, peak_ = 0;
   std::vector<std::unique_ptr<Communicator>> transports_;

@@ -11,13 +11,20 @@
 //            in fp32 (running max and sum per row, exp2 of scores scaled by
 //            log2(e)/sqrt(hs)); O += P V with P rounded to bf16, as flash
 //            attention does; lse = max + log(sum) of the fp32 P.
+//   pre-pass a warp per (row, head): dO rounded to bf16 and D = rowsum(dO *
+//            O) in fp32, written once to scratch that the backend owns
+//            (attention_backward_scratch_bytes), so that no tile pair redoes
+//            them.
 //   dq       per query tile, key tiles up to the diagonal: S = Q K^T and
 //            dP = dO V^T; P = exp(S - lse) recomputed, dS = P (dP - D),
-//            dQ += dS K; D = rowsum(dO * O) per row, computed in the kernel.
+//            dQ += dS K.
 //   dk, dv   per key tile, for each query head of its KV head in order and
 //            each query tile from the diagonal on: S^T = K Q^T, dP^T = V dO^T,
 //            dV += P^T dO, dK += dS^T Q.
-// dO is rounded to bf16 as it is loaded (it arrives in fp32). Every sum runs
+// Products per (query tile, key tile) pair of the backward: seven, where a
+// backward summing dQ across key tiles with atomics needs five: S and dP run
+// in both kernels. Five without atomics needs dS (or per-key-tile partial
+// dQ) in device memory, which grows with T^2 (docs/cuda.md). Every sum runs
 // in a fixed order and nothing is atomic, so results are deterministic; the
 // rounding of P, dS and dO to bf16 puts the outputs within about 2^-8
 // (relative) of the fp32 SIMT path's, the bound tests/backend_ops_test.cpp
@@ -31,14 +38,20 @@
 // half. A C tile pair of 16 columns is therefore, packed, the A fragment of
 // the next product (P and dS never leave registers).
 //
+// Fragments come from shared memory by ldmatrix (.m8n8.x4.b16: each lane
+// gives the address of one 16-byte row of one of four 8 x 8 matrices, and
+// gets row lane / 4, columns 2 (lane % 4) and + 1 of each: the A and B
+// layouts above). A B operand that runs along the rows of a tile (V in P V,
+// K in dS K, dO and Q in the dk/dv products) is loaded with .trans, which
+// hands each lane a column's two consecutive rows instead.
+//
 // Shared tiles are row-major bf16 [rows][D + 8]: a row of (D + 8) / 2 words
-// is 4 banks past the previous one, so the 8 rows x 4 words that a fragment
-// load touches hit 32 banks. B operands that run along the rows of a tile (V
-// in P V, K in dS K, dO and Q in the dk/dv products) are read as two 16-bit
-// loads per register.
+// is 4 banks past the previous one, so the 8 rows x 16 bytes that one phase
+// of ldmatrix reads hit 32 banks.
 //
 // This header compiles under nvcc and, for the tests' CPU emulator
-// (tests/emulated_cuda), as plain C++ with the product below emulated.
+// (tests/emulated_cuda), as plain C++: the inline PTX it uses
+// (flash_ptx.cuh) has the emulator's stand-ins there.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -46,24 +59,12 @@
 #include <cstdint>
 
 #include "dendrite/backend/cuda/common.cuh"
+#include "dendrite/backend/cuda/flash_ptx.cuh"
 #include "dendrite/core/bf16.h"
 #include "dendrite/ops/attention.h"
 
 namespace dendrite::cuda::flash {
 
-// d = a b + d: one m16n8k16 product with bf16 operands and fp32 accumulation.
-__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
-                                          const uint32_t (&b)[2]) {
-#ifdef DENDRITE_CUDA_EMULATION
-  emu::mma_m16n8k16_bf16(d, a, b);
-#else
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#endif
-}
 __device__ __forceinline__ float shfl_xor(float v, int mask) {
   return __shfl_xor_sync(0xffffffffu, v, mask);
 }
@@ -79,8 +80,9 @@ struct Tile {
   static constexpr int elems = kRows * ld;  // one [64][D + 8] tile
   static constexpr int bytes = elems * 2;
 };
-// Forward: Q, K, V tiles. dq: Q, dO, K, V. dk/dv: K, V, Q, dO, then lse and
-// D of the query tile (2 x 64 floats).
+// Forward: Q, then two stages of K and V. dq: Q, dO, then two stages of K
+// and V. dk/dv: K, V, two stages of Q and dO, then two stages of lse and D
+// of the query tile (4 x 64 floats).
 template <int D>
 constexpr size_t shared_bytes(int tiles, int floats) {
   return size_t(tiles) * Tile<D>::bytes + size_t(floats) * 4;
@@ -98,12 +100,6 @@ __device__ __forceinline__ uint16_t bf16_bits(float f) {  // nearest-even, as to
 __device__ __forceinline__ uint32_t pack(float lo, float hi) {
   return uint32_t(bf16_bits(lo)) | (uint32_t(bf16_bits(hi)) << 16);
 }
-__device__ __forceinline__ uint32_t pack16(uint16_t lo, uint16_t hi) {
-  return uint32_t(lo) | (uint32_t(hi) << 16);
-}
-__device__ __forceinline__ uint32_t word(const uint16_t* p) {  // p: an even element
-  return *reinterpret_cast<const uint32_t*>(p);
-}
 __device__ __forceinline__ float quad_max(float v) {  // over the 4 lanes of a row
   v = fmaxf(v, shfl_xor(v, 1));
   return fmaxf(v, shfl_xor(v, 2));
@@ -117,21 +113,29 @@ __device__ __forceinline__ float warp_sum(float v) {  // butterfly: the same bit
   return v;
 }
 
-// ---- tile loads (all threads of the block; the caller synchronizes)
+// ---- tile copies from device memory (all threads of the block)
+//
+// A loop over tiles keeps two stages in shared memory: at the top of step i
+// each thread waits for its copies of tile i (cp.async.wait_group 0), a
+// barrier makes tile i the block's and tells every thread that the other
+// stage's tile (i - 1) is consumed, the copies of tile i + 1 into it start,
+// and tile i is computed on while they fly. One barrier a step.
 
-// dst[r][c] = src[r * stride + c] for r < n, c < hs; zeros elsewhere of the
-// [kRows][D] tile. `vec`: hs, stride and src allow 16-byte loads.
+// Starts filling a [kRows][D] tile: dst[r][c] = src[r * stride + c] for
+// r < n, c < hs, zeros elsewhere. With `vec` (hs, stride and src allow
+// 16-byte copies) by cp.async; else by plain loads and stores. Either way a
+// barrier after cp_async_wait_all makes the tile the block's.
 template <int D>
-__device__ __forceinline__ void load_tile(uint16_t* dst, const bf16* src, int64_t stride, int n,
+__device__ __forceinline__ void fill_tile(uint16_t* dst, const bf16* src, int64_t stride, int n,
                                           int hs, bool vec) {
   constexpr int ld = Tile<D>::ld;
   if (vec) {
     constexpr int chunks = D / 8;
+#pragma unroll 1  // addresses hoisted out of the tile loop would hold registers
     for (int e = threadIdx.x; e < kRows * chunks; e += kThreads) {
       const int r = e / chunks, c = (e % chunks) * 8;
-      uint4 x{0u, 0u, 0u, 0u};
-      if (r < n && c < hs) x = *reinterpret_cast<const uint4*>(src + r * stride + c);
-      *reinterpret_cast<uint4*>(dst + r * ld + c) = x;
+      const bool in = r < n && c < hs;
+      cp_async_16(dst + r * ld + c, in ? src + r * stride + c : src, in ? 16 : 0);
     }
   } else {
     for (int e = threadIdx.x; e < kRows * D; e += kThreads) {
@@ -141,80 +145,80 @@ __device__ __forceinline__ void load_tile(uint16_t* dst, const bf16* src, int64_
   }
 }
 
-// The same from fp32 rows, rounded to bf16 (dO).
+// Starts filling the K and V tiles of keys k0 .. k0+63 of sequence b (rows
+// from row0) and KV head kvh.
 template <int D>
-__device__ __forceinline__ void load_tile(uint16_t* dst, const float* src, int64_t stride, int n,
-                                          int hs) {
-  constexpr int ld = Tile<D>::ld;
-  for (int e = threadIdx.x; e < kRows * D / 2; e += kThreads) {
-    const int r = e / (D / 2), c = (e % (D / 2)) * 2;
-    float lo = 0.0f, hi = 0.0f;
-    if (r < n && c < hs) lo = src[r * stride + c];
-    if (r < n && c + 1 < hs) hi = src[r * stride + c + 1];
-    *reinterpret_cast<uint32_t*>(dst + r * ld + c) = pack(lo, hi);
-  }
-}
-
-// Between barriers, the K and V tiles of keys k0 .. k0+63 of sequence b
-// (rows from row0) and KV head kvh, for a loop over key tiles.
-template <int D>
-__device__ __forceinline__ void load_kv_tiles(uint16_t* Ks, uint16_t* Vs, const bf16* k,
+__device__ __forceinline__ void fill_kv_tiles(uint16_t* Ks, uint16_t* Vs, const bf16* k,
                                               const bf16* v, const ops::AttentionShape& s,
                                               int64_t row0, int k0, int kvh, bool vec) {
   const int nk = min(kCols, s.T - k0);
-  __syncthreads();  // the previous tile's K and V are consumed
   const int64_t at = (row0 + k0) * s.kv_stride + kvh * s.hs;
-  load_tile<D>(Ks, k + at, s.kv_stride, nk, s.hs, vec);
-  load_tile<D>(Vs, v + at, s.kv_stride, nk, s.hs, vec);
-  __syncthreads();
+  fill_tile<D>(Ks, k + at, s.kv_stride, nk, s.hs, vec);
+  fill_tile<D>(Vs, v + at, s.kv_stride, nk, s.hs, vec);
 }
 
-// D[r] = dO[r] · O[r] over hs for the n rows of a tile (zero past n), by
-// warps in turn, each row in one fixed order; stored to Ds[r]. dO is rounded
-// to bf16 as in the products, so that D is the sum of P dP that it stands
-// for up to the rounding of O alone (for the first query, exactly).
-__device__ __forceinline__ void row_dots(float* Ds, const float* dout, const bf16* out,
-                                         int64_t stride, int n, int hs) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int r = warp; r < kRows; r += kWarps) {
-    float acc = 0.0f;
-    if (r < n)
-      for (int c = lane; c < hs; c += 32)
-        acc = fmaf(__uint_as_float(uint32_t(bf16_bits(dout[r * stride + c])) << 16),
-                   __uint_as_float(uint32_t(out[r * stride + c].bits) << 16), acc);
-    acc = warp_sum(acc);
-    if (lane == 0) Ds[r] = acc;
+// Starts filling what dk/dv reads of query tile q0 of head h of sequence b:
+// the Q and dO tiles, and lse and D of its kCols rows (zeros past T).
+template <int D>
+__device__ __forceinline__ void fill_query_tiles(uint16_t* Qs, uint16_t* dOs, float* lse_s,
+                                                 float* Ds, const bf16* q, const bf16* dob,
+                                                 const float* lse, const float* Dg,
+                                                 const ops::AttentionShape& s, int b, int h, int q0,
+                                                 bool vec) {
+  const int nq = min(kCols, s.T - q0);
+  const int64_t row0 = int64_t(b) * s.T, do_stride = int64_t(s.NH) * s.hs;
+  fill_tile<D>(Qs, q + (row0 + q0) * s.q_stride + h * s.hs, s.q_stride, nq, s.hs, vec);
+  fill_tile<D>(dOs, dob + (row0 + q0) * do_stride + h * s.hs, do_stride, nq, s.hs, vec);
+  static_assert(kThreads == 2 * kCols, "a thread per row of lse and of D");
+  const int64_t at = (int64_t(b) * s.NH + h) * s.T + q0;
+  const int c = threadIdx.x % kCols;
+  const bool first = threadIdx.x < kCols;
+  cp_async_4((first ? lse_s : Ds) + c, (first ? lse : Dg) + at + (c < nq ? c : 0), c < nq ? 4 : 0);
+}
+
+// ---- fragment loads from shared tiles (rows r0.., columns c0..), by ldmatrix
+
+// A [16 x 16] from rows r0 + (0..15), columns c0 + (0..15) of a tile: lanes
+// 0-15 give rows r0 + lane at column c0 (registers 0, 1: rows g and g + 8),
+// lanes 16-31 the same rows at c0 + 8 (registers 2, 3).
+template <int LD>
+__device__ __forceinline__ void frag_a(uint32_t (&a)[4], const uint16_t* s, int r0, int c0,
+                                       int lane) {
+  ldmatrix_x4(a, s + (r0 + lane % 16) * LD + c0 + (lane / 16) * 8);
+}
+// Two B [16 x 8] (n-tiles n0 and n0 + 8) = M^T where M's rows hold the
+// columns: B[k][n] = M[n0 + n][k0 + k]. Matrices: rows n0.. at k0 and k0 + 8
+// (b0), rows n0 + 8.. at k0 and k0 + 8 (b1); one ldmatrix.x4 with kPairs,
+// else two .x2 (two registers fewer live, for the kernel that has none to
+// spare).
+template <int LD, bool kPairs>
+__device__ __forceinline__ void frag_b_rows(uint32_t (&b0)[2], uint32_t (&b1)[2], const uint16_t* s,
+                                            int n0, int k0, int lane) {
+  if constexpr (kPairs) {
+    uint32_t r[4];
+    ldmatrix_x4(r, s + (n0 + lane % 8 + (lane / 16) * 8) * LD + k0 + (lane / 8 % 2) * 8);
+    b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
+  } else {
+    const uint16_t* row = s + (n0 + lane % 8) * LD + k0 + (lane / 8 % 2) * 8;
+    ldmatrix_x2(b0, row);
+    ldmatrix_x2(b1, row + 8 * LD);
   }
 }
-
-// ---- fragment loads from shared tiles (rows r0.., columns c0..)
-
-// A [16 x 16] from rows r0 + (0..15), columns c0 + (0..15) of a tile.
-template <int LD>
-__device__ __forceinline__ void frag_a(uint32_t (&a)[4], const uint16_t* s, int r0, int c0, int g,
-                                       int t) {
-  const uint16_t* p = s + (r0 + g) * LD + c0 + 2 * t;
-  a[0] = word(p);
-  a[1] = word(p + 8 * LD);
-  a[2] = word(p + 8);
-  a[3] = word(p + 8 * LD + 8);
-}
-// B [16 x 8] = M^T where M's rows n0 + (0..7) hold the columns: B[k][n] =
-// M[n0 + n][k0 + k] (k along the tile's row, one word per register).
-template <int LD>
-__device__ __forceinline__ void frag_b_rows(uint32_t (&b)[2], const uint16_t* s, int n0, int k0,
-                                            int g, int t) {
-  const uint16_t* p = s + (n0 + g) * LD + k0 + 2 * t;
-  b[0] = word(p);
-  b[1] = word(p + 8);
-}
-// B [16 x 8] read down the tile: B[k][n] = M[k0 + k][n0 + n].
-template <int LD>
-__device__ __forceinline__ void frag_b_cols(uint32_t (&b)[2], const uint16_t* s, int k0, int n0,
-                                            int g, int t) {
-  const uint16_t* p = s + (k0 + 2 * t) * LD + n0 + g;
-  b[0] = pack16(p[0], p[LD]);
-  b[1] = pack16(p[8 * LD], p[9 * LD]);
+// Two B [16 x 8] read down the tile: B[k][n] = M[k0 + k][n0 + n], transposed
+// by ldmatrix. Matrices: rows k0.. and k0 + 8.. at n0 (b0), then at n0 + 8
+// (b1).
+template <int LD, bool kPairs>
+__device__ __forceinline__ void frag_b_cols(uint32_t (&b0)[2], uint32_t (&b1)[2], const uint16_t* s,
+                                            int k0, int n0, int lane) {
+  if constexpr (kPairs) {
+    uint32_t r[4];
+    ldmatrix_x4_trans(r, s + (k0 + lane % 8 + (lane / 8 % 2) * 8) * LD + n0 + (lane / 16) * 8);
+    b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
+  } else {
+    const uint16_t* row = s + (k0 + lane % 16) * LD + n0;
+    ldmatrix_x2_trans(b0, row);
+    ldmatrix_x2_trans(b1, row + 8);
+  }
 }
 // The A fragment of columns 16 kk .. 16 kk + 15 of a [16 x 64] accumulator
 // (n-tiles 2 kk and 2 kk + 1), rounded to bf16.
@@ -227,40 +231,42 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&c)[8][4
 
 // acc[16 x 64] = A[16 rows of `a_tile` from r0] · B^T, B = rows of `b_tile`
 // (64 of them, the columns of the result), over D: a score tile.
-template <int D>
+template <int D, bool kPairs>
 __device__ __forceinline__ void scores(float (&acc)[8][4], const uint16_t* a_tile, int r0,
-                                       const uint16_t* b_tile, int g, int t) {
+                                       const uint16_t* b_tile, int lane) {
   constexpr int LD = Tile<D>::ld;
 #pragma unroll
   for (int j = 0; j < 8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 #pragma unroll
   for (int ks = 0; ks < D / 16; ++ks) {
     uint32_t a[4];
-    frag_a<LD>(a, a_tile, r0, ks * 16, g, t);
+    frag_a<LD>(a, a_tile, r0, ks * 16, lane);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      uint32_t b[2];
-      frag_b_rows<LD>(b, b_tile, j * 8, ks * 16, g, t);
-      mma_16816(acc[j], a, b);
+    for (int j = 0; j < 8; j += 2) {
+      uint32_t b0[2], b1[2];
+      frag_b_rows<LD, kPairs>(b0, b1, b_tile, j * 8, ks * 16, lane);
+      mma_16816(acc[j], a, b0);
+      mma_16816(acc[j + 1], a, b1);
     }
   }
 }
 
 // out[16 x D] += W[16 x 64] (an fp32 accumulator, rounded) · M, M the
 // [64][D] tile: the products P V, dS K, P^T dO and dS^T Q.
-template <int D>
+template <int D, bool kPairs>
 __device__ __forceinline__ void accumulate(float (&out)[D / 8][4], const float (&w)[8][4],
-                                           const uint16_t* m_tile, int g, int t) {
+                                           const uint16_t* m_tile, int lane) {
   constexpr int LD = Tile<D>::ld;
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
     uint32_t a[4];
     acc_to_a(a, w, kk);
 #pragma unroll
-    for (int nd = 0; nd < D / 8; ++nd) {
-      uint32_t b[2];
-      frag_b_cols<LD>(b, m_tile, kk * 16, nd * 8, g, t);
-      mma_16816(out[nd], a, b);
+    for (int nd = 0; nd < D / 8; nd += 2) {
+      uint32_t b0[2], b1[2];
+      frag_b_cols<LD, kPairs>(b0, b1, m_tile, kk * 16, nd * 8, lane);
+      mma_16816(out[nd], a, b0);
+      mma_16816(out[nd + 1], a, b1);
     }
   }
 }
@@ -294,24 +300,34 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int T_ = Tile<D>::elems;
   DENDRITE_DYNAMIC_SHARED(uint4, smem4);
   uint16_t* Qs = reinterpret_cast<uint16_t*>(smem4);
-  uint16_t* Ks = Qs + T_;
-  uint16_t* Vs = Ks + T_;
+  uint16_t* KV = Qs + T_;  // two stages of K then V tiles: stage st at KV + 2 st T_
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int bh = blockIdx.x, b = bh / s.NH, h = bh % s.NH, kvh = h / (s.NH / s.NKV);
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kRows;
   const int nq = min(kRows, s.T - q0);
   const int64_t row0 = int64_t(b) * s.T;
   const float scale2 = kLog2e / sqrtf(float(s.hs));  // scores in log2 units
-  load_tile<D>(Qs, q + (row0 + q0) * s.q_stride + h * s.hs, s.q_stride, nq, s.hs, vec);
+  fill_tile<D>(Qs, q + (row0 + q0) * s.q_stride + h * s.hs, s.q_stride, nq, s.hs, vec);
+  fill_kv_tiles<D>(KV, KV + T_, k, v, s, row0, 0, kvh, vec);
+  cp_async_commit();
 
   float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int nd = 0; nd < D / 8; ++nd) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.0f;
   const int i_lo = q0 + warp * 16 + g;  // the lane's query rows i_lo and i_lo + 8
-  for (int k0 = 0; k0 < q0 + nq; k0 += kCols) {
-    load_kv_tiles<D>(Ks, Vs, k, v, s, row0, k0, kvh, vec);
+  const int end = q0 + nq;              // keys 0 .. end - 1 reach the block's queries
+  for (int k0 = 0, st = 0; k0 < end; k0 += kCols, st ^= 1) {
+    const uint16_t* Ks = KV + 2 * st * T_;
+    const uint16_t* Vs = Ks + T_;
+    cp_async_wait_all();
+    __syncthreads();  // this tile is the block's; the other stage's is consumed
+    if (k0 + kCols < end) {
+      uint16_t* next = KV + 2 * (st ^ 1) * T_;
+      fill_kv_tiles<D>(next, next + T_, k, v, s, row0, k0 + kCols, kvh, vec);
+    }
+    cp_async_commit();
     float sc[8][4];
-    scores<D>(sc, Qs, warp * 16, Ks, g, t);
+    scores<D, true>(sc, Qs, warp * 16, Ks, lane);
     // Keys after the query are masked; key 0 is in the first tile, so the
     // running max is finite from it on and exp2(-inf - max) = 0.
     float mx[2] = {-INFINITY, -INFINITY};
@@ -339,7 +355,7 @@ __global__ void __launch_bounds__(kThreads)
         sc[j][e] = exp2f(sc[j][e] - m[e >> 1]);
         l[e >> 1] += sc[j][e];
       }
-    accumulate<D>(o, sc, Vs, g, t);
+    accumulate<D, true>(o, sc, Vs, lane);
   }
   // Each lane summed its own columns; the row's sum is the quad's.
   const float l_lo = quad_sum(l[0]), l_hi = quad_sum(l[1]);
@@ -356,15 +372,13 @@ __global__ void __launch_bounds__(kThreads)
 // ---- dq: grid (B*NH, query tiles), the last tile first.
 template <int D>
 __global__ void __launch_bounds__(kThreads)
-    dq_kernel(float* dq, const float* dout, const bf16* out, const float* lse, const bf16* q,
+    dq_kernel(float* dq, const bf16* dob, const float* Dg, const float* lse, const bf16* q,
               const bf16* k, const bf16* v, ops::AttentionShape s, bool vec) {
   constexpr int T_ = Tile<D>::elems;
   DENDRITE_DYNAMIC_SHARED(uint4, smem4);
   uint16_t* Qs = reinterpret_cast<uint16_t*>(smem4);
   uint16_t* dOs = Qs + T_;
-  uint16_t* Ks = dOs + T_;
-  uint16_t* Vs = Ks + T_;
-  float* Ds = reinterpret_cast<float*>(Vs + T_);  // [kRows] D of the block's rows
+  uint16_t* KV = dOs + T_;  // two stages of K then V tiles: stage st at KV + 2 st T_
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int bh = blockIdx.x, b = bh / s.NH, h = bh % s.NH, kvh = h / (s.NH / s.NKV);
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kRows;
@@ -372,28 +386,37 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t row0 = int64_t(b) * s.T;
   const float scale = 1.0f / sqrtf(float(s.hs)), scale2 = scale * kLog2e;
   const int64_t q_at = (row0 + q0) * s.q_stride + h * s.hs;
-  const int64_t o_at = (row0 + q0) * s.out_stride + h * s.hs;
-  load_tile<D>(Qs, q + q_at, s.q_stride, nq, s.hs, vec);
-  load_tile<D>(dOs, dout + o_at, s.out_stride, nq, s.hs);
-  row_dots(Ds, dout + o_at, out + o_at, s.out_stride, nq, s.hs);
-  __syncthreads();
+  const int64_t do_stride = int64_t(s.NH) * s.hs;
+  fill_tile<D>(Qs, q + q_at, s.q_stride, nq, s.hs, vec);
+  fill_tile<D>(dOs, dob + (row0 + q0) * do_stride + h * s.hs, do_stride, nq, s.hs, vec);
+  fill_kv_tiles<D>(KV, KV + T_, k, v, s, row0, 0, kvh, vec);
+  cp_async_commit();
   const int r0 = warp * 16, i_lo = q0 + r0 + g;
   float lse2[2], Dr[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int r = r0 + g + 8 * half;
     lse2[half] = r < nq ? lse[int64_t(bh) * s.T + q0 + r] * kLog2e : 0.0f;
-    Dr[half] = Ds[r];
+    Dr[half] = r < nq ? Dg[int64_t(bh) * s.T + q0 + r] : 0.0f;
   }
 
   float acc[D / 8][4];
 #pragma unroll
   for (int nd = 0; nd < D / 8; ++nd) acc[nd][0] = acc[nd][1] = acc[nd][2] = acc[nd][3] = 0.0f;
-  for (int k0 = 0; k0 < q0 + nq; k0 += kCols) {
-    load_kv_tiles<D>(Ks, Vs, k, v, s, row0, k0, kvh, vec);
+  const int end = q0 + nq;  // keys 0 .. end - 1 reach the block's queries
+  for (int k0 = 0, st = 0; k0 < end; k0 += kCols, st ^= 1) {
+    const uint16_t* Ks = KV + 2 * st * T_;
+    const uint16_t* Vs = Ks + T_;
+    cp_async_wait_all();
+    __syncthreads();  // this tile is the block's; the other stage's is consumed
+    if (k0 + kCols < end) {
+      uint16_t* next = KV + 2 * (st ^ 1) * T_;
+      fill_kv_tiles<D>(next, next + T_, k, v, s, row0, k0 + kCols, kvh, vec);
+    }
+    cp_async_commit();
     float sc[8][4], dp[8][4];
-    scores<D>(sc, Qs, r0, Ks, g, t);
-    scores<D>(dp, dOs, r0, Vs, g, t);
+    scores<D, true>(sc, Qs, r0, Ks, lane);
+    scores<D, true>(dp, dOs, r0, Vs, lane);
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
@@ -402,24 +425,28 @@ __global__ void __launch_bounds__(kThreads)
         const float p = key <= i ? exp2f(sc[j][e] * scale2 - lse2[e >> 1]) : 0.0f;
         sc[j][e] = p * (dp[j][e] - Dr[e >> 1]);  // dS
       }
-    accumulate<D>(acc, sc, Ks, g, t);
+    accumulate<D, true>(acc, sc, Ks, lane);
   }
   store_rows<D>(dq + q_at, s.q_stride, acc, r0, nq, s.hs, scale, scale, g, t);
 }
 
 // ---- dk, dv: grid (B*NKV, key tiles), the first keys (most queries) first.
+// Its two [16 x D] accumulators and two score tiles leave few registers
+// (ptxas aims at 168 for D = 64, three blocks a multiprocessor, and has 255
+// for D = 128): B fragments come by ldmatrix.x2 (with .x4, D = 64 took 174
+// registers, two blocks a multiprocessor), dV is summed before dP^T is
+// computed, and the tile copies' loops stay rolled.
 template <int D>
 __global__ void __launch_bounds__(kThreads)
-    dkv_kernel(float* dk, float* dv, const float* dout, const bf16* out, const float* lse,
+    dkv_kernel(float* dk, float* dv, const bf16* dob, const float* Dg, const float* lse,
                const bf16* q, const bf16* k, const bf16* v, ops::AttentionShape s, bool vec) {
   constexpr int T_ = Tile<D>::elems;
   DENDRITE_DYNAMIC_SHARED(uint4, smem4);
   uint16_t* Ks = reinterpret_cast<uint16_t*>(smem4);
   uint16_t* Vs = Ks + T_;
-  uint16_t* Qs = Vs + T_;
-  uint16_t* dOs = Qs + T_;
-  float* lse_s = reinterpret_cast<float*>(dOs + T_);  // [kCols] lse * log2(e) of the query tile
-  float* Ds = lse_s + kCols;                          // [kCols] D of the query tile
+  uint16_t* QdO = Vs + T_;  // two stages of Q then dO tiles: stage st at QdO + 2 st T_
+  // Two stages of [kCols] lse then [kCols] D of the query tile: stage st at rows + 2 st kCols.
+  float* rows = reinterpret_cast<float*>(QdO + 4 * T_);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int bg = blockIdx.x, b = bg / s.NKV, kvh = bg % s.NKV, group = s.NH / s.NKV;
   const int k0 = blockIdx.y * kRows;
@@ -427,8 +454,13 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t row0 = int64_t(b) * s.T;
   const float scale = 1.0f / sqrtf(float(s.hs)), scale2 = scale * kLog2e;
   const int64_t kv_at = (row0 + k0) * s.kv_stride + kvh * s.hs;
-  load_tile<D>(Ks, k + kv_at, s.kv_stride, nk, s.hs, vec);
-  load_tile<D>(Vs, v + kv_at, s.kv_stride, nk, s.hs, vec);
+  fill_tile<D>(Ks, k + kv_at, s.kv_stride, nk, s.hs, vec);
+  fill_tile<D>(Vs, v + kv_at, s.kv_stride, nk, s.hs, vec);
+  // The (head, query tile) pairs in order: each query head of the KV head,
+  // and for each the query tiles from the diagonal on.
+  int h = kvh * group, q0 = k0;
+  fill_query_tiles<D>(QdO, QdO + T_, rows, rows + kCols, q, dob, lse, Dg, s, b, h, q0, vec);
+  cp_async_commit();
   const int r0 = warp * 16, j_lo = k0 + r0 + g;  // the lane's keys j_lo and j_lo + 8
 
   float dk_acc[D / 8][4], dv_acc[D / 8][4];
@@ -436,34 +468,46 @@ __global__ void __launch_bounds__(kThreads)
   for (int nd = 0; nd < D / 8; ++nd)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk_acc[nd][e] = dv_acc[nd][e] = 0.0f;
-  for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
-    const int64_t bh = int64_t(b) * s.NH + h;
-    for (int q0 = k0; q0 < s.T; q0 += kCols) {
-      const int nq = min(kCols, s.T - q0);
-      __syncthreads();  // the previous tile's Q, dO, lse and D are consumed
-      const int64_t q_at = (row0 + q0) * s.q_stride + h * s.hs;
-      const int64_t o_at = (row0 + q0) * s.out_stride + h * s.hs;
-      load_tile<D>(Qs, q + q_at, s.q_stride, nq, s.hs, vec);
-      load_tile<D>(dOs, dout + o_at, s.out_stride, nq, s.hs);
-      row_dots(Ds, dout + o_at, out + o_at, s.out_stride, nq, s.hs);
-      for (int c = threadIdx.x; c < kCols; c += kThreads)
-        lse_s[c] = c < nq ? lse[bh * s.T + q0 + c] * kLog2e : 0.0f;
-      __syncthreads();
-      float sc[8][4], dp[8][4];
-      scores<D>(sc, Ks, r0, Qs, g, t);   // S^T: the warp's keys x the tile's queries
-      scores<D>(dp, Vs, r0, dOs, g, t);  // dP^T
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int c = j * 8 + 2 * t + (e & 1), i = q0 + c, key = j_lo + 8 * (e >> 1);
-          const float p = i >= key && i < s.T ? exp2f(sc[j][e] * scale2 - lse_s[c]) : 0.0f;
-          sc[j][e] = p;                       // P^T
-          dp[j][e] = p * (dp[j][e] - Ds[c]);  // dS^T
-        }
-      accumulate<D>(dv_acc, sc, dOs, g, t);
-      accumulate<D>(dk_acc, dp, Qs, g, t);
+  for (int st = 0;; st ^= 1) {
+    const uint16_t* Qs = QdO + 2 * st * T_;
+    const uint16_t* dOs = Qs + T_;
+    const float* lse_s = rows + 2 * st * kCols;
+    const float* Ds = lse_s + kCols;
+    int h_next = h, q_next = q0 + kCols;
+    if (q_next >= s.T) ++h_next, q_next = k0;
+    const bool more = h_next < (kvh + 1) * group;
+    cp_async_wait_all();
+    __syncthreads();  // this pair's tiles are the block's; the other stage's are consumed
+    if (more) {
+      uint16_t* next = QdO + 2 * (st ^ 1) * T_;
+      float* next_rows = rows + 2 * (st ^ 1) * kCols;
+      fill_query_tiles<D>(next, next + T_, next_rows, next_rows + kCols, q, dob, lse, Dg, s, b,
+                          h_next, q_next, vec);
     }
+    cp_async_commit();
+    float sc[8][4], dp[8][4];
+    scores<D, false>(sc, Ks, r0, Qs, lane);  // S^T: the warp's keys x the tile's queries
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = j * 8 + 2 * t + (e & 1), i = q0 + c, key = j_lo + 8 * (e >> 1);
+        sc[j][e] =
+            i >= key && i < s.T ? exp2f(sc[j][e] * scale2 - lse_s[c] * kLog2e) : 0.0f;  // P^T
+      }
+    accumulate<D, false>(dv_acc, sc, dOs, lane);
+    scores<D, false>(dp, Vs, r0, dOs, lane);  // dP^T
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = j * 8 + 2 * t + (e & 1);
+        dp[j][e] = sc[j][e] * (dp[j][e] - Ds[c]);  // dS^T
+      }
+    accumulate<D, false>(dk_acc, dp, Qs, lane);
+    q0 += kCols;
+    if (q0 >= s.T) ++h, q0 = k0;
+    if (h >= (kvh + 1) * group) break;
   }
   store_rows<D>(dk + kv_at, s.kv_stride, dk_acc, r0, nk, s.hs, scale, scale, g, t);
   store_rows<D>(dv + kv_at, s.kv_stride, dv_acc, r0, nk, s.hs, 1.0f, 1.0f, g, t);
@@ -472,8 +516,10 @@ __global__ void __launch_bounds__(kThreads)
 // The launches (attention_mma.cu), after attention.cu's shape checks.
 void forward(float* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
              const ops::AttentionShape& s, cudaStream_t stream);
+// scratch: backward_scratch_bytes(s), 256-byte aligned.
+size_t backward_scratch_bytes(const ops::AttentionShape& s);
 void backward(float* dq, float* dk, float* dv, const float* dout, const bf16* out, const float* lse,
               const bf16* q, const bf16* k, const bf16* v, const ops::AttentionShape& s,
-              cudaStream_t stream);
+              void* scratch, cudaStream_t stream);
 
 }  // namespace dendrite::cuda::flash

@@ -86,6 +86,14 @@ void adamw_update(float* param, const float* grad, float* m, float* v, long n, f
                   cudaStream_t stream);
 double sum_squares(const float* g, long n, void* scratch, cudaStream_t stream);
 void scale(float* g, float s, long n, cudaStream_t stream);
+// The table forms of ops/optim.h, each one launch (the norm two: block sums,
+// then their sum into *total); values: the sum of the table's n.
+void sum_squares_tensors(double* total, const float* base, const ops::FlatTensor* table, int count,
+                         int64_t values, void* scratch, cudaStream_t stream);
+void adamw_update_tensors(float* param, const float* grad, float* m, float* v,
+                          const ops::FlatTensor* table, int count, int64_t values, float lr,
+                          int step, const ops::AdamWConfig& c, float grad_scale, bf16* low,
+                          int64_t low_count, cudaStream_t stream);
 
 // ---- attention (attention.cu) ----
 void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
@@ -95,9 +103,14 @@ void attention_forward(float* out, float* lse, const bf16* q, const bf16* k, con
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
                         const float* lse, const float* q, const float* k, const float* v,
                         const ops::AttentionShape& s, cudaStream_t stream);
+// The bf16 backward's scratch: dO rounded to bf16 and D = rowsum(dO * O),
+// written by its pre-pass and read by its two kernels; device memory of at
+// least attention_backward_scratch_bytes(s) bytes, 256-byte aligned.
+size_t attention_backward_scratch_bytes(const ops::AttentionShape& s);
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const bf16* out,
                         const float* lse, const bf16* q, const bf16* k, const bf16* v,
-                        const ops::AttentionShape& s, cudaStream_t stream);
+                        const ops::AttentionShape& s, void* scratch, size_t scratch_bytes,
+                        cudaStream_t stream);
 void attention_cached(float* out, const float* q, const float* k_new, const float* v_new,
                       float* k_cache, float* v_cache, const ops::CachedAttentionShape& s,
                       cudaStream_t stream);
@@ -126,8 +139,8 @@ void position_backward(float* dwpe, const float* dout, int m, int T, int C, cuda
 // ---- the vocabulary-parallel loss (cross_entropy.cu) ----
 void ce_local_stats(float* stats, const float* logits, const int32_t* targets, const float* weight,
                     int rows, int Vloc, int v0, int V, cudaStream_t stream);
-double ce_combine(float* lse, const float* gathered, const float* weight, int rows, int parts,
-                  void* scratch, cudaStream_t stream);
+void ce_combine(float* lse, const float* gathered, const float* weight, int rows, int parts,
+                double* total, cudaStream_t stream);
 void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const float* weight,
                 double denominator, int rows, int Vloc, int v0, int V, cudaStream_t stream);
 

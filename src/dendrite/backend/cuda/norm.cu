@@ -65,9 +65,11 @@ __global__ void row_sums_kernel(double* sums, Terms terms, int c, bool vec) {
       for (int k = 0; k < 4 && j + k < c; ++k) terms.template add<1>(r, j + k, a, b);
     }
   }
-  __shared__ double shared[32];
-  a = block_sum(a, shared);
-  if constexpr (NS == 2) b = block_sum(b, shared);
+  // [32], dynamic: a kernel template's static __shared__ escapes the CPU
+  // emulator's poisoning under GCC (tests/emulated_cuda).
+  DENDRITE_DYNAMIC_SHARED(double, warp_sums);
+  a = block_sum(a, warp_sums);
+  if constexpr (NS == 2) b = block_sum(b, warp_sums);
   if (threadIdx.x == 0) {
     sums[int64_t(NS) * r] = a;
     if constexpr (NS == 2) sums[int64_t(NS) * r + 1] = b;
@@ -154,7 +156,8 @@ template <int NS, class Terms>
 void launch_row_sums(double* sums, const Terms& terms, int m, int c, bool vec,
                      cudaStream_t stream, const char* name) {
   if (m == 0) return;
-  DENDRITE_LAUNCH(unsigned(m), row_threads(c), 0, stream, row_sums_kernel<NS, Terms>)(
+  DENDRITE_LAUNCH(unsigned(m), row_threads(c), 32 * sizeof(double), stream,
+                  row_sums_kernel<NS, Terms>)(
       sums, terms, c, vec);
   check_launch(name);
 }

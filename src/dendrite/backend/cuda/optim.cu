@@ -5,7 +5,11 @@
 // of the fixed grid takes the groups of 4 values t, t + grid threads, ...
 // (each group's values in order, the same with 4-wide or single loads), each
 // block adds its threads' sums as a fixed tree into the caller's scratch, and
-// one block adds the block sums the same way.
+// one block adds the block sums the same way. The table forms lay the
+// tensors end to end and give each block an equal part (for_each_group), so
+// a large tensor gets many blocks and a small one shares a block; the order
+// of a norm's sums depends only on the table.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -96,11 +100,75 @@ __global__ void sum_partials_kernel(double* total, const double* partial, int co
   if (threadIdx.x == 0) *total = s;
 }
 
-}  // namespace
+// The table's tensors laid end to end (FlatTensor::start), cut into equal
+// parts of `per` values (a multiple of 4), one per block: for_each_group
+// calls f(tensor, i, width) for the groups of 4 values (width 4 where the
+// group is whole and `vec`, else 1 per value) of this block's part, thread t
+// taking its groups t, t + blockDim.x, ... tensor by tensor in table order.
+template <class F>
+__device__ void for_each_group(const ops::FlatTensor* table, int count, int64_t per, bool vec,
+                               F&& f) {
+  const int64_t lo = int64_t(blockIdx.x) * per, hi = lo + per;
+  int a = 0, b = count - 1;  // the last tensor starting at or before lo
+  while (a < b) {
+    const int mid = (a + b + 1) / 2;
+    if (table[mid].start <= lo)
+      a = mid;
+    else
+      b = mid - 1;
+  }
+  for (int t = a; t < count && table[t].start < hi; ++t) {
+    const ops::FlatTensor& x = table[t];
+    const int64_t first = lo > x.start ? lo - x.start : 0;
+    const int64_t end = hi - x.start < x.n ? hi - x.start : x.n;
+    const bool aligned = vec && x.offset % 4 == 0;
+    for (int64_t i = first + 4 * int64_t(threadIdx.x); i < end; i += 4 * int64_t(blockDim.x)) {
+      if (aligned && i + 4 <= x.n) {
+        f(x, i, 4);
+      } else {
+        for (int64_t k = i; k < i + 4 && k < x.n; ++k) f(x, k, 1);
+      }
+    }
+  }
+}
 
-void adamw_update(float* param, const float* grad, float* m, float* v, long n, float lr, int step,
-                  bool decay, const ops::AdamWConfig& c, float grad_scale, bf16* param_bf16,
-                  cudaStream_t stream) {
+__global__ void sum_squares_tensors_kernel(double* partial, const float* base,
+                                           const ops::FlatTensor* table, int count, int64_t per,
+                                           bool vec) {
+  double s = 0.0;
+  for_each_group(table, count, per, vec, [&](const ops::FlatTensor& x, int64_t i, int width) {
+    const float* g = base + x.offset + i;
+    if (width == 4) {
+      float v[4];
+      load(v, g);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) s += double(v[k]) * v[k];
+    } else {
+      s += double(*g) * *g;
+    }
+  });
+  __shared__ double shared[32];
+  s = block_sum(s, shared);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+// AdamW over the table: op.keep is the decayed factor; tensors without decay keep 1.
+__global__ void adamw_tensors_kernel(AdamW op, const ops::FlatTensor* table, int count, int64_t per,
+                                     int64_t low_count, bool vec) {
+  for_each_group(table, count, per, vec, [&](const ops::FlatTensor& x, int64_t i, int width) {
+    AdamW o = op;
+    o.param += x.offset, o.grad += x.offset, o.m += x.offset, o.v += x.offset;
+    o.low = op.low && x.offset < low_count ? op.low + x.offset : nullptr;
+    if (!x.decay) o.keep = 1.0f;
+    if (width == 4)
+      o.apply<4>(i);
+    else
+      o.apply<1>(i);
+  });
+}
+
+AdamW adamw_op(float* param, const float* grad, float* m, float* v, float lr, int step, bool decay,
+               const ops::AdamWConfig& c, float grad_scale, bf16* param_bf16) {
   DENDRITE_CHECK(step >= 1, "adamw_update: step counts from 1, got step=", step);
   // As torch.optim.AdamW: p *= 1 - lr wd;  p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps)
   const double bc1 = 1.0 - std::pow(static_cast<double>(c.beta1), step);
@@ -112,6 +180,29 @@ void adamw_update(float* param, const float* grad, float* m, float* v, long n, f
   op.step_size = static_cast<float>(lr / bc1);
   op.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
   op.grad_scale = grad_scale;
+  return op;
+}
+
+// A table's `values` in parts of `per` values over at most `cap` blocks,
+// 4 values a thread; the grid depends only on `values`.
+struct TableGrid {
+  unsigned blocks;
+  int64_t per;
+};
+TableGrid table_grid(int count, int64_t values, int64_t cap) {
+  DENDRITE_CHECK(count >= 1 && values >= 0, "optimizer tables: need at least one tensor, got ",
+                 count, " with ", values, " values");
+  const int64_t groups = std::max<int64_t>(1, (values + 3) / 4);
+  const unsigned blocks = blocks_for(groups, kThreads, cap);
+  return {blocks, 4 * ((groups + blocks - 1) / blocks)};
+}
+
+}  // namespace
+
+void adamw_update(float* param, const float* grad, float* m, float* v, long n, float lr, int step,
+                  bool decay, const ops::AdamWConfig& c, float grad_scale, bf16* param_bf16,
+                  cudaStream_t stream) {
+  const AdamW op = adamw_op(param, grad, m, v, lr, step, decay, c, grad_scale, param_bf16);
   const bool vec = aligned_to(16, param, grad, m, v) && aligned_to(8, param_bf16);
   launch_map(op, n, vec, stream, "adamw_update");
 }
@@ -132,6 +223,34 @@ double sum_squares(const float* g, long n, void* scratch, cudaStream_t stream) {
              "cudaMemcpyAsync (sum_squares result to host)");
   check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (sum_squares)");
   return result;
+}
+
+void sum_squares_tensors(double* total, const float* base, const ops::FlatTensor* table, int count,
+                         int64_t values, void* scratch, cudaStream_t stream) {
+  if (count == 0) {
+    check_cuda(cudaMemsetAsync(total, 0, sizeof(double), stream), "cudaMemsetAsync (empty norm)");
+    return;
+  }
+  auto* partial = static_cast<double*>(scratch);  // [blocks] block sums
+  const TableGrid g = table_grid(count, values, kReduceBlocks);
+  DENDRITE_LAUNCH(g.blocks, kThreads, 0, stream, sum_squares_tensors_kernel)(
+      partial, base, table, count, g.per, aligned_to(16, base));
+  check_launch("sum_squares_tensors");
+  DENDRITE_LAUNCH(1, kThreads, 0, stream, sum_partials_kernel)(total, partial, int(g.blocks));
+  check_launch("sum_squares_tensors (sum of block sums)");
+}
+
+void adamw_update_tensors(float* param, const float* grad, float* m, float* v,
+                          const ops::FlatTensor* table, int count, int64_t values, float lr,
+                          int step, const ops::AdamWConfig& c, float grad_scale, bf16* low,
+                          int64_t low_count, cudaStream_t stream) {
+  if (count == 0) return;
+  const AdamW op = adamw_op(param, grad, m, v, lr, step, true, c, grad_scale, low);
+  const bool vec = aligned_to(16, param, grad, m, v) && aligned_to(8, low);
+  const TableGrid g = table_grid(count, values, 65535);
+  DENDRITE_LAUNCH(g.blocks, kThreads, 0, stream, adamw_tensors_kernel)(
+      op, table, count, g.per, low_count, vec);
+  check_launch("adamw_update_tensors");
 }
 
 void scale(float* g, float s, long n, cudaStream_t stream) {

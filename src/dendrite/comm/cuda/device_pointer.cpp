@@ -3,15 +3,20 @@
 
 #include <cuda_runtime.h>
 
+#include "dendrite/core/check.h"
+
 namespace dendrite {
 
 bool is_device_pointer(const void* p) {
   if (!p) return false;
   cudaPointerAttributes a{};
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-    cudaGetLastError();  // host memory the runtime does not know, or no driver: clear it
-    return false;
-  }
+  // Host memory the runtime does not know is cudaMemoryTypeUnregistered, not
+  // an error (CUDA 11 on), so an error here is a real one, most often a
+  // kernel's fault that CUDA reports at the next call: report it rather than
+  // clear it with cudaGetLastError, which would hide it from every later check.
+  const cudaError_t e = cudaPointerGetAttributes(&a, p);
+  DENDRITE_CHECK(e == cudaSuccess, "cuda: cudaPointerGetAttributes failed: ", cudaGetErrorString(e),
+                 "; if a kernel before it failed, rerun with CUDA_LAUNCH_BLOCKING=1 to name it");
   return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 

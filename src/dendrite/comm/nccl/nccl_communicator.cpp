@@ -231,6 +231,10 @@ class NcclCommunicator final : public Communicator {
         }));
   }
   void barrier() override { inner_->barrier(); }
+  void connect() override {
+    if (!local()) ensure_comm();
+  }
+  void reserve_accumulating(int64_t n) override { scratch(size_t(n) * sizeof(float)); }
 
   std::unique_ptr<SharedArray> allocate_shared(int64_t n, DType t) override {
     return std::make_unique<DeviceArray>(*dev_.memory, n, t);
@@ -347,9 +351,10 @@ class NcclCommunicator final : public Communicator {
     return a.bytes() + offset * int64_t(dtype_size(a.dtype()));
   }
 
-  // The NCCL communicator, made at the first device collective: rank 0's
-  // unique id broadcast over the MPI communicator inside (collective, in the
-  // same order everywhere as the collective that asks for it).
+  // The axis stream, the watchdog and the NCCL communicator: rank 0's unique
+  // id broadcast over the MPI communicator inside (collective, in the same
+  // order everywhere). connect() makes them when the grid is made; a group
+  // it was not called for (world) makes them at its first device collective.
   void ensure_comm() {
     if (!stream_) {  // the first device collective: the axis stream and its watchdog
       check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate",
@@ -462,7 +467,9 @@ class NcclCommunicator final : public Communicator {
   }
   // Device scratch of at least `bytes`, used on one stream only (the axis
   // stream, or the compute stream of a local group: its collectives run in
-  // order there, so one buffer serves them all).
+  // order there, so one buffer serves them all). Sized by
+  // reserve_accumulating() when the weight stream is made; growing it later
+  // (a caller that reserved less) synchronises the axis stream.
   void* scratch(size_t bytes) {
     if (bytes <= scratch_bytes_) return scratch_;
     if (stream_) check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize", name_);

@@ -12,10 +12,13 @@
 // Every rank posts in the same order (SPMD), so each axis' NCCL communicator
 // meets its peers in the same order. Host buffers (losses, norms, the
 // trainer's control data) go to the MPI communicator inside, which also
-// broadcasts the NCCL unique id that makes the NCCL communicator (at the
-// first device collective, so an unused group costs nothing) and carries the
-// barrier. NCCL has no accumulating reduce-scatter: it reduces into a scratch
-// buffer that a kernel then adds, on the axis stream. A group of one (the
+// broadcasts the NCCL unique id that makes the NCCL communicator and carries
+// the barrier. The grid's four axes make theirs when the grid is made
+// (connect()), so no step calls ncclCommInitRank; a group that is never
+// connected (world, which carries host data only) makes one at its first
+// device collective. NCCL has no accumulating reduce-scatter: it reduces into
+// a scratch buffer that a kernel then adds, on the axis stream; the weight
+// stream reserves that buffer when it is made (reserve_accumulating). A group of one (the
 // grid's axes of extent 1) makes no NCCL communicator unless asked to
 // (NcclDevice::groups_of_one): its copies run on the compute stream itself.
 //
@@ -56,8 +59,8 @@ struct NcclDevice {
 bool nccl_built();
 
 // The transport over `world` (MPI, or the group of one), which the caller
-// keeps alive. Collective only at its first device collective; until then it
-// touches no GPU (its host collectives are world's).
+// keeps alive. Collective at connect() and at its first device collective;
+// until then it touches no GPU (its host collectives are world's).
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& world, const NcclDevice& dev);
 
 }  // namespace dendrite

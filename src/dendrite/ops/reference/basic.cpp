@@ -204,4 +204,21 @@ void adamw_step(double* param, const double* grad, double* m, double* v, long n,
   }
 }
 
+double sum_squares_tensors(const double* g, const ops::FlatTensor* table, int count) {
+  double s = 0.0;
+  for (int t = 0; t < count; ++t)
+    for (int64_t i = 0; i < table[t].n; ++i) s += g[table[t].offset + i] * g[table[t].offset + i];
+  return s;
+}
+
+void adamw_step_tensors(double* param, const double* grad, double* m, double* v,
+                        const ops::FlatTensor* table, int count, double lr, int step,
+                        const ops::AdamWConfig& c) {
+  for (int t = 0; t < count; ++t) {
+    const int64_t o = table[t].offset;
+    adamw_step(param + o, grad + o, m + o, v + o, long(table[t].n), lr, step, table[t].decay != 0,
+               c);
+  }
+}
+
 }  // namespace dendrite::ref

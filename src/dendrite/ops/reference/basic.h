@@ -66,5 +66,11 @@ void embedding_backward(double* dwte, double* dwpe, const double* dout, const in
 // p -= lr wd p (if decay); m, v moving averages; p -= lr mhat / (sqrt(vhat) + eps)
 void adamw_step(double* param, const double* grad, double* m, double* v, long n, double lr,
                 int step, bool decay, const ops::AdamWConfig& c);
+// The sum of g^2 over the tensors of a table (host memory), and adamw_step on
+// each of them with its decay flag.
+double sum_squares_tensors(const double* g, const ops::FlatTensor* table, int count);
+void adamw_step_tensors(double* param, const double* grad, double* m, double* v,
+                        const ops::FlatTensor* table, int count, double lr, int step,
+                        const ops::AdamWConfig& c);
 
 }  // namespace dendrite::ref

@@ -1,0 +1,347 @@
+#!/usr/bin/python3
+"""A roofline model of a training step on an H200, from the step's anatomy as
+the emulated GPU counted it (`dendrite_emulated bench step --anatomy --json`,
+docs/cuda.md): every kernel launch, cuBLASLt product, copy, memset and host
+synchronisation of the last step counted, by op (the Backend method that
+issued it) and part of the step. A model, not a measurement.
+
+Each launch costs max(flops / peak, bytes / bandwidth) plus a fixed launch
+overhead; each host synchronisation a fixed round trip; each copy its bytes at
+its link's rate plus the overhead. Bytes are the least the kernel as written
+must move through HBM (each operand read once, each result written once), and
+flops what it computes (a causal attention product counts half of T x T).
+Products take their M, N, K and element sizes from the count itself. Every
+other kernel needs a formula below, keyed by (op, kernel), in terms of the
+op's sizes: an anatomy with a kernel the table lacks is refused, so that the
+model cannot drift from the code silently.
+
+MFU is bench step's: model flops per token (ModelConfig::train_flops_per_token:
+6 x the weights of the products + 12 L T C of attention, given in the
+anatomy) x tokens / (step time x the dense bf16 peak).
+Letters: B batch, T sequence, C width, NH heads, NKV key/value heads, hs head
+size, V vocabulary (Vp padded), L layers; m rows, n elements.
+
+Usage: bench/step_roofline.py ANATOMY.json [...] [--overhead-us 3] [--sync-us 10]
+"""
+import argparse
+import json
+import sys
+
+# (name, dense bf16 tensor flop/s, HBM bytes/s, source)
+MACHINES = [
+    ("H200 datasheet", 989e12, 4.8e12, "NVIDIA's H200 SXM figures: 989 TFLOP/s dense bf16, "
+     "4.8 TB/s HBM3e"),
+    ("H200 measured", 788e12, 4.3e12, "this workplace's H200 (2026-10-28): 788 TFLOP/s bf16 "
+     "GEMM at 8192^3 through PyTorch, 4.3 TB/s device-to-device copy"),
+]
+DENSE_PEAK = MACHINES[0][1]  # what MFU divides by
+SIMT_FP32 = 67e12  # H200 SXM fp32 without tensor cores (datasheet): the SIMT kernels' flops
+TF32_DENSE = 494e12  # dense TF32 on the tensor cores (datasheet): fp32 products
+PCIE = 50e9  # host <-> device bytes/s (PCIe Gen5 x16, an assumption for pageable copies)
+
+
+def f32(n):
+    return 4.0 * n
+
+
+def elem(a, key):
+    return 2.0 if a.get(key, 0) else 4.0
+
+
+def attention(a, products, outputs, reads):
+    """Flash attention kernels: `products` T x T x hs products per (b, head), causal (half);
+    `reads` tensors of [B, T, NH, hs] read in the operands' type, `outputs` written in fp32."""
+    B, T, NH, hs = a["B"], a["T"], a["NH"], a["hs"]
+    e = elem(a, "q_bf16")
+    rows = B * T * NH * hs
+    flops = products * 2.0 * B * NH * T * T * hs / 2
+    return reads * rows * e + f32(outputs * rows) + f32(2 * B * NH * T), flops
+
+
+def rope(a):
+    """Rotates [B, T, nheads, hs] in place."""
+    n = a["B"] * a["T"] * a["nheads"] * a["hs"]
+    return f32(2 * n), 6 * n
+
+
+def row_blocks(m):
+    """The blocks of rows a column sum over m rows runs on (kernels.h: row_blocks)."""
+    return max(1, -(-m // 512))
+
+
+def partials(m, n):
+    """add_row_block_partials: the blocks' partial sums read, the sums read and written."""
+    return f32(row_blocks(m) * n + 2 * n), row_blocks(m) * n
+
+
+def tensor_attention(fn):
+    return lambda a: fn(a) + ("tensor" if a.get("q_bf16", 0) else "simt",)
+
+
+# (op, kernel) -> f(op's sizes) = (bytes, flops[, engine]); engine "simt" unless given.
+KERNELS = {
+    ("add", "map4_kernel<Op>"): lambda a: (f32(3 * a["n"]), a["n"]),
+    ("add_inplace", "map4_kernel<Op>"): lambda a: (f32(3 * a["n"]), a["n"]),
+    ("scale", "map4_kernel<Op>"): lambda a: (f32(2 * a["n"]), a["n"]),
+    ("fill", "map4_kernel<Op>"): lambda a: (f32(a["n"]), 0),
+    ("gelu_forward", "map4_kernel<Op>"): lambda a: (f32(2 * a["n"]), 10 * a["n"]),
+    ("gelu_backward", "map4_kernel<Op>"): lambda a: (f32(3 * a["n"]), 15 * a["n"]),
+    ("swiglu_forward", "map4_kernel<Op>"): lambda a: (f32(3 * a["n"]), 6 * a["n"]),
+    ("swiglu_backward", "map4_kernel<Op>"): lambda a: (f32(5 * a["n"]), 10 * a["n"]),
+    ("to_bf16", "map4_kernel<Op>"): lambda a: (6.0 * a["n"], a["n"]),
+    ("to_float", "map4_kernel<Op>"): lambda a: (6.0 * a["n"], a["n"]),
+    # param, grad, m, v read; param, m, v written; the bf16 copy written
+    ("adamw_update", "map4_kernel<Op>"):
+        lambda a: (f32(7 * a["n"]) + 2.0 * a["n"] * a.get("bf16_copy", 0), 15 * a["n"]),
+    ("add_bias", "add_bias_kernel<4>"): lambda a: (f32(2 * a["m"] * a["n"] + a["n"]),
+                                                   a["m"] * a["n"]),
+    ("add_bias", "add_bias_kernel<1>"): lambda a: (f32(2 * a["m"] * a["n"] + a["n"]),
+                                                   a["m"] * a["n"]),
+    # sums over rows in blocks of about 512 rows (kernels.h, row_blocks), then
+    # the blocks' partial sums added in block order
+    ("add_column_sums", "column_sums_kernel"):
+        lambda a: (f32(a["m"] * a["n"] + row_blocks(a["m"]) * a["n"]), a["m"] * a["n"]),
+    ("add_column_sums", "add_row_block_partials_kernel"): lambda a: partials(a["m"], a["n"]),
+    ("layernorm_backward_apply", "add_row_block_partials_kernel"):
+        lambda a: partials(a["m"], a["c"]),
+    ("rmsnorm_backward_apply", "add_row_block_partials_kernel"): lambda a: partials(a["m"], a["c"]),
+    # what cuBLASLt's epilogues leave to kernels (gemm.h): the bias, the bf16
+    # rounding of a biased output (counted as that), GELU's backward
+    ("linear_forward_fused", "add_bias_kernel<4>"):
+        lambda a: (f32(2 * a["m"] * a["n"] + a["n"]), a["m"] * a["n"]),
+    ("linear_forward_fused", "add_bias_kernel<1>"):
+        lambda a: (f32(2 * a["m"] * a["n"] + a["n"]), a["m"] * a["n"]),
+    ("linear_forward_fused", "map4_kernel<Op>"): lambda a: (6.0 * a["m"] * a["n"], a["m"] * a["n"]),
+    ("linear_forward_fused", "map1_kernel<Op>"): lambda a: (6.0 * a["m"] * a["n"], a["m"] * a["n"]),
+    ("linear_backward_input_dgelu", "map4_kernel<Op>"):
+        lambda a: (f32(3 * a["m"] * a["k"]), 15 * a["m"] * a["k"]),
+    # norms: row sums in double (two a row for LayerNorm), then the apply
+    ("layernorm_row_sums", "row_sums_kernel<NS, Terms>"):
+        lambda a: (f32(a["m"] * a["c"]) + 16.0 * a["m"], 3 * a["m"] * a["c"]),
+    ("layernorm_apply", "layernorm_apply_kernel"):
+        lambda a: (f32(2 * a["m"] * a["c"] + 2 * a["c"] + 2 * a["m"]) + 16.0 * a["m"],
+                   4 * a["m"] * a["c"]),
+    ("layernorm_backward_sums", "row_sums_kernel<NS, Terms>"):
+        lambda a: (f32(2 * a["m"] * a["c"] + 2 * a["m"] + a["c"]) + 16.0 * a["m"],
+                   6 * a["m"] * a["c"]),
+    ("layernorm_backward_apply", "layernorm_backward_apply_kernel"):
+        lambda a: (f32(3 * a["m"] * a["c"] + 3 * a["m"] + 5 * a["c"]) + 16.0 * a["m"],
+                   10 * a["m"] * a["c"]),
+    ("rmsnorm_row_sums", "row_sums_kernel<NS, Terms>"):
+        lambda a: (f32(a["m"] * a["c"]) + 8.0 * a["m"], 2 * a["m"] * a["c"]),
+    ("rmsnorm_apply", "rmsnorm_apply_kernel"):
+        lambda a: (f32(2 * a["m"] * a["c"] + a["c"] + a["m"]) + 8.0 * a["m"], 3 * a["m"] * a["c"]),
+    ("rmsnorm_backward_sums", "row_sums_kernel<NS, Terms>"):
+        lambda a: (f32(2 * a["m"] * a["c"] + a["c"]) + 8.0 * a["m"], 4 * a["m"] * a["c"]),
+    ("rmsnorm_backward_apply", "rmsnorm_backward_apply_kernel"):
+        lambda a: (f32(3 * a["m"] * a["c"] + a["m"] + 3 * a["c"]) + 8.0 * a["m"],
+                   8 * a["m"] * a["c"]),
+    # attention: q, k, v read; out and lse written (forward: QK^T and PV); the
+    # backward's dq kernel recomputes S and dP and forms dq (3 products), its
+    # dk/dv kernel recomputes S and dP and forms dv and dk (4)
+    ("attention_forward", "forward_kernel<D>"): tensor_attention(lambda a: attention(a, 2, 1, 3)),
+    ("attention_forward", "forward_kernel<D, In>"):
+        tensor_attention(lambda a: attention(a, 2, 1, 3)),
+    ("attention_backward", "dq_kernel<D>"): tensor_attention(lambda a: attention(a, 3, 2, 4)),
+    ("attention_backward", "dq_kernel<D, In>"): tensor_attention(lambda a: attention(a, 3, 2, 4)),
+    ("attention_backward", "dkv_kernel<D>"): tensor_attention(lambda a: attention(a, 4, 3, 4)),
+    ("attention_backward", "dkv_kernel<D, In>"): tensor_attention(lambda a: attention(a, 4, 3, 4)),
+    ("rope_forward", "rope_kernel"): lambda a: rope(a),
+    ("rope_backward", "rope_kernel"): lambda a: rope(a),
+    # embeddings: rows gathered from the table; the backward adds dout's rows into it
+    ("embedding_range_forward", "range_forward_kernel<bf16>"):
+        lambda a: (a["m"] * a["C"] * 2.0 + f32(a["m"] * a["C"] + a["m"]), 0),
+    ("embedding_range_forward", "range_forward_kernel<float>"):
+        lambda a: (f32(2 * a["m"] * a["C"] + a["m"]), 0),
+    ("embedding_range_backward", "scatter_rows_kernel"):
+        lambda a: (f32(a["m"] * a["C"] + 2 * min(a["m"], a["rows"]) * a["C"] + a["m"]),
+                   a["m"] * a["C"]),
+    ("position_add", "position_add_kernel<bf16>"):
+        lambda a: (f32(2 * a["m"] * a["C"]) + 2.0 * a["T"] * a["C"], a["m"] * a["C"]),
+    ("position_add", "position_add_kernel<float>"):
+        lambda a: (f32(2 * a["m"] * a["C"] + a["T"] * a["C"]), a["m"] * a["C"]),
+    ("position_backward", "position_backward_kernel"):
+        lambda a: (f32(a["m"] * a["C"] + 2 * a["T"] * a["C"]), a["m"] * a["C"]),
+    # the loss: logits [rows, Vloc] read for the statistics, read and rewritten as dlogits
+    ("ce_local_stats", "ce_local_stats_kernel"):
+        lambda a: (f32(a["rows"] * a["Vloc"] + 6 * a["rows"]), 4 * a["rows"] * a["V"]),
+    ("ce_combine", "ce_combine_kernel"): lambda a: (f32(6 * a["rows"] * a["parts"]), 0),
+    ("ce_dlogits", "ce_dlogits_kernel"):
+        lambda a: (f32(2 * a["rows"] * a["Vloc"] + 3 * a["rows"]), 4 * a["rows"] * a["V"]),
+    # reductions returning a value to the host: a pass over n, then one block
+    ("sum_squares", "sum_squares_kernel"): lambda a: (f32(a["n"]), 2 * a["n"]),
+    ("sum_squares", "sum_partials_kernel"): lambda a: (8.0 * 1024, 0),
+    ("count_nonfinite", "count_nonfinite_kernel"): lambda a: (f32(a["n"]), a["n"]),
+    ("count_nonfinite", "sum_counts_kernel"): lambda a: (8.0 * 1024, 0),
+    ("copy_rows", "copy_rows_kernel<4>"): lambda a: (f32(2 * a["rows"] * a["cols"]), 0),
+    ("copy_rows", "copy_rows_kernel<1>"): lambda a: (f32(2 * a["rows"] * a["cols"]), 0),
+    ("interleave_vocab_parts", "interleave_vocab_parts_kernel"):
+        lambda a: (f32(2 * a["m"] * a["V"]), 0),
+}
+
+
+class Row:
+    def __init__(self):
+        self.launches = self.bytes = self.flops = self.seconds = 0.0
+        self.syncs = 0
+
+
+def launch_cost(bytes_, flops, engine, peak, bw, overhead):
+    rate = {"tensor": peak, "tf32": TF32_DENSE, "simt": SIMT_FP32}[engine]
+    return max(flops / rate, bytes_ / bw) + overhead
+
+
+def family(op, kernel):
+    return f"{op}: {kernel}"
+
+
+def cost_entry(e, rows, peak, bw, o):
+    """Adds op entry e's launches, copies and syncs to rows (by family) at the machine's rates."""
+    def row(name):
+        return rows.setdefault(name, Row())
+    args = e["args"]
+    for kernel, n in e["kernels"].items():
+        f = KERNELS.get((e["op"], kernel))
+        if f is None:
+            sys.exit(f"step_roofline: no formula for kernel '{kernel}' launched by op '{e['op']}' "
+                     f"(sizes {args}); add its bytes and flops to KERNELS in {__file__}")
+        got = f(args)
+        b, fl, engine = got[0], got[1], got[2] if len(got) > 2 else "simt"
+        r = row(family(e["op"], kernel))
+        r.launches += n
+        r.bytes += n * b
+        r.flops += n * fl
+        r.seconds += n * launch_cost(b, fl, engine, peak, bw, o.overhead_us * 1e-6)
+    for m in e["matmuls"]:
+        n = m["count"]
+        fl = 2.0 * m["m"] * m["n"] * m["k"]
+        b = (m["m"] * m["k"] * m["a"] + m["k"] * m["n"] * m["b"] +
+             m["m"] * m["n"] * m["d"] * (2 if m["accumulate"] else 1))
+        engine = "tensor" if m["a"] == 2 else "tf32"
+        r = row(family(e["op"], "cuBLASLt"))
+        r.launches += n
+        r.bytes += n * b
+        r.flops += n * fl
+        r.seconds += n * launch_cost(b, fl, engine, peak, bw, o.overhead_us * 1e-6)
+    for kind, c in e["copies"].items():
+        r = row(f"{e['op']}: copy {kind}")
+        r.launches += c["count"]
+        r.bytes += c["bytes"]
+        rate = bw / 2 if kind == "d2d" else PCIE
+        r.seconds += c["bytes"] / rate + c["count"] * o.overhead_us * 1e-6
+    if e["memsets"]["count"]:
+        r = row(f"{e['op']}: memset")
+        r.launches += e["memsets"]["count"]
+        r.bytes += e["memsets"]["bytes"]
+        r.seconds += e["memsets"]["bytes"] / bw + e["memsets"]["count"] * o.overhead_us * 1e-6
+    syncs = sum(e["syncs"].values())
+    if syncs:
+        r = row(f"{e['op']}: host synchronisations")
+        r.syncs += syncs
+        r.seconds += syncs * o.sync_us * 1e-6
+
+
+def part_group(part):
+    """Layers' parts summed: 'layer 3 forward' -> 'layers forward'."""
+    words = part.split()
+    if len(words) == 3 and words[0] == "layer" and words[1].isdigit():
+        return f"layers {words[2]}"
+    return part
+
+
+def model(anatomy, name, peak, bw, o):
+    step = anatomy["later_step"]
+    families, parts = {}, {}
+    for e in step["ops"]:
+        mine = {}
+        cost_entry(e, mine, peak, bw, o)
+        for k, r in mine.items():
+            for table, key in ((families, k), (parts, part_group(e["part"]))):
+                t = table.setdefault(key, Row())
+                t.launches += r.launches
+                t.bytes += r.bytes
+                t.flops += r.flops
+                t.seconds += r.seconds
+                t.syncs += r.syncs
+    return families, parts
+
+
+def print_table(title, table, total):
+    print(f"  {title:<58} {'launches':>8} {'syncs':>6} {'GB':>8} {'GFLOP':>9} {'ms':>8} {'%':>5}")
+    for k, r in sorted(table.items(), key=lambda kv: -kv[1].seconds):
+        print(f"  {k[:58]:<58} {r.launches:8.0f} {r.syncs:6d} {r.bytes / 1e9:8.3f} "
+              f"{r.flops / 1e9:9.1f} {r.seconds * 1e3:8.3f} {100 * r.seconds / total:5.1f}")
+
+
+def print_counts(a):
+    """The counts themselves: per step (first and later) and per layer."""
+    for which in ("first_step", "later_step"):
+        t = a[which]["total"]
+        copies = ", ".join(f"{c['count']} {k}" for k, c in sorted(t["copies"].items()))
+        print(f"  {which.replace('_', ' ')}: {t['launches']} launches ({t['kernels']} kernels, "
+              f"{t['matmuls']} products), {t['syncs']} host synchronisations, "
+              f"{t['allocations']} allocations ({t['allocation_bytes']} bytes), {t['frees']} frees,"
+              f" copies {copies or 'none'}")
+    per_layer = {}
+    for part, t in a["later_step"]["by_part"].items():
+        group = part_group(part)
+        if group != part:
+            per_layer.setdefault(group, set()).add((t["launches"], t["matmuls"], t["syncs"]))
+    for group, counts in sorted(per_layer.items()):
+        text = " or ".join(f"{n} launches ({m} products), {s} syncs" for n, m, s in sorted(counts))
+        print(f"  per layer, {group.split()[1]}: {text}")
+
+
+def report(path, o):
+    with open(path) as f:
+        bench = json.load(f)
+    a = bench.get("anatomy", bench)
+    if "later_step" not in a:
+        sys.exit(f"step_roofline: {path} has no anatomy (run bench step --anatomy --json)")
+    cfg = a["config"]
+    tokens = cfg["B"] * cfg["T"]
+    model_flops = a["train_flops_per_token"] * tokens
+    counted = "counted without running" if a["later_step"].get("count_only") else "counted"
+    print(f"{bench.get('model', '?')} {cfg['precision']} B{cfg['B']} T{cfg['T']} "
+          f"(L={cfg['L']} C={cfg['C']} NH={cfg['NH']} V={cfg['V']}), the last of "
+          f"{a['steps_counted']} steps {counted} on the emulated GPU. "
+          f"A model, not a measurement: launch overhead {o.overhead_us:g} us, "
+          f"host synchronisation {o.sync_us:g} us each (assumptions).")
+    print_counts(a)
+    out = {}
+    for name, peak, bw, source in MACHINES:
+        families, parts = model(a, name, peak, bw, o)
+        total = sum(r.seconds for r in families.values())
+        mfu = model_flops / (total * DENSE_PEAK)
+        print(f"\n {name} ({source}):")
+        print_table("where the time goes, by op and kernel", families, total)
+        print()
+        print_table("by part of the step", parts, total)
+        of_rate = "" if peak == DENSE_PEAK else \
+            f" ({100 * model_flops / (total * peak):.1f}% of the {peak / 1e12:.0f} measured)"
+        print(f"  step {total * 1e3:.2f} ms, {tokens / total:,.0f} tokens/s, model "
+              f"{model_flops / 1e12:.2f} TFLOP: MFU {100 * mfu:.1f}% of the "
+              f"{DENSE_PEAK / 1e12:.0f} TFLOP/s dense bf16 peak{of_rate}")
+        out[name] = {"step_ms": total * 1e3, "tokens_per_s": tokens / total, "mfu": mfu}
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("anatomy", nargs="+", help="bench step --anatomy --json output")
+    p.add_argument("--overhead-us", type=float, default=3.0, help="per launch or copy (assumed)")
+    p.add_argument("--sync-us", type=float, default=10.0, help="per host synchronisation (assumed)")
+    p.add_argument("--json", help="also write the step times and MFU here")
+    o = p.parse_args()
+    results = {}
+    for i, path in enumerate(o.anatomy):
+        if i:
+            print()
+        results[path] = report(path, o)
+    if o.json:
+        with open(o.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Rehearses scripts/gpu_check.sh here, before a GPU is lent, on a bare root
+# that has what the lent machine's image has and lacks what it lacks:
+#   has:   a compiler, CMake, Ninja, Python 3 with numpy, and the CUDA toolkit
+#          (this machine's /usr/local/cuda, mounted read-only);
+#   lacks: ssh and rsh, OpenMPI (and Debian's mpirun/mpiexec alternatives),
+#          PMIx, oneDNN, SentencePiece, pkg-config, GoogleTest, the `bible`
+#          command, PyTorch, and any GPU.
+# The root is a minimal Debian 12 made once with debootstrap (kept in
+# $DENDRITE_BARE_ROOT, default /var/tmp/dendrite-bare-root; --fresh remakes
+# it). Each run copies the working tree as the device tool sends it (tracked
+# and untracked files that git does not ignore, plus .gpu-debs), runs the
+# stages in a private mount namespace chrooted into the root, and fails when
+# any part other than those needing a GPU failed. The build starts from
+# nothing, as on a fresh lent machine, unless --keep-build.
+#   scripts/gpu_rehearse.sh [--stage 1|2|both] [--fresh] [--keep-build]
+# Logs: $OUT or /tmp/gpu_rehearsal (one folder per stage). Needs root.
+set -euo pipefail
+main() {
+cd "$(dirname "$0")/.."
+stages=(1 2) fresh=0 keep_build=0
+while (($#)); do
+  case $1 in
+    --stage) case ${2:-} in 1|2) stages=("$2") ;; both) stages=(1 2) ;; *) echo "gpu_rehearse: --stage 1, 2 or both"; exit 2 ;; esac; shift ;;
+    --fresh) fresh=1 ;;
+    --keep-build) keep_build=1 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    *) echo "gpu_rehearse: unknown option $1 (--stage 1|2|both, --fresh, --keep-build)"; exit 2 ;;
+  esac
+  shift
+done
+[[ $(id -u) -eq 0 ]] || { echo "gpu_rehearse: needs root (debootstrap, mount, chroot)"; exit 2; }
+[[ -d /usr/local/cuda/bin ]] || { echo "gpu_rehearse: no CUDA toolkit in /usr/local/cuda"; exit 2; }
+root=${DENDRITE_BARE_ROOT:-/var/tmp/dendrite-bare-root}
+out=${OUT:-/tmp/gpu_rehearsal}
+
+# ---- the bare root ----
+if ((fresh)) || [[ ! -f $root/.dendrite-bare-root ]]; then
+  command -v debootstrap > /dev/null || {
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap > /dev/null
+  }
+  rm -rf "$root"
+  echo "gpu_rehearse: making the bare root in $root (a few minutes)"
+  debootstrap --variant=minbase --include=g++,make,cmake,ninja-build,python3,python3-numpy \
+    bookworm "$root" > /tmp/gpu_rehearse_debootstrap.log 2>&1 \
+    || { tail -20 /tmp/gpu_rehearse_debootstrap.log; echo "gpu_rehearse: debootstrap failed"; exit 1; }
+  touch "$root/.dendrite-bare-root"
+fi
+# What the lent image lacks must be missing here too, or the rehearsal proves nothing.
+for cmd in ssh rsh mpirun mpiexec mpirun.openmpi bible pkg-config pkgconf; do
+  if chroot "$root" /bin/sh -c "command -v $cmd" > /dev/null 2>&1; then
+    echo "gpu_rehearse: the bare root has $cmd, which the lent machine lacks: rerun with --fresh"
+    exit 1
+  fi
+done
+if chroot "$root" /bin/sh -c 'ls /usr/lib/x86_64-linux-gnu/ | grep -qE "^lib(dnnl|sentencepiece|mpi|pmix)"'; then
+  echo "gpu_rehearse: the bare root has oneDNN, SentencePiece, MPI or PMIx libraries: rerun with --fresh"
+  exit 1
+fi
+
+# ---- the working tree, as the device tool sends it ----
+[[ -d .gpu-debs ]] || scripts/gpu_deps.sh
+repo=$root/work/repo
+tree() { git ls-files -co --exclude-standard; find .gpu-debs -type f; }
+if ((keep_build)) && [[ -d $repo/build-gpu ]]; then
+  # As on a warm machine: the build stays, and only the files that changed
+  # are replaced (dated now, so that the build sees them as newer).
+  rm -rf "$root/work/incoming" && mkdir -p "$root/work/incoming"
+  tree | tar -cf - -T - | tar -xf - -C "$root/work/incoming"
+  (cd "$root/work/incoming" && find . -type f) | while read -r f; do
+    cmp -s "$root/work/incoming/$f" "$repo/$f" ||
+      { mkdir -p "$(dirname "$repo/$f")" && cp "$root/work/incoming/$f" "$repo/$f"; }
+  done
+  # ... and what the tree no longer has goes (CMake's globs would still build it).
+  comm -23 <(cd "$repo" && find . -path ./build-gpu -prune -o -type f -print | sort) \
+           <(cd "$root/work/incoming" && find . -type f | sort) | (cd "$repo" && xargs -r rm -f)
+  rm -rf "$root/work/incoming"
+else
+  rm -rf "$repo" && mkdir -p "$repo"
+  tree | tar -cf - -T - | tar -xf - -C "$repo"
+fi
+rm -rf "$root/tmp/dendrite-prefix"  # a fresh machine unpacks the packages again
+
+# ---- the stages, in a private mount namespace ----
+status=0
+for s in "${stages[@]}"; do
+  rm -rf "$out/stage$s" && mkdir -p "$out/stage$s"
+  echo "gpu_rehearse: stage $s in the bare root"
+  # (The commands inside read this script from standard input: the check's
+  # own, mpirun among them, read /dev/null instead.)
+  DENDRITE_BUILD_TIMEOUT=${DENDRITE_BUILD_TIMEOUT:-5400} unshare -m /bin/bash -s "$root" "$s" <<'NS' || true
+set -e
+root=$1 stage=$2
+mount --make-rprivate /
+mkdir -p "$root/usr/local/cuda" "$root/work/out"
+mount --bind /usr/local/cuda "$root/usr/local/cuda"
+mount -o remount,bind,ro "$root/usr/local/cuda"
+mount -t proc proc "$root/proc"
+mount --rbind /sys "$root/sys"
+mount --rbind /dev "$root/dev"
+mount -t tmpfs tmpfs "$root/dev/shm"
+mount -t tmpfs tmpfs "$root/work/out"
+chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb \
+  PATH=/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+  OUT=/work/out DENDRITE_BUILD_TIMEOUT=${DENDRITE_BUILD_TIMEOUT:-5400} /bin/bash -c "cd /work/repo && scripts/gpu_check.sh --stage $stage" < /dev/null || true
+cp -r "$root/work/out/." "/tmp/gpu_rehearse_stage$stage.out"
+NS
+  if [[ -d /tmp/gpu_rehearse_stage$s.out ]]; then
+    cp -r "/tmp/gpu_rehearse_stage$s.out/." "$out/stage$s/" && rm -rf "/tmp/gpu_rehearse_stage$s.out"
+  fi
+  summary=$out/stage$s/summary-stage$s.txt
+  if [[ ! -f $summary ]] || ! grep -q "stage $s done" "$summary"; then
+    echo "gpu_rehearse: stage $s did not finish; its logs are in $out/stage$s"
+    status=1
+  elif grep -E "FAILED|TIMED OUT" "$summary"; then
+    echo "gpu_rehearse: stage $s: the parts above failed without needing a GPU; logs in $out/stage$s"
+    for log in $(grep -E "FAILED|TIMED OUT" "$summary" | sed -E 's/^\[[0-9]+ s\] ([^:]+):.*/\1/'); do
+      echo "---- $log.log (last lines)"
+      tail -8 "$out/stage$s/$log.log" 2>/dev/null
+    done
+    status=1
+  else
+    echo "gpu_rehearse: stage $s passed up to the GPU ($(grep -c skipped "$summary") parts need one)"
+  fi
+done
+exit $status
+}
+
+# Parsed whole before it runs, so that editing this file meanwhile changes nothing.
+main "$@"

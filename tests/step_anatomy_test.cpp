@@ -1,0 +1,206 @@
+// The anatomy of a training step on the emulated GPU (`dendrite_emulated
+// bench step --anatomy`, tests/emulated_cuda/counters.h): the tiny GPT-2 and
+// Llama, B3 T16 (48 rows, unlike C = 32), three steps. Checks that the counts
+// are what the code does: every layer issues the same work; each op's
+// products reach cuBLASLt with the op's shape; uploads, downloads and
+// allocations are counted once each with their bytes; the host synchronises
+// only where an op hands data between host and device; counting without
+// running finds the same work as running; and bench/step_roofline.py models
+// the step, refusing a kernel it has no formula for. Prints the counts per
+// step and per layer.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+
+#include "cli_support.h"
+
+namespace dendrite {
+namespace {
+
+using nlohmann::json;
+
+// bench step's JSON for a tiny model (three steps: the first, then two alike).
+json bench_anatomy(const std::string& model, bool count_only) {
+  const std::string env = count_only ? "DENDRITE_EMULATED_COUNT_ONLY=1 " : "";
+  const test::CommandResult r = test::run_command(
+      "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + env +
+      "timeout 120 " + DENDRITE_EMULATED_BINARY + " bench step --device cuda --model " + model +
+      " --batch 3 --seq 16 --precision bf16 --warmup 1 --steps 2 --anatomy --json 2>/dev/null");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  const size_t at = r.out.rfind("\n{");
+  return json::parse(at == std::string::npos ? r.out : r.out.substr(at + 1));
+}
+
+const json& gpt2_run() {
+  static const json j = bench_anatomy("gpt2-tiny", false);
+  return j;
+}
+
+// An op entry without its part: what a layer's parts are compared by.
+json without_part(json e) {
+  e.erase("part");
+  return e;
+}
+
+std::vector<json> entries_of(const json& step, const std::string& part) {
+  std::vector<json> out;
+  for (const json& e : step["ops"])
+    if (e["part"] == part) out.push_back(without_part(e));
+  return out;
+}
+
+int64_t sum_syncs(const json& e, const std::string& call) { return e["syncs"].value(call, 0); }
+
+TEST(StepAnatomy, EveryLayerIssuesTheSameWork) {
+  const json& a = gpt2_run()["anatomy"];
+  ASSERT_EQ(a["config"]["L"], 2);
+  EXPECT_EQ(a["later_steps_identical"], true);
+  for (const char* step : {"first_step", "later_step"})
+    for (const char* dir : {"forward", "backward"}) {
+      const json& s = a[step];
+      const std::string l0 = std::string("layer 0 ") + dir, l1 = std::string("layer 1 ") + dir;
+      const std::vector<json> first = entries_of(s, l0), second = entries_of(s, l1);
+      ASSERT_FALSE(first.empty()) << step << " has no part '" << l0 << "'";
+      EXPECT_EQ(first, second) << step << ": " << l0 << " and " << l1 << " differ";
+      EXPECT_GT(s["by_part"][l0]["launches"].get<int64_t>(), 0);
+      EXPECT_GT(s["by_part"][l0]["matmuls"].get<int64_t>(), 0);
+      EXPECT_EQ(s["by_part"][l0], s["by_part"][l1]);
+    }
+}
+
+// What reaches cuBLASLt from a linear op: one product per call, the op's
+// row-major [m, k] x [k, n] computed as its column-major transpose.
+void expect_products(const json& e) {
+  const std::string op = e["op"];
+  const json& a = e["args"];
+  const int64_t m = a["m"], k = a["k"], n = a["n"];
+  int64_t products = 0;
+  for (const json& p : e["matmuls"]) {
+    products += p["count"].get<int64_t>();
+    std::array<int64_t, 3> want{};  // cuBLASLt's m, n, k
+    bool accumulate = false;
+    if (op == "linear_forward" || op == "linear_forward_fused") want = {n, m, k};
+    if (op == "linear_backward_input") want = {k, m, n}, accumulate = a["accumulate"] == 1;
+    if (op == "linear_backward_input_dgelu") want = {k, m, n};
+    if (op == "linear_backward_weight") want = {k, n, m}, accumulate = a["accumulate"] == 1;
+    // A fused forward writes bf16 itself where it has neither bias nor GELU (gemm.h).
+    const bool bf16_out = op == "linear_forward_fused" && a["y_bf16"] == 1 && a["bias"] == 0 &&
+                          a["gelu"] == 0;
+    EXPECT_EQ((std::array<int64_t, 3>{p["m"], p["n"], p["k"]}), want) << e.dump();
+    EXPECT_EQ(p["accumulate"], accumulate) << e.dump();
+    EXPECT_EQ(p["a"], 2) << "bf16 operands: " << e.dump();
+    EXPECT_EQ(p["b"], 2) << e.dump();
+    EXPECT_EQ(p["d"], bf16_out ? 2 : 4) << "fp32 results, or bf16 where fused: " << e.dump();
+  }
+  EXPECT_EQ(products, e["calls"].get<int64_t>()) << e.dump();
+}
+
+TEST(StepAnatomy, EachOpCountsWhatItIssues) {
+  const std::set<std::string> to_host = {"sum_squares", "ce_combine", "count_nonfinite",
+                                         "download"};
+  const std::set<std::string> waits = {"upload", "wait", "release"};
+  int linear = 0, uploads = 0, returns = 0;
+  for (const char* step : {"first_step", "later_step"})
+    for (const json& e : gpt2_run()["anatomy"][step]["ops"]) {
+      const std::string op = e["op"];
+      const int64_t calls = e["calls"];
+      if (op.rfind("linear_", 0) == 0) expect_products(e), ++linear;
+      if (op == "upload") {
+        ++uploads;
+        EXPECT_EQ(e["copies"]["h2d"]["count"], calls);
+        EXPECT_EQ(e["copies"]["h2d"]["bytes"].get<double>(),
+                  calls * e["args"]["bytes"].get<double>());
+        EXPECT_EQ(sum_syncs(e, "cudaStreamSynchronize"), calls) << e.dump();
+      }
+      if (to_host.count(op)) {
+        ++returns;
+        EXPECT_EQ(e["copies"]["d2h"]["count"], calls) << e.dump();
+        EXPECT_EQ(sum_syncs(e, "cudaMemcpyAsync to pageable host memory"), calls) << e.dump();
+        EXPECT_EQ(sum_syncs(e, "cudaStreamSynchronize"), calls) << e.dump();
+      }
+      if (op == "allocate") {
+        EXPECT_EQ(e["allocations"], calls);
+        EXPECT_EQ(e["allocation_bytes"].get<double>(), calls * e["args"]["bytes"].get<double>());
+        EXPECT_EQ(e["memsets"]["count"], calls) << "allocations are zeroed";
+      } else {
+        EXPECT_EQ(e["allocations"], 0) << "only allocate allocates: " << e.dump();
+      }
+      if (!to_host.count(op) && !waits.count(op)) {
+        EXPECT_TRUE(e["syncs"].empty()) << "a synchronisation outside a transfer: " << e.dump();
+      }
+    }
+  EXPECT_GT(linear, 0);
+  EXPECT_GT(uploads, 0);
+  EXPECT_GT(returns, 0);
+}
+
+TEST(StepAnatomy, NoDeviceAllocationAfterTheFirstStep) {
+  const json& a = gpt2_run()["anatomy"];
+  EXPECT_EQ(a["later_step"]["total"]["allocations"], 0) << a["later_step"]["total"].dump();
+  EXPECT_EQ(a["later_step"]["total"]["frees"], 0);
+  // Printed for docs/cuda.md and the reports: today's counts.
+  for (const char* step : {"first_step", "later_step"}) {
+    const json& t = a[step]["total"];
+    std::printf(
+        "%s: %lld launches (%lld kernels, %lld products), %lld host synchronisations, "
+        "%lld allocations (%lld bytes), %lld frees, copies %s\n",
+        step, (long long)t["launches"], (long long)t["kernels"], (long long)t["matmuls"],
+        (long long)t["syncs"], (long long)t["allocations"], (long long)t["allocation_bytes"],
+        (long long)t["frees"], t["copies"].dump().c_str());
+    for (const auto& part : a[step]["parts"]) {
+      const json& p = a[step]["by_part"][part.get<std::string>()];
+      std::printf("  %-40s launches %4lld  products %3lld  syncs %3lld  allocations %lld\n",
+                  part.get<std::string>().c_str(), (long long)p["launches"],
+                  (long long)p["matmuls"], (long long)p["syncs"], (long long)p["allocations"]);
+    }
+  }
+}
+
+TEST(StepAnatomy, CountingWithoutRunningFindsTheSameWork) {
+  const json counted = bench_anatomy("gpt2-tiny", true)["anatomy"];
+  const json& ran = gpt2_run()["anatomy"];
+  EXPECT_EQ(counted["later_step"]["count_only"], true);
+  for (const char* step : {"first_step", "later_step"}) {
+    json a = counted[step], b = ran[step];
+    a.erase("count_only"), b.erase("count_only");
+    EXPECT_EQ(a, b) << step;
+  }
+}
+
+// Runs bench/step_roofline.py on an anatomy; its output and exit code.
+test::CommandResult roofline(const json& bench, const std::string& name) {
+  const std::string path = testing::TempDir() + name + ".json";
+  std::ofstream(path) << bench.dump();
+  return test::run_command(std::string("python3 ") + DENDRITE_SOURCE_DIR +
+                           "/bench/step_roofline.py " + path + " --json " + path + ".out");
+}
+
+TEST(StepAnatomy, TheRooflineModelsTheCountedStepAndRefusesUnknownKernels) {
+  for (const char* model : {"gpt2-tiny", "llama-tiny"}) {
+    const json bench = model == std::string("gpt2-tiny") ? gpt2_run() : bench_anatomy(model, false);
+    const test::CommandResult r = roofline(bench, model);
+    ASSERT_EQ(r.rc, 0) << r.out;
+    EXPECT_NE(r.out.find("A model, not a measurement"), std::string::npos) << r.out;
+    const json out = json::parse(std::ifstream(testing::TempDir() + model + ".json.out"));
+    for (const auto& [machine, m] : out.begin()->items()) {
+      EXPECT_GT(m["step_ms"].get<double>(), 0) << machine;
+      EXPECT_GT(m["mfu"].get<double>(), 0) << machine;
+      EXPECT_LT(m["mfu"].get<double>(), 1) << machine;
+    }
+  }
+  json bench = gpt2_run();
+  for (json& e : bench["anatomy"]["later_step"]["ops"])
+    if (e["op"] == "add_bias") e["kernels"] = {{"fused_bias_kernel", 1}};
+  const test::CommandResult r = roofline(bench, "unknown");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("no formula for kernel 'fused_bias_kernel'"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace dendrite

@@ -142,6 +142,11 @@ KERNELS = {
     ("attention_forward", "forward_kernel<D>"): tensor_attention(lambda a: attention(a, 2, 1, 3)),
     ("attention_forward", "forward_kernel<D, In>"):
         tensor_attention(lambda a: attention(a, 2, 1, 3)),
+    # the backward's pre-pass: dO (fp32) and O read once; dO in bf16 and
+    # D = rowsum(dO * O) written for both kernels
+    ("attention_backward", "prepare_kernel"):
+        lambda a: (f32(a["B"] * a["T"] * a["NH"] * a["hs"]) * (1 + elem(a, "out_bf16") / 4 + 0.5)
+                   + f32(a["B"] * a["NH"] * a["T"]), 2 * a["B"] * a["T"] * a["NH"] * a["hs"]),
     ("attention_backward", "dq_kernel<D>"): tensor_attention(lambda a: attention(a, 3, 2, 4)),
     ("attention_backward", "dq_kernel<D, In>"): tensor_attention(lambda a: attention(a, 3, 2, 4)),
     ("attention_backward", "dkv_kernel<D>"): tensor_attention(lambda a: attention(a, 4, 3, 4)),
@@ -169,6 +174,12 @@ KERNELS = {
     ("ce_dlogits", "ce_dlogits_kernel"):
         lambda a: (f32(2 * a["rows"] * a["Vloc"] + 3 * a["rows"]), 4 * a["rows"] * a["V"]),
     # reductions returning a value to the host: a pass over n, then one block
+    ("sum_squares_tensors", "sum_squares_tensors_kernel"): lambda a: (f32(a["n"]), 2 * a["n"]),
+    ("sum_squares_tensors", "sum_partials_kernel"): lambda a: (8.0 * 1024, 0),
+    # AdamW over the table of tensors: as adamw_update, the bf16 copy of the values below
+    # low_count (bf16_copy) written too
+    ("adamw_update_tensors", "adamw_tensors_kernel"):
+        lambda a: (f32(7 * a["n"]) + 2.0 * a.get("bf16_copy", 0), 15 * a["n"]),
     ("sum_squares", "sum_squares_kernel"): lambda a: (f32(a["n"]), 2 * a["n"]),
     ("sum_squares", "sum_partials_kernel"): lambda a: (8.0 * 1024, 0),
     ("count_nonfinite", "count_nonfinite_kernel"): lambda a: (f32(a["n"]), a["n"]),

@@ -4,7 +4,7 @@
 // are what the code does: every layer issues the same work; each op's
 // products reach cuBLASLt with the op's shape; uploads, downloads and
 // allocations are counted once each with their bytes; the host synchronises
-// only where an op hands data between host and device; counting without
+// only where an op hands data from the device to the host; counting without
 // running finds the same work as running; and bench/step_roofline.py models
 // the step, refusing a kernel it has no formula for. Prints the counts per
 // step and per layer.
@@ -65,12 +65,16 @@ TEST(StepAnatomy, EveryLayerIssuesTheSameWork) {
     for (const char* dir : {"forward", "backward"}) {
       const json& s = a[step];
       const std::string l0 = std::string("layer 0 ") + dir, l1 = std::string("layer 1 ") + dir;
-      const std::vector<json> first = entries_of(s, l0), second = entries_of(s, l1);
+      std::vector<json> first = entries_of(s, l0), second = entries_of(s, l1);
       ASSERT_FALSE(first.empty()) << step << " has no part '" << l0 << "'";
+      if (step == std::string("first_step"))  // scratch made at first use, in whichever layer
+        for (std::vector<json>* part : {&first, &second})
+          for (json& e : *part)
+            for (const char* key : {"allocations", "allocation_bytes", "memsets"}) e.erase(key);
       EXPECT_EQ(first, second) << step << ": " << l0 << " and " << l1 << " differ";
       EXPECT_GT(s["by_part"][l0]["launches"].get<int64_t>(), 0);
       EXPECT_GT(s["by_part"][l0]["matmuls"].get<int64_t>(), 0);
-      EXPECT_EQ(s["by_part"][l0], s["by_part"][l1]);
+      if (step == std::string("later_step")) EXPECT_EQ(s["by_part"][l0], s["by_part"][l1]);
     }
 }
 
@@ -102,9 +106,10 @@ void expect_products(const json& e) {
 }
 
 TEST(StepAnatomy, EachOpCountsWhatItIssues) {
-  const std::set<std::string> to_host = {"sum_squares", "ce_combine", "count_nonfinite",
-                                         "download"};
-  const std::set<std::string> waits = {"upload", "wait", "release"};
+  // The step's loss and norm reach the host in one download; uploads go
+  // through a pinned ring and do not wait.
+  const std::set<std::string> to_host = {"count_nonfinite", "download"};
+  const std::set<std::string> waits = {"wait", "release"};
   int linear = 0, uploads = 0, returns = 0;
   for (const char* step : {"first_step", "later_step"})
     for (const json& e : gpt2_run()["anatomy"][step]["ops"]) {
@@ -116,7 +121,6 @@ TEST(StepAnatomy, EachOpCountsWhatItIssues) {
         EXPECT_EQ(e["copies"]["h2d"]["count"], calls);
         EXPECT_EQ(e["copies"]["h2d"]["bytes"].get<double>(),
                   calls * e["args"]["bytes"].get<double>());
-        EXPECT_EQ(sum_syncs(e, "cudaStreamSynchronize"), calls) << e.dump();
       }
       if (to_host.count(op)) {
         ++returns;
@@ -128,7 +132,7 @@ TEST(StepAnatomy, EachOpCountsWhatItIssues) {
         EXPECT_EQ(e["allocations"], calls);
         EXPECT_EQ(e["allocation_bytes"].get<double>(), calls * e["args"]["bytes"].get<double>());
         EXPECT_EQ(e["memsets"]["count"], calls) << "allocations are zeroed";
-      } else {
+      } else if (step == std::string("later_step")) {  // (the first makes scratch at first use)
         EXPECT_EQ(e["allocations"], 0) << "only allocate allocates: " << e.dump();
       }
       if (!to_host.count(op) && !waits.count(op)) {

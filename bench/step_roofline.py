@@ -64,6 +64,16 @@ def rope(a):
     return f32(2 * n), 6 * n
 
 
+def row_blocks(m):
+    """The blocks of rows a column sum over m rows runs on (kernels.h: row_blocks)."""
+    return max(1, -(-m // 512))
+
+
+def partials(m, n):
+    """add_row_block_partials: the blocks' partial sums read, the sums read and written."""
+    return f32(row_blocks(m) * n + 2 * n), row_blocks(m) * n
+
+
 def tensor_attention(fn):
     return lambda a: fn(a) + ("tensor" if a.get("q_bf16", 0) else "simt",)
 
@@ -87,8 +97,24 @@ KERNELS = {
                                                    a["m"] * a["n"]),
     ("add_bias", "add_bias_kernel<1>"): lambda a: (f32(2 * a["m"] * a["n"] + a["n"]),
                                                    a["m"] * a["n"]),
-    ("add_column_sums", "add_column_sums_kernel"):
-        lambda a: (f32(a["m"] * a["n"] + 2 * a["n"]), a["m"] * a["n"]),
+    # sums over rows in blocks of about 512 rows (kernels.h, row_blocks), then
+    # the blocks' partial sums added in block order
+    ("add_column_sums", "column_sums_kernel"):
+        lambda a: (f32(a["m"] * a["n"] + row_blocks(a["m"]) * a["n"]), a["m"] * a["n"]),
+    ("add_column_sums", "add_row_block_partials_kernel"): lambda a: partials(a["m"], a["n"]),
+    ("layernorm_backward_apply", "add_row_block_partials_kernel"):
+        lambda a: partials(a["m"], a["c"]),
+    ("rmsnorm_backward_apply", "add_row_block_partials_kernel"): lambda a: partials(a["m"], a["c"]),
+    # what cuBLASLt's epilogues leave to kernels (gemm.h): the bias, the bf16
+    # rounding of a biased output (counted as that), GELU's backward
+    ("linear_forward_fused", "add_bias_kernel<4>"):
+        lambda a: (f32(2 * a["m"] * a["n"] + a["n"]), a["m"] * a["n"]),
+    ("linear_forward_fused", "add_bias_kernel<1>"):
+        lambda a: (f32(2 * a["m"] * a["n"] + a["n"]), a["m"] * a["n"]),
+    ("linear_forward_fused", "map4_kernel<Op>"): lambda a: (6.0 * a["m"] * a["n"], a["m"] * a["n"]),
+    ("linear_forward_fused", "map1_kernel<Op>"): lambda a: (6.0 * a["m"] * a["n"], a["m"] * a["n"]),
+    ("linear_backward_input_dgelu", "map4_kernel<Op>"):
+        lambda a: (f32(3 * a["m"] * a["k"]), 15 * a["m"] * a["k"]),
     # norms: row sums in double (two a row for LayerNorm), then the apply
     ("layernorm_row_sums", "row_sums_kernel<NS, Terms>"):
         lambda a: (f32(a["m"] * a["c"]) + 16.0 * a["m"], 3 * a["m"] * a["c"]),

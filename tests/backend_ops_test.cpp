@@ -184,6 +184,58 @@ TEST_P(BackendOps, GemmInEveryLayoutAndPrecision) {
       }
 }
 
+// GELU's backward in the input gradient's product (cuBLASLt's DGELU where
+// the columns k are a multiple of 8, else the gelu_backward kernel after it).
+TEST_P(BackendOps, LinearInputGradientWithGeluBackward) {
+  const int m = 24, n = 48;
+  for (int k : {40, 36})
+    for (bool low : {false, true}) {
+      Vf dy = randn(m * n, 71), w = randn(n * k, 72, 0.2);
+      const Vf pre = randn(m * k, 73);
+      if (low) dy = widened(rounded(dy)), w = widened(rounded(w));
+      Vd want(m * k);
+      ref::linear_backward_input_dgelu(want.data(), to_d(dy).data(), to_d(w).data(),
+                                       to_d(pre).data(), m, k, n);
+      Buffer<float> DYf = put(dy), Wf = put(w), P = put(pre), DX = zeros<float>(m * k);
+      Buffer<bf16> DYh = put(rounded(dy)), Wh = put(rounded(w));
+      be().linear_backward_input_dgelu(DX.data(), low ? Operand(DYh.data()) : Operand(DYf.data()),
+                                       low ? Operand(Wh.data()) : Operand(Wf.data()), P.data(), m,
+                                       k, n);
+      expect_close(get(DX), want, 1e-4,
+                   str("linear dx with gelu'", low ? " bf16" : " fp32", " k", k));
+    }
+}
+
+// A weight gradient's shape: a small output over a long sum (K: the rows).
+// cuBLASLt may split the sum over K (the emulator does, into 16 slices),
+// adding the slices in a fixed order: within the GEMM tolerance of the
+// oracle, and the same bits when run again.
+TEST_P(BackendOps, GemmSplitOverALongSumIsDeterministic) {
+  const int M = 24, N = 40, K = 4096;
+  for (bool low : {false, true}) {
+    Vf dy = randn(K * M, 51), x = randn(K * N, 52);  // dW [M, N] = dy^T x
+    if (low) dy = widened(rounded(dy)), x = widened(rounded(x));
+    Vd want(M * N);
+    ref::gemm(true, false, M, N, K, 1.0, to_d(dy).data(), M, to_d(x).data(), N, 0.0, want.data(),
+              N);
+    Buffer<float> Df = put(dy), Xf = put(x);
+    Buffer<bf16> Dh = put(rounded(dy)), Xh = put(rounded(x));
+    std::vector<Vf> runs;
+    for (int run = 0; run < 2; ++run) {
+      Buffer<float> C = zeros<float>(M * N);
+      be().gemm(true, false, M, N, K, 1.0f, low ? Operand(Dh.data()) : Operand(Df.data()), M,
+                low ? Operand(Xh.data()) : Operand(Xf.data()), N, 0.0f, C.data(), N);
+      runs.push_back(get(C));
+    }
+    const std::string p = low ? " bf16" : " fp32";
+    expect_close(runs[0], want, 1e-4, "split gemm" + p);
+    EXPECT_EQ(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * 4), 0) << p;
+    if (GetParam().emulated) {
+      EXPECT_EQ(emu::last_gemm_splits(), 16) << p;
+    }
+  }
+}
+
 TEST_P(BackendOps, LinearForwardAndBackward) {
   const int m = 48, k = 64, n = 40;
   for (bool low : {false, true}) {
@@ -212,6 +264,106 @@ TEST_P(BackendOps, LinearForwardAndBackward) {
     expect_close(get(DW), dw, 1e-4, "linear dw" + p);
     expect_close(get(DB), db, 1e-5, "linear db" + p);
   }
+}
+
+// Every combination of the epilogue's steps, in both precisions: y, the GELU
+// input and the bf16 output against the oracle (the bf16 output within its
+// rounding, 2^-8 relative, of the oracle's value). Columns n = 40 (a multiple
+// of 8) let cuBLASLt fuse the GELU; n = 36 leaves it to the kernels; fp32
+// operands with a bf16 output leave the rounding to a kernel.
+TEST_P(BackendOps, LinearForwardWithEpilogues) {
+  const int m = 24, k = 64;
+  for (int n : {40, 36})
+    for (bool low : {false, true})
+      for (int steps = 0; steps < 8; ++steps) {
+        const bool bias = steps & 1, gelu = steps & 2, out_bf16 = steps & 4;
+        Vf x = randn(m * k, 41), w = randn(n * k, 42, 0.2);
+        const Vf b = randn(n, 43);
+        if (low) x = widened(rounded(x)), w = widened(rounded(w));
+        const Vd bd = to_d(b);
+        Vd y(m * n), pre(m * n);
+        ref::linear_forward_epilogue(y.data(), pre.data(), to_d(x).data(), to_d(w).data(),
+                                     bias ? bd.data() : nullptr, gelu, m, k, n);
+        Buffer<float> Xf = put(x), Wf = put(w), Bb = put(b);
+        Buffer<bf16> Xh = put(rounded(x)), Wh = put(rounded(w));
+        Buffer<float> Y = zeros<float>(m * n), P = zeros<float>(m * n);
+        Buffer<bf16> Yh = zeros<bf16>(m * n);
+        ops::LinearEpilogue e;
+        e.bias = bias ? Bb.data() : nullptr;
+        e.gelu = gelu;
+        e.pre_gelu = gelu ? P.data() : nullptr;
+        e.y_bf16 = out_bf16 ? Yh.data() : nullptr;
+        // On the emulator the bias (and the GELU after it, where n allows)
+        // runs inside cuBLASLt's product: an add_bias kernel would fault.
+        const bool bias_fused = GetParam().emulated && bias && (!gelu || n % 8 == 0);
+        if (bias_fused) emu::fault_next_launch("add_bias");
+        be().linear_forward_fused(Y.data(), low ? Operand(Xh.data()) : Operand(Xf.data()),
+                                  low ? Operand(Wh.data()) : Operand(Wf.data()), m, k, n, e);
+        if (bias_fused) emu::fault_next_launch("");  // disarmed, had it not fired
+        const std::string p = str(low ? " bf16" : " fp32", " n", n, bias ? " +bias" : "",
+                                  gelu ? " +gelu" : "", out_bf16 ? " ->bf16" : "");
+        if (out_bf16)
+          expect_close(widened(get(Yh)), y, 4e-3, "linear epilogue y_bf16" + p);
+        else
+          expect_close(get(Y), y, 1e-4, "linear epilogue y" + p);
+        if (gelu) expect_close(get(P), pre, 1e-4, "linear epilogue pre_gelu" + p);
+      }
+}
+
+// Sums over more rows than one block takes (a GPU splits 1100 rows into
+// blocks of 512, whose partial sums are added in block order): the norms'
+// backwards and the bias gradient against the oracle, dgamma, dbeta and db
+// added to (from ones), and the same bits when run again.
+TEST_P(BackendOps, ColumnSumsOverManyRowsAreDeterministic) {
+  const int m = 1100, c = 20;
+  const Vf x = randn(m * c, 61, 2.0, 0.5), g = randn(c, 62, 0.2, 1.0), dy = randn(m * c, 63);
+  const Vd xd = to_d(x), gd = to_d(g), dyd = to_d(dy);
+  Vd y(m * c), mean(m), rstd(m), dx(m * c), dg(c, 1.0), db(c, 1.0), rdx(m * c), rdg(c, 1.0);
+  ref::layernorm_forward(y.data(), mean.data(), rstd.data(), xd.data(), gd.data(), gd.data(), m, c,
+                         1e-5);
+  ref::layernorm_backward(dx.data(), dg.data(), db.data(), dyd.data(), xd.data(), mean.data(),
+                          rstd.data(), gd.data(), m, c);
+  Vd rr(m), col(c, 1.0);
+  ref::rmsnorm_forward(y.data(), rr.data(), xd.data(), gd.data(), m, c, 1e-5);
+  ref::rmsnorm_backward(rdx.data(), rdg.data(), dyd.data(), xd.data(), rr.data(), gd.data(), m, c);
+  for (int r = 0; r < m; ++r)
+    for (int j = 0; j < c; ++j) col[j] += dyd[r * c + j];
+  Buffer<float> X = put(x), G = put(g), DY = put(dy), Y = zeros<float>(m * c);
+  Buffer<float> Mean = zeros<float>(m), Rstd = zeros<float>(m), R = zeros<float>(m);
+  Buffer<double> S = zeros<double>(2 * m);
+  be().layernorm_row_sums(S.data(), X.data(), m, c);
+  be().layernorm_apply(Y.data(), Mean.data(), Rstd.data(), S.data(), X.data(), G.data(), G.data(),
+                       m, c, c, 1e-5f);
+  be().layernorm_backward_sums(S.data(), DY.data(), X.data(), Mean.data(), Rstd.data(), G.data(), m,
+                               c);
+  Buffer<double> RS = zeros<double>(m);
+  be().rmsnorm_row_sums(RS.data(), X.data(), m, c);
+  be().rmsnorm_apply(Y.data(), R.data(), RS.data(), X.data(), G.data(), m, c, c, 1e-5f);
+  be().rmsnorm_backward_sums(RS.data(), DY.data(), X.data(), G.data(), m, c);
+  std::vector<Vf> runs;
+  for (int run = 0; run < 2; ++run) {
+    Buffer<float> DX = zeros<float>(m * c), RDX = zeros<float>(m * c);
+    Buffer<float> DG = put(Vf(c, 1.0f)), DB = put(Vf(c, 1.0f)), RDG = put(Vf(c, 1.0f)),
+                  COL = put(Vf(c, 1.0f));
+    be().layernorm_backward_apply(DX.data(), DG.data(), DB.data(), S.data(), DY.data(), X.data(),
+                                  Mean.data(), Rstd.data(), G.data(), m, c, c);
+    be().rmsnorm_backward_apply(RDX.data(), RDG.data(), RS.data(), DY.data(), X.data(), R.data(),
+                                G.data(), m, c, c);
+    be().add_column_sums(COL.data(), DY.data(), m, c);
+    expect_close(get(DX), dx, 1e-5, "layernorm dx, many rows");
+    expect_close(get(DG), dg, 1e-5, "layernorm dgamma, many rows");
+    expect_close(get(DB), db, 1e-5, "layernorm dbeta, many rows");
+    expect_close(get(RDX), rdx, 1e-5, "rmsnorm dx, many rows");
+    expect_close(get(RDG), rdg, 1e-5, "rmsnorm dgamma, many rows");
+    expect_close(get(COL), col, 1e-5, "column sums, many rows");
+    Vf all = get(DG);
+    for (const Buffer<float>* b : {&DB, &RDG, &COL}) {
+      const Vf v = get(*b);
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    runs.push_back(all);
+  }
+  EXPECT_EQ(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * 4), 0);
 }
 
 TEST_P(BackendOps, LayerNormAndRmsNormWholeAndSplit) {

@@ -293,11 +293,11 @@ TEST(EmulatedGpuFault, AFaultingKernelIsNamedWhenLaunchesBlockAndFoundHowOtherwi
       unsetenv("CUDA_LAUNCH_BLOCKING");
     }
   } restore;
-  const ModelConfig c = config("gpt2");  // its linear layers add biases (add_bias)
+  const ModelConfig c = config("gpt2");  // its blocks open with LayerNorm (layernorm_apply)
   auto faulting_step = [&] {
     OneProcess gpu(Device::kCuda, c, {}, true);
     gpu.model->init(7);
-    emu::fault_next_launch("add_bias");
+    emu::fault_next_launch("layernorm_apply");
     try {
       step(gpu, 0, c);
       gpu.grads();
@@ -313,8 +313,9 @@ TEST(EmulatedGpuFault, AFaultingKernelIsNamedWhenLaunchesBlockAndFoundHowOtherwi
   emu::clear_errors();
   setenv("CUDA_LAUNCH_BLOCKING", "1", 1);
   const std::string named = faulting_step();
-  EXPECT_THAT(named, HasSubstr("cuda: kernel add_bias failed while it ran: an illegal memory "
-                               "access was encountered"));
+  EXPECT_THAT(named,
+              HasSubstr("cuda: kernel layernorm_apply failed while it ran: an illegal memory "
+                        "access was encountered"));
   std::printf("streams concurrent: %s\nCUDA_LAUNCH_BLOCKING=1: %s\n", later.c_str(),
               named.c_str());
 }

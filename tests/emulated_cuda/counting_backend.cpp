@@ -86,6 +86,27 @@ class CountingBackend final : public Backend {
                                                   {"n", double(n)}});
     inner_->linear_forward(y, x, w, b, m, k, n);
   }
+  void linear_forward_fused(float* y, Operand x, Operand w, int m, int k, int n,
+                            const ops::LinearEpilogue& e) override {
+    const counters::OpScope op("linear_forward_fused", {{"x_bf16", double(x.is_bf16())},
+                                                        {"w_bf16", double(w.is_bf16())},
+                                                        {"bias", double(e.bias != nullptr)},
+                                                        {"gelu", double(e.gelu)},
+                                                        {"y_bf16", double(e.y_bf16 != nullptr)},
+                                                        {"m", double(m)},
+                                                        {"k", double(k)},
+                                                        {"n", double(n)}});
+    inner_->linear_forward_fused(y, x, w, m, k, n, e);
+  }
+  void linear_backward_input_dgelu(float* dx, Operand dy, Operand w, const float* gelu_input, int m,
+                                   int k, int n) override {
+    const counters::OpScope op("linear_backward_input_dgelu", {{"dy_bf16", double(dy.is_bf16())},
+                                                               {"w_bf16", double(w.is_bf16())},
+                                                               {"m", double(m)},
+                                                               {"k", double(k)},
+                                                               {"n", double(n)}});
+    inner_->linear_backward_input_dgelu(dx, dy, w, gelu_input, m, k, n);
+  }
   void linear_backward_input(float* dx, Operand dy, Operand w, int m, int k, int n,
                              bool accumulate) override {
     const counters::OpScope op("linear_backward_input", {{"dy_bf16", double(dy.is_bf16())},

@@ -1,4 +1,7 @@
 // The emulated cuBLASLt (cublasLt.h).
+#include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -14,6 +17,11 @@ struct EmulatedLtDesc {
   cublasComputeType_t compute;
   cudaDataType_t scale;
   cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
+  uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* bias = nullptr;
+  void* aux = nullptr;
+  int64_t aux_ld = 0;
+  int32_t bias_type = -1;  // -1: D's type
 };
 struct EmulatedLtLayout {
   cudaDataType_t type;
@@ -22,8 +30,11 @@ struct EmulatedLtLayout {
 };
 struct EmulatedLtPreference {
   size_t workspace = 0;
-  uint32_t align[4] = {256, 256, 256, 256};  // A, B, C, D: cuBLASLt's defaults
+  uint32_t align[4] = {256, 256, 256, 256};           // A, B, C, D: cuBLASLt's defaults
+  uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_MASK;  // cuBLASLt's default: all allowed
 };
+
+std::atomic<int> g_last_splits{1};
 
 namespace {
 
@@ -39,6 +50,7 @@ uint64_t fingerprint(const EmulatedLtDesc& op, const EmulatedLtLayout* const (&l
   uint64_t h = 1469598103934665603ull;
   auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
   mix(op.compute), mix(op.scale), mix(op.ta), mix(op.tb);
+  mix(op.epilogue), mix(uint64_t(op.aux_ld)), mix(uint64_t(int64_t(op.bias_type)));
   for (const EmulatedLtLayout* x : l)
     mix(x->type), mix(x->rows), mix(x->cols), mix(uint64_t(x->ld));
   return h;
@@ -66,9 +78,41 @@ std::string check_shapes(const EmulatedLtDesc& op, const EmulatedLtLayout& a,
     if (x->ld < int64_t(std::max<uint64_t>(x->rows, 1)))
       return "leading dimension shorter than the rows: " + dims(*x);
   if (a.type != b.type) return "A and B of different types";
-  if (c.type != CUDA_R_32F || d.type != CUDA_R_32F) return "C and D must be fp32 here";
+  if (c.type != d.type) return "C and D of different types";
+  if (d.type != CUDA_R_32F && !(d.type == CUDA_R_16BF && a.type == CUDA_R_16BF))
+    return "D must be fp32, or bf16 with bf16 operands";
   if (op.compute == CUBLAS_COMPUTE_32F_FAST_TF32 && a.type != CUDA_R_32F)
     return "TF32 compute with operands that are not fp32";
+  return "";
+}
+
+bool has_bias(uint32_t e) { return e & CUBLASLT_EPILOGUE_BIAS; }
+bool has_gelu(uint32_t e) { return e & CUBLASLT_EPILOGUE_GELU; }
+bool keeps_gelu_input(uint32_t e) {
+  return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+bool is_dgelu(uint32_t e) { return e == CUBLASLT_EPILOGUE_DGELU; }
+bool has_aux(uint32_t e) { return keeps_gelu_input(e) || is_dgelu(e); }
+
+// The epilogue is one the emulator implements, set up as cuBLASLt documents; "" or why not.
+std::string check_epilogue(const EmulatedLtDesc& op, const EmulatedLtLayout& d) {
+  switch (op.epilogue) {
+    case CUBLASLT_EPILOGUE_DEFAULT:
+    case CUBLASLT_EPILOGUE_BIAS:
+    case CUBLASLT_EPILOGUE_GELU:
+    case CUBLASLT_EPILOGUE_GELU_AUX:
+    case CUBLASLT_EPILOGUE_GELU_BIAS:
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
+    case CUBLASLT_EPILOGUE_DGELU:
+      break;
+    default:
+      return "epilogue " + std::to_string(op.epilogue) + " is not emulated";
+  }
+  if (has_bias(op.epilogue) && op.bias_type != -1 && op.bias_type != d.type)
+    return "a bias of another type than D's is not emulated";
+  if (has_aux(op.epilogue) && (op.aux_ld % 8 != 0 || op.aux_ld < int64_t(d.rows)))
+    return "the GELU input's leading dimension " + std::to_string(op.aux_ld) +
+           " is not a multiple of 8 at least D's " + std::to_string(d.rows) + " rows";
   return "";
 }
 
@@ -88,6 +132,67 @@ int alignment(const void* p) {
   return a;
 }
 
+// Bits of a bf16 rounded from f to nearest-even (NaN stays NaN).
+uint16_t bf16_bits(float f) {
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+
+// Stores v at element i of a matrix of `type`.
+void store(void* p, size_t i, float v, cudaDataType_t type) {
+  if (type == CUDA_R_16BF) {
+    const uint16_t h = bf16_bits(v);
+    std::memcpy(static_cast<char*>(p) + 2 * i, &h, 2);
+  } else {
+    std::memcpy(static_cast<char*>(p) + 4 * i, &v, 4);
+  }
+}
+
+// v rounded to a matrix type's precision.
+float rounded_to(float v, cudaDataType_t type) {
+  return type == CUDA_R_16BF ? __uint_as_float(uint32_t(bf16_bits(v)) << 16) : v;
+}
+
+// How the emulated heuristic splits K, as a model of cuBLASLt's: where the
+// output has few 128x128 tiles (not enough to fill a GPU of 132 SMs) and K
+// is long, into slices of at least 256, at most 16 of them.
+struct Split {
+  int slices = 1;
+  uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+  size_t workspace = 0;
+};
+Split choose_split(uint64_t m, uint64_t n, uint64_t k, const EmulatedLtPreference& pref,
+                   cudaDataType_t d_type) {
+  const uint64_t tiles = ((m + 127) / 128) * ((n + 127) / 128);
+  const uint64_t want = std::min<uint64_t>({16, k / 256, 132 / std::max<uint64_t>(tiles, 1)});
+  if (tiles >= 32 || k < 1024 || want < 2) return {};
+  const int slices = int(want);
+  const size_t partials = size_t(slices) * m * n;
+  // The first scheme allowed whose workspace fits: partial products in fp32
+  // (the compute type), then in place in D (counters in the workspace), then
+  // partial products in D's type.
+  const size_t d_elem = d_type == CUDA_R_16BF ? 2 : 4;
+  const std::pair<uint32_t, size_t> order[] = {
+      {CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE, 4 * partials},
+      {CUBLASLT_REDUCTION_SCHEME_INPLACE, 4 * tiles},
+      {CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE, d_elem * partials}};
+  for (const auto& [scheme, bytes] : order)
+    if ((pref.schemes & scheme) && bytes <= pref.workspace) return {slices, scheme, bytes};
+  return {};
+}
+
+double gelu(double x) {
+  const double s = std::sqrt(2.0 / 3.14159265358979323846);
+  return 0.5 * x * (1.0 + std::tanh(s * (x + 0.044715 * x * x * x)));
+}
+double gelu_derivative(double x) {
+  const double s = std::sqrt(2.0 / 3.14159265358979323846);
+  const double t = std::tanh(s * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * s * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
 double element(const void* p, const EmulatedLtLayout& l, uint64_t r, uint64_t c, bool tf32) {
   const size_t i = r + c * size_t(l.ld);
   if (l.type == CUDA_R_16BF) {
@@ -105,10 +210,34 @@ double element(const void* p, const EmulatedLtLayout& l, uint64_t r, uint64_t c,
   return double(f);
 }
 
-// D = alpha op(A) op(B) + beta C, the products exact and summed in double.
+// alpha times the sum of the k products x[p] y[p]: one sum in double, or
+// split: each slice summed in double, rounded as its scheme stores it (fp32
+// partials for COMPUTE_TYPE, D's type otherwise), the slices added in order.
+double sum_of_products(const double* x, const double* y, uint64_t k, float al, const Split& split,
+                       cudaDataType_t d_type) {
+  if (split.slices == 1) {
+    double v = 0;
+    for (uint64_t p = 0; p < k; ++p) v += x[p] * y[p];
+    return double(al) * v;
+  }
+  const cudaDataType_t part =
+      split.scheme == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE ? CUDA_R_32F : d_type;
+  float acc = 0;
+  for (int s = 0; s < split.slices; ++s) {
+    double slice = 0;
+    for (uint64_t p = k * s / split.slices; p < k * (s + 1) / split.slices; ++p)
+      slice += x[p] * y[p];
+    const float term = rounded_to(float(double(al) * slice), part);
+    acc = s == 0 ? term : rounded_to(acc + term, part);
+  }
+  return double(acc);
+}
+
+// D = alpha op(A) op(B) + beta C, the products exact and summed in double,
+// then the epilogue.
 void product(const EmulatedLtDesc& op, const EmulatedLtLayout& a, const EmulatedLtLayout& b,
              const EmulatedLtLayout& c, const EmulatedLtLayout& d, const void* A, const void* B,
-             const void* C, void* D, float al, float be) {
+             const void* C, void* D, float al, float be, const Split& split) {
   const uint64_t m = d.rows, n = d.cols, k = op.ta == CUBLAS_OP_T ? a.rows : a.cols;
   const bool tf32 = op.compute == CUBLAS_COMPUTE_32F_FAST_TF32;
   // op(A) as m rows of k, op(B) as n columns of k, each contiguous.
@@ -124,17 +253,57 @@ void product(const EmulatedLtDesc& op, const EmulatedLtLayout& a, const Emulated
   std::vector<float> out(size_t(m) * n);
   for (uint64_t j = 0; j < n; ++j)
     for (uint64_t i = 0; i < m; ++i) {
-      const double* xi = &x[i * k];
-      const double* yj = &y[j * k];
-      double sum = 0;
-      for (uint64_t p = 0; p < k; ++p) sum += xi[p] * yj[p];
-      double v = double(al) * sum;
+      double v = sum_of_products(&x[i * k], &y[j * k], k, al, split, d.type);
       if (be != 0.0f) v += double(be) * element(C, c, i, j, false);  // beta 0: C is not read
+      if (has_bias(op.epilogue)) v += element(op.bias, d, i, 0, false);
       out[i + j * m] = float(v);
     }
   for (uint64_t j = 0; j < n; ++j)
-    for (uint64_t i = 0; i < m; ++i)
-      std::memcpy(static_cast<char*>(D) + 4 * (i + j * size_t(d.ld)), &out[i + j * m], 4);
+    for (uint64_t i = 0; i < m; ++i) {
+      float t = out[i + j * m];
+      if (keeps_gelu_input(op.epilogue)) store(op.aux, i + j * size_t(op.aux_ld), t, d.type);
+      if (is_dgelu(op.epilogue)) {
+        const EmulatedLtLayout aux{d.type, d.rows, d.cols, op.aux_ld};
+        t = float(double(t) * gelu_derivative(element(op.aux, aux, i, j, false)));
+      } else if (has_gelu(op.epilogue)) {
+        t = float(gelu(double(t)));
+      }
+      store(D, i + j * size_t(d.ld), t, d.type);
+    }
+}
+
+// The bias and the GELU input lie in device memory, aligned as the algorithm
+// was found for; "" or why not.
+std::string check_epilogue_pointers(const EmulatedLtDesc& op, const EmulatedLtLayout& d,
+                                    const cublasLtMatmulAlgo_t& algo) {
+  if (has_bias(op.epilogue)) {
+    if (!op.bias || !device_range(op.bias, EmulatedLtLayout{d.type, d.rows, 1, int64_t(d.rows)}))
+      return "the bias is not a vector of D's rows in device memory";
+    if (alignment(op.bias) < int(algo.data[6] & 0xff))
+      return "the bias is less aligned than its algorithm was chosen for";
+  }
+  if (has_aux(op.epilogue)) {
+    if (!op.aux || !device_range(op.aux, EmulatedLtLayout{d.type, d.rows, d.cols, op.aux_ld}))
+      return "the GELU input is not a matrix of D's shape in device memory";
+    if (alignment(op.aux) < int(algo.data[6] >> 8))
+      return "the GELU input is less aligned than its algorithm was chosen for";
+  }
+  return "";
+}
+
+// The split an algorithm was found with, and the workspace it needs.
+Split split_of(const cublasLtMatmulAlgo_t& algo, uint64_t m, uint64_t n, cudaDataType_t d_type) {
+  Split s;
+  s.slices = int(algo.data[7] & 0xff);
+  s.scheme = uint32_t(algo.data[7] >> 8);
+  const size_t partials = size_t(s.slices) * m * n;
+  if (s.scheme == CUBLASLT_REDUCTION_SCHEME_INPLACE)
+    s.workspace = 4 * ((m + 127) / 128) * ((n + 127) / 128);
+  else if (s.scheme == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)
+    s.workspace = 4 * partials;
+  else if (s.scheme == CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE)
+    s.workspace = (d_type == CUDA_R_16BF ? 2 : 4) * partials;
+  return s;
 }
 
 }  // namespace
@@ -172,16 +341,30 @@ cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
 cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
                                               cublasLtMatmulDescAttributes_t attr, const void* buf,
                                               size_t bytes) {
-  if (bytes != sizeof(cublasOperation_t)) return refuse("a descriptor attribute of the wrong size");
-  cublasOperation_t o;
-  std::memcpy(&o, buf, bytes);
-  if (attr == CUBLASLT_MATMUL_DESC_TRANSA)
-    d->ta = o;
-  else if (attr == CUBLASLT_MATMUL_DESC_TRANSB)
-    d->tb = o;
-  else
-    return refuse("a descriptor attribute the emulator does not know");
-  return CUBLAS_STATUS_SUCCESS;
+  // Each attribute's size, as cublasLt.h documents it.
+  auto take = [&](auto& field, const char* what) {
+    if (bytes != sizeof(field))
+      return refuse(std::string("the attribute ") + what + " of the wrong size");
+    std::memcpy(&field, buf, bytes);
+    return CUBLAS_STATUS_SUCCESS;
+  };
+  switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+      return take(d->ta, "TRANSA");
+    case CUBLASLT_MATMUL_DESC_TRANSB:
+      return take(d->tb, "TRANSB");
+    case CUBLASLT_MATMUL_DESC_EPILOGUE:
+      return take(d->epilogue, "EPILOGUE");
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+      return take(d->bias, "BIAS_POINTER");
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+      return take(d->aux, "EPILOGUE_AUX_POINTER");
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+      return take(d->aux_ld, "EPILOGUE_AUX_LD");
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
+      return take(d->bias_type, "BIAS_DATA_TYPE");
+  }
+  return refuse("a descriptor attribute the emulator does not know");
 }
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType_t type,
                                           uint64_t rows, uint64_t cols, int64_t ld) {
@@ -210,7 +393,8 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
       return CUBLAS_STATUS_SUCCESS;
     case CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK:
       if (bytes != sizeof(uint32_t)) return refuse("the reduction scheme is a uint32");
-      return CUBLAS_STATUS_SUCCESS;  // the emulator never splits a sum
+      std::memcpy(&p->schemes, buf, bytes);
+      return CUBLAS_STATUS_SUCCESS;
     case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES:
     case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES:
     case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES:
@@ -234,14 +418,23 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
   if (!h || !op || !a || !b || !c || !d || !pref || requested < 1)
     return refuse("cublasLtMatmulAlgoGetHeuristic: a null argument");
   *found = 0;
-  const std::string why = check_shapes(*op, *a, *b, *c, *d);
+  std::string why = check_shapes(*op, *a, *b, *c, *d);
+  if (why.empty()) why = check_epilogue(*op, *d);
   if (!why.empty()) return refuse("cublasLtMatmulAlgoGetHeuristic: " + why);
   results[0] = cublasLtMatmulHeuristicResult_t{};
   const EmulatedLtLayout* const l[4] = {a, b, c, d};
   results[0].algo.data[0] = kMagic;
   results[0].algo.data[1] = fingerprint(*op, l);
   for (int i = 0; i < 4; ++i) results[0].algo.data[2 + i] = pref->align[i];
-  results[0].workspaceSize = 0;
+  // The bias's and the GELU input's alignment, read from their pointers
+  // (up to the 16 bytes of a vector access).
+  const uint64_t bias_align = has_bias(op->epilogue) ? std::min(alignment(op->bias), 16) : 1;
+  const uint64_t aux_align = has_aux(op->epilogue) ? std::min(alignment(op->aux), 16) : 1;
+  results[0].algo.data[6] = bias_align | aux_align << 8;
+  const uint64_t k = op->ta == CUBLAS_OP_T ? a->rows : a->cols;
+  const Split split = choose_split(d->rows, d->cols, k, *pref, d->type);
+  results[0].algo.data[7] = uint64_t(split.slices) | uint64_t(split.scheme) << 8;
+  results[0].workspaceSize = split.workspace;
   *found = 1;
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -252,7 +445,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
                               const cublasLtMatmulAlgo_t* algo, void* workspace,
                               size_t workspace_bytes, cudaStream_t stream) {
   if (!h || !op || !a || !b || !c || !d || !algo) return refuse("cublasLtMatmul: a null argument");
-  const std::string why = check_shapes(*op, *a, *b, *c, *d);
+  std::string why = check_shapes(*op, *a, *b, *c, *d);
+  if (why.empty()) why = check_epilogue(*op, *d);
   if (!why.empty()) return refuse("cublasLtMatmul: " + why);
   const EmulatedLtLayout* const l[4] = {a, b, c, d};
   if (algo->data[0] != kMagic || algo->data[1] != fingerprint(*op, l))
@@ -263,6 +457,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
       return refuse(std::string("cublasLtMatmul: ") + "ABCD"[i] + " is aligned to " +
                     std::to_string(alignment(ptrs[i])) + " bytes, less than the " +
                     std::to_string(algo->data[2 + i]) + " its algorithm was chosen for");
+  if (std::string e = check_epilogue_pointers(*op, *d, *algo); !e.empty())
+    return refuse("cublasLtMatmul: " + e);
   const uint64_t m = d->rows, n = d->cols, k = op->ta == CUBLAS_OP_T ? a->rows : a->cols;
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
@@ -270,12 +466,39 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
       (be != 0.0f && !device_range(C, *c)))
     return refuse("cublasLtMatmul: an operand is not inside device memory");
   if (workspace_bytes > 0 && !workspace) return refuse("cublasLtMatmul: a null workspace");
+  const Split split = split_of(*algo, d->rows, d->cols, d->type);
+  if (workspace_bytes < split.workspace)
+    return refuse("cublasLtMatmul: a workspace of " + std::to_string(workspace_bytes) +
+                  " bytes, less than the " + std::to_string(split.workspace) +
+                  " its algorithm needs");
   emu::counters::matmul(m, n, k, a->type == CUDA_R_16BF ? 2 : 4, b->type == CUDA_R_16BF ? 2 : 4,
                         d->type == CUDA_R_16BF ? 2 : 4, be != 0.0f);
   if (emu::counters::count_only()) return CUBLAS_STATUS_SUCCESS;
   // The product runs in the stream's order, on copies of the descriptors.
-  emu::submit(stream, [op = *op, a = *a, b = *b, c = *c, d = *d, A, B, C, D, al, be] {
-    product(op, a, b, c, d, A, B, C, D, al, be);
+  emu::submit(stream, [op = *op, a = *a, b = *b, c = *c, d = *d, A, B, C, D, al, be, split] {
+    g_last_splits = split.slices;
+    product(op, a, b, c, d, A, B, C, D, al, be, split);
   });
   return CUBLAS_STATUS_SUCCESS;
 }
+cublasStatus_t cublasLtMatmulAlgoConfigGetAttribute(const cublasLtMatmulAlgo_t* algo,
+                                                    cublasLtMatmulAlgoConfigAttributes_t attr,
+                                                    void* buf, size_t bytes, size_t* written) {
+  if (!algo || !buf || algo->data[0] != kMagic)
+    return refuse("cublasLtMatmulAlgoConfigGetAttribute: a null or unknown algorithm");
+  if (attr == CUBLASLT_ALGO_CONFIG_SPLITK_NUM && bytes == sizeof(int32_t)) {
+    const int32_t v = int32_t(algo->data[7] & 0xff);
+    std::memcpy(buf, &v, sizeof(v));
+  } else if (attr == CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME && bytes == sizeof(uint32_t)) {
+    const uint32_t v = uint32_t(algo->data[7] >> 8);
+    std::memcpy(buf, &v, sizeof(v));
+  } else {
+    return refuse("cublasLtMatmulAlgoConfigGetAttribute: an attribute or size not emulated");
+  }
+  if (written) *written = bytes;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+namespace emu {
+int last_gemm_splits() { return g_last_splits; }
+}  // namespace emu

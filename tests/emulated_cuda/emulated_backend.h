@@ -63,6 +63,9 @@ void set_streams(Streams s);
 void fault_next_launch(const std::string& name);
 // Forgets the errors that stay (what a test does after provoking one).
 void clear_errors();
+// The slices the emulated cuBLASLt's last product split its sum over K into
+// (1: none; cublasLt.h).
+int last_gemm_splits();
 // The emulated NCCL communicators this process has made (ncclCommInitRank
 // calls): a training step must make none.
 int nccl_communicators_made();

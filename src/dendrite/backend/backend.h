@@ -94,8 +94,15 @@ class Backend : public Allocator {
   // y = x w^T (+ b, may be null)
   virtual void linear_forward(float* y, Operand x, Operand w, const float* b, int m, int k,
                               int n) = 0;
+  // y = x w^T then the epilogue e (ops/matmul.h: bias, GELU keeping its
+  // input, a bf16 output), fused into the product where the device can.
+  virtual void linear_forward_fused(float* y, Operand x, Operand w, int m, int k, int n,
+                                    const ops::LinearEpilogue& e) = 0;
   virtual void linear_backward_input(float* dx, Operand dy, Operand w, int m, int k, int n,
                                      bool accumulate) = 0;
+  // dx = (dy w) * gelu'(gelu_input), overwritten (ops/matmul.h), fused where the device can.
+  virtual void linear_backward_input_dgelu(float* dx, Operand dy, Operand w,
+                                           const float* gelu_input, int m, int k, int n) = 0;
   // dw (+)= dy^T x; the bias gradient is add_column_sums of the fp32 dy.
   virtual void linear_backward_weight(float* dw, Operand dy, Operand x, int m, int k, int n,
                                       bool accumulate) = 0;

@@ -173,6 +173,12 @@ class Transformer {
   // The GEMM operand of an fp32 activation x [n]: x itself, or under bf16
   // precision its rounding written to low.
   Operand operand(const float* x, Buffer<bf16>& low, int64_t n) const;
+  // A linear layer's epilogue that writes its output as bf16 to `low` (none: fp32 only).
+  static ops::LinearEpilogue bf16_output(bf16* low) {
+    ops::LinearEpilogue e;
+    e.y_bf16 = low;
+    return e;
+  }
   // A saved GEMM input: the fp32 or the bf16 buffer.
   Operand saved(const Buffer<float>& f32, const Buffer<bf16>& b16) const {
     return low_precision() ? Operand(b16.data()) : Operand(f32.data());
@@ -221,8 +227,11 @@ class Transformer {
   };
   // The backward of layers that read one input, with OAR over the group
   // (transformer_step.cpp).
+  // gelu_input [m, in_local]: dx then goes through GELU's backward (in
+  // place), fused into a lone layer's product where nothing sums dx.
   void linear_backward(float* dx, int m, std::initializer_list<LinearGrad> group,
-                       const LinearGrad& behind, LinearGrad* hand_on);
+                       const LinearGrad& behind, LinearGrad* hand_on,
+                       const float* gelu_input = nullptr);
   double global_sum(double local);  // over Z and D
   struct Range {
     int64_t begin, end;  // in the flat buffer

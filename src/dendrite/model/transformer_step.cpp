@@ -86,9 +86,12 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
   // attention: [m, C/Gx] -> q [m, qd/Gy], k, v [m, kvd/Gy] -> att [m, qd/Gy] -> [m, C/Gx]
   L.norm1.forward(n1, a.mean1.data(), a.rstd1.data(), x, m, P, sums_);
   const Operand h1 = operand(n1, a.norm1h, mC);
-  L.q.forward(q, h1, m, P, stream_);
-  L.k.forward(k, h1, m, P, stream_);
-  L.v.forward(v, h1, m, P, stream_);
+  // Under bf16 the products write attention's bf16 inputs themselves where
+  // nothing comes between (RoPE turns q and k, the cache reads fp32).
+  const bool v_low = low && !caching, qk_low = v_low && cfg_.gpt2();
+  L.q.forward(q, h1, m, P, stream_, bf16_output(qk_low ? a.qh.data() : nullptr));
+  L.k.forward(k, h1, m, P, stream_, bf16_output(qk_low ? a.kh.data() : nullptr));
+  L.v.forward(v, h1, m, P, stream_, bf16_output(v_low ? a.vh.data() : nullptr));
   if (!cfg_.gpt2()) {
     be_.rope_forward(q, B_loc, T, nh_, hs_, qd_, cfg_.rope_theta, pos);
     be_.rope_forward(k, B_loc, T, nkv_, hs_, kvd_, cfg_.rope_theta, pos);
@@ -107,8 +110,10 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
     be_.attention_cached(att, q, k, v, k_cache_[l].data(), v_cache_[l].data(), s);
   } else {
     const ops::AttentionShape s{B_loc, T, nh_, nkv_, hs_, qd_, kvd_, qd_};
-    be_.attention_forward(att, a.lse.data(), operand(q, a.qh, long(m) * qd_),
-                          operand(k, a.kh, long(m) * kvd_), operand(v, a.vh, long(m) * kvd_), s);
+    be_.attention_forward(att, a.lse.data(),
+                          qk_low ? Operand(a.qh.data()) : operand(q, a.qh, long(m) * qd_),
+                          qk_low ? Operand(a.kh.data()) : operand(k, a.kh, long(m) * kvd_),
+                          v_low ? Operand(a.vh.data()) : operand(v, a.vh, long(m) * kvd_), s);
   }
   L.o.forward(tmp_c_.data(), operand(att, a.atth, long(m) * qd_), m, P, stream_);
   be_.add(a.mid.data(), x, tmp_c_.data(), mC);
@@ -116,14 +121,19 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
   // MLP: [m, C/Gx] -> [m, F/Gy] -> [m, C/Gx]
   L.norm2.forward(n2, a.mean2.data(), a.rstd2.data(), a.mid.data(), m, P, sums_);
   const Operand h2 = operand(n2, a.norm2h, mC);
-  L.up.forward(a.up.data(), h2, m, P, stream_);
-  if (cfg_.gpt2()) {
-    be_.gelu_forward(act, a.up.data(), long(m) * f_);
+  if (cfg_.gpt2()) {  // act = gelu(up), keeping up (GELU's input) for the backward
+    ops::LinearEpilogue gelu = bf16_output(low ? a.acth.data() : nullptr);
+    gelu.gelu = true;
+    gelu.pre_gelu = a.up.data();
+    L.up.forward(act, h2, m, P, stream_, gelu);
   } else {
+    L.up.forward(a.up.data(), h2, m, P, stream_);
     L.gate.forward(a.gate.data(), h2, m, P, stream_);
     be_.swiglu_forward(act, a.gate.data(), a.up.data(), long(m) * f_);
   }
-  L.down.forward(tmp_c_.data(), operand(act, a.acth, long(m) * f_), m, P, stream_);
+  const Operand act_in =
+      low && cfg_.gpt2() ? Operand(a.acth.data()) : operand(act, a.acth, long(m) * f_);
+  L.down.forward(tmp_c_.data(), act_in, m, P, stream_);
   be_.add(out, a.mid.data(), tmp_c_.data(), mC);
 }
 
@@ -139,11 +149,12 @@ void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
 
   // MLP: out = mid + down(act): [m, C/Gx] -> [m, F/Gy] -> [m, C/Gx]
   LinearGrad down_dw;  // down's dW, when it runs behind the MLP's dx sum
-  linear_backward(dact_.data(), m, {{&L.down, dres, operand(dres, dres_h_, mC), saved(a.act, a.acth)}},
-                  {}, &down_dw);
-  if (cfg_.gpt2()) {
-    be_.gelu_backward(dup_.data(), dact_.data(), a.up.data(), mF);
-  } else {
+  // GPT-2: dup = gelu'(up) * (the dx of down), GELU's backward in dup itself
+  const bool gelu = cfg_.gpt2();
+  linear_backward(gelu ? dup_.data() : dact_.data(), m,
+                  {{&L.down, dres, operand(dres, dres_h_, mC), saved(a.act, a.acth)}}, {}, &down_dw,
+                  gelu ? a.up.data() : nullptr);
+  if (!gelu) {
     be_.swiglu_backward(dgate_.data(), dup_.data(), dact_.data(), a.gate.data(), a.up.data(), mF);
   }
   const Operand h2 = saved(a.norm2, a.norm2h);
@@ -187,12 +198,15 @@ void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
 // is left there, and the next group of the block runs it as its `behind`.
 // The products are the same bits in any order; only their place changes.
 void Transformer::linear_backward(float* dx, int m, std::initializer_list<LinearGrad> group,
-                                  const LinearGrad& behind, LinearGrad* hand_on) {
+                                  const LinearGrad& behind, LinearGrad* hand_on,
+                                  const float* gelu_input) {
   float* G = grads_->data();
   const ParallelLinear* summing = nullptr;  // the group's first layer: all share the axis
+  const bool fuse_gelu = gelu_input && group.size() == 1 && !group.begin()->layer->sums_input();
   for (const LinearGrad& g : group) {
     if (!g.layer) continue;
-    g.layer->input_gradient(dx, summing != nullptr, g.dy, m, stream_);
+    g.layer->input_gradient(dx, summing != nullptr, g.dy, m, stream_,
+                            fuse_gelu ? gelu_input : nullptr);
     if (!summing) summing = g.layer;
   }
   Request sum = summing->sum_input_gradient(dx, m);
@@ -207,6 +221,8 @@ void Transformer::linear_backward(float* dx, int m, std::initializer_list<Linear
   if (behind.layer)
     behind.layer->weight_gradient(behind.dy_f32, behind.dy, behind.x, m, G, stream_, &sum);
   sum.wait();
+  if (gelu_input && !fuse_gelu)
+    be_.gelu_backward(dx, dx, gelu_input, int64_t(m) * summing->in_local());
 }
 
 const float* Transformer::upload_weights(const float* host, int64_t m) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "dendrite/core/bf16.h"
+#include "dendrite/core/check.h"
 
 namespace dendrite::ops {
 
@@ -73,6 +74,40 @@ void linear_backward_input(float* dx, const bf16* dy, const bf16* w, int m, int 
                            bool accumulate);
 void linear_backward_weight(float* dw, const bf16* dy, const bf16* x, int m, int k, int n,
                             bool accumulate);
+
+// What a linear layer's product does to its output before storing it, in
+// this order (on a GPU, cuBLASLt's epilogues: the product and these steps in
+// one kernel where cuBLASLt offers it):
+//   t = x w^T;  t += b (bias set);  pre_gelu = t, t = gelu(t) (gelu);
+//   y = t, or y_bf16 = bf16(t) when y_bf16 is set (y is then scratch, its
+//   values unspecified).
+// The steps are the separate ops' (add_bias, gelu_forward, to_bf16), so on
+// the CPU the bits are those of the separate calls.
+struct LinearEpilogue {
+  const float* bias = nullptr;  // [n], or none
+  bool gelu = false;            // GPT-2's tanh form (activation.h)
+  float* pre_gelu = nullptr;    // [m, n]: GELU's input, for gelu_backward; required with gelu
+  bf16* y_bf16 = nullptr;       // [m, n], or none
+};
+// y [m,n] = x [m,k] w [n,k]^T, then the epilogue e.
+void linear_forward(float* y, const float* x, const float* w, int m, int k, int n,
+                    const LinearEpilogue& e);
+void linear_forward(float* y, const bf16* x, const bf16* w, int m, int k, int n,
+                    const LinearEpilogue& e);
+// Throws, naming the op, unless e is complete (pre_gelu given with gelu).
+inline void check_epilogue(const LinearEpilogue& e, const char* op) {
+  DENDRITE_CHECK(!e.gelu || e.pre_gelu, op,
+                 ": a GELU epilogue needs pre_gelu, the buffer [m, n] for GELU's input that the "
+                 "backward reads; pass one");
+}
+
+// dx [m,k] = (dy [m,n] w [n,k]) * gelu'(gelu_input [m,k]): linear_backward_input
+// (overwriting), then gelu_backward in place (activation.h); one kernel where
+// the device fuses them (cuBLASLt's DGELU epilogue).
+void linear_backward_input_dgelu(float* dx, const float* dy, const float* w,
+                                 const float* gelu_input, int m, int k, int n);
+void linear_backward_input_dgelu(float* dx, const bf16* dy, const bf16* w, const float* gelu_input,
+                                 int m, int k, int n);
 
 // y[m,n] += b[n] on every row (the bias of a linear layer whose product came first).
 void add_bias(float* y, const float* b, int m, int n);

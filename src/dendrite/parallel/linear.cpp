@@ -24,8 +24,11 @@ ParallelLinear::ParallelLinear(ProcessGrid& grid, Backend& backend, const ParamS
                  " does not match the ", out_, " local outputs of ", w.name);
 }
 
-void ParallelLinear::forward(float* y, Operand x, int m, const float* params,
-                             WeightStream& stream) {
+void ParallelLinear::forward(float* y, Operand x, int m, const float* params, WeightStream& stream,
+                             const ops::LinearEpilogue& after) {
+  DENDRITE_CHECK(!after.bias, "parallel linear ", w_->name,
+                 ": the epilogue's bias is the layer's own; pass none");
+  ops::check_epilogue(after, "parallel linear forward");
   if (keep_) {  // gathered once a step, into the layer's own buffer
     if (kept_.size() == 0) kept_ = be_->alloc<float>((stream.block_bytes(*w_) + 3) / 4);
     kept_block_ = stream.gather_to_keep(*w_, kept_.data());
@@ -33,15 +36,34 @@ void ParallelLinear::forward(float* y, Operand x, int m, const float* params,
   const Operand w = keep_ ? kept_block_ : stream.gather(*w_);  // [out, in]
   DENDRITE_CHECK(x.is_bf16() == w.is_bf16(), "parallel linear ", w_->name,
                  ": the input and the weights differ in precision");
-  be_->linear_forward(y, x, w, nullptr, m, in_, out_);  // [m, out]: partial over the forward axis
+  ops::LinearEpilogue e = after;
+  e.bias = b_ ? params + b_->offset : nullptr;  // [out]
+  float* sum = e.gelu ? e.pre_gelu : y;         // [m, out]: what the forward axis sums
+  const bool alone = fwd_->size() == 1;
+  if (alone)
+    be_->linear_forward_fused(y, x, w, m, in_, out_, e);
+  else
+    be_->linear_forward(sum, x, w, nullptr, m, in_, out_);  // partial over the forward axis
+  // A group of one sums nothing, but the call stays: the axis counts it.
   be_->before_collective();
-  fwd_->all_reduce(y, int64_t(m) * out_);
-  if (b_) be_->add_bias(y, params + b_->offset, m, out_);  // b [out]
+  fwd_->all_reduce(sum, int64_t(m) * out_);
+  if (alone) return;
+  const int64_t n = int64_t(m) * out_;
+  if (e.bias) be_->add_bias(sum, e.bias, m, out_);
+  if (e.gelu) be_->gelu_forward(y, sum, n);
+  if (e.y_bf16) be_->to_bf16(e.y_bf16, y, n);
 }
 
 void ParallelLinear::input_gradient(float* dx, bool accumulate, Operand dy, int m,
-                                    WeightStream& stream) const {
+                                    WeightStream& stream, const float* gelu_input) const {
   const Operand w = keep_ ? kept_block_ : stream.gather(*w_);  // [out, in]
+  if (gelu_input) {
+    DENDRITE_CHECK(!accumulate && !sums_input(), "parallel linear ", w_->name,
+                   ": GELU's backward fuses into dx only where dx is neither added to nor "
+                   "summed over the backward axis");
+    be_->linear_backward_input_dgelu(dx, dy, w, gelu_input, m, in_, out_);
+    return;
+  }
   be_->linear_backward_input(dx, dy, w, m, in_, out_, accumulate);
 }
 

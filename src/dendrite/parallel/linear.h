@@ -39,15 +39,24 @@ class ParallelLinear {
 
   // The operands x, dy and the weight block are fp32, or bf16 under bf16
   // precision (core/operand.h); outputs and gradients are fp32 either way.
-  // y [m, out_local] = x [m, in_local] W^T, summed over the forward axis, + b.
-  void forward(float* y, Operand x, int m, const float* params, WeightStream& stream);
+  // y [m, out_local] = x [m, in_local] W^T, summed over the forward axis, + b,
+  // then the rest of `after` (ops::LinearEpilogue; its bias is the layer's,
+  // so left null): GELU keeping its input, a bf16 output. Where the forward
+  // axis has one rank there is no sum between the product and the epilogue,
+  // and the backend fuses them (cuBLASLt's epilogues on a GPU); the CPU's
+  // bits are the same either way.
+  void forward(float* y, Operand x, int m, const float* params, WeightStream& stream,
+               const ops::LinearEpilogue& after = {});
 
   // The backward is AxoNN's, in its three steps, so that the model can put
   // the dW products of a group of layers behind one dx sum (layers that share
   // an input add their dx and sum it once: Transformer::linear_backward).
   // 1. dx [m, in_local] = dy [m, out_local] W (overwritten, or added to when
-  //    accumulate), with the kept block or a fresh gather;
-  void input_gradient(float* dx, bool accumulate, Operand dy, int m, WeightStream& stream) const;
+  //    accumulate), with the kept block or a fresh gather; given gelu_input
+  //    [m, in_local] (only where step 2 sums nothing, and not accumulating),
+  //    then times gelu'(gelu_input), GELU's backward fused into the product;
+  void input_gradient(float* dx, bool accumulate, Operand dy, int m, WeightStream& stream,
+                      const float* gelu_input = nullptr) const;
   // 2. dx summed over the backward axis: posted non-blocking with OAR (wait
   //    for the request before reading dx), else summed before returning;
   Request sum_input_gradient(float* dx, int m) const;

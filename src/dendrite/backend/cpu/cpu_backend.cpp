@@ -76,12 +76,26 @@ class CpuBackend final : public Backend {
       ops::linear_forward(y, x.f32, w.f32, b, m, k, n);
     }
   }
+  void linear_forward_fused(float* y, Operand x, Operand w, int m, int k, int n,
+                            const ops::LinearEpilogue& e) override {
+    if (both_bf16(x, w, "linear_forward"))
+      ops::linear_forward(y, x.b16, w.b16, m, k, n, e);
+    else
+      ops::linear_forward(y, x.f32, w.f32, m, k, n, e);
+  }
   void linear_backward_input(float* dx, Operand dy, Operand w, int m, int k, int n,
                              bool accumulate) override {
     if (both_bf16(dy, w, "linear_backward_input"))
       ops::linear_backward_input(dx, dy.b16, w.b16, m, k, n, accumulate);
     else
       ops::linear_backward_input(dx, dy.f32, w.f32, m, k, n, accumulate);
+  }
+  void linear_backward_input_dgelu(float* dx, Operand dy, Operand w, const float* gelu_input, int m,
+                                   int k, int n) override {
+    if (both_bf16(dy, w, "linear_backward_input"))
+      ops::linear_backward_input_dgelu(dx, dy.b16, w.b16, gelu_input, m, k, n);
+    else
+      ops::linear_backward_input_dgelu(dx, dy.f32, w.f32, gelu_input, m, k, n);
   }
   void linear_backward_weight(float* dw, Operand dy, Operand x, int m, int k, int n,
                               bool accumulate) override {

@@ -23,6 +23,8 @@
 #include <vector>
 
 #include "dendrite/core/check.h"
+#include "dendrite/ops/activation.h"
+#include "dendrite/ops/convert.h"
 
 namespace dendrite::ops {
 
@@ -199,6 +201,46 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
 void linear_forward(float* y, const float* x, const float* w, const float* b, int m, int k, int n) {
   gemm(false, true, m, n, k, 1.0f, x, k, w, k, 0.0f, y, n);
   if (b) add_bias(y, b, m, n);
+}
+
+namespace {
+
+// The epilogue's steps after the bias: t [m, n] holds x w^T + b.
+void finish_epilogue(float* y, const float* t, int m, int n, const LinearEpilogue& e) {
+  const long mn = long(m) * n;
+  if (e.gelu) gelu_forward(y, t, mn);
+  if (e.y_bf16) to_bf16(e.y_bf16, y, mn);
+}
+
+}  // namespace
+
+void linear_forward(float* y, const float* x, const float* w, int m, int k, int n,
+                    const LinearEpilogue& e) {
+  check_epilogue(e, "linear_forward");
+  float* t = e.gelu ? e.pre_gelu : y;  // [m, n]
+  linear_forward(t, x, w, e.bias, m, k, n);
+  finish_epilogue(y, t, m, n, e);
+}
+
+void linear_forward(float* y, const bf16* x, const bf16* w, int m, int k, int n,
+                    const LinearEpilogue& e) {
+  check_epilogue(e, "linear_forward");
+  float* t = e.gelu ? e.pre_gelu : y;  // [m, n]
+  linear_forward(t, x, w, m, k, n);
+  if (e.bias) add_bias(t, e.bias, m, n);
+  finish_epilogue(y, t, m, n, e);
+}
+
+void linear_backward_input_dgelu(float* dx, const float* dy, const float* w,
+                                 const float* gelu_input, int m, int k, int n) {
+  linear_backward_input(dx, dy, w, m, k, n, false);
+  gelu_backward(dx, dx, gelu_input, long(m) * k);
+}
+
+void linear_backward_input_dgelu(float* dx, const bf16* dy, const bf16* w, const float* gelu_input,
+                                 int m, int k, int n) {
+  linear_backward_input(dx, dy, w, m, k, n, false);
+  gelu_backward(dx, dx, gelu_input, long(m) * k);
 }
 
 void add_bias(float* y, const float* b, int m, int n) {

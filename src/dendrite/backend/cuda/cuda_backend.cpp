@@ -239,15 +239,51 @@ class CudaBackend final : public Backend {
   }
   void linear_forward(float* y, Operand x, Operand w, const float* b, int m, int k,
                       int n) override {
+    ops::LinearEpilogue e;
+    e.bias = b;
+    linear_forward_fused(y, x, w, m, k, n, e);
+  }
+  // The epilogue in the product where cuBLASLt offers it (gemm.h: bias and
+  // GELU into fp32, bf16 alone); what it does not, as the kernels the CPU's
+  // separate ops mirror.
+  void linear_forward_fused(float* y, Operand x, Operand w, int m, int k, int n,
+                            const ops::LinearEpilogue& e) override {
+    ops::check_epilogue(e, "linear_forward");
     const bool low = both_bf16(x, w, "linear_forward");
-    gemm_->run(false, true, m, n, k, 1.0f, ptr(x), k, ptr(w), k, 0.0f, y, n, low, stream_);
-    if (b) cuda::add_bias(y, b, m, n, stream_);
+    const bool bf16_alone = e.y_bf16 && !e.bias && !e.gelu;
+    cuda::Gemm::Epilogue fused;
+    fused.bias = e.bias;
+    fused.gelu = e.gelu;
+    fused.gelu_input = e.pre_gelu;
+    fused.out_bf16 = bf16_alone;
+    void* d = bf16_alone ? static_cast<void*>(e.y_bf16) : static_cast<void*>(y);  // [m, n]
+    const int64_t mn = int64_t(m) * n;
+    if (gemm_->run_fused(false, true, m, n, k, ptr(x), k, ptr(w), k, d, low, fused, stream_)) {
+      if (e.y_bf16 && !bf16_alone) cuda::to_bf16(e.y_bf16, y, mn, stream_);
+      return;
+    }
+    float* t = e.gelu ? e.pre_gelu : y;  // [m, n]
+    gemm_->run(false, true, m, n, k, 1.0f, ptr(x), k, ptr(w), k, 0.0f, t, n, low, stream_);
+    if (e.bias) cuda::add_bias(t, e.bias, m, n, stream_);
+    if (e.gelu) cuda::gelu_forward(y, t, mn, stream_);
+    if (e.y_bf16) cuda::to_bf16(e.y_bf16, y, mn, stream_);
   }
   void linear_backward_input(float* dx, Operand dy, Operand w, int m, int k, int n,
                              bool accumulate) override {
     const bool low = both_bf16(dy, w, "linear_backward_input");
     gemm_->run(false, false, m, k, n, 1.0f, ptr(dy), n, ptr(w), k, accumulate ? 1.0f : 0.0f, dx, k,
                low, stream_);
+  }
+  // cuBLASLt's DGELU epilogue where it offers it, else the product and the
+  // gelu_backward kernel.
+  void linear_backward_input_dgelu(float* dx, Operand dy, Operand w, const float* gelu_input, int m,
+                                   int k, int n) override {
+    const bool low = both_bf16(dy, w, "linear_backward_input");
+    cuda::Gemm::Epilogue e;
+    e.dgelu_input = gelu_input;
+    if (gemm_->run_fused(false, false, m, k, n, ptr(dy), n, ptr(w), k, dx, low, e, stream_)) return;
+    gemm_->run(false, false, m, k, n, 1.0f, ptr(dy), n, ptr(w), k, 0.0f, dx, k, low, stream_);
+    cuda::gelu_backward(dx, dx, gelu_input, long(m) * k, stream_);
   }
   void linear_backward_weight(float* dw, Operand dy, Operand x, int m, int k, int n,
                               bool accumulate) override {
@@ -259,7 +295,7 @@ class CudaBackend final : public Backend {
     cuda::add_bias(y, b, m, n, stream_);
   }
   void add_column_sums(float* db, const float* dy, int m, int n) override {
-    cuda::add_column_sums(db, dy, m, n, stream_);
+    cuda::add_column_sums(db, dy, m, n, scratch_, stream_);
   }
   bool bf16_native() const override { return true; }
   std::string bf16_missing() const override { return ""; }
@@ -306,7 +342,7 @@ class CudaBackend final : public Backend {
                                 const float* rstd, const float* gamma, int m, int c,
                                 int c_total) override {
     cuda::layernorm_backward_apply(dx, dgamma, dbeta, sums, dy, x, mean, rstd, gamma, m, c, c_total,
-                                   stream_);
+                                   scratch_, stream_);
   }
   void rmsnorm_row_sums(double* sums, const float* x, int m, int c) override {
     cuda::rmsnorm_row_sums(sums, x, m, c, stream_);
@@ -322,7 +358,8 @@ class CudaBackend final : public Backend {
   void rmsnorm_backward_apply(float* dx, float* dgamma, const double* sums, const float* dy,
                               const float* x, const float* rstd, const float* gamma, int m, int c,
                               int c_total) override {
-    cuda::rmsnorm_backward_apply(dx, dgamma, sums, dy, x, rstd, gamma, m, c, c_total, stream_);
+    cuda::rmsnorm_backward_apply(dx, dgamma, sums, dy, x, rstd, gamma, m, c, c_total, scratch_,
+                                 stream_);
   }
 
   // ---- elementwise ----

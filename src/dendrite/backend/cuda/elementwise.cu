@@ -6,6 +6,7 @@
 // per access otherwise; the per-element result is the same either way.
 // The activations use the CPU backend's exponential polynomial
 // (cpu/fast_math.h), so they follow the CPU formulas to the rounding.
+#include <algorithm>
 #include <cstdint>
 
 #include "dendrite/backend/cuda/vector.cuh"
@@ -220,10 +221,12 @@ __global__ void interleave_vocab_parts_kernel(float* out, const float* parts, in
   }
 }
 
-// ---- column sums: one block per kTileCols columns; row group ty of the
-// block sums rows ty, ty + kRowGroups, ... in order (kRowsAhead rows loaded
-// before they are added), then the groups' sums are added as a fixed tree.
-// The order depends on nothing but m, so the bits are the same every run.
+// ---- column sums: a grid of kTileCols columns by blocks of rows
+// (row_blocks); row group ty of a block sums rows ty, ty + kRowGroups, ...
+// of its block of rows in order (kRowsAhead rows loaded before they are
+// added), the groups' sums are added as a fixed tree into the block's
+// partial, and add_row_block_partials adds the partials in block order. The
+// order depends on nothing but m and n, so the bits are the same every run.
 
 constexpr int kTileCols = 8;     // columns per block: a warp reads 4 rows x 32 bytes
 constexpr int kRowGroups = 128;  // row groups per block (blockDim = kTileCols x kRowGroups)
@@ -242,25 +245,38 @@ __device__ __forceinline__ float column_total(float v, float (*shared)[kTileCols
   return shared[0][tx];
 }
 
+// partials [gridDim.y, n]: block blockIdx.y's sums of its rows.
 __global__ void __launch_bounds__(kTileCols* kRowGroups)
-    add_column_sums_kernel(float* db, const float* __restrict__ dy, int m, int n) {
+    column_sums_kernel(float* __restrict__ partials, const float* __restrict__ dy, int m, int n,
+                       int rows) {
   __shared__ float shared[kRowGroups][kTileCols];
   const int j = blockIdx.x * kTileCols + threadIdx.x;
   const bool col = j < n;
+  const int begin = blockIdx.y * rows, end = min(m, begin + rows);
   float acc = 0.0f;
-  for (int r0 = threadIdx.y; r0 < m; r0 += kRowGroups * kRowsAhead) {
+  for (int r0 = begin + threadIdx.y; r0 < end; r0 += kRowGroups * kRowsAhead) {
     float v[kRowsAhead];
 #pragma unroll
     for (int k = 0; k < kRowsAhead; ++k) {
       const int r = r0 + k * kRowGroups;
-      v[k] = col && r < m ? dy[int64_t(r) * n + j] : 0.0f;
+      v[k] = col && r < end ? dy[int64_t(r) * n + j] : 0.0f;
     }
 #pragma unroll
     for (int k = 0; k < kRowsAhead; ++k)
-      if (r0 + k * kRowGroups < m) acc += v[k];
+      if (r0 + k * kRowGroups < end) acc += v[k];
   }
   const float total = column_total(acc, shared);
-  if (threadIdx.y == 0 && col) db[j] += total;
+  if (threadIdx.y == 0 && col) partials[int64_t(blockIdx.y) * n + j] = total;
+}
+
+// out [n] += sum over b of partials [b, n], b = 0 first: one thread a column.
+__global__ void add_row_block_partials_kernel(float* out, const float* __restrict__ partials,
+                                              int blocks, int n) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= n) return;
+  float total = partials[j];
+  for (int b = 1; b < blocks; ++b) total += partials[int64_t(b) * n + j];
+  out[j] += total;
 }
 
 // ---- the non-finite count: a fixed grid of per-block counts, then one block
@@ -376,13 +392,39 @@ void add_bias(float* y, const float* b, int m, int n, cudaStream_t stream) {
   check_launch("add_bias");
 }
 
-void add_column_sums(float* db, const float* dy, int m, int n, cudaStream_t stream) {
+RowBlocks row_blocks(int m, int n, int outputs, int step, const char* op) {
+  // About 512 rows a block: for 16,384 rows, 32 blocks of rows per column tile.
+  constexpr int kRowsPerBlock = 512;
+  const int64_t fit = int64_t(kScratchBytes) / (int64_t(sizeof(float)) * outputs * n);
+  DENDRITE_CHECK(fit >= 1, op, ": the partial sums of ", outputs, " x ", n,
+                 " columns do not fit the ", kScratchBytes, " bytes of scratch; at most ",
+                 kScratchBytes / (sizeof(float) * outputs), " columns");
+  const int64_t want = std::max<int64_t>(1, (int64_t(m) + kRowsPerBlock - 1) / kRowsPerBlock);
+  const int count = int(std::min<int64_t>({want, fit, 65535}));
+  RowBlocks b;
+  b.rows = (m + count - 1) / count;
+  b.rows = (b.rows + step - 1) / step * step;
+  b.count = std::max(1, (m + b.rows - 1) / b.rows);
+  return b;
+}
+
+void add_row_block_partials(float* out, const float* partials, int blocks, int n,
+                            cudaStream_t stream) {
+  if (n <= 0) return;
+  DENDRITE_LAUNCH(blocks_for(n), kThreads, 0, stream, add_row_block_partials_kernel)
+  (out, partials, blocks, n);
+  check_launch("add_row_block_partials");
+}
+
+void add_column_sums(float* db, const float* dy, int m, int n, void* scratch, cudaStream_t stream) {
   if (m <= 0 || n <= 0) return;
-  const dim3 block(kTileCols, kRowGroups);
-  DENDRITE_LAUNCH(unsigned((n + kTileCols - 1) / kTileCols), block, 0, stream,
-                  add_column_sums_kernel)(
-      db, dy, m, n);
+  const RowBlocks b = row_blocks(m, n, 1, kRowGroups * kRowsAhead, "add_column_sums");
+  float* partials = static_cast<float*>(scratch);  // [b.count, n]
+  const dim3 grid(unsigned((n + kTileCols - 1) / kTileCols), unsigned(b.count));
+  DENDRITE_LAUNCH(grid, dim3(kTileCols, kRowGroups), 0, stream, column_sums_kernel)
+  (partials, dy, m, n, b.rows);
   check_launch("add_column_sums");
+  add_row_block_partials(db, partials, b.count, n, stream);
 }
 
 int64_t count_nonfinite(const float* x, int64_t n, void* scratch, cudaStream_t stream) {

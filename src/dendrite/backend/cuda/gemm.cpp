@@ -25,6 +25,27 @@ int alignment(const void* p) {
   return a;
 }
 
+// What a split over K adds to a shape's line ("" for none).
+std::string split_name(int splits, uint32_t scheme) {
+  if (splits <= 1) return "";
+  const char* how = scheme == CUBLASLT_REDUCTION_SCHEME_INPLACE        ? "in place"
+                    : scheme == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE ? "fp32 partials"
+                                                                       : "partials in D's type";
+  return str(" split-K ", splits, " (", how, ")");
+}
+
+// What an epilogue adds to a shape's line ("" for none).
+std::string epilogue_name(int epilogue, bool out_bf16) {
+  std::string s;
+  if (epilogue & CUBLASLT_EPILOGUE_BIAS) s += " +bias";
+  if (epilogue == CUBLASLT_EPILOGUE_DGELU)
+    s += " *gelu'";
+  else if (epilogue & CUBLASLT_EPILOGUE_GELU)
+    s += " +gelu";
+  if (out_bf16) s += " ->bf16";
+  return s;
+}
+
 }  // namespace
 
 Gemm::Gemm(bool tf32) : tf32_(tf32) {
@@ -45,7 +66,91 @@ Gemm::~Gemm() {
   cublasLtDestroy(handle_);
 }
 
-const Gemm::Plan& Gemm::plan(const Key& k) {
+void Gemm::set_epilogue_pointers(const Plan& p, const Key& k, const Epilogue& e) const {
+  if (k.epilogue == CUBLASLT_EPILOGUE_DEFAULT) return;
+  if (e.bias)
+    check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias,
+                                         sizeof(e.bias)),
+          "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
+  const void* aux = e.gelu ? static_cast<const void*>(e.gelu_input) : e.dgelu_input;
+  if (aux)
+    check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                         sizeof(aux)),
+          "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_POINTER)");
+}
+
+namespace {
+
+// The epilogue's settings on the descriptor (the pointers are set per product).
+void describe_epilogue(cublasLtMatmulDesc_t op, int epilogue, int N) {
+  const uint32_t epi = uint32_t(epilogue);
+  check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)),
+        "cublasLtMatmulDescSetAttribute(EPILOGUE)");
+  if (epilogue & CUBLASLT_EPILOGUE_BIAS) {
+    const int32_t type = CUDA_R_32F;  // D's type, as cuBLASLt's default
+    check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type,
+                                         sizeof(type)),
+          "cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)");
+  }
+  if (epilogue == CUBLASLT_EPILOGUE_GELU_AUX || epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+      epilogue == CUBLASLT_EPILOGUE_DGELU) {
+    const int64_t ld = N;  // the GELU input [M, N] row-major: column-major [N, M]
+    check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)),
+          "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_LD)");
+  }
+}
+
+// The reduction schemes a split over K may use. None of cuBLASLt's uses
+// atomics (cublasLt.h): INPLACE adds the slices into D one after another,
+// ordered by counters in the workspace; COMPUTE_TYPE and OUTPUT_TYPE store
+// each slice's partial product in the workspace and sum them in a second
+// step. So a product's bits are fixed by its algorithm, which is chosen once
+// per shape. Into a bf16 D, INPLACE and OUTPUT_TYPE would round every
+// partial sum to bf16: only COMPUTE_TYPE (fp32 partials) there.
+uint32_t reduction_schemes(bool out_bf16) {
+  return out_bf16
+             ? uint32_t(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)
+             : uint32_t(CUBLASLT_REDUCTION_SCHEME_INPLACE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
+                        CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE);
+}
+
+// The preference: the workspace, the reduction schemes, the operands' alignment.
+cublasLtMatmulPreference_t preference(size_t workspace_bytes, int align_bytes, bool out_bf16) {
+  cublasLtMatmulPreference_t pref;
+  check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                             &workspace_bytes, sizeof(workspace_bytes)),
+        "cublasLtMatmulPreferenceSetAttribute(workspace)");
+  const uint32_t scheme = reduction_schemes(out_bf16);
+  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                             &scheme, sizeof(scheme)),
+        "cublasLtMatmulPreferenceSetAttribute(reduction scheme)");
+  const uint32_t align = uint32_t(align_bytes);
+  for (auto attr :
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    check(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)),
+          "cublasLtMatmulPreferenceSetAttribute(alignment)");
+  return pref;
+}
+
+}  // namespace
+
+void Gemm::read_split(Plan& p) const {
+  int32_t splits = 1;
+  uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+  size_t written = 0;
+  check(cublasLtMatmulAlgoConfigGetAttribute(&p.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
+                                             sizeof(splits), &written),
+        "cublasLtMatmulAlgoConfigGetAttribute(SPLITK_NUM)");
+  check(cublasLtMatmulAlgoConfigGetAttribute(&p.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                             &scheme, sizeof(scheme), &written),
+        "cublasLtMatmulAlgoConfigGetAttribute(REDUCTION_SCHEME)");
+  p.splits = splits;
+  p.scheme = scheme;
+}
+
+const Gemm::Plan& Gemm::plan(const Key& k, const Epilogue& e) {
   auto it = plans_.find(k);
   if (it != plans_.end()) return it->second;
   Plan p;
@@ -59,6 +164,8 @@ const Gemm::Plan& Gemm::plan(const Key& k) {
         "cublasLtMatmulDescSetAttribute(TRANSA)");
   check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &second, sizeof(second)),
         "cublasLtMatmulDescSetAttribute(TRANSB)");
+  if (k.epilogue != CUBLASLT_EPILOGUE_DEFAULT) describe_epilogue(p.op, k.epilogue, k.N);
+  set_epilogue_pointers(p, k, e);
   const cudaDataType_t in = k.bf16 ? CUDA_R_16BF : CUDA_R_32F;
   // Column-major shapes of the stored matrices: B is [K, N] (or [N, K] when
   // trans_b) row-major, so [N, K] (or [K, N]) column-major; A likewise.
@@ -66,35 +173,25 @@ const Gemm::Plan& Gemm::plan(const Key& k) {
         "cublasLtMatrixLayoutCreate(B)");
   check(cublasLtMatrixLayoutCreate(&p.a, in, k.ta ? k.M : k.K, k.ta ? k.K : k.M, k.lda),
         "cublasLtMatrixLayoutCreate(A)");
-  check(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, k.N, k.M, k.ldc),
+  check(cublasLtMatrixLayoutCreate(&p.c, k.out_bf16 ? CUDA_R_16BF : CUDA_R_32F, k.N, k.M, k.ldc),
         "cublasLtMatrixLayoutCreate(C)");
-  cublasLtMatmulPreference_t pref;
-  check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
-  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                             &workspace_bytes_, sizeof(workspace_bytes_)),
-        "cublasLtMatmulPreferenceSetAttribute(workspace)");
-  // Deterministic: no split-K reductions through atomics or another buffer.
-  const uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
-  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                                             &scheme, sizeof(scheme)),
-        "cublasLtMatmulPreferenceSetAttribute(reduction scheme)");
-  const uint32_t align = uint32_t(k.align);
-  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-    check(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)),
-          "cublasLtMatmulPreferenceSetAttribute(alignment)");
+  cublasLtMatmulPreference_t pref = preference(workspace_bytes_, k.align, k.out_bf16);
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  check(cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.b, p.a, p.c, p.c, pref, 1, &result, &found),
-        "cublasLtMatmulAlgoGetHeuristic");
+  const cublasStatus_t s =
+      cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.b, p.a, p.c, p.c, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  DENDRITE_CHECK(found > 0, "cuda: cuBLASLt has no algorithm for the ", k.bf16 ? "bf16" : "fp32",
-                 " product ", k.M, "x", k.N, "x", k.K, " (", k.ta ? "T" : "N", k.tb ? "T" : "N",
-                 ", alignment ", k.align, " bytes)");
+  // An epilogue cuBLASLt does not offer for this product is no error: its
+  // steps run as kernels (run_fused returns false).
+  const bool fused = k.epilogue != CUBLASLT_EPILOGUE_DEFAULT || k.out_bf16;
+  if (!fused) check(s, "cublasLtMatmulAlgoGetHeuristic");
+  DENDRITE_CHECK(fused || found > 0, "cuda: cuBLASLt has no algorithm for the ",
+                 k.bf16 ? "bf16" : "fp32", " product ", k.M, "x", k.N, "x", k.K, " (",
+                 k.ta ? "T" : "N", k.tb ? "T" : "N", ", alignment ", k.align, " bytes)");
+  p.found = s == CUBLAS_STATUS_SUCCESS && found > 0;
   p.algo = result.algo;
   p.workspace = result.workspaceSize;
+  if (p.found) read_split(p);
   return plans_.emplace(k, p).first->second;
 }
 
@@ -110,11 +207,46 @@ void Gemm::run(bool trans_a, bool trans_b, int M, int N, int K, float alpha, con
         "cublasLtMatmul");
 }
 
+bool Gemm::run_fused(bool trans_a, bool trans_b, int M, int N, int K, const void* A, int lda,
+                     const void* B, int ldb, void* D, bool bf16, const Epilogue& e,
+                     cudaStream_t stream) {
+  if (M == 0 || N == 0) return true;
+  // Only what cuBLASLt documents for these types: bias and GELU input take
+  // D's type, a bf16 D needs bf16 operands, and the GELU input's leading
+  // dimension is a multiple of 8.
+  if (e.out_bf16 && (e.bias || e.gelu || e.dgelu_input || !bf16)) return false;
+  if (e.gelu && (!e.gelu_input || N % 8 != 0)) return false;
+  if (e.dgelu_input && (e.gelu || e.bias || N % 8 != 0)) return false;
+  int epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  if (e.bias) epilogue = CUBLASLT_EPILOGUE_BIAS;
+  if (e.gelu) epilogue = e.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  if (e.dgelu_input) epilogue = CUBLASLT_EPILOGUE_DGELU;
+  const int align = std::min(std::min(alignment(A), alignment(B)), alignment(D));
+  int epi_align = 16;
+  if (e.bias) epi_align = std::min(epi_align, alignment(e.bias));
+  if (e.gelu) epi_align = std::min(epi_align, alignment(e.gelu_input));
+  if (e.dgelu_input) epi_align = std::min(epi_align, alignment(e.dgelu_input));
+  Key k{trans_a, trans_b, bf16, false, M, N, K, lda, ldb, N, align};
+  k.epilogue = epilogue;
+  k.out_bf16 = e.out_bf16;
+  k.epi_align = epi_align;
+  const Plan& p = plan(k, e);
+  if (!p.found) return false;
+  set_epilogue_pointers(p, k, e);
+  const float alpha = 1.0f, beta = 0.0f;
+  check(cublasLtMatmul(handle_, p.op, &alpha, B, p.b, A, p.a, &beta, D, p.c, D, p.c, &p.algo,
+                       workspace_, p.workspace, stream),
+        "cublasLtMatmul (with an epilogue)");
+  return true;
+}
+
 std::vector<std::string> Gemm::shapes() const {
   std::vector<std::string> out;
   for (const auto& [k, p] : plans_)
     out.push_back(str(k.ta ? "T" : "N", k.tb ? "T" : "N", " ", k.M, "x", k.N, "x", k.K,
-                      k.bf16 ? " bf16" : (tf32_ ? " tf32" : " fp32")));
+                      k.bf16 ? " bf16" : (tf32_ ? " tf32" : " fp32"),
+                      epilogue_name(k.epilogue, k.out_bf16), split_name(p.splits, p.scheme),
+                      p.found ? "" : " (no algorithm: kernels)"));
   return out;
 }
 

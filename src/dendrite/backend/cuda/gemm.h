@@ -1,7 +1,11 @@
 // cuBLASLt GEMMs of the CUDA backend: row-major products with fp32 or bf16
-// operands, fp32 accumulation and output. Each shape's algorithm is chosen at
-// its first product (the heuristic's first pick among algorithms that reduce
-// without atomics) and kept for the run, so that results are deterministic.
+// operands and fp32 accumulation; fp32 output, or with an epilogue (bias,
+// GELU keeping its input, a bf16 output) fused into the product. Each
+// shape's algorithm is chosen at its first product (the heuristic's first
+// pick, split over K where it picks that, with one of cuBLASLt's reduction
+// schemes, none of which uses atomics) and kept for the run, so that
+// results are deterministic. Letters: the row-major product
+// C[M,N] = op(A) op(B) over K.
 #pragma once
 
 #include <cublasLt.h>
@@ -15,8 +19,24 @@
 
 namespace dendrite::cuda {
 
+// What cuBLASLt does to a product before storing it (its epilogues), in
+// Gemm::run()'s row-major terms: D [M,N] = op(A) op(B), + bias [N] on every row,
+// then gelu_input [M,N] (ld N) = D and D = GELU(D); or, for GELU's
+// backward, D *= GELU'(dgelu_input [M,N], ld N). D fp32, or bf16 with none
+// of them (cuBLASLt's bias and GELU input take D's type, and Dendrite keeps
+// both in fp32).
+struct GemmEpilogue {
+  const float* bias = nullptr;
+  bool gelu = false;
+  float* gelu_input = nullptr;
+  const float* dgelu_input = nullptr;
+  bool out_bf16 = false;
+};
+
 class Gemm {
  public:
+  using Epilogue = GemmEpilogue;
+
   // tf32: fp32 products on the tensor cores in TF32 (--precision fp32 on a
   // GPU); else in full fp32 (the tests).
   explicit Gemm(bool tf32);
@@ -28,16 +48,31 @@ class Gemm {
   // both fp32 or both bf16 (bf16: true).
   void run(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const void* A, int lda,
            const void* B, int ldb, float beta, float* C, int ldc, bool bf16, cudaStream_t stream);
+  // D [M,N] (ld N) = op(A) op(B) with the epilogue (alpha 1, beta 0). Returns
+  // false, having done nothing, where cuBLASLt offers no algorithm for it
+  // (the caller then runs the epilogue's steps as kernels); that answer is
+  // kept for the shape too.
+  bool run_fused(bool trans_a, bool trans_b, int M, int N, int K, const void* A, int lda,
+                 const void* B, int ldb, void* D, bool bf16, const Epilogue& e,
+                 cudaStream_t stream);
   // The shapes met so far, one line each (for the start line and bench).
   std::vector<std::string> shapes() const;
   // Device memory held for cuBLASLt's workspace.
   size_t workspace_bytes() const { return workspace_bytes_; }
 
  private:
+  // epilogue: a cublasLtEpilogue_t; epi_align: the bias's and GELU input's
+  // alignment (cuBLASLt's heuristic reads it from their pointers).
   struct Key {
     bool ta, tb, bf16, beta;
     int M, N, K, lda, ldb, ldc, align;
-    auto tie() const { return std::tie(ta, tb, bf16, beta, M, N, K, lda, ldb, ldc, align); }
+    int epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    bool out_bf16 = false;
+    int epi_align = 16;
+    auto tie() const {
+      return std::tie(ta, tb, bf16, beta, M, N, K, lda, ldb, ldc, align, epilogue, out_bf16,
+                      epi_align);
+    }
     bool operator<(const Key& o) const { return tie() < o.tie(); }
   };
   struct Plan {
@@ -45,8 +80,15 @@ class Gemm {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
     size_t workspace = 0;
+    bool found = false;  // false: no algorithm (only an epilogue's plan may lack one)
+    int splits = 1;      // the slices of the sum over K, and how they are added
+    uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
   };
-  const Plan& plan(const Key& k);
+  void read_split(Plan& p) const;
+  // The plan of k, made at its first use; e's pointers are those the
+  // heuristic reads alignments from.
+  const Plan& plan(const Key& k, const Epilogue& e = {});
+  void set_epilogue_pointers(const Plan& p, const Key& k, const Epilogue& e) const;
 
   bool tf32_;
   cublasLtHandle_t handle_ = nullptr;

@@ -40,7 +40,8 @@ void copy_rows(float* dst, const float* src, int64_t rows, int64_t cols, int64_t
 void interleave_vocab_parts(float* out, const float* parts, int num_parts, int m, int Vloc, int V,
                             cudaStream_t stream);
 void add_bias(float* y, const float* b, int m, int n, cudaStream_t stream);
-void add_column_sums(float* db, const float* dy, int m, int n, cudaStream_t stream);
+// scratch: kScratchBytes of device scratch (above), for the row blocks' partial sums.
+void add_column_sums(float* db, const float* dy, int m, int n, void* scratch, cudaStream_t stream);
 int64_t count_nonfinite(const float* x, int64_t n, void* scratch, cudaStream_t stream);
 
 // ---- norms (norm.cu) ----
@@ -52,8 +53,8 @@ void layernorm_backward_sums(double* sums, const float* dy, const float* x, cons
                              const float* rstd, const float* gamma, int m, int c,
                              cudaStream_t stream);
 void layernorm_backward_apply(float* dx, float* dgamma, float* dbeta, const double* sums,
-                              const float* dy, const float* x, const float* mean,
-                              const float* rstd, const float* gamma, int m, int c, int c_total,
+                              const float* dy, const float* x, const float* mean, const float* rstd,
+                              const float* gamma, int m, int c, int c_total, void* scratch,
                               cudaStream_t stream);
 void rmsnorm_row_sums(double* sums, const float* x, int m, int c, cudaStream_t stream);
 void rmsnorm_apply(float* y, float* rstd, const double* sums, const float* x, const float* gamma,
@@ -62,7 +63,22 @@ void rmsnorm_backward_sums(double* sums, const float* dy, const float* x, const 
                            int c, cudaStream_t stream);
 void rmsnorm_backward_apply(float* dx, float* dgamma, const double* sums, const float* dy,
                             const float* x, const float* rstd, const float* gamma, int m, int c,
-                            int c_total, cudaStream_t stream);
+                            int c_total, void* scratch, cudaStream_t stream);
+
+// ---- sums over the rows in blocks of rows (elementwise.cu) ----
+// Column sums over m rows (bias gradients, the norms' dgamma and dbeta) run
+// on many blocks of rows at once: each block of `rows` rows writes its
+// partial sums of `outputs` vectors of n columns to scratch, and
+// add_row_block_partials adds them into the outputs in block order, so the
+// order depends only on m and n and no sum needs atomics.
+struct RowBlocks {
+  int count = 1;  // blocks of rows
+  int rows = 0;   // rows per block (the last may have fewer), a multiple of step
+};
+RowBlocks row_blocks(int m, int n, int outputs, int step, const char* op);
+// out [n] += the sum over blocks of partials [blocks, n], block 0 first.
+void add_row_block_partials(float* out, const float* partials, int blocks, int n,
+                            cudaStream_t stream);
 
 // ---- optimizer (optim.cu) ----
 void adamw_update(float* param, const float* grad, float* m, float* v, long n, float lr, int step,

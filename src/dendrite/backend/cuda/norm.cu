@@ -8,10 +8,12 @@
 // the row is aligned read the same groups in the same order, so the bits
 // depend only on the inputs and c.
 // Forward apply: one warp per row (the row's scalars computed once per warp).
-// Backward apply: one block per kTileCols columns, all rows, so that it
-// writes dx and sums dgamma/dbeta over the rows without atomics: row group
-// ty of the block sums rows ty, ty + kRowGroups, ... in order, then the
-// groups are added as a fixed tree and added (+=) into dgamma/dbeta. Each
+// Backward apply: a grid of kTileCols columns by blocks of rows
+// (kernels.h: row_blocks), so that many blocks write dx and sum
+// dgamma/dbeta without atomics: row group ty of a block sums rows ty,
+// ty + kRowGroups, ... of its block of rows in order, the groups are added
+// as a fixed tree into the block's partial sums (scratch), and a second
+// pass adds the blocks' partials into dgamma/dbeta in block order. Each
 // batch of rows has its row scalars (which divide in double) computed once
 // into shared memory.
 #include <cstdint>
@@ -246,15 +248,15 @@ __device__ __forceinline__ float column_total(float v, float (*shared)[kTileCols
   return shared[0][tx];
 }
 
-// dx = rstd (dy gamma - S1 / c_total - xhat S2 / c_total);  dgamma += sum_r dy xhat,
-// dbeta += sum_r dy (a null dgamma or dbeta is skipped, as on the CPU)
+// dx = rstd (dy gamma - S1 / c_total - xhat S2 / c_total) for the rows of
+// block blockIdx.y (`rows` a block); part_g, part_b [gridDim.y, c] = that
+// block's sums of dy xhat and dy (null: skipped, as dgamma or dbeta on the CPU)
 __global__ void __launch_bounds__(kTileCols* kRowGroups)
-    layernorm_backward_apply_kernel(float* __restrict__ dx, float* dgamma, float* dbeta,
-                                    const double* __restrict__ sums,
-                                    const float* __restrict__ dy, const float* __restrict__ x,
-                                    const float* __restrict__ mean,
-                                    const float* __restrict__ rstd,
-                                    const float* __restrict__ gamma, int m, int c, int c_total) {
+    layernorm_backward_apply_kernel(float* __restrict__ dx, float* part_g, float* part_b,
+                                    const double* __restrict__ sums, const float* __restrict__ dy,
+                                    const float* __restrict__ x, const float* __restrict__ mean,
+                                    const float* __restrict__ rstd, const float* __restrict__ gamma,
+                                    int m, int c, int c_total, int rows) {
   __shared__ float4 stats[kBatch];  // per row: mean, rstd, S1 / c_total, S2 / c_total
   __shared__ float shared[kRowGroups][kTileCols];
   const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * kTileCols + tx;
@@ -262,8 +264,9 @@ __global__ void __launch_bounds__(kTileCols* kRowGroups)
   const bool col = j < c;
   const float gj = col ? gamma[j] : 0.0f;
   float acc_g = 0.0f, acc_b = 0.0f;
-  for (int r0 = 0; r0 < m; r0 += kBatch) {
-    if (tid < kBatch && r0 + tid < m) {
+  const int end = min(m, int(blockIdx.y) * rows + rows);
+  for (int r0 = blockIdx.y * rows; r0 < end; r0 += kBatch) {
+    if (tid < kBatch && r0 + tid < end) {
       const int r = r0 + tid;
       stats[tid] = make_float4(mean[r], rstd[r], float(sums[2 * int64_t(r)] / c_total),
                                float(sums[2 * int64_t(r) + 1] / c_total));
@@ -273,14 +276,14 @@ __global__ void __launch_bounds__(kTileCols* kRowGroups)
 #pragma unroll
     for (int k = 0; k < kRowsAhead; ++k) {
       const int r = r0 + ty + k * kRowGroups;
-      const bool ok = col && r < m;
+      const bool ok = col && r < end;
       vd[k] = ok ? dy[int64_t(r) * c + j] : 0.0f;
       vx[k] = ok ? x[int64_t(r) * c + j] : 0.0f;
     }
 #pragma unroll
     for (int k = 0; k < kRowsAhead; ++k) {
       const int r = r0 + ty + k * kRowGroups;
-      if (col && r < m) {
+      if (col && r < end) {
         const float4 s = stats[ty + k * kRowGroups];
         const float xhat = (vx[k] - s.x) * s.y;
         acc_g += vd[k] * xhat;
@@ -290,22 +293,25 @@ __global__ void __launch_bounds__(kTileCols* kRowGroups)
     }
     __syncthreads();  // stats are restaged next batch
   }
-  if (dgamma) {
+  const int64_t at = int64_t(blockIdx.y) * c + j;
+  if (part_g) {
     const float total_g = column_total(acc_g, shared);
-    if (ty == 0 && col) dgamma[j] += total_g;
+    if (ty == 0 && col) part_g[at] = total_g;
   }
-  if (dbeta) {
+  if (part_b) {
     const float total_b = column_total(acc_b, shared);
-    if (ty == 0 && col) dbeta[j] += total_b;
+    if (ty == 0 && col) part_b[at] = total_b;
   }
 }
 
-// dx = rstd dy gamma - x rstd^3 S / c_total;  dgamma += sum_r dy x rstd (null: skipped)
+// dx = rstd dy gamma - x rstd^3 S / c_total for the rows of block blockIdx.y;
+// part_g [gridDim.y, c] = that block's sums of dy x rstd (null: skipped)
 __global__ void __launch_bounds__(kTileCols* kRowGroups)
-    rmsnorm_backward_apply_kernel(float* __restrict__ dx, float* dgamma,
+    rmsnorm_backward_apply_kernel(float* __restrict__ dx, float* part_g,
                                   const double* __restrict__ sums, const float* __restrict__ dy,
                                   const float* __restrict__ x, const float* __restrict__ rstd,
-                                  const float* __restrict__ gamma, int m, int c, int c_total) {
+                                  const float* __restrict__ gamma, int m, int c, int c_total,
+                                  int rows) {
   __shared__ float2 stats[kBatch];  // per row: rstd, rstd^3 S / c_total
   __shared__ float shared[kRowGroups][kTileCols];
   const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * kTileCols + tx;
@@ -313,8 +319,9 @@ __global__ void __launch_bounds__(kTileCols* kRowGroups)
   const bool col = j < c;
   const float gj = col ? gamma[j] : 0.0f;
   float acc = 0.0f;
-  for (int r0 = 0; r0 < m; r0 += kBatch) {
-    if (tid < kBatch && r0 + tid < m) {
+  const int end = min(m, int(blockIdx.y) * rows + rows);
+  for (int r0 = blockIdx.y * rows; r0 < end; r0 += kBatch) {
+    if (tid < kBatch && r0 + tid < end) {
       const int r = r0 + tid;
       const float rs = rstd[r];
       stats[tid] = make_float2(rs, float(double(rs) * rs * rs * sums[r] / c_total));
@@ -324,14 +331,14 @@ __global__ void __launch_bounds__(kTileCols* kRowGroups)
 #pragma unroll
     for (int k = 0; k < kRowsAhead; ++k) {
       const int r = r0 + ty + k * kRowGroups;
-      const bool ok = col && r < m;
+      const bool ok = col && r < end;
       vd[k] = ok ? dy[int64_t(r) * c + j] : 0.0f;
       vx[k] = ok ? x[int64_t(r) * c + j] : 0.0f;
     }
 #pragma unroll
     for (int k = 0; k < kRowsAhead; ++k) {
       const int r = r0 + ty + k * kRowGroups;
-      if (col && r < m) {
+      if (col && r < end) {
         const float2 s = stats[ty + k * kRowGroups];
         acc += vd[k] * vx[k] * s.x;
         dx[int64_t(r) * c + j] = s.x * vd[k] * gj - s.y * vx[k];
@@ -339,9 +346,9 @@ __global__ void __launch_bounds__(kTileCols* kRowGroups)
     }
     __syncthreads();  // stats are restaged next batch
   }
-  if (dgamma) {
+  if (part_g) {
     const float total = column_total(acc, shared);
-    if (ty == 0 && col) dgamma[j] += total;
+    if (ty == 0 && col) part_g[int64_t(blockIdx.y) * c + j] = total;
   }
 }
 
@@ -375,15 +382,20 @@ void layernorm_backward_sums(double* sums, const float* dy, const float* x, cons
 }
 
 void layernorm_backward_apply(float* dx, float* dgamma, float* dbeta, const double* sums,
-                              const float* dy, const float* x, const float* mean,
-                              const float* rstd, const float* gamma, int m, int c, int c_total,
+                              const float* dy, const float* x, const float* mean, const float* rstd,
+                              const float* gamma, int m, int c, int c_total, void* scratch,
                               cudaStream_t stream) {
   check_split("layernorm_backward_apply", m, c, c_total);
   if (m == 0) return;
-  DENDRITE_LAUNCH(tile_blocks(c), dim3(kTileCols, kRowGroups), 0, stream,
-                  layernorm_backward_apply_kernel)(
-      dx, dgamma, dbeta, sums, dy, x, mean, rstd, gamma, m, c, c_total);
+  const RowBlocks b = row_blocks(m, c, 2, kBatch, "layernorm_backward_apply");
+  float* part_g = dgamma ? static_cast<float*>(scratch) : nullptr;  // [b.count, c]
+  float* part_b = dbeta ? static_cast<float*>(scratch) + int64_t(b.count) * c : nullptr;  // same
+  DENDRITE_LAUNCH(dim3(tile_blocks(c), unsigned(b.count)), dim3(kTileCols, kRowGroups), 0, stream,
+                  layernorm_backward_apply_kernel)
+  (dx, part_g, part_b, sums, dy, x, mean, rstd, gamma, m, c, c_total, b.rows);
   check_launch("layernorm_backward_apply");
+  if (dgamma) add_row_block_partials(dgamma, part_g, b.count, c, stream);
+  if (dbeta) add_row_block_partials(dbeta, part_b, b.count, c, stream);
 }
 
 // ---------------------------------------------------------------- RMSNorm
@@ -411,13 +423,16 @@ void rmsnorm_backward_sums(double* sums, const float* dy, const float* x, const 
 
 void rmsnorm_backward_apply(float* dx, float* dgamma, const double* sums, const float* dy,
                             const float* x, const float* rstd, const float* gamma, int m, int c,
-                            int c_total, cudaStream_t stream) {
+                            int c_total, void* scratch, cudaStream_t stream) {
   check_split("rmsnorm_backward_apply", m, c, c_total);
   if (m == 0) return;
-  DENDRITE_LAUNCH(tile_blocks(c), dim3(kTileCols, kRowGroups), 0, stream,
-                  rmsnorm_backward_apply_kernel)(
-      dx, dgamma, sums, dy, x, rstd, gamma, m, c, c_total);
+  const RowBlocks b = row_blocks(m, c, 1, kBatch, "rmsnorm_backward_apply");
+  float* part_g = dgamma ? static_cast<float*>(scratch) : nullptr;  // [b.count, c]
+  DENDRITE_LAUNCH(dim3(tile_blocks(c), unsigned(b.count)), dim3(kTileCols, kRowGroups), 0, stream,
+                  rmsnorm_backward_apply_kernel)
+  (dx, part_g, sums, dy, x, rstd, gamma, m, c, c_total, b.rows);
   check_launch("rmsnorm_backward_apply");
+  if (dgamma) add_row_block_partials(dgamma, part_g, b.count, c, stream);
 }
 
 }  // namespace dendrite::cuda

@@ -137,6 +137,18 @@ void gelu_forward(double* y, const double* x, long n) {
   }
 }
 
+void linear_forward_epilogue(double* y, double* pre, const double* x, const double* w,
+                             const double* b, bool gelu, int m, int k, int n) {
+  linear_forward(gelu ? pre : y, x, w, b, m, k, n);
+  if (gelu) gelu_forward(y, pre, long(m) * n);
+}
+
+void linear_backward_input_dgelu(double* dx, const double* dy, const double* w,
+                                 const double* gelu_input, int m, int k, int n) {
+  gemm(false, false, m, k, n, 1.0, dy, n, w, k, 0.0, dx, k);
+  gelu_backward(dx, dx, gelu_input, long(m) * k);
+}
+
 void gelu_backward(double* dx, const double* dy, const double* x, long n) {
   for (long i = 0; i < n; ++i) {
     double u = kGeluS * (x[i] + kGeluA * x[i] * x[i] * x[i]);

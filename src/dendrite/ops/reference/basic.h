@@ -20,6 +20,13 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, double alpha, const d
 // y [m,n] = x [m,k] w[n,k]^T + b [n]  (b may be null)
 void linear_forward(double* y, const double* x, const double* w, const double* b, int m, int k,
                     int n);
+// ops::LinearEpilogue's steps: y [m,n] = x w^T + b (b may be null), then with
+// gelu pre [m,n] = that and y = gelu(pre)
+void linear_forward_epilogue(double* y, double* pre, const double* x, const double* w,
+                             const double* b, bool gelu, int m, int k, int n);
+// dx [m,k] = (dy w) gelu'(gelu_input)  (overwritten)
+void linear_backward_input_dgelu(double* dx, const double* dy, const double* w,
+                                 const double* gelu_input, int m, int k, int n);
 // dx [m,k] = dy w (overwritten);  dw [n,k] += dy^T x;  db [n] += column sums of dy (may be null)
 void linear_backward(double* dx, double* dw, double* db, const double* dy, const double* x,
                      const double* w, int m, int k, int n);

@@ -117,6 +117,8 @@ enum cudaError_t {
   cudaErrorInvalidValue = 1,
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
+  cudaErrorInsufficientDriver = 35,
+  cudaErrorNoDevice = 100,
   cudaErrorInvalidDevice = 101,
   cudaErrorNotReady = 600,
   // Raised by a kernel while it runs (the emulator raises the first two).

@@ -194,8 +194,8 @@ class Communicator {
 
   // Makes now, collectively, what the group's device collectives need (NCCL:
   // its communicator and axis stream), instead of at the first of them, so
-  // that no training step sets anything up. The process grid calls it for its
-  // four axes after splitting them. A transport with nothing to make ignores it.
+  // that no training step sets anything up (ProcessGrid::connect, when the
+  // model is built). A transport with nothing to make ignores it.
   virtual void connect() {}
   // Accumulating reduce-scatters of at most n floats per rank will follow; a
   // transport that reduces them in scratch memory (NCCL) allocates it now.

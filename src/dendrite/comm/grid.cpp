@@ -143,7 +143,9 @@ ProcessGrid::ProcessGrid(const GridShape& shape, Communicator& base) : shape_(sh
   az_ = split(gz, z_, (d_ * gy + y_) * gx + x_, "z");
   ad_ = split(shape.d, d_, (z_ * gy + y_) * gx + x_, "d");
   world_ = base.split(0, rank_, "world");
-  // The axes carry the step's device collectives; world only host data.
+}
+
+void ProcessGrid::connect() {
   for (Communicator* axis : {ax_.get(), ay_.get(), az_.get(), ad_.get()}) axis->connect();
 }
 

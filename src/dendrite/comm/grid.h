@@ -45,6 +45,11 @@ class ProcessGrid {
   Communicator& Z() { return *az_; }
   Communicator& D() { return *ad_; }
   Communicator& world() { return *world_; }
+  // Makes now what the axes' device collectives need (Communicator::connect:
+  // NCCL's communicators and axis streams), so that no training step makes
+  // any; the model calls it when it is built. Collective; a second call does
+  // nothing. World carries host data only and is left alone.
+  void connect();
   // The watchdog of every axis and the world (see Communicator::set_timeout).
   void set_timeout(double seconds);
   // Zeroes the counters of every axis and the world.

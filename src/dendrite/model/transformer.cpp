@@ -30,6 +30,7 @@ Transformer::Transformer(const ModelConfig& config, ProcessGrid& grid, Backend& 
                  " exceeds the model's block_size ", cfg_.block_size,
                  "; use a shorter --seq or a model with a larger block_size");
   check_grid();
+  grid_.connect();  // the axes' device collectives set up now, not in a step
   const GridShape& g = grid.shape();
   nh_ = cfg_.n_head / g.y;
   nkv_ = cfg_.n_kv_head / g.y;

@@ -15,6 +15,12 @@ bool is_device_pointer(const void* p) {
   // kernel's fault that CUDA reports at the next call: report it rather than
   // clear it with cudaGetLastError, which would hide it from every later check.
   const cudaError_t e = cudaPointerGetAttributes(&a, p);
+  if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) {
+    // No GPU or no driver (a CUDA build on a CPU machine): no memory is the
+    // device's, and no kernel ran whose error clearing this could hide.
+    cudaGetLastError();
+    return false;
+  }
   DENDRITE_CHECK(e == cudaSuccess, "cuda: cudaPointerGetAttributes failed: ", cudaGetErrorString(e),
                  "; if a kernel before it failed, rerun with CUDA_LAUNCH_BLOCKING=1 to name it");
   return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;

@@ -353,7 +353,7 @@ class NcclCommunicator final : public Communicator {
 
   // The axis stream, the watchdog and the NCCL communicator: rank 0's unique
   // id broadcast over the MPI communicator inside (collective, in the same
-  // order everywhere). connect() makes them when the grid is made; a group
+  // order everywhere). connect() makes them when the model is built; a group
   // it was not called for (world) makes them at its first device collective.
   void ensure_comm() {
     if (!stream_) {  // the first device collective: the axis stream and its watchdog

@@ -13,10 +13,10 @@
 // meets its peers in the same order. Host buffers (losses, norms, the
 // trainer's control data) go to the MPI communicator inside, which also
 // broadcasts the NCCL unique id that makes the NCCL communicator and carries
-// the barrier. The grid's four axes make theirs when the grid is made
-// (connect()), so no step calls ncclCommInitRank; a group that is never
-// connected (world, which carries host data only) makes one at its first
-// device collective. NCCL has no accumulating reduce-scatter: it reduces into
+// the barrier. The grid's four axes make theirs when the model is built
+// (ProcessGrid::connect), so no step calls ncclCommInitRank; a group that is
+// never connected (world, which carries host data only) makes one at its
+// first device collective. NCCL has no accumulating reduce-scatter: it reduces into
 // a scratch buffer that a kernel then adds, on the axis stream; the weight
 // stream reserves that buffer when it is made (reserve_accumulating). A group of one (the
 // grid's axes of extent 1) makes no NCCL communicator unless asked to

@@ -60,21 +60,21 @@ fi
 
 # ---- the working tree, as the device tool sends it ----
 [[ -d .gpu-debs ]] || scripts/gpu_deps.sh
-repo=$root/work/repo
+repo=$root/lease/repo
 tree() { git ls-files -co --exclude-standard; find .gpu-debs -type f; }
 if ((keep_build)) && [[ -d $repo/build-gpu ]]; then
   # As on a warm machine: the build stays, and only the files that changed
   # are replaced (dated now, so that the build sees them as newer).
-  rm -rf "$root/work/incoming" && mkdir -p "$root/work/incoming"
-  tree | tar -cf - -T - | tar -xf - -C "$root/work/incoming"
-  (cd "$root/work/incoming" && find . -type f) | while read -r f; do
-    cmp -s "$root/work/incoming/$f" "$repo/$f" ||
-      { mkdir -p "$(dirname "$repo/$f")" && cp "$root/work/incoming/$f" "$repo/$f"; }
+  rm -rf "$root/lease/incoming" && mkdir -p "$root/lease/incoming"
+  tree | tar -cf - -T - | tar -xf - -C "$root/lease/incoming"
+  (cd "$root/lease/incoming" && find . -type f) | while read -r f; do
+    cmp -s "$root/lease/incoming/$f" "$repo/$f" ||
+      { mkdir -p "$(dirname "$repo/$f")" && cp "$root/lease/incoming/$f" "$repo/$f"; }
   done
   # ... and what the tree no longer has goes (CMake's globs would still build it).
   comm -23 <(cd "$repo" && find . -path ./build-gpu -prune -o -type f -print | sort) \
-           <(cd "$root/work/incoming" && find . -type f | sort) | (cd "$repo" && xargs -r rm -f)
-  rm -rf "$root/work/incoming"
+           <(cd "$root/lease/incoming" && find . -type f | sort) | (cd "$repo" && xargs -r rm -f)
+  rm -rf "$root/lease/incoming"
 else
   rm -rf "$repo" && mkdir -p "$repo"
   tree | tar -cf - -T - | tar -xf - -C "$repo"
@@ -94,18 +94,18 @@ for s in "${stages[@]}"; do
 set -e
 root=$1 stage=$2
 mount --make-rprivate /
-mkdir -p "$root/usr/local/cuda" "$root/work/out"
+mkdir -p "$root/usr/local/cuda" "$root/lease/out"
 mount --bind /usr/local/cuda "$root/usr/local/cuda"
 mount -o remount,bind,ro "$root/usr/local/cuda"
 mount -t proc proc "$root/proc"
 mount --rbind /sys "$root/sys"
 mount --rbind /dev "$root/dev"
 mount -t tmpfs tmpfs "$root/dev/shm"
-mount -t tmpfs tmpfs "$root/work/out"
+mount -t tmpfs tmpfs "$root/lease/out"
 chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb \
   PATH=/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-  OUT=/work/out DENDRITE_BUILD_TIMEOUT=$DENDRITE_BUILD_TIMEOUT DENDRITE_STAGE_SECONDS=$DENDRITE_STAGE_SECONDS /bin/bash -c "cd /work/repo && scripts/gpu_check.sh --stage $stage" < /dev/null || true
-cp -r "$root/work/out/." "/tmp/gpu_rehearse_stage$stage.out"
+  OUT=/lease/out DENDRITE_BUILD_TIMEOUT=$DENDRITE_BUILD_TIMEOUT DENDRITE_STAGE_SECONDS=$DENDRITE_STAGE_SECONDS /bin/bash -c "cd /lease/repo && scripts/gpu_check.sh --stage $stage" < /dev/null || true
+cp -r "$root/lease/out/." "/tmp/gpu_rehearse_stage$stage.out"
 NS
   if [[ -d /tmp/gpu_rehearse_stage$s.out ]]; then
     cp -r "/tmp/gpu_rehearse_stage$s.out/." "$out/stage$s/" && rm -rf "/tmp/gpu_rehearse_stage$s.out"

@@ -22,6 +22,7 @@
 #include "dendrite/eval/generate.h"
 #include "dendrite/model/transformer.h"
 #include "dendrite/train/optimizer.h"
+#include "dendrite/train/progress.h"
 #include "dendrite/train/trace_file.h"
 #include "dendrite/train/trainer.h"
 
@@ -286,37 +287,49 @@ int run_bench_step(const BenchOptions& o, MpiEnv& env) {
       o.anatomy ? 0 : backend->peak_gflops(model->precision(), threads, 0.3) * ranks;
   const double tokens = double(r.batch) * r.seq;
   const double gflops = mc.train_flops_per_token(r.seq) * tokens / t.secs / 1e9;
+  const double mfu = model_flops_utilization(mc, r.seq, tokens / t.secs, peak);
   const double max_rss = max_over_ranks(grid, peak_rss_mb());
   const double max_shm = max_over_ranks(grid, rss_shmem_mb());
   CommTotals sums;
   nlohmann::json comm_ranks;
   nlohmann::json comm = comm_report(grid, o.steps, sums, comm_ranks);
   if (grid.rank() != 0) return 0;
-  nlohmann::json j = {{"model", r.model}, {"params", mc.num_parameters()},
-                      {"batch", r.batch}, {"grad_accum", r.grad_accum},
-                      {"seq", r.seq}, {"threads", threads},
-                      {"steps", o.steps}, {"loss", t.loss},
-                      {"tokens_per_s", tokens / t.secs}, {"step_ms", t.secs * 1e3},
-                      {"gflops_per_s", gflops}, {"peak_gflops", peak},
-                      {"mfu", peak > 0 ? gflops / peak : 0}, {"peak_rss_mb", max_rss},
-                      {"rss_shmem_mb", max_shm}, {"grid", grid.shape().str()},
-                      {"overlap", r.overlap},
-                      {"overlap_used", resolve_overlap(r.overlap, grid.world().ranks_on_node(),
-                                                       threads)},
-                      {"precision", r.precision},
-                      // rank 0, per step: the time the collectives took, the time the
-                      // rank was blocked by them (exposed), the rest (hidden), and the
-                      // CPU time the progress engine's thread used
-                      {"comm_ms", sums.total_ms}, {"exposed_ms", sums.exposed_ms},
-                      {"hidden_ms", sums.total_ms - sums.exposed_ms},
-                      {"engine_cpu_ms", sums.engine_cpu_ms}, {"comm", comm},
-                      // the same per axis and kind over all the ranks (mean, least, most)
-                      {"comm_ranks", comm_ranks},
-                      {"compute_ms", t.secs * 1e3 - sums.exposed_ms},
-                      {"cpu_user_ms", t.cpu[0] / ranks}, {"cpu_sys_ms", t.cpu[1] / ranks},
-                      {"context_switches", t.cpu[2] / ranks},
-                      {"param_bytes", 4.0 * model->num_floats()},
-                      {"activation_bytes", double(model->activation_bytes())}};
+  nlohmann::json j = {
+      {"model", r.model},
+      {"params", mc.num_parameters()},
+      {"batch", r.batch},
+      {"grad_accum", r.grad_accum},
+      {"seq", r.seq},
+      {"threads", threads},
+      {"steps", o.steps},
+      {"loss", t.loss},
+      {"tokens_per_s", tokens / t.secs},
+      {"step_ms", t.secs * 1e3},
+      {"gflops_per_s", gflops},
+      {"peak_gflops", peak},
+      {"mfu", mfu},
+      {"peak_rss_mb", max_rss},
+      {"rss_shmem_mb", max_shm},
+      {"grid", grid.shape().str()},
+      {"overlap", r.overlap},
+      {"overlap_used", resolve_overlap(r.overlap, grid.world().ranks_on_node(), threads)},
+      {"precision", r.precision},
+      // rank 0, per step: the time the collectives took, the time the
+      // rank was blocked by them (exposed), the rest (hidden), and the
+      // CPU time the progress engine's thread used
+      {"comm_ms", sums.total_ms},
+      {"exposed_ms", sums.exposed_ms},
+      {"hidden_ms", sums.total_ms - sums.exposed_ms},
+      {"engine_cpu_ms", sums.engine_cpu_ms},
+      {"comm", comm},
+      // the same per axis and kind over all the ranks (mean, least, most)
+      {"comm_ranks", comm_ranks},
+      {"compute_ms", t.secs * 1e3 - sums.exposed_ms},
+      {"cpu_user_ms", t.cpu[0] / ranks},
+      {"cpu_sys_ms", t.cpu[1] / ranks},
+      {"context_switches", t.cpu[2] / ranks},
+      {"param_bytes", 4.0 * model->num_floats()},
+      {"activation_bytes", double(model->activation_bytes())}};
   j["device"] = backend->describe();
   if (backend->device() == Device::kCuda)  // what the model and its step held at most
     j["device_peak_mb"] = device_peak_mb;
@@ -325,10 +338,16 @@ int run_bench_step(const BenchOptions& o, MpiEnv& env) {
   if (o.json) {
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("%s %s B=%d T=%d threads=%d: %.1f tokens/s, %.1f ms/step, %.1f GFLOP/s of %.1f peak "
-                "(MFU %.1f%%), peak RSS %.0f MB\n",
-                r.model.c_str(), r.precision.c_str(), r.batch, r.seq, threads, tokens / t.secs, t.secs * 1e3, gflops,
-                peak, 100 * gflops / peak, max_rss);
+    std::printf(
+        "%s %s B=%d T=%d threads=%d: %.1f tokens/s, %.1f ms/step, %.1f GFLOP/s of %.1f peak "
+        "(MFU %.1f%%), peak RSS %.0f MB\n",
+        r.model.c_str(), r.precision.c_str(), r.batch, r.seq, threads, tokens / t.secs,
+        t.secs * 1e3, gflops, peak, 100 * mfu, max_rss);
+    if (mfu > 1)
+      std::printf(
+          "MFU above 100%%: the peak measured after the steps (%.1f GFLOP/s) read low; "
+          "was another process sharing the cores?\n",
+          peak);
     if (backend->device() == Device::kCuda)
       std::printf("device %s: peak device memory %.0f MB\n", backend->describe().c_str(),
                   device_peak_mb);

@@ -759,7 +759,10 @@ Runner add_plan(CLI::App& app, MpiEnv& env) {
 Runner add_calibrate(CLI::App& app, MpiEnv& env) {
   auto o = std::make_shared<CalibrateCmd>();
   app.add_option("--out", o->out, "Machine file to write")->required();
-  app.add_option("--name", o->name, "Machine name")->capture_default_str();
+  app.add_option("--name", o->name,
+                 "The machine's name, kept in the file's \"name\" and printed by `plan` "
+                 "beside its choice")
+      ->capture_default_str();
   app.add_option("--threads", o->threads, "Threads per rank (default: OMP_NUM_THREADS)");
   app.add_flag("--quick", o->quick, "Fewer GEMM shapes (tests)");
   app.add_option("--device", o->device,

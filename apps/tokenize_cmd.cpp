@@ -20,7 +20,9 @@ Runner add_tokenize(CLI::App& app) {
                  "(tokenizer.json or vocab.json + merges.txt: GPT-2 style byte-level BPE; "
                  "tokenizer.model: SentencePiece, encoded as that library does); its files "
                  "are copied into --out");
-  app.add_option("--val-fraction", opt->val_fraction, "Fraction of tokens kept for validation")
+  app.add_option("--val-fraction", opt->val_fraction,
+                 "Fraction of the tokens kept for validation: the last ones, written to val.bin "
+                 "(train --eval-every reads it)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 0.5));
   app.add_option("--seed", opt->seed, "Seed of the tokenizer training and of the canary positions")

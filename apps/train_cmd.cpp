@@ -152,9 +152,16 @@ static void add_optimizer_options(CLI::App& app, TrainOptions& opt) {
   app.add_option("--warmup", opt.warmup, "Linear warmup steps (default min(100, steps/10))");
   app.add_option("--weight-decay", opt.weight_decay, "AdamW decay (not on norms and biases)")
       ->capture_default_str();
-  app.add_option("--beta1", opt.beta1, "AdamW beta1")->capture_default_str();
-  app.add_option("--beta2", opt.beta2, "AdamW beta2")->capture_default_str();
-  app.add_option("--adam-eps", opt.adam_eps, "AdamW epsilon")->capture_default_str();
+  app.add_option("--beta1", opt.beta1,
+                 "AdamW's decay of the running mean of gradients (first moment)")
+      ->capture_default_str();
+  app.add_option("--beta2", opt.beta2,
+                 "AdamW's decay of the running mean of squared gradients (second moment); "
+                 "0.95 as GPT-3 and Llama, 0.999 as PyTorch's default")
+      ->capture_default_str();
+  app.add_option("--adam-eps", opt.adam_eps,
+                 "AdamW's epsilon, added to the square root of the second moment before dividing")
+      ->capture_default_str();
   app.add_option("--grad-clip", opt.grad_clip, "Clip the global gradient norm (0: off)")
       ->capture_default_str();
 }
@@ -186,12 +193,27 @@ static void add_run_options(CLI::App& app, TrainOptions& opt) {
                  "for a checkpoint write is not timed (0: wait forever)")
       ->capture_default_str();
   app.add_option("--stop-at", opt.stop_at,
-                 "Stop (and save) after this step, as an interrupted run would; resume later")
+                 "Stop (and save) after this step, as an interrupted run would; --resume later "
+                 "continues with the same schedule (--steps still sets its length)")
       ->capture_default_str();
   app.add_option("--eval-every", opt.eval_every, "Validation loss every N steps (0: never)")
       ->capture_default_str();
-  app.add_option("--eval-batches", opt.eval_batches, "Batches per validation")->capture_default_str();
-  app.add_option("--log-every", opt.log_every, "Print a line every N steps")->capture_default_str();
+  app.add_option("--eval-batches", opt.eval_batches,
+                 "Batches of --batch sequences of the validation tokens (val.bin) each validation "
+                 "loss averages over")
+      ->capture_default_str();
+  app.add_option("--log-every", opt.log_every,
+                 "Print the progress line (loss, learning rate, gradient norm, tokens/s, MFU, "
+                 "step time, time left) every N steps, and at the last step and every "
+                 "validation (0: only those)")
+      ->capture_default_str();
+  app.add_option("--progress", opt.progress,
+                 "live: one progress line rewritten in place (\\r); lines: a plain line every "
+                 "--log-every steps, as a log file wants; auto: live only where stdout is a "
+                 "terminal and no MPI launcher started the job (mpirun and srun give ranks a "
+                 "pseudo-terminal even when their output goes to a file)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "live", "lines"}));
   app.add_option("--metrics", opt.metrics, "Write one JSON object per step to this file");
   app.add_option("--trace", opt.trace,
                  "Write a timeline of every rank's steps and collectives to this file (Trace "

@@ -66,6 +66,12 @@ TEST_F(CliParallel, ResumeOnAnotherGridMatchesTheRunThatStayed) {
   const std::string run = (dir_ / "run").string();
   Result a = mpirun(8, train() + " --steps 8 --grid x=2,y=2,z=2 --metrics " + stayed.string());
   ASSERT_EQ(a.rc, 0) << a.out;
+  // mpirun's output goes to a pipe here, as to a log under Slurm, though each
+  // rank's stdout is a pseudo-terminal of mpirun's: plain progress lines, no
+  // live line's carriage returns or escape codes.
+  EXPECT_EQ(a.out.find('\r'), std::string::npos) << a.out;
+  EXPECT_EQ(a.out.find('\033'), std::string::npos) << a.out;
+  EXPECT_NE(a.out.find("step     8/8 | loss"), std::string::npos) << a.out;
   Result b = mpirun(8, train() + " --steps 8 --stop-at 4 --grid x=2,y=2,z=2 --out " + run +
                            " --metrics " + moved.string());
   ASSERT_EQ(b.rc, 0) << b.out;

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 namespace dendrite {
 
@@ -26,5 +27,13 @@ void log_error(const std::string& line) {
 }
 
 bool stdout_is_terminal() { return isatty(STDOUT_FILENO) == 1; }
+
+bool started_by_mpi_launcher() {
+  // OpenMPI, PMIx (OpenMPI 5, Slurm's PMIx plugin), MPICH's Hydra and PMI-1/2, Slurm's srun.
+  for (const char* v :
+       {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "SLURM_STEP_ID"})
+    if (std::getenv(v) != nullptr) return true;
+  return false;
+}
 
 }  // namespace dendrite

@@ -13,5 +13,9 @@ void log_info(const std::string& line);
 void log_error(const std::string& line);
 // True when stdout is a terminal (live progress lines use \r).
 bool stdout_is_terminal();
+// True when an MPI launcher (mpirun, mpiexec, srun) started this process: its
+// stdout may be a pseudo-terminal of the launcher's even when the launcher's
+// own output goes to a file.
+bool started_by_mpi_launcher();
 
 }  // namespace dendrite

@@ -53,12 +53,13 @@ std::string gemm_tuning_summary(const Backend& be) {
 
 }  // namespace
 
-#define DENDRITE_TRAIN_FIELDS(X)                                                              \
-  X(model) X(data) X(steps) X(batch) X(seq) X(lr) X(min_lr) X(warmup) X(weight_decay) X(beta1) \
-  X(beta2) X(adam_eps) X(grad_clip) X(seed) X(out) X(resume) X(save_every) X(stop_at) X(eval_every)       \
-  X(eval_batches) X(log_every) X(metrics) X(threads) X(grid) X(keep_gathered) X(recompute) X(overlap) \
-  X(keep) X(on_nan) X(timeout) X(goldfish) X(gemm_tune) X(grad_accum) X(precision) X(device) \
-  X(init_from) X(trace) X(trace_steps)
+#define DENDRITE_TRAIN_FIELDS(X)                                                                   \
+  X(model)                                                                                         \
+  X(data) X(steps) X(batch) X(seq) X(lr) X(min_lr) X(warmup) X(weight_decay) X(beta1) X(beta2)     \
+      X(adam_eps) X(grad_clip) X(seed) X(out) X(resume) X(save_every) X(stop_at) X(eval_every)     \
+          X(eval_batches) X(log_every) X(metrics) X(threads) X(grid) X(keep_gathered) X(recompute) \
+              X(overlap) X(keep) X(on_nan) X(timeout) X(goldfish) X(gemm_tune) X(grad_accum)       \
+                  X(precision) X(device) X(init_from) X(trace) X(trace_steps) X(progress)
 
 nlohmann::json TrainOptions::to_json() const {
   nlohmann::json j;
@@ -510,10 +511,10 @@ void Trainer::save(int64_t step) {
 
 TrainResult Trainer::run() {
   NonFiniteSteps non_finite(opt_.on_nan);
-  Progress progress(opt_.steps - start_);
+  Progress progress(opt_.steps - start_, parse_progress_mode(opt_.progress));
   // The whole job's peak in the run's precision (MFU's denominator).
-  const double peak = be_.peak_gflops(model_->precision()) * grid_.shape().size();
-  const double flops_per_step = mc_.train_flops_per_token(opt_.seq) * opt_.batch * opt_.seq;
+  double peak = be_.peak_gflops(model_->precision()) * grid_.shape().size();
+  bool peak_remeasured = false;
   const double tokens = double(opt_.batch) * opt_.seq;
   const int64_t end = opt_.stop_at > 0 ? std::min(opt_.stop_at, opt_.steps) : opt_.steps;
   auto save_and_note = [&](int64_t step) {
@@ -558,8 +559,19 @@ TrainResult Trainer::run() {
                         " spans of ", grid_.shape().size(), " rank(s) in ", opt_.trace,
                         " (open it in ui.perfetto.dev or chrome://tracing)"));
     }
-    StepFigures f{step + 1, opt_.steps, loss, lr, norm, tokens / secs, secs * 1e3,
-                  flops_per_step / secs / 1e9 / peak, -1};
+    double mfu = model_flops_utilization(mc_, opt_.seq, tokens / secs, peak);
+    if (mfu > 1 && !peak_remeasured) {
+      // The peak read low: measured while another process held the cores?
+      // Measured again (this rank only: nothing collective), and said.
+      peak_remeasured = true;
+      const double again = be_.peak_gflops(model_->precision()) * grid_.shape().size();
+      progress.note(str("MFU above 100% against the peak measured at the start (", std::round(peak),
+                        " GFLOP/s); measured again: ", std::round(again), " GFLOP/s",
+                        again > peak ? "" : " (no higher: is another process sharing the cores?)"));
+      peak = std::max(peak, again);
+      mfu = model_flops_utilization(mc_, opt_.seq, tokens / secs, peak);
+    }
+    StepFigures f{step + 1, opt_.steps, loss, lr, norm, tokens / secs, secs * 1e3, mfu, -1};
     f.skipped = !update;
     f.skipped_steps = result_.skipped_steps = non_finite.skipped();
     f.supervised = double(supervised) / tokens;

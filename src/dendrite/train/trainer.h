@@ -55,6 +55,7 @@ struct TrainOptions {
   std::string on_nan = "stop";  // a non-finite loss or gradient norm: stop, or skip-step
   double timeout = 600;         // seconds a collective may block before the job fails (0: off)
   std::string goldfish = "off";  // Goldfish loss: "off" or "k=4,h=13,mode=hash,seed=0" (goldfish.h)
+  std::string progress = "auto";  // live, lines or auto (train/progress.h: ProgressMode)
 
   nlohmann::json to_json() const;
   // Sets the fields named in j; an unknown key or a value of the wrong type is an error.

@@ -270,7 +270,7 @@ int run_bench_step(const BenchOptions& o, MpiEnv& env) {
                  "build/tests/dendrite_emulated counts the emulated GPU's");
   DENDRITE_CHECK(!o.anatomy || o.trace.empty(),
                  "bench step: --anatomy records the steps' trace itself; leave out --trace");
-  ModelConfig mc = load_model_config(r.model);
+  ModelConfig mc = model_config_of(r.model);
   std::unique_ptr<Backend> backend = make_rank_backend(r.device, env);
   ProcessGrid grid = make_grid(backend->transport(env.world()), r.grid);
   if (!o.trace.empty() && grid.rank() == 0) check_trace_path(o.trace);
@@ -376,7 +376,7 @@ int run_bench_generate(const GenerateBenchOptions& o, MpiEnv& env) {
                  "bench generate: --mode must be both, cache or no-cache, got '", o.mode, "'");
   DENDRITE_CHECK(o.prompt >= 1 && o.tokens >= 1, "bench generate: --prompt and --tokens must be "
                  "positive, got ", o.prompt, " and ", o.tokens);
-  ModelConfig mc = load_model_config(r.model);
+  ModelConfig mc = model_config_of(r.model);
   std::unique_ptr<Backend> backend = make_rank_backend(r.device, env);
   ProcessGrid grid = make_grid(backend->transport(env.world()), r.grid);
   r.seq = std::min(mc.block_size, o.prompt + o.tokens - 1);
@@ -442,7 +442,10 @@ Runner add_bench(CLI::App& app, MpiEnv& env, StepCounter* counter) {
   app.require_subcommand(1);
   CLI::App* step = app.add_subcommand("step", "Time training steps (forward, backward, AdamW)");
   TrainOptions& r = o->run;
-  step->add_option("--model", r.model, "Preset or model JSON file")->capture_default_str();
+  step->add_option("--model", r.model,
+                   "Preset, model JSON file, or Hugging Face model folder (its config.json; "
+                   "the weights are random)")
+      ->capture_default_str();
   step->add_option("--batch", r.batch, "Sequences per step")->capture_default_str();
   step->add_option("--grad-accum", r.grad_accum, "Micro-batches per step (as train)")
       ->capture_default_str();
@@ -476,7 +479,10 @@ Runner add_bench(CLI::App& app, MpiEnv& env, StepCounter* counter) {
   CLI::App* gen = app.add_subcommand(
       "generate", "Time greedy generation with the key/value cache and without it");
   TrainOptions& gr = g->run;
-  gen->add_option("--model", gr.model, "Preset or model JSON file")->capture_default_str();
+  gen->add_option("--model", gr.model,
+                  "Preset, model JSON file, or Hugging Face model folder (its config.json; "
+                  "the weights are random)")
+      ->capture_default_str();
   gen->add_option("--batch", gr.batch, "Sequences generated together")->capture_default_str();
   gen->add_option("--prompt", g->prompt, "Prompt tokens (random ids)")->capture_default_str();
   gen->add_option("--tokens", g->tokens, "New tokens per sequence")->capture_default_str();

@@ -6,10 +6,13 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
+#include <fstream>
 #include <map>
 
 #include "apps/commands.h"
 #include "dendrite/comm/mpi/env.h"
+#include "dendrite/io/hf_folder.h"
 
 namespace dendrite::app {
 
@@ -66,6 +69,20 @@ int dendrite_main(int argc, char** argv, const TrainHooks* hooks, StepCounter* c
       if (sub->parsed()) return run();
     return 1;
   });
+}
+
+ModelConfig model_config_of(const std::string& model_or_folder) {
+  namespace fs = std::filesystem;
+  const fs::path config = fs::path(model_or_folder) / "config.json";
+  if (!fs::is_directory(model_or_folder) || !fs::exists(config))
+    return load_model_config(model_or_folder);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(std::ifstream(config));
+  } catch (const nlohmann::json::exception& e) {
+    fail("hugging face folder: ", config.string(), " is not valid JSON (", e.what(), ")");
+  }
+  return model_config_from_hf(j, config.string());
 }
 
 }  // namespace dendrite::app

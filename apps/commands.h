@@ -11,6 +11,7 @@
 #include "dendrite/backend/backend.h"
 #include "dendrite/comm/grid.h"
 #include "dendrite/comm/mpi/env.h"
+#include "dendrite/model/config.h"
 #include "dendrite/train/hooks.h"
 
 namespace dendrite::app {
@@ -48,6 +49,11 @@ ProcessGrid make_grid(Communicator& world, const std::string& text);
 // by the rank's index on its node and its GPU transport by env's options.
 // Collective over env's world.
 std::unique_ptr<Backend> make_rank_backend(const std::string& device, MpiEnv& env);
+
+// The model a command plans or times: a Hugging Face folder's (a folder that
+// holds config.json, read as --init-from reads it), else a preset or a model
+// JSON file (load_model_config).
+ModelConfig model_config_of(const std::string& model_or_folder);
 
 // Loads a JSON config file given by --config before the other options are
 // parsed, so that options on the command line override it.

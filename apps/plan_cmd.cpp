@@ -173,7 +173,7 @@ int run_plan(const PlanCmd& o, const MpiEnv& env) {
   if (o.ranks_per_node > 0) mach.ranks_per_node = o.ranks_per_node;
   mach.simulated_ranks_per_node =
       o.simulate_nodes > 0 ? o.simulate_nodes : env.options().ranks_per_node;
-  const ModelConfig mc = load_model_config(o.model);
+  const ModelConfig mc = model_config_of(o.model);
   PlanOptions po;
   po.B = o.batch, po.T = o.seq, po.keep_gathered = o.keep_gathered, po.recompute = o.recompute;
   po.overlap = Overlap::parse(planned_overlap(o.overlap, mach));
@@ -715,7 +715,9 @@ int run_calibrate(const CalibrateCmd& o, MpiEnv& env) {
 
 Runner add_plan(CLI::App& app, MpiEnv& env) {
   auto o = std::make_shared<PlanCmd>();
-  app.add_option("--model", o->model, "Preset or model JSON file")->capture_default_str();
+  app.add_option("--model", o->model,
+                 "Preset, model JSON file, or Hugging Face model folder (its config.json)")
+      ->capture_default_str();
   auto* batch = app.add_option("--batch", o->batch, "Global batch (sequences; --sweep: 2048)")
                     ->capture_default_str();
   auto* seq = app.add_option("--seq", o->seq, "Tokens per sequence (--sweep: 2048)")

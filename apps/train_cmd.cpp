@@ -92,7 +92,8 @@ static std::string auto_grid(const TrainOptions& opt, const std::string& machine
   po.precision = parse_precision(opt.precision);
   po.recompute = opt.recompute;
   po.overlap = Overlap::parse(resolve_overlap(opt.overlap, comm.ranks_on_node(), threads));
-  const Plan plan = plan_grids(load_model_config(opt.model), mach, world, po);
+  const Plan plan = plan_grids(model_config_of(opt.init_from.empty() ? opt.model : opt.init_from),
+                               mach, world, po);
   DENDRITE_CHECK(!plan.ranked.empty(), "train --grid auto: no grid of ", world, " ranks runs ",
                  opt.model, " with batch ", opt.batch, " (",
                  plan.excluded.empty() ? "" : plan.excluded[0].second,

@@ -200,6 +200,26 @@ TEST_F(PlanCli, Bf16PrecisionHalvesTheGathersAndUsesItsRates) {
   EXPECT_NE(bad.out.find("unknown precision 'fp8'"), std::string::npos) << bad.out;
 }
 
+// `plan --model DIR` of a Hugging Face folder plans the folder's model: the
+// same figures as the same model written as Dendrite's JSON.
+TEST_F(PlanCli, AHuggingFaceFolderPlansAsItsModel) {
+  const std::string folder = std::string(DENDRITE_SOURCE_DIR) + "/tests/data/hf/llama-tiny";
+  const std::string json = (dir_ / "llama-tiny.json").string();
+  std::ofstream(json) << R"({"arch": "llama", "vocab_size": 320, "n_layer": 2, "n_embd": 64,
+    "n_head": 4, "n_kv_head": 2, "ffn_hidden": 176, "block_size": 64, "norm_eps": 1e-5,
+    "rope_theta": 50000, "tie_embeddings": false})";
+  const std::string machine = std::string(DENDRITE_SOURCE_DIR) + "/machines/h200-node.json";
+  Result a = dendrite("plan --json --world 2 --batch 4 --seq 16 --machine " + machine +
+                      " --model " + folder);
+  Result b = dendrite("plan --json --world 2 --batch 4 --seq 16 --machine " + machine +
+                      " --model " + json);
+  ASSERT_EQ(a.rc, 0) << a.out;
+  ASSERT_EQ(b.rc, 0) << b.out;
+  const nlohmann::json pa = nlohmann::json::parse(a.out), pb = nlohmann::json::parse(b.out);
+  ASSERT_FALSE(pa["ranked"].empty()) << a.out;
+  EXPECT_EQ(pa["ranked"], pb["ranked"]);
+}
+
 // `calibrate` on 2 ranks times every collective at several sizes over the
 // node's path, shared memory and plain MPI messages (the messages level, the
 // network's stand-in); `plan --simulate-nodes 1` (or DENDRITE_RANKS_PER_NODE=1)

@@ -172,6 +172,38 @@ TEST_F(SafetensorsTest, RoundTripOfSeveralDtypes) {
   EXPECT_FALSE(r.has("nope"));
 }
 
+// Deferred tensors are asked for one at a time, in order, as the file
+// reaches them; the file equals the one written from whole buffers, its
+// checksums included.
+TEST_F(SafetensorsTest, StreamedWriteEqualsTheWholeWrite) {
+  const std::string whole = file("whole.safetensors"), streamed = file("streamed.safetensors");
+  SafetensorsWriter w;
+  w.add_f32("a", {2, 3}, a_.data());
+  w.add("b", "I32", {4}, b_.data(), b_.size() * sizeof(int32_t));
+  w.set_metadata("format", "pt");
+  w.write(whole);
+  SafetensorsWriter s;
+  s.add_deferred("a", "F32", {2, 3});
+  s.add_deferred("b", "I32", {4});
+  s.set_metadata("format", "pt");
+  std::vector<size_t> asked;
+  std::vector<uint8_t> held;  // one tensor at a time, overwritten by the next
+  s.write_streamed(streamed, [&](size_t i) -> const void* {
+    asked.push_back(i);
+    const auto* p = reinterpret_cast<const uint8_t*>(i == 0 ? static_cast<const void*>(a_.data())
+                                                            : static_cast<const void*>(b_.data()));
+    held.assign(p, p + (i == 0 ? a_.size() * sizeof(float) : b_.size() * sizeof(int32_t)));
+    return held.data();
+  });
+  EXPECT_EQ(asked, (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(read_bytes(streamed), read_bytes(whole));
+  SafetensorsReader r(streamed);  // verifies every checksum
+  EXPECT_EQ(r.names().size(), 2u);
+  SafetensorsWriter missing;
+  missing.add_deferred("a", "F32", {2, 3});
+  EXPECT_THROW(missing.write(file("missing.safetensors")), Error);
+}
+
 TEST_F(SafetensorsTest, MetadataRoundTrip) {
   SafetensorsWriter w;
   w.add_f32("a", {2, 3}, a_.data());

@@ -134,6 +134,18 @@ void SafetensorsWriter::add_f32(const std::string& name, const std::vector<int64
   add(name, "F32", shape, data, bytes);
 }
 
+void SafetensorsWriter::add_deferred(const std::string& name, const std::string& dtype,
+                                     const std::vector<int64_t>& shape) {
+  uint64_t bytes = 0;
+  const size_t elem = dtype_size(dtype);
+  DENDRITE_CHECK(elem > 0 && shape_bytes(shape, elem, &bytes), "safetensors add: tensor '", name,
+                 "' has unknown dtype '", dtype, "' or an invalid shape ", shape_str(shape));
+  // add()'s checks of the name, with no bytes yet; then the size.
+  add(name, dtype, std::vector<int64_t>(std::max<size_t>(shape.size(), 1), 0), nullptr, 0);
+  entries_.back().shape = shape;
+  entries_.back().bytes = size_t(bytes);
+}
+
 void SafetensorsWriter::set_metadata(const std::string& key, const std::string& value) {
   DENDRITE_CHECK(key.rfind(kChecksumPrefix, 0) != 0, "safetensors set_metadata: key '", key,
                  "' is reserved (the writer records checksum.<tensor> itself); use another key");
@@ -180,10 +192,8 @@ int write_all(int fd, const void* data, size_t n) {
 // writer's private entry list (a template so that it need not be named here).
 template <typename Entries>
 std::string build_header(const std::string& path, const Entries& entries,
-                         const std::map<std::string, std::string>& metadata) {
-  std::vector<uint32_t> crcs(entries.size());
-#pragma omp parallel for schedule(dynamic)
-  for (size_t i = 0; i < entries.size(); ++i) crcs[i] = crc32c(entries[i].data, entries[i].bytes);
+                         const std::map<std::string, std::string>& metadata,
+                         const std::vector<uint32_t>& crcs) {
   std::string header;
   try {
     nlohmann::ordered_json meta(metadata);
@@ -225,8 +235,17 @@ void fsync_folder(const std::string& path) {
 }  // namespace
 
 void SafetensorsWriter::write(const std::string& path) const {
-  // The header comes first: a bad name or metadata fails before any file exists.
-  const std::string header = build_header(path, entries_, metadata_);
+  for (const Entry& e : entries_)
+    DENDRITE_CHECK(e.data != nullptr || e.bytes == 0, "safetensors write: tensor '", e.name,
+                   "' was added without its bytes; use write_streamed");
+  write_streamed(path, [this](size_t i) { return entries_[i].data; });
+}
+
+void SafetensorsWriter::write_streamed(const std::string& path, const TensorSource& source) const {
+  // The header comes first: a bad name or metadata fails before any file
+  // exists. Checksums are 8 hex digits, so the final header has its length.
+  std::vector<uint32_t> crcs(entries_.size(), 0);
+  std::string header = build_header(path, entries_, metadata_, crcs);
   uint8_t size_le[8];
   const uint64_t header_size = header.size();
   std::memcpy(size_le, &header_size, 8);
@@ -238,8 +257,18 @@ void SafetensorsWriter::write(const std::string& path) const {
   int err = write_all(tmp.fd, size_le, 8);
   if (!err) err = write_all(tmp.fd, header.data(), header.size());
   for (size_t i = 0; i < entries_.size() && !err; ++i) {
-    err = write_all(tmp.fd, entries_[i].data, entries_[i].bytes);
+    const void* data = entries_[i].data ? entries_[i].data : source(i);
+    DENDRITE_CHECK(data != nullptr || entries_[i].bytes == 0, "safetensors write: no bytes for ",
+                   "tensor '", entries_[i].name, "'");
+    crcs[i] = crc32c(data, entries_[i].bytes);
+    err = write_all(tmp.fd, data, entries_[i].bytes);
   }
+  if (err) write_fail(path, tmp.path, "write", err);
+  header = build_header(path, entries_, metadata_, crcs);
+  DENDRITE_CHECK(header.size() == header_size, "safetensors write: the header of '", path,
+                 "' changed length with its checksums");
+  if (::lseek(tmp.fd, 8, SEEK_SET) != 8) write_fail(path, tmp.path, "seek", errno);
+  err = write_all(tmp.fd, header.data(), header.size());
   if (err) write_fail(path, tmp.path, "write", err);
   if (::fsync(tmp.fd) != 0) write_fail(path, tmp.path, "fsync", errno);
   const int fd = tmp.fd;

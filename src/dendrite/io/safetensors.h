@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -25,9 +26,18 @@ class SafetensorsWriter {
            const void* data, size_t bytes);
   void add_f32(const std::string& name, const std::vector<int64_t>& shape, const float* data);
   void set_metadata(const std::string& key, const std::string& value);
+  // A tensor whose bytes write_streamed asks for when the file reaches it.
+  void add_deferred(const std::string& name, const std::string& dtype,
+                    const std::vector<int64_t>& shape);
   // Writes atomically to path (see above). Throws dendrite::Error naming the
   // path and the system error on failure.
   void write(const std::string& path) const;
+  // The same, each deferred tensor's bytes taken from source(i) (i: its index
+  // in the order of adding; the pointer need only live until the next call)
+  // as the file reaches it, so a caller holds one tensor at a time: the
+  // header is written with blank checksums first, then rewritten in place.
+  using TensorSource = std::function<const void*(size_t index)>;
+  void write_streamed(const std::string& path, const TensorSource& source) const;
 
  private:
   struct Entry {

@@ -46,26 +46,45 @@ void write_text(const std::string& path, const std::string& text) {
   }
 }
 
-// Exports the flat buffer `flat` (laid out like the model's parameters, this
-// rank's shards) as Hugging Face tensors named prefix + name into writer on
-// rank 0; every rank takes part in the gathers. storage keeps the bytes alive.
-void add_tensors(SafetensorsWriter& writer, std::vector<std::vector<float>>& storage,
-                 Transformer& model, const float* flat, const std::string& prefix) {
-  const bool root = model.grid().rank() == 0;
-  for (const HfTensor& t : hf_tensors(model.config(), model.table())) {
+// The Hugging Face tensors of flat buffers (laid out like the model's
+// parameters, this rank's shards), each named prefix + its name, gathered one
+// at a time: every rank takes part in each gather, and rank 0 keeps the
+// tensor until the next one, so no rank ever holds the whole model.
+class TensorGathers {
+ public:
+  TensorGathers(Transformer& model, std::vector<std::pair<std::string, const float*>> flats)
+      : model_(model),
+        flats_(std::move(flats)),
+        tensors_(hf_tensors(model.config(), model.table())) {}
+  size_t count() const { return flats_.size() * tensors_.size(); }
+  // Declares the tensors (rank 0's writer).
+  void declare(SafetensorsWriter& writer) const {
+    for (const auto& [prefix, flat] : flats_)
+      for (const HfTensor& t : tensors_) writer.add_deferred(prefix + t.name, "F32", t.shape());
+  }
+  // Gathers tensor i (in declare()'s order) and returns it (rank 0's is whole).
+  const float* gather(size_t i) {
+    const HfTensor& t = tensors_[i % tensors_.size()];
+    const float* flat = flats_[i / tensors_.size()].second;
     GlobalTensors parts;
     for (const std::string& p : t.parts) {
-      const ParamSpec& s = model.table().find(p);
+      const ParamSpec& s = model_.table().find(p);
       auto& g = parts[p];
       g.resize(size_t(s.global_rows() * s.global_cols()));
-      gather_global(model.grid(), s, flat, g.data());
+      gather_global(model_.grid(), s, flat, g.data());
     }
-    if (!root) continue;
-    storage.emplace_back(t.numel());
-    export_hf_tensor(t, model.table(), parts, storage.back().data());
-    writer.add_f32(prefix + t.name, t.shape(), storage.back().data());
+    if (model_.grid().rank() != 0) return nullptr;
+    tensor_.resize(size_t(t.numel()));
+    export_hf_tensor(t, model_.table(), parts, tensor_.data());
+    return tensor_.data();
   }
-}
+
+ private:
+  Transformer& model_;
+  std::vector<std::pair<std::string, const float*>> flats_;
+  std::vector<HfTensor> tensors_;
+  std::vector<float> tensor_;
+};
 
 // The Hugging Face tensors of the model (names as hf_names.h gives them) into
 // the flat buffer `flat` (laid out like the model's parameters, in its
@@ -170,15 +189,16 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, Transforme
   char name[32];
   std::snprintf(name, sizeof name, "ckpt-%08lld", static_cast<long long>(step));
   const fs::path final_dir = fs::path(run_dir) / name;
-  // Every rank takes part in gathering the global tensors; rank 0 writes.
-  SafetensorsWriter weights, state;
-  std::vector<std::vector<float>> storage;
-  add_tensors(weights, storage, model, std::as_const(model).params(), "");
-  if (optimizer) {
-    add_tensors(state, storage, model, optimizer->m(), "exp_avg.");
-    add_tensors(state, storage, model, optimizer->v(), "exp_avg_sq.");
-  }
+  // Every rank takes part in gathering each tensor; rank 0 writes it.
+  TensorGathers weights(model, {{"", std::as_const(model).params()}});
+  TensorGathers state(
+      model,
+      optimizer ? std::vector<std::pair<std::string, const float*>>{{"exp_avg.", optimizer->m()},
+                                                                    {"exp_avg_sq.", optimizer->v()}}
+                : std::vector<std::pair<std::string, const float*>>{});
   if (model.grid().rank() != 0) {
+    for (size_t i = 0; i < weights.count(); ++i) weights.gather(i);
+    for (size_t i = 0; i < state.count(); ++i) state.gather(i);
     wait_for_writer(model.grid().world());  // returns once rank 0 has written
     return final_dir.string();
   }
@@ -190,10 +210,17 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, Transforme
   fs::create_directories(tmp_dir, ec);
   DENDRITE_CHECK(!ec, "checkpoint: cannot create ", tmp_dir.string(), ": ", ec.message());
   try {
-    weights.set_metadata("format", "pt");
-    weights.set_metadata("dendrite.arch", arch_name(model.config().arch));
-    weights.write((tmp_dir / "model.safetensors").string());
-    if (optimizer) state.write((tmp_dir / "optimizer.safetensors").string());
+    SafetensorsWriter weights_file, state_file;
+    weights.declare(weights_file);
+    weights_file.set_metadata("format", "pt");
+    weights_file.set_metadata("dendrite.arch", arch_name(model.config().arch));
+    weights_file.write_streamed((tmp_dir / "model.safetensors").string(),
+                                [&](size_t i) { return weights.gather(i); });
+    if (optimizer) {
+      state.declare(state_file);
+      state_file.write_streamed((tmp_dir / "optimizer.safetensors").string(),
+                                [&](size_t i) { return state.gather(i); });
+    }
     if (hooks) hooks->checkpoint_tensors_written(step, tmp_dir.string());
     write_text((tmp_dir / "trainer_state.json").string(), contents.trainer_state.dump(2) + "\n");
     write_text((tmp_dir / "config.json").string(), contents.config.dump(2) + "\n");

@@ -1,8 +1,10 @@
 // A dead rank must not hang the job: an 8-rank `dendrite train` on the grid
-// x=2,y=2,z=2 is started under mpirun, one rank's process is SIGKILLed once the
-// run has logged a few steps: mpirun must exit non-zero, and every other rank
-// be gone, within 30 s: on the CPU, and on GPUs over NCCL (the CUDA backend on
-// the tests' emulator).
+// x=2,y=2,z=2 is started under mpirun, saving a checkpoint every 2 steps, and
+// one rank's process is SIGKILLed once the run has logged a few steps: mpirun
+// must exit non-zero, and every other rank be gone, within 30 s; and what
+// Dendrite adds to that (OpenMPI ends the job by itself): the checkpoint that
+// `latest` names is whole and loads, whatever the kill interrupted. On the
+// CPU, and on GPUs over NCCL (the CUDA backend on the tests' emulator).
 // Every wait is bounded and every process started here is killed at the end.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -190,10 +192,30 @@ std::string device_under_test() {
 void KillTest::kill_rank_5(const std::string& program, const std::string& device,
                            const std::vector<std::string>& env) {
   const fs::path metrics = dir_ / "metrics.jsonl", log = dir_ / "train.log";
-  job_ = start_mpirun(8, {"train", "--model", (dir_ / "gpt2.json").string(), "--data",
-                          (dir_ / "data").string(), "--steps", "100000", "--batch", "8",
-                          "--seq", "32", "--eval-every", "0", "--grid", "x=2,y=2,z=2",
-                          "--metrics", metrics.string(), "--device", device},
+  job_ = start_mpirun(8,
+                      {"train",
+                       "--model",
+                       (dir_ / "gpt2.json").string(),
+                       "--data",
+                       (dir_ / "data").string(),
+                       "--steps",
+                       "100000",
+                       "--batch",
+                       "8",
+                       "--seq",
+                       "32",
+                       "--eval-every",
+                       "0",
+                       "--grid",
+                       "x=2,y=2,z=2",
+                       "--metrics",
+                       metrics.string(),
+                       "--device",
+                       device,
+                       "--out",
+                       (dir_ / "run").string(),
+                       "--save-every",
+                       "2"},
                       log, program, env);
   ASSERT_GT(job_, 0);
   // Wait (at most 120 s) until three steps are logged: the ranks are then in the loop.
@@ -226,6 +248,18 @@ void KillTest::kill_rank_5(const std::string& program, const std::string& device
   for (pid_t r : ranks_) EXPECT_FALSE(alive(r)) << "rank process " << r << " still runs 30 s after the kill";
   const size_t steps_logged = count_lines(metrics);
   EXPECT_LT(steps_logged, 100000u) << "the run finished instead of being killed";
+  // The checkpoint `latest` names loads: `export` reads its config and every
+  // tensor (checksums verified) and writes a Hugging Face folder.
+  const std::string latest = read_text(dir_ / "run" / "latest");
+  ASSERT_FALSE(latest.empty()) << "no checkpoint was saved before the kill:\n" << read_text(log);
+  pid_t exporter = start_mpirun(
+      1, {"export", "--checkpoint", (dir_ / "run").string(), "--hf", (dir_ / "hf").string()},
+      dir_ / "export.log");
+  int export_status = 0;
+  ASSERT_TRUE(wait_exit(exporter, 120, &export_status)) << "export hung";
+  EXPECT_TRUE(WIFEXITED(export_status) && WEXITSTATUS(export_status) == 0)
+      << "the checkpoint " << latest << " left by the killed run does not load:\n"
+      << read_text(dir_ / "export.log");
   std::printf("killed rank 5 (pid %d) after %zu logged steps; the job ended %.1f s later, %s %d\n",
               static_cast<int>(victim), steps_logged, took,
               WIFEXITED(status) ? "exit code" : "signal",

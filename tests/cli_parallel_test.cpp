@@ -193,8 +193,10 @@ TEST_F(CliParallel, CheckpointOfAnotherModelIsRefusedOnEveryGrid) {
 }
 
 // A Hugging Face folder (transformers' GPT2LMHeadModel, tests/data/hf/) as
-// the start of a run on a grid of 8: its weights load on every rank's shards,
-// and 20 steps on text tokenized within its vocabulary lower the loss.
+// the start of a run on a grid of 8: its weights load on every rank's shards
+// (the first steps' losses are one process's from the same folder: random or
+// misplaced weights would give others), and 20 steps on text tokenized within
+// its vocabulary lower the loss.
 TEST_F(CliParallel, InitFromAHuggingFaceFolderTrainsOnAGridOf8) {
   // The folder's vocabulary has 320 ids, fewer than a SentencePiece model with
   // byte fallback needs for this text: the test's token files fold the 512
@@ -210,13 +212,19 @@ TEST_F(CliParallel, InitFromAHuggingFaceFolderTrainsOnAGridOf8) {
   }
   std::ofstream(data / "meta.json") << R"({"vocab_size": 320})";
   const std::string folder = std::string(DENDRITE_SOURCE_DIR) + "/tests/data/hf/gpt2-tiny";
-  Result r = mpirun(8, "train --init-from " + folder + " --data " + data.string() +
-                           " --batch 8 --seq 32 --steps 20 --lr 3e-3 --warmup 2 --eval-every 0 " +
-                           "--grid x=2,y=2,z=2 --metrics " + metrics.string());
+  const std::string run = "train --init-from " + folder + " --data " + data.string() +
+                          " --batch 8 --seq 32 --steps 20 --lr 3e-3 --warmup 2 --eval-every 0 ";
+  Result r = mpirun(8, run + "--grid x=2,y=2,z=2 --metrics " + metrics.string());
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("weights from " + folder), std::string::npos) << r.out;
   const std::vector<double> l = losses(metrics);
   ASSERT_EQ(l.size(), 20u);
+  const fs::path alone = dir_ / "hf-one-process.jsonl";
+  Result one = mpirun(1, run + "--stop-at 2 --metrics " + alone.string());
+  ASSERT_EQ(one.rc, 0) << one.out;
+  const std::vector<double> want = losses(alone);
+  ASSERT_EQ(want.size(), 2u);
+  for (int s = 0; s < 2; ++s) EXPECT_NEAR(l[s], want[s], 1e-5 * want[s]) << "step " << s + 1;
   EXPECT_LT(l.back(), l.front() - 0.5) << "first " << l.front() << ", last " << l.back();
   expect_job_error(mpirun(2, "train --init-from " + folder + " --data " + (dir_ / "data").string() +
                                  " --steps 2 --batch 8 --seq 32"),

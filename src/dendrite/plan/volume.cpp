@@ -94,7 +94,7 @@ Volume step_volume(const ModelConfig& c, const GridDims& g, int B, int T, int ce
     k.linear_backward(F, C, true, true);
     k.norm();
     k.linear_backward(C, q, false, true);
-    if (c.qk_norm) k.v.add("y", g.y, "all_reduce", 4 * hs, 2);  // the per-head gains' gradients
+    if (c.qk_norm) k.v.add("y", g.y, "all_reduce", 2 * 4 * hs, 2);  // the per-head gains' gradients
     k.linear_backward(q, C, true, false);
     k.linear_backward(kv, C, true, false);
     k.linear_backward(kv, C, true, true);

@@ -86,6 +86,64 @@ TEST_P(HfGeneration, GreedyTokensMatchTransformers) {
 INSTANTIATE_TEST_SUITE_P(LlamaFamily, HfGeneration,
                          ::testing::ValuesIn(test::llama_family_folders()), param_name);
 
+// The backward of what the family adds (Qwen3's per-head norms before RoPE,
+// Qwen2's q/k/v biases, Llama 3's scaled rotation, a head size apart from
+// C/NH): the gradient of the loss on the reference tokens against central
+// differences of the loss, for elements of the tensors involved.
+class HfGradients : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(HfGradients, MatchFiniteDifferences) {
+  const HfFolder folder(test::hf_dir(GetParam()));
+  const test::HfReference ref = test::load_hf_reference(GetParam());
+  auto grid = ProcessGrid::single();
+  Backend& be = test::cpu_backend();
+  Transformer model(folder.config(), *grid, be, ref.B, ref.T);
+  load_hf_folder(folder, model);
+  std::vector<int32_t> targets(ref.tokens.size());
+  for (int b = 0; b < ref.B; ++b)
+    for (int t = 0; t < ref.T; ++t)
+      targets[b * ref.T + t] = ref.tokens[b * ref.T + (t + 1) % ref.T];
+  const double n = double(ref.B) * ref.T;
+  model.zero_grads();
+  model.forward_backward(ref.tokens.data(), targets.data(), nullptr, n, ref.B, ref.T);
+  std::vector<float> grads(size_t(model.num_floats()));
+  be.download(grads.data(), model.grads(), grads.size() * sizeof(float));
+  std::vector<std::pair<std::string, int>> probes = {{"layer0.q.weight", 37},
+                                                     {"layer1.k.weight", 5}};
+  const ModelConfig& c = folder.config();
+  if (c.qk_norm)
+    probes.insert(
+        probes.end(),
+        {{"layer0.q_norm.weight", 3}, {"layer1.k_norm.weight", 6}, {"layer1.q_norm.weight", 11}});
+  if (c.qkv_bias)
+    probes.insert(probes.end(), {{"layer0.q.bias", 7}, {"layer1.k.bias", 2}, {"layer0.v.bias", 9}});
+  for (const auto& [name, i] : probes) {
+    const int64_t at = model.table().find(name).offset + i;
+    float w = 0;
+    be.download(&w, model.params() + at, sizeof w);
+    const float h = 1e-2f * std::max(1.0f, std::fabs(w));
+    double loss[2];
+    for (int s = 0; s < 2; ++s) {
+      const float moved = s == 0 ? w + h : w - h;
+      be.upload(model.params() + at, &moved, sizeof moved);
+      loss[s] = model.forward_loss(ref.tokens.data(), targets.data(), nullptr, n, ref.B, ref.T);
+    }
+    be.upload(model.params() + at, &w, sizeof w);
+    const double numeric = (loss[0] - loss[1]) / (2.0 * h);
+    EXPECT_NEAR(grads[at], numeric, 1e-2 * std::fabs(numeric) + 1e-5)
+        << GetParam() << ": " << name << "[" << i << "]";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(LlamaFamily, HfGradients,
+                         ::testing::Values("llama3-tiny", "qwen2-tiny", "qwen3-tiny"),
+                         [](const auto& p) {
+                           std::string n = p.param;
+                           for (char& ch : n)
+                             if (ch == '-') ch = '_';
+                           return n;
+                         });
+
 TEST(HfFolder, ConfigsTranslateAsTransformersDefinesThem) {
   const ModelConfig g = HfFolder(test::hf_dir("gpt2-tiny")).config();
   EXPECT_TRUE(g.gpt2());

@@ -15,6 +15,7 @@
 
 #include "backend_support.h"
 #include "dendrite/comm/grid.h"
+#include "dendrite/eval/generate.h"
 #include "dendrite/io/hf_folder.h"
 #include "dendrite/model/transformer.h"
 #include "dendrite/train/checkpoint.h"
@@ -137,6 +138,38 @@ TEST_P(HfOnEveryGrid, LogitsMatchTransformers) {
         GetParam(), worst[0], kBf16Logits, worst[1], kBf16VsFp32, worst[2], kBf16Loss);
 }
 
+// transformers' greedy continuation on every grid that keeps one sequence
+// whole (d = z = 1), with the key/value cache: the same 32 tokens.
+class HfGenerationOnEveryGrid : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(HfGenerationOnEveryGrid, GreedyTokensMatchTransformers) {
+  const HfFolder folder(test::hf_dir(GetParam()));
+  const ModelConfig& c = folder.config();
+  const test::HfReference ref = test::load_hf_reference(GetParam());
+  const int n = int(ref.continuation.size()), T = int(ref.prompt.size()) + n;
+  int world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  int tested = 0;
+  for (int P : {1, 2, 4, 8}) {
+    if (world % P != 0) continue;
+    const auto sub = test::group_of(P);
+    for (const GridShape& g : test::grids_of(P)) {
+      if (c.n_embd % g.x || c.n_head % g.y || c.n_kv_head % g.y || c.ffn_hidden % g.y ||
+          g.d * g.z != 1)
+        continue;
+      ProcessGrid grid(g, *sub);
+      Transformer model(c, grid, test::cpu_backend(), 1, T);
+      load_hf_folder(folder, model);
+      const std::vector<Ids> got =
+          generate_batch(model, {ref.prompt}, n, greedy_picker(c.vocab_size));
+      EXPECT_EQ(Ids(got[0].begin() + ref.prompt.size(), got[0].end()), ref.continuation)
+          << GetParam() << " on grid " << g.str();
+      ++tested;
+    }
+  }
+  EXPECT_GE(tested, 4);
+}
+
 std::string name(const ::testing::TestParamInfo<const char*>& p) {
   std::string n = p.param;
   for (char& ch : n)
@@ -147,6 +180,8 @@ std::string name(const ::testing::TestParamInfo<const char*>& p) {
 INSTANTIATE_TEST_SUITE_P(Reference, HfOnEveryGrid,
                          ::testing::Values("gpt2-tiny", "llama-tiny", "llama-tiny-fp16"), name);
 INSTANTIATE_TEST_SUITE_P(LlamaFamily, HfOnEveryGrid,
+                         ::testing::ValuesIn(test::llama_family_folders()), name);
+INSTANTIATE_TEST_SUITE_P(LlamaFamily, HfGenerationOnEveryGrid,
                          ::testing::ValuesIn(test::llama_family_folders()), name);
 
 }  // namespace

@@ -191,6 +191,9 @@ TEST(HfFolder, TheLlamaFamilysConfigsTranslate) {
   EXPECT_FALSE(q3.qkv_bias);
   EXPECT_EQ(q3.head_dim, 16);
   EXPECT_EQ(q3.head_size(), 16);  // not 32 / 4
+  nlohmann::json no_head_dim = HfFolder(test::hf_dir("qwen3-tiny")).raw_config();
+  no_head_dim.erase("head_dim");  // transformers' Qwen3Config then uses 128
+  EXPECT_EQ(model_config_from_hf(no_head_dim, "qwen3").head_size(), 128);
   // Dendrite's own JSON carries every field (checkpoints), and reads back.
   for (const ModelConfig& m : {l3, lin, mi, q2, q3})
     EXPECT_EQ(to_json(model_config_from_json(to_json(m))), to_json(m)) << to_json(m).dump();

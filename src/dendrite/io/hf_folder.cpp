@@ -140,7 +140,12 @@ ModelConfig read_llama_family(const nlohmann::json& c, const std::string& where,
   require(c, "mlp_bias", false, false, where, "the MLP has no biases here");
   m.qk_norm = f.arch == Arch::kQwen3;
   m.sliding_window = read_sliding_window(c, where, f.arch);
-  const int hd = get<int>(c, "head_dim", m.n_head > 0 ? m.n_embd / m.n_head : 0, where);
+  // Absent (or null): width / heads, but Qwen3Config's default of 128.
+  const int hd = get<int>(c, "head_dim",
+                          f.arch == Arch::kQwen3 ? 128
+                          : m.n_head > 0         ? m.n_embd / m.n_head
+                                                 : 0,
+                          where);
   DENDRITE_CHECK(hd > 0 && hd % 2 == 0, where, ": head_dim ", hd,
                  " cannot be represented (rotary embedding needs a positive even head size)");
   DENDRITE_CHECK(m.qk_norm || (m.n_head > 0 && hd * m.n_head == m.n_embd), where, ": head_dim ", hd,

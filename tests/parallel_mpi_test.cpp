@@ -419,7 +419,7 @@ TEST_P(EveryGridBf16, MatchesOneProcessInBf16) {
   EXPECT_EQ(tested, grids_expected(cfg, world));
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, EveryGridBf16, ::testing::Values("gpt2", "llama"));
+INSTANTIATE_TEST_SUITE_P(Models, EveryGridBf16, ::testing::Values("gpt2", "llama", "qwen3"));
 
 // Groups across nodes have no shared memory: ORS, OAG, OAR and DP then run as
 // MPI messages on the progress engine's thread (rings; MPI_Iallreduce for

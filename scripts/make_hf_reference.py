@@ -2,7 +2,7 @@
 """Hugging Face interoperability reference data: tiny checkpoints and tokenizers
 written by the real `transformers`, `tokenizers` and `sentencepiece` libraries.
 
-Writes under tests/data/hf/ (about 2 MB in all):
+Writes under tests/data/hf/ (about 2.3 MB in all):
 
   versions.json              exact library versions used (and the Debian text packages)
   gpt2-tiny/                 random GPT2LMHeadModel, float32, one model.safetensors

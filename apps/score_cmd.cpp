@@ -49,6 +49,7 @@ int run_score(const ScoreOptions& o, int rank) {
   ModelConfig mc;
   if (!o.hf.empty()) {
     folder = std::make_unique<HfFolder>(o.hf);
+    folder->check_sequence(T);
     mc = folder->config();
   } else {
     mc = model_config_from_json(read_checkpoint_config(resolve_checkpoint(o.checkpoint)).at("model"));

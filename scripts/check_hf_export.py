@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Checks `dendrite export` against the real transformers library.
 
-For a small GPT-2 and a small Llama (GQA, untied and tied heads) it trains a
+For a small GPT-2, a small Llama (GQA, untied and tied heads) and small
+members of the Llama family (Llama 3's and linear rope scaling, Mistral with a
+sliding window as long as the sequence, Qwen2's q/k/v biases, Qwen3's per-head
+q/k norms with a head_dim other than width / heads) it trains a
 few steps with Dendrite on the KJV text, exports the checkpoint with
 `dendrite export --hf`, loads the folder with transformers'
 AutoModelForCausalLM and AutoTokenizer, and compares the logits transformers
@@ -31,6 +34,20 @@ MODELS = {
               "ffn_hidden": 96, "block_size": 32, "rope_theta": 50000.0},
     "llama-tied": {"arch": "llama", "n_layer": 2, "n_embd": 64, "n_head": 4, "n_kv_head": 2,
                    "ffn_hidden": 96, "block_size": 32, "tie_embeddings": True},
+    "llama3": {"arch": "llama", "n_layer": 2, "n_embd": 64, "n_head": 4, "n_kv_head": 2,
+               "ffn_hidden": 96, "block_size": 32, "tie_embeddings": True,
+               "rope_theta": 500000.0, "rope_scaling": "llama3", "rope_factor": 8.0,
+               "rope_low_freq_factor": 1.0, "rope_high_freq_factor": 4.0,
+               "rope_original_max_positions": 8},
+    "llama-linear": {"arch": "llama", "n_layer": 2, "n_embd": 64, "n_head": 4, "n_kv_head": 2,
+                     "ffn_hidden": 96, "block_size": 32, "rope_scaling": "linear",
+                     "rope_factor": 2.0},
+    "mistral": {"arch": "mistral", "n_layer": 2, "n_embd": 64, "n_head": 4, "n_kv_head": 2,
+                "ffn_hidden": 96, "block_size": 32, "sliding_window": 32},
+    "qwen2": {"arch": "qwen2", "n_layer": 2, "n_embd": 64, "n_head": 4, "n_kv_head": 2,
+              "ffn_hidden": 96, "block_size": 32, "tie_embeddings": True},
+    "qwen3": {"arch": "qwen3", "n_layer": 2, "n_embd": 64, "n_head": 4, "n_kv_head": 2,
+              "ffn_hidden": 96, "block_size": 32, "tie_embeddings": True, "head_dim": 32},
 }
 
 
@@ -80,13 +97,21 @@ def main():
                 theirs = m(torch.tensor(tokens)).logits.numpy()
             rms = float(np.sqrt(np.mean(mine.astype(np.float64) ** 2)))
             err = float(np.max(np.abs(theirs - mine) / (np.abs(mine) + rms)))
-            tok = transformers.AutoTokenizer.from_pretrained(hf)
+            if m.config.model_type == "qwen2":
+                # transformers 5's AutoTokenizer ignores tokenizer_class for qwen2
+                # (MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS) and builds Qwen2's byte-level
+                # BPE from Dendrite's SentencePiece model: load the class the export names.
+                with open(os.path.join(hf, "tokenizer_config.json")) as f:
+                    cls = json.load(f)["tokenizer_class"]
+                tok = getattr(transformers, cls).from_pretrained(hf)
+            else:
+                tok = transformers.AutoTokenizer.from_pretrained(hf)
             sample = "And Moses said unto the people, Fear ye not."
             ids = tok(sample, add_special_tokens=False)["input_ids"]
             back = tok.decode(ids)
             ok = err < 1e-4 and back == sample
             failed |= not ok
-            print(f"{name:10s} {type(m).__name__}: logits max rel diff {err:.2e} "
+            print(f"{name:12s} {type(m).__name__}: logits max rel diff {err:.2e} "
                   f"({'ok' if err < 1e-4 else 'MISS'}); {type(tok).__name__} "
                   f"round trip {'ok' if back == sample else 'MISS: ' + repr(back)}")
     sys.exit(1 if failed else 0)

@@ -2,7 +2,7 @@
 """Hugging Face interoperability reference data: tiny checkpoints and tokenizers
 written by the real `transformers`, `tokenizers` and `sentencepiece` libraries.
 
-Writes under tests/data/hf/ (about 2 MB in all):
+Writes under tests/data/hf/ (about 2.3 MB in all):
 
   versions.json              exact library versions used (and the Debian text packages)
   gpt2-tiny/                 random GPT2LMHeadModel, float32, one model.safetensors
@@ -15,6 +15,23 @@ Writes under tests/data/hf/ (about 2 MB in all):
                              width 64, ffn 176, 2 layers, 4 query heads, 2 kv heads (GQA),
                              rope_theta 50000, untied lm_head, RMSNorm weights perturbed)
   llama-tiny-fp16/           another random Llama with tied embeddings, float16, one file
+  The Llama family's other members, each its published config (Llama 3.2 1B, Mistral 7B
+  v0.3, Qwen2.5 0.5B, Qwen3 0.6B) shrunk to vocab 128, width 32, ffn 64, 2 layers,
+  4 query heads, 2 kv heads, max_position_embeddings 64, keeping its structural keys:
+  llama3-tiny/               LlamaForCausalLM, rope_type llama3 (rope_theta 500000, factor 8,
+                             low/high_freq_factor 1/4, original_max_position_embeddings 16,
+                             so that the test's positions meet kept, smoothed and divided
+                             frequencies), tied embeddings (as Llama 3.2), float32
+  llama-linear-tiny/         LlamaForCausalLM, rope linear (factor 4), 1 layer, bfloat16, its
+                             config.json rewritten in transformers 4's form (top-level
+                             rope_theta, rope_scaling {"type": "linear", "factor": 4.0})
+  mistral-tiny/              MistralForCausalLM, untied lm_head, head_dim 8 given,
+                             sliding_window 48 (longer than every sequence the tests run),
+                             rope_theta 1e6, bfloat16
+  qwen2-tiny/                Qwen2ForCausalLM: q, k, v biases (perturbed), tied embeddings,
+                             use_sliding_window false, rope_theta 1e6, float32
+  qwen3-tiny/                Qwen3ForCausalLM: per-head q_norm / k_norm (perturbed), head_dim 16
+                             (not hidden_size / heads = 8), tied embeddings, bfloat16
     each model folder holds the library's config.json, generation_config.json,
     safetensors file(s), plus
       reference.json         {"tokens": [[24 ids], [24 ids]], "logits_file": "logits.bin",
@@ -23,6 +40,14 @@ Writes under tests/data/hf/ (about 2 MB in all):
                              loaded back with from_pretrained(dtype=float32,
                              attn_implementation="eager") (so bf16/fp16 folders give the
                              logits of their rounded weights, upcast to float32)
+    the Llama family's others have vocab 128 (logits [2, 24, 128]) and their reference.json
+    also holds "generation": {"prompt": [8 ids], "tokens": [32 ids], "min_margin"}, the
+    greedy continuation by generate(do_sample=False, max_new_tokens=32) of the folder
+    loaded in float32 with eager attention; min_margin is the smallest gap between the
+    best and second-best logit over its steps (a prompt is chosen whose gap is never
+    below 1e-3, so that rounding cannot change the tokens, and whose continuation has at
+    least 8 distinct tokens). Weights are drawn with initializer_range 0.2 (not 0.02),
+    so that the continuations vary rather than repeat the prompt's last token.
   bpe/                       byte-level BPE (GPT-2 style: ByteLevel pre-tokenizer, decoder
                              and post-processor, vocab 512, special "<|endoftext|>"),
                              trained by `tokenizers`: vocab.json, merges.txt, tokenizer.json
@@ -52,7 +77,8 @@ How to run (from the repository root; needs the Debian packages bible-kjv and
 jargon-text, and a venv outside the repository):
   python3 -m venv /opt/hfref-venv
   /opt/hfref-venv/bin/pip install torch transformers tokenizers sentencepiece safetensors numpy
-  /opt/hfref-venv/bin/python scripts/make_hf_reference.py
+  /opt/hfref-venv/bin/python scripts/make_hf_reference.py [FOLDER ...]
+With folder names (e.g. qwen3-tiny), only those folders (and versions.json) are rewritten.
 
 Deterministic: fixed seeds, one CPU thread, single-threaded tokenizer training and
 sorted-key JSON, so a rerun with the same library versions rewrites byte-identical files.
@@ -84,7 +110,9 @@ import tokenizers
 import torch
 import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
+                          MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+                          Qwen3Config, Qwen3ForCausalLM)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests", "data", "hf")
@@ -160,24 +188,52 @@ def reference_tokens():
     return torch.randint(0, VOCAB, (SEQS, SEQ_LEN), generator=g, dtype=torch.long)
 
 
-def write_reference(folder, cls, tokens):
+def write_reference(folder, cls, tokens, generation=None):
     """Loads the folder back through from_pretrained in float32 with eager attention
-    and writes reference.json + logits.bin."""
+    and writes reference.json + logits.bin (and, given, the greedy generation)."""
     model = cls.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager")
     model.eval()
+    vocab = model.config.vocab_size
     with torch.no_grad():
         logits = model(input_ids=tokens).logits
-    assert logits.dtype == torch.float32 and tuple(logits.shape) == (SEQS, SEQ_LEN, VOCAB)
+    assert logits.dtype == torch.float32 and tuple(logits.shape) == (SEQS, SEQ_LEN, vocab)
     arr = logits.numpy().astype("<f4", copy=False)
     with open(os.path.join(folder, "logits.bin"), "wb") as f:
         f.write(arr.tobytes(order="C"))
-    write_json(os.path.join(folder, "reference.json"), {
+    ref = {
         "tokens": tokens.tolist(),
         "logits_file": "logits.bin",
-        "shape": [SEQS, SEQ_LEN, VOCAB],
+        "shape": [SEQS, SEQ_LEN, vocab],
         "dtype": "float32",
-    })
+    }
+    if generation:
+        ref["generation"] = greedy_generation(model, generation)
+    write_json(os.path.join(folder, "reference.json"), ref)
     return logits
+
+
+GEN_PROMPT, GEN_NEW = 8, 32
+
+
+def greedy_generation(model, seed):
+    """The first prompt (from seeds seed, seed+1, ...) whose greedy continuation never
+    has its two best logits closer than 1e-3 and holds at least 8 distinct tokens (a
+    tiny random model tends to repeat one), with that continuation."""
+    vocab = model.config.vocab_size
+    for attempt in range(50):
+        g = torch.Generator().manual_seed(seed + attempt)
+        prompt = torch.randint(0, vocab, (1, GEN_PROMPT), generator=g, dtype=torch.long)
+        with torch.no_grad():
+            out = model.generate(prompt, do_sample=False, max_new_tokens=GEN_NEW,
+                                 min_new_tokens=GEN_NEW, output_scores=True,
+                                 return_dict_in_generate=True, pad_token_id=0)
+        new = out.sequences[0, GEN_PROMPT:]
+        assert new.numel() == GEN_NEW
+        margin = min(float(s[0].topk(2).values[0] - s[0].topk(2).values[1]) for s in out.scores)
+        if margin >= 1e-3 and len(set(new.tolist())) >= 8:
+            return {"prompt": prompt[0].tolist(), "tokens": new.tolist(),
+                    "min_margin": round(margin, 6)}
+    raise RuntimeError("no prompt with a clear greedy continuation")
 
 
 def make_gpt2(tokens):
@@ -228,6 +284,93 @@ def make_llama(tokens):
                                             max_shard_size="100MB")
     assert os.path.exists(os.path.join(d, "model.safetensors"))
     write_reference(d, LlamaForCausalLM, tokens)
+
+
+# The Llama family's others: published configs shrunk (module docstring).
+FAMILY_VOCAB = 128
+FAMILY_TOKEN_SEED = 4321
+
+
+def family_tokens():
+    g = torch.Generator().manual_seed(FAMILY_TOKEN_SEED)
+    return torch.randint(0, FAMILY_VOCAB, (SEQS, SEQ_LEN), generator=g, dtype=torch.long)
+
+
+def tiny(**kw):
+    base = dict(vocab_size=FAMILY_VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                hidden_act="silu", bos_token_id=None, eos_token_id=None,
+                initializer_range=0.2)
+    base.update(kw)
+    return base
+
+
+def family_folder(name, model, seed, perturbed, dtype, tokens, edit_config=None):
+    perturb(model, seed, perturbed)
+    model.eval()
+    d = fresh_dir(name)
+    model.to(dtype).save_pretrained(d, safe_serialization=True)
+    if edit_config:
+        path = os.path.join(d, "config.json")
+        with open(path, encoding="utf-8") as f:
+            c = json.load(f)
+        edit_config(c)
+        write_json(path, c)
+    write_reference(d, type(model), tokens, generation=seed)
+
+
+def is_norm(n):
+    return n.endswith("norm.weight")
+
+
+def make_llama3(tokens):
+    torch.manual_seed(4)
+    config = LlamaConfig(**tiny(rms_norm_eps=1e-5, tie_word_embeddings=True, head_dim=8,
+                                attention_bias=False, mlp_bias=False,
+                                rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0,
+                                                 "factor": 8.0, "low_freq_factor": 1.0,
+                                                 "high_freq_factor": 4.0,
+                                                 "original_max_position_embeddings": 16}))
+    family_folder("llama3-tiny", LlamaForCausalLM(config), 44, is_norm, torch.float32, tokens)
+
+
+def make_llama_linear(tokens):
+    torch.manual_seed(5)
+    config = LlamaConfig(**tiny(num_hidden_layers=1, rms_norm_eps=1e-5, tie_word_embeddings=True,
+                                rope_parameters={"rope_type": "linear", "rope_theta": 10000.0,
+                                                 "factor": 4.0}))
+
+    def transformers4_form(c):
+        r = c.pop("rope_parameters")
+        c["rope_theta"] = r["rope_theta"]
+        c["rope_scaling"] = {"type": r["rope_type"], "factor": r["factor"]}
+
+    family_folder("llama-linear-tiny", LlamaForCausalLM(config), 55, is_norm, torch.bfloat16,
+                  tokens, edit_config=transformers4_form)
+
+
+def make_mistral(tokens):
+    torch.manual_seed(6)
+    config = MistralConfig(**tiny(head_dim=8, rms_norm_eps=1e-5, rope_theta=1e6,
+                                  sliding_window=48, tie_word_embeddings=False))
+    family_folder("mistral-tiny", MistralForCausalLM(config), 66, is_norm, torch.bfloat16, tokens)
+
+
+def make_qwen2(tokens):
+    torch.manual_seed(7)
+    config = Qwen2Config(**tiny(rms_norm_eps=1e-6, rope_theta=1e6, use_sliding_window=False,
+                                sliding_window=64, max_window_layers=2, tie_word_embeddings=True))
+    family_folder("qwen2-tiny", Qwen2ForCausalLM(config), 77,
+                  lambda n: is_norm(n) or n.endswith("bias"), torch.float32, tokens)
+
+
+def make_qwen3(tokens):
+    torch.manual_seed(8)
+    config = Qwen3Config(**tiny(head_dim=16, rms_norm_eps=1e-6, rope_theta=1e6,
+                                attention_bias=False, use_sliding_window=False,
+                                sliding_window=None, max_window_layers=2,
+                                tie_word_embeddings=True))
+    family_folder("qwen3-tiny", Qwen3ForCausalLM(config), 88, is_norm, torch.bfloat16, tokens)
 
 
 # ---------------------------------------------------------------- tokenizers
@@ -341,7 +484,7 @@ def make_sp(train, heldout):
 
 # ---------------------------------------------------------------- main
 
-def main():
+def main(only):
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     transformers.logging.set_verbosity_error()
@@ -353,13 +496,22 @@ def main():
         print(f"{k:22s} {val}")
     write_json(os.path.join(OUT, "versions.json"), v)
 
-    tokens = reference_tokens()
-    make_gpt2(tokens)
-    make_llama(tokens)
-
-    train, heldout = corpus()
-    make_bpe(train, heldout)
-    make_sp(train, heldout)
+    family = family_tokens()
+    makers = {
+        "gpt2-tiny": lambda: make_gpt2(reference_tokens()),  # and gpt2-tiny-bf16
+        "llama-tiny": lambda: make_llama(reference_tokens()),  # and llama-tiny-fp16
+        "llama3-tiny": lambda: make_llama3(family),
+        "llama-linear-tiny": lambda: make_llama_linear(family),
+        "mistral-tiny": lambda: make_mistral(family),
+        "qwen2-tiny": lambda: make_qwen2(family),
+        "qwen3-tiny": lambda: make_qwen3(family),
+        "tokenizers": lambda: (make_bpe(*corpus()), make_sp(*corpus())),
+    }
+    unknown = [n for n in only if n not in makers]
+    assert not unknown, f"unknown folders {unknown}; known: {sorted(makers)}"
+    for name, make in makers.items():
+        if not only or name in only:
+            make()
 
     total = 0
     for dirpath, _, files in sorted(os.walk(OUT)):
@@ -372,4 +524,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -497,12 +497,43 @@ TEST_P(BackendOps, AttentionAndRopeInEitherPrecision) {
   const int B = 2, T = 9, nh = 3, hs = 8, stride = nh * hs + 5;
   const Vf x = randn(B * T * stride, 19);
   Vf want = x;
-  ref::rope_forward(want.data(), B, T, nh, hs, stride, 10000.0f);
+  ref::rope_forward(want.data(), B, T, nh, hs, stride, {10000.0f});
   Buffer<float> X = put(x);
-  be().rope_forward(X.data(), B, T, nh, hs, stride, 10000.0f);
+  be().rope_forward(X.data(), B, T, nh, hs, stride, {10000.0f});
   expect_close(get(X), to_d(want), 1e-5, "rope");
-  be().rope_backward(X.data(), B, T, nh, hs, stride, 10000.0f);
+  be().rope_backward(X.data(), B, T, nh, hs, stride, {10000.0f});
   expect_close(get(X), to_d(x), 1e-5, "rope backward of rope");
+}
+
+// The scaled rotary embeddings (Llama 3's and linear), from a position as in
+// generation: the oracle's rows, and the CPU op's to the last bit where the
+// device rounds as it does (the angles come from one function, ops/rope.h).
+TEST_P(BackendOps, ScaledRopeMatchesTheOracle) {
+  const ops::RopeSpec specs[] = {{500000.0f, ops::RopeScaling::kLlama3, 8.0f, 1.0f, 4.0f, 16},
+                                 {10000.0f, ops::RopeScaling::kLinear, 4.0f},
+                                 {10000.0f}};
+  const int B = 2, T = 40, pos0 = 7, nh = 3, hs = 16, stride = nh * hs + 4;
+  for (const ops::RopeSpec& r : specs) {
+    const Vf x = randn(B * (pos0 + T) * stride, 23);
+    Vf want = x;
+    ref::rope_forward(want.data(), B, pos0 + T, nh, hs, stride, r);
+    Vf tail, tail_want;
+    for (int b = 0; b < B; ++b) {
+      const int from = (b * (pos0 + T) + pos0) * stride, to = (b + 1) * (pos0 + T) * stride;
+      tail.insert(tail.end(), x.begin() + from, x.begin() + to);
+      tail_want.insert(tail_want.end(), want.begin() + from, want.begin() + to);
+    }
+    Buffer<float> X = put(tail);
+    be().rope_forward(X.data(), B, T, nh, hs, stride, r, pos0);
+    const std::string what = "rope " + std::to_string(int(r.scaling));
+    expect_close(get(X), to_d(tail_want), 1e-5, what);
+    Vf cpu = tail;
+    ops::rope_forward(cpu.data(), B, T, nh, hs, stride, r, pos0);
+    expect_close(get(X), to_d(cpu), 1e-6, what + " against the CPU op");
+    be().rope_backward(X.data(), B, T, nh, hs, stride, r);
+    ops::rope_backward(cpu.data(), B, T, nh, hs, stride, r);
+    expect_close(get(X), to_d(cpu), 1e-6, what + " backward against the CPU op");
+  }
 }
 
 // Generation: the prompt's rows, then one row at a time, through the cache
@@ -552,7 +583,7 @@ TEST_P(BackendOps, AttentionOverACacheEqualsTheWholeSequence) {
   const int Tr = 11, pos0 = 6, n = Tr - pos0, nh = 3, rs = nh * hs + 2;
   const Vf x = randn(B * Tr * rs, 36);
   Vf long_want = x;
-  ref::rope_forward(long_want.data(), B, Tr, nh, hs, rs, 10000.0f);
+  ref::rope_forward(long_want.data(), B, Tr, nh, hs, rs, {10000.0f});
   Vf tail, tail_want;
   for (int b = 0; b < B; ++b) {
     tail.insert(tail.end(), x.begin() + (b * Tr + pos0) * rs, x.begin() + (b * Tr + Tr) * rs);
@@ -560,7 +591,7 @@ TEST_P(BackendOps, AttentionOverACacheEqualsTheWholeSequence) {
                      long_want.begin() + (b * Tr + Tr) * rs);
   }
   Buffer<float> X = put(tail);
-  be().rope_forward(X.data(), B, n, nh, hs, rs, 10000.0f, pos0);
+  be().rope_forward(X.data(), B, n, nh, hs, rs, {10000.0f}, pos0);
   expect_close(get(X), to_d(tail_want), 1e-5, "rope from a position");
 }
 

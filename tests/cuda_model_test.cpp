@@ -45,8 +45,12 @@ constexpr int kB = 4, kT = 16, kSteps = 5;
 ModelConfig config(const std::string& arch) {
   nlohmann::json j{{"arch", arch}, {"vocab_size", 96}, {"n_layer", 2}, {"n_embd", 64},
                    {"n_head", 4},  {"block_size", 16}};
-  if (arch == "llama") j["n_kv_head"] = 2, j["ffn_hidden"] = 96;
-  return model_config_from_json(j);
+  if (arch != "gpt2") j["n_kv_head"] = 2, j["ffn_hidden"] = 96;
+  if (arch == "qwen3") {  // per-head q/k norms, head size 8 (not 64 / 4), Llama 3's rope
+    j["head_dim"] = 8;
+    j["rope_scaling"] = "llama3", j["rope_factor"] = 8.0, j["rope_original_max_positions"] = 8;
+  }
+  return model_config_from_json(j);  // qwen2: q/k/v biases
 }
 
 // One process on one backend: its grid reaches the backend's memory through
@@ -323,10 +327,14 @@ TEST(EmulatedGpuFault, AFaultingKernelIsNamedWhenLaunchesBlockAndFoundHowOtherwi
 std::string name(const ::testing::TestParamInfo<Case>& p) { return p.param.arch; }
 
 INSTANTIATE_TEST_SUITE_P(Emulated, CudaModel,
-                         ::testing::Values(Case{"gpt2", true}, Case{"llama", true}), name);
+                         ::testing::Values(Case{"gpt2", true}, Case{"llama", true},
+                                           Case{"qwen2", true}, Case{"qwen3", true}),
+                         name);
 #ifdef DENDRITE_HAVE_CUDA
 INSTANTIATE_TEST_SUITE_P(Gpu, CudaModel,
-                         ::testing::Values(Case{"gpt2", false}, Case{"llama", false}), name);
+                         ::testing::Values(Case{"gpt2", false}, Case{"llama", false},
+                                           Case{"qwen2", false}, Case{"qwen3", false}),
+                         name);
 #endif
 
 }  // namespace

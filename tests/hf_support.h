@@ -20,7 +20,16 @@ struct HfReference {
   int B = 0, T = 0, V = 0;
   std::vector<int32_t> tokens;  // [B*T]
   std::vector<float> logits;    // [B*T, V]
+  // transformers' greedy continuation of a prompt (the Llama family's
+  // newer folders; empty elsewhere).
+  std::vector<int32_t> prompt, continuation;
 };
+
+// The reference folders of the Llama family's other members (Llama 3's and
+// linear rope scaling, Mistral, Qwen2, Qwen3), with a greedy generation each.
+inline std::vector<const char*> llama_family_folders() {
+  return {"llama3-tiny", "llama-linear-tiny", "mistral-tiny", "qwen2-tiny", "qwen3-tiny"};
+}
 
 inline HfReference load_hf_reference(const std::string& name) {
   std::ifstream in(hf_dir(name) + "/reference.json");
@@ -29,6 +38,10 @@ inline HfReference load_hf_reference(const std::string& name) {
   r.B = j.at("shape")[0], r.T = j.at("shape")[1], r.V = j.at("shape")[2];
   for (const auto& seq : j.at("tokens"))
     for (const auto& t : seq) r.tokens.push_back(t.get<int32_t>());
+  if (j.contains("generation")) {
+    r.prompt = j.at("generation").at("prompt").get<std::vector<int32_t>>();
+    r.continuation = j.at("generation").at("tokens").get<std::vector<int32_t>>();
+  }
   r.logits.resize(size_t(r.B) * r.T * r.V);
   std::ifstream bin(hf_dir(name) + "/" + j.at("logits_file").get<std::string>(), std::ios::binary);
   bin.read(reinterpret_cast<char*>(r.logits.data()), std::streamsize(r.logits.size() * 4));

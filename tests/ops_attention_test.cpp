@@ -275,13 +275,20 @@ TEST(Attention, RejectsBadShapes) {
 
 struct RopeCase {
   int B, T, nheads, hs, stride;
-  float theta;
+  ops::RopeSpec theta;
 };
+
+// Llama 3's scaling (its published factors, with a short original context so
+// that the test's positions reach the scaled and the smoothed frequencies),
+// and linear scaling.
+constexpr ops::RopeSpec kLlama3Rope{500000.0f, ops::RopeScaling::kLlama3, 8.0f, 1.0f, 4.0f, 64};
+constexpr ops::RopeSpec kLinearRope{10000.0f, ops::RopeScaling::kLinear, 4.0f};
 
 TEST(Rope, ForwardMatchesReference) {
   for (const RopeCase& c :
-       {RopeCase{2, 7, 3, 8, 24, 10000.0f}, RopeCase{1, 300, 2, 64, 131, 10000.0f},
-        RopeCase{2, 5, 1, 128, 128, 500000.0f}}) {
+       {RopeCase{2, 7, 3, 8, 24, {10000.0f}}, RopeCase{1, 300, 2, 64, 131, {10000.0f}},
+        RopeCase{2, 5, 1, 128, 128, {500000.0f}}, RopeCase{2, 40, 2, 32, 70, kLlama3Rope},
+        RopeCase{1, 33, 3, 16, 48, kLinearRope}}) {
     const long n = static_cast<long>(c.B) * c.T * c.stride;
     std::vector<float> x = randn(n, 11), x_ref = x;
     ops::rope_forward(x.data(), c.B, c.T, c.nheads, c.hs, c.stride, c.theta);
@@ -297,27 +304,63 @@ TEST(Rope, ForwardMatchesReference) {
 // rope_backward is the adjoint: <rope(x), y> == <x, rope_backward(y)>, and
 // since the rotation is orthogonal also its inverse.
 TEST(Rope, BackwardIsAdjointAndInverse) {
-  const RopeCase c{2, 33, 3, 16, 50, 10000.0f};
-  const long n = static_cast<long>(c.B) * c.T * c.stride;
-  std::vector<float> x = randn(n, 12), y = randn(n, 13);
-  std::vector<float> rx = x, ry = y;
-  ops::rope_forward(rx.data(), c.B, c.T, c.nheads, c.hs, c.stride, c.theta);
-  ops::rope_backward(ry.data(), c.B, c.T, c.nheads, c.hs, c.stride, c.theta);
-  double lhs = 0.0, rhs = 0.0, norm = 0.0;
-  for (long i = 0; i < n; ++i) {
-    lhs += static_cast<double>(rx[i]) * y[i];
-    rhs += static_cast<double>(x[i]) * ry[i];
-    norm += std::fabs(static_cast<double>(x[i]) * y[i]);
+  for (const RopeCase& c :
+       {RopeCase{2, 33, 3, 16, 50, {10000.0f}}, RopeCase{2, 33, 3, 16, 50, kLlama3Rope}}) {
+    const long n = static_cast<long>(c.B) * c.T * c.stride;
+    std::vector<float> x = randn(n, 12), y = randn(n, 13);
+    std::vector<float> rx = x, ry = y;
+    ops::rope_forward(rx.data(), c.B, c.T, c.nheads, c.hs, c.stride, c.theta);
+    ops::rope_backward(ry.data(), c.B, c.T, c.nheads, c.hs, c.stride, c.theta);
+    double lhs = 0.0, rhs = 0.0, norm = 0.0;
+    for (long i = 0; i < n; ++i) {
+      lhs += static_cast<double>(rx[i]) * y[i];
+      rhs += static_cast<double>(x[i]) * ry[i];
+      norm += std::fabs(static_cast<double>(x[i]) * y[i]);
+    }
+    EXPECT_NEAR(lhs, rhs, 1e-6 * norm);
+    ops::rope_backward(rx.data(), c.B, c.T, c.nheads, c.hs, c.stride, c.theta);
+    expect_near_all(rx, x, 1e-6f, "rope_backward(rope_forward(x))");
   }
-  EXPECT_NEAR(lhs, rhs, 1e-6 * norm);
-  ops::rope_backward(rx.data(), c.B, c.T, c.nheads, c.hs, c.stride, c.theta);
-  expect_near_all(rx, x, 1e-6f, "rope_backward(rope_forward(x))");
+}
+
+// The unscaled frequencies are the bits Dendrite always used, so models
+// without scaling keep their results; the scalings follow transformers'
+// _compute_llama3_parameters and _compute_linear_scaling_rope_parameters.
+TEST(Rope, FrequenciesOfEachScaling) {
+  for (int i = 0; i < 16; ++i)
+    EXPECT_EQ(ops::rope_frequency({10000.0f}, i, 32), std::pow(10000.0, -2.0 * i / 32)) << i;
+  for (int i = 0; i < 8; ++i)
+    EXPECT_DOUBLE_EQ(ops::rope_frequency(kLinearRope, i, 16), std::pow(10000.0, -2.0 * i / 16) / 4);
+  // hs 32, theta 500000, L = 64: wavelengths 2 pi / f; below 64/4 = 16 kept,
+  // above 64 divided by 8, smoothed between.
+  int kept = 0, divided = 0, smoothed = 0;
+  for (int i = 0; i < 16; ++i) {
+    const double f = std::pow(500000.0, -2.0 * i / 32), w = 2 * M_PI / f;
+    const double got = ops::rope_frequency(kLlama3Rope, i, 32);
+    if (w < 16) {
+      EXPECT_EQ(got, f);
+      ++kept;
+    } else if (w > 64) {
+      EXPECT_DOUBLE_EQ(got, f / 8);
+      ++divided;
+    } else {
+      const double s = (64 / w - 1) / (4 - 1);
+      EXPECT_DOUBLE_EQ(got, (1 - s) * f / 8 + s * f);
+      ++smoothed;
+    }
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(divided, 0);
+  EXPECT_GT(smoothed, 0);
 }
 
 TEST(Rope, RejectsOddHeadSize) {
   std::vector<float> x(64);
-  EXPECT_THROW(ops::rope_forward(x.data(), 1, 2, 2, 7, 14, 10000.0f), Error);
-  EXPECT_THROW(ops::rope_backward(x.data(), 1, 2, 2, 8, 15, 10000.0f), Error);
+  EXPECT_THROW(ops::rope_forward(x.data(), 1, 2, 2, 7, 14, {10000.0f}), Error);
+  EXPECT_THROW(ops::rope_backward(x.data(), 1, 2, 2, 8, 15, {10000.0f}), Error);
+  ops::RopeSpec bad = kLlama3Rope;
+  bad.high_freq_factor = 0.5f;  // below low_freq_factor
+  EXPECT_THROW(ops::rope_forward(x.data(), 1, 2, 2, 8, 16, bad), Error);
 }
 
 // ------------------------------------------------------------ cross-entropy

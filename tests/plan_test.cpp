@@ -228,10 +228,13 @@ TEST(Planner, ParameterMemoryFallsWithTheWeightSplit) {
 }
 
 TEST(Planner, ActivationMemoryMatchesTheModel) {
-  for (const char* name : {"gpt2-tiny", "llama-tiny"})
+  nlohmann::json qwen3 = to_json(load_model_config("llama-tiny"));
+  qwen3["arch"] = "qwen3", qwen3["head_dim"] = 16;  // per-head norms, head size 16 of 32 / 4
+  for (const std::string name : {"gpt2-tiny", "llama-tiny", "qwen3"})
     for (bool recompute : {false, true})
       for (Precision p : {Precision::kF32, Precision::kBF16}) {
-        const ModelConfig c = load_model_config(name);
+        const ModelConfig c =
+            name == "qwen3" ? model_config_from_json(qwen3) : load_model_config(name);
         auto grid = ProcessGrid::single();
         ModelOptions mo;
         mo.recompute = recompute;

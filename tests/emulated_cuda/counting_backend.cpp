@@ -249,21 +249,21 @@ class CountingBackend final : public Backend {
     const counters::OpScope op("attention_cached", {});
     inner_->attention_cached(out, q, k_new, v_new, k_cache, v_cache, s);
   }
-  void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, float theta,
-                    int pos0) override {
+  void rope_forward(float* x, int B, int T, int nheads, int hs, int stride,
+                    const ops::RopeSpec& rope, int pos0) override {
     const counters::OpScope op("rope_forward", {{"B", double(B)},
                                                 {"T", double(T)},
                                                 {"nheads", double(nheads)},
                                                 {"hs", double(hs)},
                                                 {"pos0", double(pos0)}});
-    inner_->rope_forward(x, B, T, nheads, hs, stride, theta, pos0);
+    inner_->rope_forward(x, B, T, nheads, hs, stride, rope, pos0);
   }
   void rope_backward(float* dx, int B, int T, int nheads, int hs, int stride,
-                     float theta) override {
+                     const ops::RopeSpec& rope) override {
     const counters::OpScope op(
         "rope_backward",
         {{"B", double(B)}, {"T", double(T)}, {"nheads", double(nheads)}, {"hs", double(hs)}});
-    inner_->rope_backward(dx, B, T, nheads, hs, stride, theta);
+    inner_->rope_backward(dx, B, T, nheads, hs, stride, rope);
   }
   void to_bf16(bf16* out, const float* in, int64_t n) override {
     const counters::OpScope op("to_bf16", {{"n", double(n)}});

@@ -159,10 +159,10 @@ class Backend : public Allocator {
                                 const float* v_new, float* k_cache, float* v_cache,
                                 const ops::CachedAttentionShape& s) = 0;
   // Rows b*T + t at position pos0 + t.
-  virtual void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, float theta,
-                            int pos0 = 0) = 0;
+  virtual void rope_forward(float* x, int B, int T, int nheads, int hs, int stride,
+                            const ops::RopeSpec& rope, int pos0 = 0) = 0;
   virtual void rope_backward(float* dx, int B, int T, int nheads, int hs, int stride,
-                             float theta) = 0;
+                             const ops::RopeSpec& rope) = 0;
 
   // ---- conversions (ops/convert.h) ----
   virtual void to_bf16(bf16* out, const float* in, int64_t n) = 0;

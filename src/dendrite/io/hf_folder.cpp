@@ -49,6 +49,112 @@ void require(const nlohmann::json& c, const char* key, T fallback, T expected,
                  " cannot be represented (", why, ")");
 }
 
+// The Llama family: each architecture, its model_type and Dendrite's arch.
+struct LlamaFamily {
+  const char* architecture;
+  const char* model_type;
+  Arch arch;
+};
+constexpr LlamaFamily kLlamaFamily[] = {{"LlamaForCausalLM", "llama", Arch::kLlama},
+                                        {"MistralForCausalLM", "mistral", Arch::kMistral},
+                                        {"Qwen2ForCausalLM", "qwen2", Arch::kQwen2},
+                                        {"Qwen3ForCausalLM", "qwen3", Arch::kQwen3}};
+
+const LlamaFamily* llama_family(const std::string& arch, const std::string& type) {
+  for (const LlamaFamily& f : kLlamaFamily)
+    if (arch == f.architecture || (arch.empty() && type == f.model_type)) return &f;
+  return nullptr;
+}
+
+const LlamaFamily& llama_family(Arch a) {
+  for (const LlamaFamily& f : kLlamaFamily)
+    if (f.arch == a) return f;
+  fail("hf_config: arch ", arch_name(a), " is not of the llama family");
+}
+
+// One rotary spec: transformers 4's rope_scaling or 5's rope_parameters (key
+// names it), whose rope_type (or the older "type") is default, linear or llama3.
+void read_rope(const nlohmann::json& r, const char* key, const std::string& where, ModelConfig& m) {
+  const std::string at = where + ": " + key;
+  DENDRITE_CHECK(r.is_object(), at, " ", r.dump(), " is not an object");
+  const std::string kind =
+      get<std::string>(r, "rope_type", get<std::string>(r, "type", "default", at), at);
+  m.rope_theta = get<float>(r, "rope_theta", m.rope_theta, at);
+  const float partial = get<float>(r, "partial_rotary_factor", 1.0f, at);
+  DENDRITE_CHECK(partial == 1.0f, at, ": partial_rotary_factor ", partial,
+                 " cannot be represented (Dendrite rotates the whole head)");
+  if (kind == "default") return;
+  if (kind == "linear") {
+    m.rope_scaling = ops::RopeScaling::kLinear;
+    m.rope_factor = need<float>(r, "factor", at);
+  } else if (kind == "llama3") {
+    m.rope_scaling = ops::RopeScaling::kLlama3;
+    m.rope_factor = need<float>(r, "factor", at);
+    m.rope_low_freq_factor = need<float>(r, "low_freq_factor", at);
+    m.rope_high_freq_factor = need<float>(r, "high_freq_factor", at);
+    // transformers falls back to max_position_embeddings, as here (set before).
+    m.rope_original_max_positions =
+        get<int>(r, "original_max_position_embeddings", m.block_size, at);
+  } else {
+    fail(at, ": rope_type '", kind, "' (", r.dump(), ") cannot be represented (Dendrite's ",
+         "rotary embedding supports rope_type default, linear and llama3)");
+  }
+}
+
+// The sliding window: Mistral's sliding_window (null: none); Qwen's only
+// where use_sliding_window is true.
+int read_sliding_window(const nlohmann::json& c, const std::string& where, Arch arch) {
+  if ((arch == Arch::kQwen2 || arch == Arch::kQwen3) &&
+      !get<bool>(c, "use_sliding_window", false, where))
+    return 0;
+  const int w = get<int>(c, "sliding_window", 0, where);
+  DENDRITE_CHECK(w >= 0, where, ": sliding_window ", w, " must be positive or null");
+  return w;
+}
+
+ModelConfig read_llama_family(const nlohmann::json& c, const std::string& where,
+                              const LlamaFamily& f) {
+  ModelConfig m = model_config_from_json({{"arch", arch_name(f.arch)}});
+  m.vocab_size = need<int>(c, "vocab_size", where);
+  m.n_embd = need<int>(c, "hidden_size", where);
+  m.ffn_hidden = need<int>(c, "intermediate_size", where);
+  m.n_layer = need<int>(c, "num_hidden_layers", where);
+  m.n_head = need<int>(c, "num_attention_heads", where);
+  m.n_kv_head = get<int>(c, "num_key_value_heads", m.n_head, where);
+  m.block_size = get<int>(c, "max_position_embeddings", 2048, where);
+  m.norm_eps = get<float>(c, "rms_norm_eps", 1e-6f, where);
+  m.rope_theta = get<float>(c, "rope_theta", 10000.0f, where);
+  m.tie_embeddings = get<bool>(c, "tie_word_embeddings", false, where);
+  const float partial = get<float>(c, "partial_rotary_factor", 1.0f, where);
+  DENDRITE_CHECK(partial == 1.0f, where, ": partial_rotary_factor ", partial,
+                 " cannot be represented (Dendrite rotates the whole head)");
+  // transformers 4 writes rope_theta beside rope_scaling; 5 both into rope_parameters.
+  for (const char* key : {"rope_scaling", "rope_parameters"})
+    if (c.contains(key) && !c.at(key).is_null()) read_rope(c.at(key), key, where, m);
+  require(c, "hidden_act", std::string("silu"), std::string("silu"), where,
+          "the MLP is SwiGLU with SiLU");
+  // Qwen2's q, k and v always have biases (its config has no key for them).
+  m.qkv_bias = f.arch == Arch::kQwen2;
+  require(c, "attention_bias", false, false, where,
+          "biases on q, k, v and o are not supported; Qwen2ForCausalLM's q, k and v biases are");
+  require(c, "mlp_bias", false, false, where, "the MLP has no biases here");
+  m.qk_norm = f.arch == Arch::kQwen3;
+  m.sliding_window = read_sliding_window(c, where, f.arch);
+  // Absent (or null): width / heads, but Qwen3Config's default of 128.
+  const int hd = get<int>(c, "head_dim",
+                          f.arch == Arch::kQwen3 ? 128
+                          : m.n_head > 0         ? m.n_embd / m.n_head
+                                                 : 0,
+                          where);
+  DENDRITE_CHECK(hd > 0 && hd % 2 == 0, where, ": head_dim ", hd,
+                 " cannot be represented (rotary embedding needs a positive even head size)");
+  DENDRITE_CHECK(m.qk_norm || (m.n_head > 0 && hd * m.n_head == m.n_embd), where, ": head_dim ", hd,
+                 " times num_attention_heads ", m.n_head, " is not hidden_size ", m.n_embd,
+                 "; cannot be represented for ", f.architecture, " (heads split the width)");
+  if (m.n_head > 0 && hd * m.n_head != m.n_embd) m.head_dim = hd;
+  return m;
+}
+
 }  // namespace
 
 ModelConfig model_config_from_hf(const nlohmann::json& c, const std::string& where) {
@@ -77,40 +183,12 @@ ModelConfig model_config_from_hf(const nlohmann::json& c, const std::string& whe
     require(c, "scale_attn_by_inverse_layer_idx", false, false, where,
             "no per-layer attention scaling");
     require(c, "add_cross_attention", false, false, where, "a decoder without cross-attention");
-  } else if (arch == "LlamaForCausalLM" || (arch.empty() && type == "llama")) {
-    m = model_config_from_json({{"arch", "llama"}});
-    m.vocab_size = need<int>(c, "vocab_size", where);
-    m.n_embd = need<int>(c, "hidden_size", where);
-    m.ffn_hidden = need<int>(c, "intermediate_size", where);
-    m.n_layer = need<int>(c, "num_hidden_layers", where);
-    m.n_head = need<int>(c, "num_attention_heads", where);
-    m.n_kv_head = get<int>(c, "num_key_value_heads", m.n_head, where);
-    m.block_size = get<int>(c, "max_position_embeddings", 2048, where);
-    m.norm_eps = get<float>(c, "rms_norm_eps", 1e-6f, where);
-    m.rope_theta = get<float>(c, "rope_theta", 10000.0f, where);
-    m.tie_embeddings = get<bool>(c, "tie_word_embeddings", false, where);
-    DENDRITE_CHECK(!c.contains("rope_scaling") || c.at("rope_scaling").is_null(), where,
-                   ": rope_scaling ", c.contains("rope_scaling") ? c.at("rope_scaling").dump() : "",
-                   " cannot be represented (Dendrite's rotary embedding has no scaling)");
-    // transformers 5 writes rope_theta (and any scaling) into rope_parameters.
-    if (c.contains("rope_parameters") && c.at("rope_parameters").is_object()) {
-      const nlohmann::json& r = c.at("rope_parameters");
-      const std::string kind = get<std::string>(r, "rope_type", "default", where);
-      DENDRITE_CHECK(kind == "default", where, ": rope_parameters ", r.dump(),
-                     " cannot be represented (Dendrite's rotary embedding has no scaling)");
-      m.rope_theta = get<float>(r, "rope_theta", m.rope_theta, where);
-    }
-    require(c, "hidden_act", std::string("silu"), std::string("silu"), where,
-            "the MLP is SwiGLU with SiLU");
-    require(c, "attention_bias", false, false, where, "Llama's attention has no biases here");
-    require(c, "mlp_bias", false, false, where, "Llama's MLP has no biases here");
-    const int hd = get<int>(c, "head_dim", m.n_head > 0 ? m.n_embd / m.n_head : 0, where);
-    DENDRITE_CHECK(m.n_head > 0 && hd * m.n_head == m.n_embd, where, ": head_dim ", hd,
-                   " times num_attention_heads ", m.n_head, " is not hidden_size ", m.n_embd,
-                   "; cannot be represented (heads split the width)");
+  } else if (const LlamaFamily* f = llama_family(arch, type)) {
+    m = read_llama_family(c, where, *f);
   } else {
     fail(where, ": architecture '", arch.empty() ? type : arch, "' is not supported; Dendrite ",
-         "reads GPT2LMHeadModel and LlamaForCausalLM folders");
+         "reads GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and ",
+         "Qwen3ForCausalLM folders");
   }
   try {
     m.validate();
@@ -138,8 +216,9 @@ nlohmann::json hf_config(const ModelConfig& m, int bos_id, int eos_id) {
          {"tie_word_embeddings", true},
          {"scale_attn_weights", true}};
   } else {
-    c = {{"architectures", {"LlamaForCausalLM"}},
-         {"model_type", "llama"},
+    const LlamaFamily& f = llama_family(m.arch);
+    c = {{"architectures", {f.architecture}},
+         {"model_type", f.model_type},
          {"vocab_size", m.vocab_size},
          {"hidden_size", m.n_embd},
          {"intermediate_size", m.ffn_hidden},
@@ -151,9 +230,28 @@ nlohmann::json hf_config(const ModelConfig& m, int bos_id, int eos_id) {
          {"rms_norm_eps", m.norm_eps},
          {"rope_theta", m.rope_theta},
          {"tie_word_embeddings", m.tied_embeddings()},
-         {"hidden_act", "silu"},
-         {"attention_bias", false},
-         {"mlp_bias", false}};
+         {"hidden_act", "silu"}};
+    if (m.arch != Arch::kQwen2) c["attention_bias"] = false;
+    if (m.arch == Arch::kLlama) c["mlp_bias"] = false;
+    if (m.rope_scaling != ops::RopeScaling::kNone) {
+      // transformers 4's key (5 reads it into rope_parameters).
+      nlohmann::json r = {{"rope_type", rope_scaling_name(m.rope_scaling)},
+                          {"factor", m.rope_factor}};
+      if (m.rope_scaling == ops::RopeScaling::kLlama3) {
+        r["low_freq_factor"] = m.rope_low_freq_factor;
+        r["high_freq_factor"] = m.rope_high_freq_factor;
+        r["original_max_position_embeddings"] = m.rope_original_max_positions;
+      }
+      c["rope_scaling"] = r;
+    }
+    const nlohmann::json window =
+        m.sliding_window > 0 ? nlohmann::json(m.sliding_window) : nlohmann::json();
+    if (m.arch == Arch::kMistral) c["sliding_window"] = window;
+    if (m.arch == Arch::kQwen2 || m.arch == Arch::kQwen3) {
+      c["use_sliding_window"] = m.sliding_window > 0;
+      c["sliding_window"] = window;
+      c["max_window_layers"] = m.sliding_window > 0 ? 0 : m.n_layer;
+    }
   }
   c["bos_token_id"] = id(bos_id);
   c["eos_token_id"] = id(eos_id);
@@ -193,6 +291,15 @@ HfFolder::HfFolder(const std::string& dir) : dir_(dir) {
 }
 
 HfFolder::~HfFolder() = default;
+
+void HfFolder::check_sequence(int T) const {
+  DENDRITE_CHECK(config_.sliding_window == 0 || T <= config_.sliding_window, "hugging face folder ",
+                 dir_, ": config.json's sliding_window ", config_.sliding_window,
+                 " is shorter than the sequence length ", T,
+                 "; Dendrite attends to every earlier position, the same function only for ",
+                 "sequences no longer than the window: use a --seq of at most ",
+                 config_.sliding_window);
+}
 
 const SafetensorsReader& HfFolder::reader(const std::string& file) const {
   auto& r = readers_[file];

@@ -1,10 +1,11 @@
 // A Hugging Face model folder as `save_pretrained` writes it: config.json, and
 // the weights in model.safetensors or in shards that
 // model.safetensors.index.json lists. The config of a GPT2LMHeadModel or a
-// LlamaForCausalLM becomes Dendrite's ModelConfig; anything the model cannot
-// represent (another architecture, rope scaling, biases Llama lacks, ...) is
-// refused by name. Weights of F32, BF16 or F16 are read as fp32, each shard
-// memory-mapped when first needed.
+// LlamaForCausalLM (and the family's MistralForCausalLM, Qwen2ForCausalLM and
+// Qwen3ForCausalLM) becomes Dendrite's ModelConfig; anything the model cannot
+// represent (another architecture, a rope_type other than default, linear and
+// llama3, biases on o or the MLP, ...) is refused by name. Weights of F32, BF16 or F16 are read as
+// fp32, each shard memory-mapped when first needed.
 #pragma once
 
 #include <map>
@@ -35,6 +36,10 @@ class HfFolder {
   const std::string& dir() const { return dir_; }
   const ModelConfig& config() const { return config_; }
   const nlohmann::json& raw_config() const { return raw_; }
+  // Refuses a run over sequences of T tokens longer than the model's sliding
+  // window (Mistral's; Qwen2's with use_sliding_window), naming the folder:
+  // Dendrite attends to every earlier position.
+  void check_sequence(int T) const;
   // Whether the weights hold `name`, or the same name without GPT-2's
   // "transformer." prefix (the original GPT-2 files lack it).
   bool has(const std::string& name) const { return !resolve(name).empty(); }

@@ -14,12 +14,41 @@
 
 namespace dendrite {
 
-std::string arch_name(Arch a) { return a == Arch::kGpt2 ? "gpt2" : "llama"; }
+namespace {
+const std::pair<Arch, const char*> kArchNames[] = {{Arch::kGpt2, "gpt2"},
+                                                   {Arch::kLlama, "llama"},
+                                                   {Arch::kMistral, "mistral"},
+                                                   {Arch::kQwen2, "qwen2"},
+                                                   {Arch::kQwen3, "qwen3"}};
+const std::pair<ops::RopeScaling, const char*> kScalingNames[] = {
+    {ops::RopeScaling::kNone, "none"},
+    {ops::RopeScaling::kLinear, "linear"},
+    {ops::RopeScaling::kLlama3, "llama3"}};
+}  // namespace
+
+std::string arch_name(Arch a) {
+  for (auto& [arch, name] : kArchNames)
+    if (arch == a) return name;
+  return "unknown";
+}
 
 Arch parse_arch(const std::string& name) {
-  if (name == "gpt2") return Arch::kGpt2;
-  if (name == "llama") return Arch::kLlama;
-  fail("model config: unknown arch '", name, "'; use \"gpt2\" or \"llama\"");
+  for (auto& [arch, n] : kArchNames)
+    if (name == n) return arch;
+  fail("model config: unknown arch '", name,
+       "'; use \"gpt2\", \"llama\", \"mistral\", \"qwen2\" or \"qwen3\"");
+}
+
+std::string rope_scaling_name(ops::RopeScaling s) {
+  for (auto& [scaling, name] : kScalingNames)
+    if (scaling == s) return name;
+  return "unknown";
+}
+
+ops::RopeScaling parse_rope_scaling(const std::string& name) {
+  for (auto& [scaling, n] : kScalingNames)
+    if (name == n) return scaling;
+  fail("model config: unknown rope_scaling '", name, "'; use \"none\", \"linear\" or \"llama3\"");
 }
 
 void ModelConfig::validate() const {
@@ -47,7 +76,9 @@ void ModelConfig::validate() const {
   at_most(block_size, kMaxWidth, "block_size");
   at_most(n_layer, kMaxCount, "n_layer");
   at_most(n_head, kMaxCount, "n_head");
-  DENDRITE_CHECK(n_embd % n_head == 0, "model config: n_embd ", n_embd,
+  DENDRITE_CHECK(head_dim >= 0 && head_dim <= kMaxWidth, "model config: head_dim ", head_dim,
+                 " must be between 0 (n_embd / n_head) and ", kMaxWidth);
+  DENDRITE_CHECK(head_dim > 0 || n_embd % n_head == 0, "model config: n_embd ", n_embd,
                  " is not divisible by n_head ", n_head,
                  "; choose a width that is a multiple of the head count");
   DENDRITE_CHECK(n_head % n_kv_head == 0, "model config: n_head ", n_head,
@@ -61,10 +92,32 @@ void ModelConfig::validate() const {
                  "head size, got ", head_size());
   DENDRITE_CHECK(norm_eps > 0 && rope_theta > 0 && init_std > 0,
                  "model config: norm_eps, rope_theta and init_std must be positive");
+  DENDRITE_CHECK(!gpt2() || (head_dim == 0 && !qkv_bias && !qk_norm && sliding_window == 0 &&
+                             rope_scaling == ops::RopeScaling::kNone),
+                 "model config: head_dim, qkv_bias, qk_norm, sliding_window and rope_scaling are ",
+                 "for the llama family, not gpt2");
+  DENDRITE_CHECK(sliding_window >= 0, "model config: sliding_window ", sliding_window,
+                 " must be 0 (none) or positive");
+  // Each member of the family is its own structure, so an export is the
+  // architecture transformers builds with the same tensors.
+  DENDRITE_CHECK(qkv_bias == (arch == Arch::kQwen2), "model config: qkv_bias ", qkv_bias,
+                 " with arch ", arch_name(arch), "; q, k and v have biases in qwen2 (only)");
+  DENDRITE_CHECK(qk_norm == (arch == Arch::kQwen3), "model config: qk_norm ", qk_norm,
+                 " with arch ", arch_name(arch), "; per-head q and k norms are qwen3's (only)");
+  DENDRITE_CHECK(
+      sliding_window == 0 || arch == Arch::kMistral || arch == Arch::kQwen2 || arch == Arch::kQwen3,
+      "model config: sliding_window is for arch mistral, qwen2 or qwen3, not ", arch_name(arch));
+  const char* rope_problem = ops::rope_spec_problem(rope());
+  DENDRITE_CHECK(!rope_problem, "model config: rope_scaling ", rope_scaling_name(rope_scaling),
+                 " (rope_factor ", rope_factor, ", rope_low_freq_factor ", rope_low_freq_factor,
+                 ", rope_high_freq_factor ", rope_high_freq_factor,
+                 ", rope_original_max_positions ", rope_original_max_positions,
+                 "): ", rope_problem ? rope_problem : "");
   // The parameter count in floating point: each term of num_parameters() is
   // positive and at most the total, so below 2^50 its int64 sums cannot overflow.
   const double C = n_embd, F = ffn_hidden;
-  const double per_layer = 8 * C + 4 * C * C + 3 * F * C + F + C;
+  const double attn = 2.0 * C * (double(n_head) + n_kv_head) * head_size();
+  const double per_layer = 8 * C + attn + 3 * F * C + F + C + 6.0 * n_head * head_size();
   const double total = 2.0 * vocab_size * C + double(block_size) * C + n_layer * per_layer + 2 * C;
   DENDRITE_CHECK(total < 0x1p50, "model config: ", total, " parameters is beyond what Dendrite ",
                  "can hold (2^50); reduce n_layer, n_embd, ffn_hidden or vocab_size");
@@ -80,6 +133,8 @@ int64_t ModelConfig::num_parameters() const {
     total = V * C + int64_t(block_size) * C + int64_t(n_layer) * per_layer + 2 * C;
   } else {
     per_layer = 2 * C + (q + kv + o) + 3 * F * C;
+    if (qkv_bias) per_layer += int64_t(n_head + 2 * n_kv_head) * hs;
+    if (qk_norm) per_layer += 2 * hs;
     total = (tie_embeddings ? 1 : 2) * V * C + int64_t(n_layer) * per_layer + C;
   }
   return total;
@@ -90,7 +145,7 @@ double ModelConfig::train_flops_per_token(int T) const {
   double attn_proj = C * n_head * hs * 2 + C * n_kv_head * hs * 2;
   double mlp = (gpt2() ? 2 : 3) * C * F;
   double matmul_weights = n_layer * (attn_proj + mlp) + double(vocab_size) * C;
-  return 6.0 * matmul_weights + 12.0 * n_layer * T * C;
+  return 6.0 * matmul_weights + 12.0 * n_layer * T * (double(n_head) * hs);
 }
 
 namespace {
@@ -152,13 +207,30 @@ static double tidy(float f) {
   return std::strtod(buf, nullptr);
 }
 
+// The keys of the llama family's variants are written where they differ
+// from the defaults, so a plain GPT-2 or Llama config (and the checkpoints
+// that hold one) reads as it did before they existed.
 nlohmann::json to_json(const ModelConfig& c) {
-  return {{"arch", arch_name(c.arch)},     {"vocab_size", c.vocab_size},
-          {"n_layer", c.n_layer},          {"n_embd", c.n_embd},
-          {"n_head", c.n_head},            {"n_kv_head", c.n_kv_head},
-          {"ffn_hidden", c.ffn_hidden},    {"block_size", c.block_size},
-          {"norm_eps", tidy(c.norm_eps)},  {"rope_theta", tidy(c.rope_theta)},
-          {"init_std", tidy(c.init_std)},  {"tie_embeddings", c.tie_embeddings}};
+  nlohmann::json j = {{"arch", arch_name(c.arch)},    {"vocab_size", c.vocab_size},
+                      {"n_layer", c.n_layer},         {"n_embd", c.n_embd},
+                      {"n_head", c.n_head},           {"n_kv_head", c.n_kv_head},
+                      {"ffn_hidden", c.ffn_hidden},   {"block_size", c.block_size},
+                      {"norm_eps", tidy(c.norm_eps)}, {"rope_theta", tidy(c.rope_theta)},
+                      {"init_std", tidy(c.init_std)}, {"tie_embeddings", c.tie_embeddings}};
+  if (c.rope_scaling != ops::RopeScaling::kNone) {
+    j["rope_scaling"] = rope_scaling_name(c.rope_scaling);
+    j["rope_factor"] = tidy(c.rope_factor);
+    if (c.rope_scaling == ops::RopeScaling::kLlama3) {
+      j["rope_low_freq_factor"] = tidy(c.rope_low_freq_factor);
+      j["rope_high_freq_factor"] = tidy(c.rope_high_freq_factor);
+      j["rope_original_max_positions"] = c.rope_original_max_positions;
+    }
+  }
+  if (c.head_dim > 0) j["head_dim"] = c.head_dim;
+  if (c.qkv_bias) j["qkv_bias"] = true;
+  if (c.qk_norm) j["qk_norm"] = true;
+  if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
+  return j;
 }
 
 // get<int>() of a JSON number outside int's range is undefined behaviour (found
@@ -171,12 +243,42 @@ static int json_int(const std::string& key, const nlohmann::json& v) {
   return v.get<int>();
 }
 
+// The keys of the llama family's variants (to_json): whether key was one.
+static bool read_family_key(ModelConfig& c, const std::string& key, const nlohmann::json& value) {
+  if (key == "rope_scaling")
+    c.rope_scaling = parse_rope_scaling(value.get<std::string>());
+  else if (key == "rope_factor")
+    c.rope_factor = value.get<float>();
+  else if (key == "rope_low_freq_factor")
+    c.rope_low_freq_factor = value.get<float>();
+  else if (key == "rope_high_freq_factor")
+    c.rope_high_freq_factor = value.get<float>();
+  else if (key == "rope_original_max_positions")
+    c.rope_original_max_positions = json_int(key, value);
+  else if (key == "head_dim")
+    c.head_dim = json_int(key, value);
+  else if (key == "qkv_bias")
+    c.qkv_bias = value.get<bool>();
+  else if (key == "qk_norm")
+    c.qk_norm = value.get<bool>();
+  else if (key == "sliding_window")
+    c.sliding_window = json_int(key, value);
+  else
+    return false;
+  return true;
+}
+
 ModelConfig model_config_from_json(const nlohmann::json& j) {
   DENDRITE_CHECK(j.is_object(), "model config: expected a JSON object");
   ModelConfig c;
-  if (j.contains("arch")) c = parse_arch(j.at("arch").get<std::string>()) == Arch::kGpt2
-                                  ? gpt2(12, 768, 12)
-                                  : llama(8, 512, 8, 4, 1376, 8192, 512);
+  if (j.contains("arch")) {
+    const Arch arch = parse_arch(j.at("arch").get<std::string>());
+    c = arch == Arch::kGpt2 ? gpt2(12, 768, 12) : llama(8, 512, 8, 4, 1376, 8192, 512);
+    // The llama family's members share Llama's defaults; each has its own structure.
+    c.arch = arch;
+    c.qkv_bias = arch == Arch::kQwen2;
+    c.qk_norm = arch == Arch::kQwen3;
+  }
   bool kv_given = false, ffn_given = false;
   for (auto& [key, value] : j.items()) {
     try {
@@ -192,10 +294,14 @@ ModelConfig model_config_from_json(const nlohmann::json& j) {
       else if (key == "rope_theta") c.rope_theta = value.get<float>();
       else if (key == "init_std") c.init_std = value.get<float>();
       else if (key == "tie_embeddings") c.tie_embeddings = value.get<bool>();
+      else if (read_family_key(c, key, value))
+        continue;
       else
         fail("model config: unknown key '", key, "'; known keys: arch, vocab_size, n_layer, ",
              "n_embd, n_head, n_kv_head, ffn_hidden, block_size, norm_eps, rope_theta, init_std, ",
-             "tie_embeddings");
+             "tie_embeddings, rope_scaling, rope_factor, rope_low_freq_factor, ",
+             "rope_high_freq_factor, rope_original_max_positions, head_dim, qkv_bias, qk_norm, ",
+             "sliding_window");
     } catch (const nlohmann::json::exception& e) {
       fail("model config: key '", key, "' has the wrong type (", e.what(), ")");
     }

@@ -1,7 +1,12 @@
 // Model configuration: architecture, sizes, presets and validation.
 // Letters: V vocabulary, Vp V padded to a multiple of 64, C width (n_embd),
-// NH query heads, NKV key/value heads, hs = C/NH head size, F MLP hidden width,
-// L layers, T_max block size (longest sequence).
+// NH query heads, NKV key/value heads, hs head size (C/NH unless head_dim
+// says otherwise), F MLP hidden width, L layers, T_max block size (longest
+// sequence).
+//
+// The Llama family: Llama (2, 3.x), Mistral, Qwen2 (2.5) and Qwen3 share one
+// block (RMSNorm, rotary attention, SwiGLU); each differs by the flags below,
+// and its Arch names it (Hugging Face's architecture on export).
 #pragma once
 
 #include <cstdint>
@@ -9,9 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "dendrite/ops/rope.h"
+
 namespace dendrite {
 
-enum class Arch { kGpt2, kLlama };
+enum class Arch { kGpt2, kLlama, kMistral, kQwen2, kQwen3 };
 
 struct ModelConfig {
   Arch arch = Arch::kGpt2;
@@ -24,12 +31,27 @@ struct ModelConfig {
   int block_size = 1024;   // T_max
   float norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
+  // Rotary scaling (ops/rope.h), Hugging Face's rope_scaling / rope_parameters.
+  ops::RopeScaling rope_scaling = ops::RopeScaling::kNone;
+  float rope_factor = 1.0f, rope_low_freq_factor = 1.0f, rope_high_freq_factor = 4.0f;
+  int rope_original_max_positions = 8192;
+  int head_dim = 0;       // hs when it is not C/NH (Qwen3); 0: C/NH
+  bool qkv_bias = false;  // biases on q, k and v (Qwen2)
+  bool qk_norm = false;   // RMSNorm over each head of q and k before RoPE (Qwen3)
+  // Mistral's (and Qwen2's) sliding window of attention, kept for export:
+  // Dendrite attends to every earlier position, which is the same function
+  // for sequences no longer than the window, and refuses longer ones. 0: none.
+  int sliding_window = 0;
   float init_std = 0.02f;
   // Whether the LM head is the token embedding (GPT-2 always; Llama by choice,
   // JSON key tie_embeddings, Hugging Face's tie_word_embeddings).
   bool tie_embeddings = true;
 
-  int head_size() const { return n_embd / n_head; }
+  int head_size() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
+  ops::RopeSpec rope() const {
+    return {rope_theta,           rope_scaling,          rope_factor,
+            rope_low_freq_factor, rope_high_freq_factor, rope_original_max_positions};
+  }
   // V rounded up to a multiple of 64 and of the Y extent that splits it.
   int padded_vocab(int gy = 1) const {
     int unit = 64;
@@ -45,12 +67,14 @@ struct ModelConfig {
   int64_t num_parameters() const;
   // Training flops per token of a sequence of length T: 6 per weight of
   // every matrix product (LM head once, embeddings' lookups excluded) plus
-  // attention's QK^T and AV, 12 * L * T * C, counted over the full T x T square
+  // attention's QK^T and AV, 12 * L * T * NH * hs, counted over the full T x T square
   // as in the PaLM paper's MFU (Chowdhery et al., 2022, appendix B).
   double train_flops_per_token(int T) const;
 };
 
 std::string arch_name(Arch a);
+std::string rope_scaling_name(ops::RopeScaling s);  // "none", "linear", "llama3"
+ops::RopeScaling parse_rope_scaling(const std::string& name);
 Arch parse_arch(const std::string& name);
 
 // Presets: gpt2-tiny (tests), gpt2-mini (README demo), gpt2-124m, gpt2-350m,

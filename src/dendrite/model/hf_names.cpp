@@ -59,6 +59,13 @@ void llama_tensors(const ModelConfig& c, const ParamTable& tb, std::vector<HfTen
     out.push_back(make(tb, h + "self_attn.q_proj.weight", {d + "q.weight"}));
     out.push_back(make(tb, h + "self_attn.k_proj.weight", {d + "k.weight"}));
     out.push_back(make(tb, h + "self_attn.v_proj.weight", {d + "v.weight"}));
+    if (c.qkv_bias)
+      for (const char* p : {"q", "k", "v"})
+        out.push_back(make(tb, h + "self_attn." + p + "_proj.bias", {d + p + ".bias"}));
+    if (c.qk_norm) {
+      out.push_back(make(tb, h + "self_attn.q_norm.weight", {d + "q_norm.weight"}));
+      out.push_back(make(tb, h + "self_attn.k_norm.weight", {d + "k_norm.weight"}));
+    }
     out.push_back(make(tb, h + "self_attn.o_proj.weight", {d + "o.weight"}));
     out.push_back(make(tb, h + "post_attention_layernorm.weight", {d + "norm2.weight"}));
     out.push_back(make(tb, h + "mlp.gate_proj.weight", {d + "gate.weight"}));

@@ -17,6 +17,7 @@ const Sharding kTransposed{Axis::kX, Axis::kY, true};  // rows over X, columns o
 const Sharding kColumnsX{Axis::kNone, Axis::kX, true};  // position embedding
 const Sharding kVectorX{Axis::kX, Axis::kNone, false};  // stream-width vectors
 const Sharding kVectorY{Axis::kY, Axis::kNone, false};  // biases of normal layers
+const Sharding kReplicated{Axis::kNone, Axis::kNone, false};  // per-head norm gains
 }  // namespace
 
 Transformer::Transformer(const ModelConfig& config, ProcessGrid& grid, Backend& backend, int max_B,
@@ -29,6 +30,11 @@ Transformer::Transformer(const ModelConfig& config, ProcessGrid& grid, Backend& 
   DENDRITE_CHECK(max_T <= cfg_.block_size, "model: sequence length ", max_T,
                  " exceeds the model's block_size ", cfg_.block_size,
                  "; use a shorter --seq or a model with a larger block_size");
+  DENDRITE_CHECK(cfg_.sliding_window == 0 || max_T <= cfg_.sliding_window,
+                 "model: ", arch_name(cfg_.arch), "'s sliding_window ", cfg_.sliding_window,
+                 " is shorter than the sequence length ", max_T,
+                 "; Dendrite attends to every earlier position, the same function only for ",
+                 "sequences no longer than the window: use a --seq of at most sliding_window");
   check_grid();
   grid_.connect();  // the axes' device collectives set up now, not in a step
   const GridShape& g = grid.shape();
@@ -93,7 +99,7 @@ void Transformer::build_table() {
   const float std = cfg_.init_std;
   // GPT-2 scales the init of the projections into the residual stream by 1/sqrt(2L).
   const float proj_std = cfg_.gpt2() ? std / std::sqrt(2.0f * cfg_.n_layer) : std;
-  const bool bias = cfg_.gpt2();
+  const bool bias = cfg_.gpt2(), qkv_bias = bias || cfg_.qkv_bias;
   auto weight = [&](const std::string& n, int64_t out, int64_t in, Sharding s, float sd) {
     table_.add(n, {out, in}, s, true, Init::kNormal, sd);
   };
@@ -109,10 +115,14 @@ void Transformer::build_table() {
     weight(p + "q.weight", qd, C, kNormal, std);
     weight(p + "k.weight", kvd, C, kNormal, std);
     weight(p + "v.weight", kvd, C, kNormal, std);
-    if (bias) {
+    if (qkv_bias) {
       vec(p + "q.bias", qd, kVectorY, Init::kZeros);
       vec(p + "k.bias", kvd, kVectorY, Init::kZeros);
       vec(p + "v.bias", kvd, kVectorY, Init::kZeros);
+    }
+    if (cfg_.qk_norm) {
+      vec(p + "q_norm.weight", hs_, kReplicated, Init::kOnes);
+      vec(p + "k_norm.weight", hs_, kReplicated, Init::kOnes);
     }
     weight(p + "o.weight", C, qd, kTransposed, proj_std);
     if (bias) vec(p + "o.bias", C, kVectorX, Init::kZeros);
@@ -162,6 +172,7 @@ void Transformer::build_layers() {
     L.o = ParallelLinear(grid_, be_, *spec(p + "o.weight"), maybe(p + "o.bias"), opt_.keep_gathered, opt_.oar);
     L.up = ParallelLinear(grid_, be_, *spec(p + "up.weight"), maybe(p + "up.bias"), opt_.keep_gathered, opt_.oar);
     if (!cfg_.gpt2()) L.gate = ParallelLinear(grid_, be_, *spec(p + "gate.weight"), nullptr, opt_.keep_gathered, opt_.oar);
+    if (cfg_.qk_norm) L.q_norm = spec(p + "q_norm.weight"), L.k_norm = spec(p + "k_norm.weight");
     L.down = ParallelLinear(grid_, be_, *spec(p + "down.weight"), maybe(p + "down.bias"), opt_.keep_gathered, opt_.oar);
     layers_.push_back(std::move(L));
   }
@@ -233,6 +244,10 @@ void Transformer::allocate(int m, int B_loc) {
     f32(a.mid, m * C), f32(a.mean2, m), f32(a.rstd2, m);
     f32(a.up, m * F);
     if (!cfg_.gpt2()) f32(a.gate, m * F);
+    if (cfg_.qk_norm) {
+      f32(a.qpre, m * long(qd_)), f32(a.kpre, m * long(kvd_));
+      f32(a.qrstd, m * long(nh_)), f32(a.krstd, m * long(nkv_));
+    }
     if (low) {
       b16(a.norm1h, m * C), b16(a.norm2h, m * C), b16(a.acth, m * F);
       b16(a.qh, m * long(qd_)), b16(a.kh, m * long(kvd_)), b16(a.vh, m * long(kvd_));
@@ -255,6 +270,10 @@ void Transformer::allocate(int m, int B_loc) {
     if (!cfg_.gpt2()) b16(dgate_h_, m * F);
   }
   sums_ = be_.alloc<double>(2 * long(m));
+  if (cfg_.qk_norm) {
+    head_sums_ = be_.alloc<double>(long(m) * std::max(nh_, nkv_));
+    f32(dqn_, m * long(qd_)), f32(dkn_, m * long(kvd_)), f32(head_dgain_, hs_);
+  }
   tokens_ = be_.alloc<int32_t>(m), targets_ = be_.alloc<int32_t>(m), weights_ = be_.alloc<float>(m);
   if (opt_.recompute) f32(recompute_out_, m * C);
 }
@@ -288,12 +307,15 @@ size_t Transformer::activation_bytes() const {
   size_t n = 0;
   for (auto& r : residual_) n += r.size();
   for (auto& a : acts_)
-    for (const Buffer<float>* b : {&a.norm1, &a.mean1, &a.rstd1, &a.q, &a.k, &a.v, &a.att, &a.lse,
-                                   &a.mid, &a.norm2, &a.mean2, &a.rstd2, &a.up, &a.gate, &a.act})
+    for (const Buffer<float>* b :
+         {&a.norm1, &a.mean1, &a.rstd1, &a.q, &a.k, &a.v, &a.att, &a.lse, &a.mid, &a.norm2,
+          &a.mean2, &a.rstd2, &a.up, &a.gate, &a.act, &a.qpre, &a.kpre, &a.qrstd, &a.krstd})
       n += b->size();
-  for (const Buffer<float>* b : {&normf_, &meanf_, &rstdf_, &tmp_c_, &dnorm_, &dres_, &dq_, &dk_,
-                                 &dv_, &datt_, &dup_, &dgate_, &dact_, &recompute_out_})
+  for (const Buffer<float>* b :
+       {&normf_, &meanf_, &rstdf_, &tmp_c_, &dnorm_, &dres_, &dq_, &dk_, &dv_, &datt_, &dup_,
+        &dgate_, &dact_, &recompute_out_, &dqn_, &dkn_, &head_dgain_})
     n += b->size();
+  n += head_sums_.size() * 2;  // doubles
   for (size_t l = 0; l < k_cache_.size(); ++l) n += k_cache_[l].size() + v_cache_[l].size();
   size_t low = 0;  // bf16 elements
   for (auto& a : acts_)

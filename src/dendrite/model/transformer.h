@@ -10,6 +10,8 @@
 // GPT-2 block:  x += o(attn(q, k, v of LayerNorm1(x)));  x += down(gelu(up(LayerNorm2(x))))
 // Llama block:  x += o(attn(rope q, rope k, v of RMSNorm1(x)));
 //               x += down(silu(gate(h)) * up(h)),  h = RMSNorm2(x)
+// (Qwen2: q, k, v with biases; Qwen3: q and k through an RMSNorm over each
+// head, qn and kn, before RoPE; the head size hs need not be C/NH.)
 // then the final norm and the LM head (GPT-2: tied to the token embedding).
 // q, k, v, up, gate are normal layers; o and down transposed, so the stream
 // [m, C/Gx] and the MLP/attention [m, ./Gy] alternate with no redistribution.
@@ -161,6 +163,8 @@ class Transformer {
     int64_t norm1_w = -1, norm1_b = -1, norm2_w = -1, norm2_b = -1;
     ParallelNorm norm1, norm2;
     ParallelLinear q, k, v, o, up, gate, down;
+    const ParamSpec* q_norm = nullptr;  // Qwen3's per-head gains [hs], or null
+    const ParamSpec* k_norm = nullptr;
   };
   // Saved for the backward. The inputs of GEMMs (norm1, q, k, v, att, norm2,
   // act) are kept in the run's precision: fp32, or bf16 (the *h buffers; the
@@ -168,6 +172,9 @@ class Transformer {
   struct LayerActs {
     Buffer<float> norm1, mean1, rstd1, q, k, v, att, lse, mid, norm2, mean2, rstd2, up, gate, act;
     Buffer<bf16> norm1h, qh, kh, vh, atth, norm2h, acth;
+    // Qwen3: q and k before their per-head norms [m, qd/Gy], [m, kvd/Gy],
+    // and the norms' rstd [m * NH/Gy], [m * NKV/Gy].
+    Buffer<float> qpre, kpre, qrstd, krstd;
   };
   bool low_precision() const { return opt_.precision == Precision::kBF16; }
   // The GEMM operand of an fp32 activation x [n]: x itself, or under bf16
@@ -218,6 +225,13 @@ class Transformer {
   // The saved activations of layer l (one shared set when recomputing).
   LayerActs& acts(int l) { return acts_[opt_.recompute ? 0 : l]; }
   void layer_backward(int l, float* dres, int B_loc, int T);
+  // Qwen3's RMSNorm over each head: x, y [rows = m * heads, hs] (whole heads
+  // on this rank, the same on every X rank). The gain is replicated on every
+  // rank; its gradient sums over Y (other heads) here, then over Z and D with
+  // the other replicated tensors.
+  void head_norm_forward(float* y, float* rstd, const float* x, int rows, const ParamSpec& gain);
+  void head_norm_backward(float* dx, const float* dy, const float* x, const float* rstd, int rows,
+                          const ParamSpec& gain);
   // One linear layer's part of a backward.
   struct LinearGrad {
     const ParallelLinear* layer = nullptr;  // null: none (gate of GPT-2)
@@ -278,6 +292,8 @@ class Transformer {
   // bf16 precision: the final norm's output and the gradients that feed GEMMs.
   Buffer<bf16> normf_h_, dres_h_, dq_h_, dk_h_, dv_h_, dup_h_, dgate_h_;
   Buffer<double> sums_;
+  Buffer<double> head_sums_;              // Qwen3: [m * NH/Gy] per-head row sums
+  Buffer<float> dqn_, dkn_, head_dgain_;  // Qwen3: dq, dk before the head norms; a gain's [hs]
   // The gradient tensors this rank counts in the norm, and the device sums
   // of a step that the host reads (read_step_totals): [0] the squared norm
   // of those tensors, [1 + k] the loss sum of the k-th pass since the last

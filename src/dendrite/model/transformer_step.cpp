@@ -89,12 +89,19 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
   // Under bf16 the products write attention's bf16 inputs themselves where
   // nothing comes between (RoPE turns q and k, the cache reads fp32).
   const bool v_low = low && !caching, qk_low = v_low && cfg_.gpt2();
-  L.q.forward(q, h1, m, P, stream_, bf16_output(qk_low ? a.qh.data() : nullptr));
-  L.k.forward(k, h1, m, P, stream_, bf16_output(qk_low ? a.kh.data() : nullptr));
+  const bool qk_norm = cfg_.qk_norm;
+  L.q.forward(qk_norm ? a.qpre.data() : q, h1, m, P, stream_,
+              bf16_output(qk_low ? a.qh.data() : nullptr));
+  L.k.forward(qk_norm ? a.kpre.data() : k, h1, m, P, stream_,
+              bf16_output(qk_low ? a.kh.data() : nullptr));
   L.v.forward(v, h1, m, P, stream_, bf16_output(v_low ? a.vh.data() : nullptr));
+  if (qk_norm) {
+    head_norm_forward(q, a.qrstd.data(), a.qpre.data(), m * nh_, *L.q_norm);
+    head_norm_forward(k, a.krstd.data(), a.kpre.data(), m * nkv_, *L.k_norm);
+  }
   if (!cfg_.gpt2()) {
-    be_.rope_forward(q, B_loc, T, nh_, hs_, qd_, cfg_.rope_theta, pos);
-    be_.rope_forward(k, B_loc, T, nkv_, hs_, kvd_, cfg_.rope_theta, pos);
+    be_.rope_forward(q, B_loc, T, nh_, hs_, qd_, cfg_.rope(), pos);
+    be_.rope_forward(k, B_loc, T, nkv_, hs_, kvd_, cfg_.rope(), pos);
   }
   if (caching) {
     // The cache is fp32; under bf16 precision q, k and v take the values the
@@ -175,18 +182,44 @@ void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
   be_.attention_backward(dq_.data(), dk_.data(), dv_.data(), datt_.data(), saved(a.att, a.atth),
                          a.lse.data(), saved(a.q, a.qh), saved(a.k, a.kh), saved(a.v, a.vh), s);
   if (!cfg_.gpt2()) {
-    be_.rope_backward(dq_.data(), B_loc, T, nh_, hs_, qd_, cfg_.rope_theta);
-    be_.rope_backward(dk_.data(), B_loc, T, nkv_, hs_, kvd_, cfg_.rope_theta);
+    be_.rope_backward(dq_.data(), B_loc, T, nh_, hs_, qd_, cfg_.rope());
+    be_.rope_backward(dk_.data(), B_loc, T, nkv_, hs_, kvd_, cfg_.rope());
+  }
+  float* dq = dq_.data();  // the gradients of q's and k's products
+  float* dk = dk_.data();
+  if (cfg_.qk_norm) {
+    head_norm_backward(dqn_.data(), dq, a.qpre.data(), a.qrstd.data(), m * nh_, *L.q_norm);
+    head_norm_backward(dkn_.data(), dk, a.kpre.data(), a.krstd.data(), m * nkv_, *L.k_norm);
+    dq = dqn_.data(), dk = dkn_.data();
   }
   const Operand h1 = saved(a.norm1, a.norm1h);
   linear_backward(dnorm_.data(), m,
-                  {{&L.q, dq_.data(), operand(dq_.data(), dq_h_, long(m) * qd_), h1},
-                   {&L.k, dk_.data(), operand(dk_.data(), dk_h_, long(m) * kvd_), h1},
+                  {{&L.q, dq, operand(dq, dq_h_, long(m) * qd_), h1},
+                   {&L.k, dk, operand(dk, dk_h_, long(m) * kvd_), h1},
                    {&L.v, dv_.data(), operand(dv_.data(), dv_h_, long(m) * kvd_), h1}},
                   o_dw, nullptr);
   L.norm1.backward(tmp_c_.data(), dnorm_.data(), residual_[l].data(), a.mean1.data(),
                    a.rstd1.data(), m, P, G, sums_);
   be_.add_inplace(dres, tmp_c_.data(), mC);
+}
+
+void Transformer::head_norm_forward(float* y, float* rstd, const float* x, int rows,
+                                    const ParamSpec& gain) {
+  be_.rmsnorm_row_sums(head_sums_.data(), x, rows, hs_);
+  be_.rmsnorm_apply(y, rstd, head_sums_.data(), x, params_->data() + gain.offset, rows, hs_, hs_,
+                    cfg_.norm_eps);
+}
+
+void Transformer::head_norm_backward(float* dx, const float* dy, const float* x, const float* rstd,
+                                     int rows, const ParamSpec& gain) {
+  const float* g = params_->data() + gain.offset;
+  be_.rmsnorm_backward_sums(head_sums_.data(), dy, x, g, rows, hs_);
+  be_.fill(head_dgain_.data(), 0.0f, hs_);
+  be_.rmsnorm_backward_apply(dx, head_dgain_.data(), head_sums_.data(), dy, x, rstd, g, rows, hs_,
+                             hs_);
+  be_.before_collective();
+  grid_.Y().all_reduce(head_dgain_.data(), hs_);
+  be_.add_inplace(grads_->data() + gain.offset, head_dgain_.data(), hs_);
 }
 
 // OAR over a group of layers that read one input (q, k, v; gate and up; o or

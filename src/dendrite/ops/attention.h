@@ -7,6 +7,7 @@
 #pragma once
 
 #include "dendrite/core/bf16.h"
+#include "dendrite/ops/rope.h"
 
 namespace dendrite::ops {
 
@@ -52,14 +53,15 @@ void attention_cached(float* out, const float* q, const float* k_new, const floa
                       float* k_cache, float* v_cache, const CachedAttentionShape& s);
 
 // Rotary embedding in the Hugging Face Llama convention ("rotate half"): for
-// position t and i < hs/2, with f = theta^(-2i/hs):
+// position t and i < hs/2, with f = rope_frequency(rope, i, hs) (ops/rope.h;
+// theta^(-2i/hs) unscaled):
 //   x'[i]        = x[i] cos(t f) - x[i+hs/2] sin(t f)
 //   x'[i+hs/2]   = x[i+hs/2] cos(t f) + x[i] sin(t f)
 // applied in place to x [B*T rows, nheads * hs] with the given row stride.
 // Row b*T + t sits at position pos0 + t (pos0 > 0: new rows after a cache).
-void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, float theta,
+void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, const RopeSpec& rope,
                   int pos0 = 0);
 // The inverse rotation, applied in place to the gradient.
-void rope_backward(float* dx, int B, int T, int nheads, int hs, int stride, float theta);
+void rope_backward(float* dx, int B, int T, int nheads, int hs, int stride, const RopeSpec& rope);
 
 }  // namespace dendrite::ops

@@ -137,6 +137,8 @@ ParamFloats param_floats(const ModelConfig& c, const GridDims& g) {
   layer += 2 * pad16(s.C);                                           // norm gains
   if (gpt2)
     layer += 2 * pad16(s.C) + pad16(s.q) + 2 * pad16(s.kv) + pad16(s.C) + pad16(s.F) + pad16(s.C);
+  if (!gpt2 && c.qkv_bias) layer += pad16(s.q) + 2 * pad16(s.kv);  // Qwen2's q, k, v biases
+  if (c.qk_norm) layer += 2 * pad16(c.head_size());                // Qwen3's per-head gains
   n += layer * c.n_layer;
   n += pad16(s.C) * (gpt2 ? 2 : 1);                                  // final norm
   return {layer, n, chunked};
@@ -188,11 +190,15 @@ MemoryEstimate step_memory(const ModelConfig& c, const GridDims& g, const PlanOp
   // A layer's GEMM inputs (norm1, q, k, v, att, norm2, act) in the run's
   // precision; the rest (mid, the norms' statistics, lse, up and gate) fp32.
   const double inputs = 2 * m * C + 2 * m * q + 2 * m * kv + m * F;
+  // Qwen3 also saves q and k before their per-head norms and the norms' rstd.
+  const double nkv = double(c.n_kv_head / g.y), head_norms = m * (q + kv + s.nh + nkv);
   const double layer = inputs * elem + 4 * (m * C + 4 * m + double(s.B_loc) * s.nh * o.T +
-                                            (llama ? 2 : 1) * m * F);
+                                            (llama ? 2 : 1) * m * F + (c.qk_norm ? head_norms : 0));
   double floats = (c.n_layer + 1.0) * m * C;
   if (o.recompute) floats += m * C;  // the recomputed layer's output
   floats += m * C + 2 * m + 3 * m * C + 2 * m * q + 2 * m * kv + (llama ? 3 : 2) * m * F;
+  // Qwen3: dq and dk before the head norms, a gain's gradient, the rows' sums (doubles).
+  if (c.qk_norm) floats += m * (q + kv) + c.head_size() + 2 * m * std::max(double(s.nh), nkv);
   // bf16: the final norm's output and the gradients that feed GEMMs, rounded.
   const double scratch16 = low ? 2 * m * C + m * q + 2 * m * kv + (llama ? 2 : 1) * m * F : 0;
   // + the norms' row sums (16 bytes a row), and the rows' token ids, targets and loss weights

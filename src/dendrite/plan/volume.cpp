@@ -94,6 +94,7 @@ Volume step_volume(const ModelConfig& c, const GridDims& g, int B, int T, int ce
     k.linear_backward(F, C, true, true);
     k.norm();
     k.linear_backward(C, q, false, true);
+    if (c.qk_norm) k.v.add("y", g.y, "all_reduce", 2 * 4 * hs, 2);  // the per-head gains' gradients
     k.linear_backward(q, C, true, false);
     k.linear_backward(kv, C, true, false);
     k.linear_backward(kv, C, true, true);
@@ -109,11 +110,13 @@ Volume step_volume(const ModelConfig& c, const GridDims& g, int B, int T, int ce
   // tensor padded to 16 floats in the flat buffer).
   int64_t chunked = round16(Vl * C / g.z), replicated = 0;
   if (gpt2) chunked += round16(int64_t(c.block_size) * C / g.z);
-  if (!gpt2) chunked += round16(Vl * C / g.z);  // untied head
+  if (!c.tied_embeddings()) chunked += round16(Vl * C / g.z);  // untied head
   for (int l = 0; l < c.n_layer; ++l) {
     chunked += round16(q * C / g.z) + 2 * round16(kv * C / g.z) + round16(C * q / g.z);
     chunked += (gpt2 ? 2 : 3) * round16(F * C / g.z);
     replicated += 2 * round16(C);  // norm gains
+    if (!gpt2 && c.qkv_bias) replicated += round16(q) + 2 * round16(kv);
+    if (c.qk_norm) replicated += 2 * round16(hs);
     if (gpt2) replicated += 2 * round16(C) + round16(q) + 2 * round16(kv) + round16(C) +
                             round16(F) + round16(C);  // norm biases, biases
   }
@@ -122,7 +125,7 @@ Volume step_volume(const ModelConfig& c, const GridDims& g, int B, int T, int ce
     // One bucket per layer (its chunked and its replicated range), then the
     // rest: embedding (+ GPT-2 positions, adjacent) or embedding and Llama's
     // head (not adjacent), and the final norm.
-    const int rest = gpt2 ? 2 : 3;
+    const int rest = c.tied_embeddings() ? 2 : 3;
     k.v.add("z", g.z, "all_reduce", 4 * replicated, c.n_layer + 1);
     k.v.add("d", g.d, "all_reduce", 4 * (chunked + replicated), 2 * c.n_layer + rest);
   } else {

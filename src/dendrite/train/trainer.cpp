@@ -171,7 +171,9 @@ ModelConfig resolve_model(const TrainOptions& opt, const Data& data, const std::
   if (!opt.init_from.empty()) {  // the folder's model, its vocabulary included
     DENDRITE_CHECK(ckpt.empty(), "train: --init-from starts a new run from a Hugging Face ",
                    "folder and --resume continues a run; pass one of them");
-    const ModelConfig mc = HfFolder(opt.init_from).config();
+    const HfFolder folder(opt.init_from);
+    folder.check_sequence(opt.seq);
+    const ModelConfig mc = folder.config();
     DENDRITE_CHECK(data.vocab_size <= mc.vocab_size, "train: the data's tokenizer has ",
                    data.vocab_size, " tokens but the model of ", opt.init_from, " only ",
                    mc.vocab_size, "; tokenize the data with that model's tokenizer");

@@ -346,21 +346,23 @@ void backward_all(float* dq, float* dk, float* dv, const float* dout, const In* 
 }
 
 // Rotates every head of every row by +angle (sign = 1) or -angle (sign = -1).
-void rope_apply(float* x, int B, int T, int nheads, int hs, int stride, float theta, float sign,
-                int pos0, const char* op) {
+void rope_apply(float* x, int B, int T, int nheads, int hs, int stride, const RopeSpec& rope,
+                float sign, int pos0, const char* op) {
   DENDRITE_CHECK(B > 0 && T > 0 && nheads > 0 && hs > 0 && hs % 2 == 0, op,
                  ": need positive sizes and an even head size, got B=", B, " T=", T,
                  " nheads=", nheads, " hs=", hs);
   DENDRITE_CHECK(stride >= nheads * hs, op, ": stride=", stride,
                  " must be at least nheads*hs=", nheads * hs);
-  DENDRITE_CHECK(theta > 0.0f, op, ": theta=", theta, " must be positive (typically 10000)");
+  const char* problem = rope_spec_problem(rope);
+  DENDRITE_CHECK(!problem, op, ": theta=", rope.theta, " factor=", rope.factor, ": ",
+                 problem ? problem : "");
   DENDRITE_CHECK(pos0 >= 0, op, ": the first position ", pos0, " is negative");
   const int half = hs / 2;
   std::vector<float> cos_t(static_cast<size_t>(T) * half), sin_t(cos_t.size());  // [T, hs/2]
 #pragma omp parallel for schedule(static)
   for (int t = 0; t < T; ++t) {
     for (int i = 0; i < half; ++i) {
-      const double angle = (pos0 + t) * std::pow(static_cast<double>(theta), -2.0 * i / hs);
+      const double angle = (pos0 + t) * rope_frequency(rope, i, hs);
       cos_t[static_cast<size_t>(t) * half + i] = static_cast<float>(std::cos(angle));
       sin_t[static_cast<size_t>(t) * half + i] = sign * static_cast<float>(std::sin(angle));
     }
@@ -478,12 +480,13 @@ void attention_cached(float* out, const float* q, const float* k_new, const floa
   }
 }
 
-void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, float theta, int pos0) {
-  rope_apply(x, B, T, nheads, hs, stride, theta, 1.0f, pos0, "rope_forward");
+void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, const RopeSpec& rope,
+                  int pos0) {
+  rope_apply(x, B, T, nheads, hs, stride, rope, 1.0f, pos0, "rope_forward");
 }
 
-void rope_backward(float* dx, int B, int T, int nheads, int hs, int stride, float theta) {
-  rope_apply(dx, B, T, nheads, hs, stride, theta, -1.0f, 0, "rope_backward");
+void rope_backward(float* dx, int B, int T, int nheads, int hs, int stride, const RopeSpec& rope) {
+  rope_apply(dx, B, T, nheads, hs, stride, rope, -1.0f, 0, "rope_backward");
 }
 
 }  // namespace dendrite::ops

@@ -191,13 +191,13 @@ class CpuBackend final : public Backend {
                         float* k_cache, float* v_cache, const ops::CachedAttentionShape& s) override {
     ops::attention_cached(out, q, k_new, v_new, k_cache, v_cache, s);
   }
-  void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, float theta,
-                    int pos0) override {
-    ops::rope_forward(x, B, T, nheads, hs, stride, theta, pos0);
+  void rope_forward(float* x, int B, int T, int nheads, int hs, int stride,
+                    const ops::RopeSpec& rope, int pos0) override {
+    ops::rope_forward(x, B, T, nheads, hs, stride, rope, pos0);
   }
   void rope_backward(float* dx, int B, int T, int nheads, int hs, int stride,
-                     float theta) override {
-    ops::rope_backward(dx, B, T, nheads, hs, stride, theta);
+                     const ops::RopeSpec& rope) override {
+    ops::rope_backward(dx, B, T, nheads, hs, stride, rope);
   }
 
   // ---- conversions ----

@@ -447,8 +447,8 @@ __global__ void __launch_bounds__(DkvTiles<D>::kThreads)
 }
 
 // ---- rope: one thread per (row, i < hs/2), every head of the row.
-__global__ void rope_kernel(float* x, int B, int T, int nheads, int hs, int64_t stride, float theta,
-                            float sign, int pos0) {
+__global__ void rope_kernel(float* x, int B, int T, int nheads, int hs, int64_t stride,
+                            ops::RopeSpec rope, float sign, int pos0) {
   const int half = hs / 2;
   const int64_t n = int64_t(B) * T * half;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
@@ -457,7 +457,7 @@ __global__ void rope_kernel(float* x, int B, int T, int nheads, int hs, int64_t 
     const int64_t row = e / half;
     const int t = pos0 + int(row % T);
     // The angle in double and cos/sin rounded to float, as the CPU table.
-    const double angle = t * pow(static_cast<double>(theta), -2.0 * i / hs);
+    const double angle = t * ops::rope_frequency(rope, i, hs);
     const float c = static_cast<float>(cos(angle));
     const float sn = sign * static_cast<float>(sin(angle));
     float* p = x + row * stride + i;
@@ -645,18 +645,20 @@ void cached_launch(float* out, const float* q, const float* k_cache, const float
   check_launch("attention_cached");
 }
 
-void rope_launch(float* x, int B, int T, int nheads, int hs, int stride, float theta, float sign,
-                 int pos0, const char* op, cudaStream_t stream) {
+void rope_launch(float* x, int B, int T, int nheads, int hs, int stride, const ops::RopeSpec& rope,
+                 float sign, int pos0, const char* op, cudaStream_t stream) {
   DENDRITE_CHECK(B > 0 && T > 0 && nheads > 0 && hs > 0 && hs % 2 == 0, op,
                  ": need positive sizes and an even head size, got B=", B, " T=", T,
                  " nheads=", nheads, " hs=", hs);
   DENDRITE_CHECK(stride >= nheads * hs, op, ": stride=", stride,
                  " must be at least nheads*hs=", nheads * hs);
-  DENDRITE_CHECK(theta > 0.0f, op, ": theta=", theta, " must be positive (typically 10000)");
+  const char* problem = ops::rope_spec_problem(rope);
+  DENDRITE_CHECK(!problem, op, ": theta=", rope.theta, " factor=", rope.factor, ": ",
+                 problem ? problem : "");
   DENDRITE_CHECK(pos0 >= 0, op, ": the first position ", pos0, " is negative");
   const int64_t n = int64_t(B) * T * (hs / 2);
-  DENDRITE_LAUNCH(blocks_for(n), kThreads, 0, stream, rope_kernel)(
-      x, B, T, nheads, hs, stride, theta, sign, pos0);
+  DENDRITE_LAUNCH(blocks_for(n), kThreads, 0, stream, rope_kernel)
+  (x, B, T, nheads, hs, stride, rope, sign, pos0);
   check_launch(op);
 }
 
@@ -716,14 +718,14 @@ void attention_cached(float* out, const float* q, const float* k_new, const floa
   }
 }
 
-void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, float theta, int pos0,
-                  cudaStream_t stream) {
-  rope_launch(x, B, T, nheads, hs, stride, theta, 1.0f, pos0, "rope_forward", stream);
+void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, const ops::RopeSpec& rope,
+                  int pos0, cudaStream_t stream) {
+  rope_launch(x, B, T, nheads, hs, stride, rope, 1.0f, pos0, "rope_forward", stream);
 }
 
-void rope_backward(float* dx, int B, int T, int nheads, int hs, int stride, float theta,
-                   cudaStream_t stream) {
-  rope_launch(dx, B, T, nheads, hs, stride, theta, -1.0f, 0, "rope_backward", stream);
+void rope_backward(float* dx, int B, int T, int nheads, int hs, int stride,
+                   const ops::RopeSpec& rope, cudaStream_t stream) {
+  rope_launch(dx, B, T, nheads, hs, stride, rope, -1.0f, 0, "rope_backward", stream);
 }
 
 }  // namespace dendrite::cuda

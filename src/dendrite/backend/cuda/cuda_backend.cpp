@@ -422,13 +422,13 @@ class CudaBackend final : public Backend {
                         const ops::CachedAttentionShape& s) override {
     cuda::attention_cached(out, q, k_new, v_new, k_cache, v_cache, s, stream_);
   }
-  void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, float theta,
-                    int pos0) override {
-    cuda::rope_forward(x, B, T, nheads, hs, stride, theta, pos0, stream_);
+  void rope_forward(float* x, int B, int T, int nheads, int hs, int stride,
+                    const ops::RopeSpec& rope, int pos0) override {
+    cuda::rope_forward(x, B, T, nheads, hs, stride, rope, pos0, stream_);
   }
   void rope_backward(float* dx, int B, int T, int nheads, int hs, int stride,
-                     float theta) override {
-    cuda::rope_backward(dx, B, T, nheads, hs, stride, theta, stream_);
+                     const ops::RopeSpec& rope) override {
+    cuda::rope_backward(dx, B, T, nheads, hs, stride, rope, stream_);
   }
 
   // ---- conversions ----

@@ -114,10 +114,10 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
 void attention_cached(float* out, const float* q, const float* k_new, const float* v_new,
                       float* k_cache, float* v_cache, const ops::CachedAttentionShape& s,
                       cudaStream_t stream);
-void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, float theta, int pos0,
-                  cudaStream_t stream);
-void rope_backward(float* dx, int B, int T, int nheads, int hs, int stride, float theta,
-                   cudaStream_t stream);
+void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, const ops::RopeSpec& rope,
+                  int pos0, cudaStream_t stream);
+void rope_backward(float* dx, int B, int T, int nheads, int hs, int stride,
+                   const ops::RopeSpec& rope, cudaStream_t stream);
 
 // ---- embeddings (embedding.cu) ----
 void embedding_range_forward(float* out, const int32_t* tokens, const float* w, int v0, int rows,

@@ -112,14 +112,15 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
         }
 }
 
-void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, float theta) {
+void rope_forward(float* x, int B, int T, int nheads, int hs, int stride,
+                  const ops::RopeSpec& rope) {
   const int half = hs / 2;
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < T; ++t)
       for (int h = 0; h < nheads; ++h) {
         float* xh = x + (static_cast<long>(b) * T + t) * stride + static_cast<long>(h) * hs;
         for (int i = 0; i < half; ++i) {
-          const double f = std::pow(static_cast<double>(theta), -2.0 * i / hs);
+          const double f = ops::rope_frequency(rope, i, hs);
           const double c = std::cos(t * f), sn = std::sin(t * f);
           const double a = xh[i], bb = xh[i + half];
           xh[i] = static_cast<float>(a * c - bb * sn);

@@ -22,7 +22,8 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                         const float* k, const float* v, const ops::AttentionShape& s);
 
 // In place, as ops::rope_forward (HF Llama "rotate half" convention).
-void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, float theta);
+void rope_forward(float* x, int B, int T, int nheads, int hs, int stride,
+                  const ops::RopeSpec& rope);
 
 // Mean weighted softmax cross-entropy of logits [m, V], divided by
 // denominator; dlogits [m, V] (may be null) overwritten with its gradient

@@ -116,6 +116,19 @@ void gather_global(ProcessGrid& grid, const ParamSpec& s, const float* flat, flo
   }
 }
 
+void gather_to_root(ProcessGrid& grid, const ParamSpec& s, const float* chunk, float* global) {
+  const GridShape& g = grid.shape();
+  Communicator& world = grid.world();
+  std::vector<float> buf(size_t(s.numel));
+  for (int r = 0; r < g.x * g.y * g.z; ++r) {
+    if (world.rank() == r) std::copy(chunk, chunk + s.numel, buf.begin());
+    world.broadcast(buf.data(), s.numel, DType::kF32, r);
+    if (world.rank() != 0) continue;
+    const ParamSpec o = locate(s, g, r % g.x, (r / g.x) % g.y, r / (g.x * g.y));
+    for (int64_t i = 0; i < o.numel; ++i) global[o.global_index(i)] = buf[size_t(i)];
+  }
+}
+
 TensorTable make_tensor_table(Backend& backend, const ParamTable& t, bool norm_only) {
   std::vector<ops::FlatTensor> host;
   for (const ParamSpec& s : t.specs())

@@ -101,6 +101,11 @@ class ParamTable {
 // every rank, from every rank's stored chunk in `flat` (laid out like the
 // parameters; the backend's memory, read by an all-gather over the world).
 void gather_global(ProcessGrid& grid, const ParamSpec& s, const float* flat, float* global);
+// The same on world rank 0 only, from each rank's chunk of s in host memory
+// (`chunk`, s.numel floats): the ranks of the first data-parallel slice
+// broadcast theirs in turn, so a rank holds one chunk at a time and rank 0
+// the global tensor (`global`, which other ranks may pass as null).
+void gather_to_root(ProcessGrid& grid, const ParamSpec& s, const float* chunk, float* global);
 
 // A table of a ParamTable's tensors (ops/optim.h) in a backend's memory, made
 // once, for the ops that run over many tensors at a time (the gradient norm,

@@ -49,7 +49,8 @@ void write_text(const std::string& path, const std::string& text) {
 // The Hugging Face tensors of flat buffers (laid out like the model's
 // parameters, this rank's shards), each named prefix + its name, gathered one
 // at a time: every rank takes part in each gather, and rank 0 keeps the
-// tensor until the next one, so no rank ever holds the whole model.
+// tensor until the next one, so no rank ever holds the whole model (nor,
+// except rank 0, more than one chunk of one tensor).
 class TensorGathers {
  public:
   TensorGathers(Transformer& model, std::vector<std::pair<std::string, const float*>> flats)
@@ -66,14 +67,17 @@ class TensorGathers {
   const float* gather(size_t i) {
     const HfTensor& t = tensors_[i % tensors_.size()];
     const float* flat = flats_[i / tensors_.size()].second;
+    const bool root = model_.grid().world().rank() == 0;
     GlobalTensors parts;
     for (const std::string& p : t.parts) {
       const ParamSpec& s = model_.table().find(p);
+      chunk_.resize(size_t(s.numel));
+      model_.backend().download(chunk_.data(), flat + s.offset, size_t(s.numel) * sizeof(float));
       auto& g = parts[p];
-      g.resize(size_t(s.global_rows() * s.global_cols()));
-      gather_global(model_.grid(), s, flat, g.data());
+      if (root) g.resize(size_t(s.global_rows() * s.global_cols()));
+      gather_to_root(model_.grid(), s, chunk_.data(), root ? g.data() : nullptr);
     }
-    if (model_.grid().rank() != 0) return nullptr;
+    if (!root) return nullptr;
     tensor_.resize(size_t(t.numel()));
     export_hf_tensor(t, model_.table(), parts, tensor_.data());
     return tensor_.data();
@@ -83,7 +87,7 @@ class TensorGathers {
   Transformer& model_;
   std::vector<std::pair<std::string, const float*>> flats_;
   std::vector<HfTensor> tensors_;
-  std::vector<float> tensor_;
+  std::vector<float> chunk_, tensor_;  // this rank's chunk of a part; rank 0's whole tensor
 };
 
 // The Hugging Face tensors of the model (names as hf_names.h gives them) into

@@ -99,9 +99,18 @@ void check_model(const json& model, const std::string& file) {
 }  // namespace
 
 bool ByteLevelBpe::reads(const json& j) {
-  return j.is_object() && j.contains("model") && j["model"].is_object() &&
-         j["model"].value("type", "") == "BPE" && j.contains("pre_tokenizer") &&
-         j["pre_tokenizer"].is_object() && j["pre_tokenizer"].value("type", "") == "ByteLevel";
+  auto type_of = [&](const char* key) {
+    return j.contains(key) && j[key].is_object() ? j[key].value("type", "") : std::string();
+  };
+  if (!j.is_object() || type_of("model") != "BPE" || type_of("pre_tokenizer") != "ByteLevel" ||
+      type_of("decoder") != "ByteLevel" || !j.value("normalizer", json()).is_null())
+    return false;
+  const json& pre = j["pre_tokenizer"];
+  const json& model = j["model"];
+  const json post = j.value("post_processor", json());
+  return pre.value("use_regex", json(true)) == json(true) &&
+         model.value("byte_fallback", json(false)) != json(true) &&
+         (post.is_null() || (post.is_object() && post.value("type", "") == "ByteLevel"));
 }
 
 std::unique_ptr<ByteLevelBpe> ByteLevelBpe::from_tokenizer_json(const json& j,
@@ -250,6 +259,9 @@ void ByteLevelBpe::finish(const HfTokenizerConfig& config, const std::string& wh
   int32_t size = 0;
   for (const auto& [token, id] : vocab_) size = std::max(size, id + 1);
   for (const AddedToken& a : added_) size = std::max(size, a.id + 1);
+  DENDRITE_CHECK(size_t(size) <= vocab_.size() + added_.size() + (1 << 20),
+                 "open_tokenizer: ", where, ": the ids reach ", size - 1, " but there are only ",
+                 vocab_.size() + added_.size(), " tokens; is the file corrupt?");
   id_bytes_.assign(size, "");
   id_known_.assign(size, false);
   for (const auto& [token, id] : vocab_) {

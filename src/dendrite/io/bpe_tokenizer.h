@@ -31,8 +31,10 @@ class ByteLevelBpe final : public TextTokenizer {
   static std::unique_ptr<ByteLevelBpe> from_vocab_merges(const std::string& vocab_path,
                                                          const std::string& merges_path,
                                                          const HfTokenizerConfig& config);
-  // Whether a tokenizer.json is of the kind this class reads (model BPE,
-  // pre-tokenizer ByteLevel); the constructor says what else is wrong.
+  // Whether a tokenizer.json is GPT-2's kind, which this class runs fast: model
+  // BPE without byte fallback, ByteLevel pre-tokenizer (with its regex) and
+  // decoder, no normalizer, no post-processor but ByteLevel. Others go to
+  // HfTokenizer (hf_tokenizer.h).
   static bool reads(const nlohmann::json& j);
 
   std::vector<int32_t> encode(const std::string& text) const override;

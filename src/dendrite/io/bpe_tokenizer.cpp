@@ -340,7 +340,10 @@ std::vector<ByteLevelBpe::Span> ByteLevelBpe::split_added(std::string_view text)
   return spans;
 }
 
+// Text that is not UTF-8 is first repaired as Python's decode(errors="replace")
+// does: the library's Python binding takes only str.
 std::vector<int32_t> ByteLevelBpe::encode(const std::string& text) const {
+  if (!is_valid_utf8(text)) return encode(repair_utf8(text, Utf8Repair::kMaximalSubpart));
   // Cut long stretches of text into independent pieces for the threads.
   std::vector<Span> pieces;
   for (const Span& s : split_added(text)) {

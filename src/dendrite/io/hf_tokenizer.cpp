@@ -28,19 +28,6 @@ constexpr int64_t kMaxId = 1 << 26;    // bounds the id tables of a corrupt file
 constexpr size_t kMaxIdGap = 1 << 20;  // ids unused between tokens, at most
 constexpr const char* kMetaspace = "\xE2\x96\x81";  // U+2581
 
-bool valid_utf8(std::string_view s) {
-  for (size_t pos = 0; pos < s.size();) {
-    if (static_cast<unsigned char>(s[pos]) < 0x80) {
-      ++pos;
-      continue;
-    }
-    const CodePoint cp = read_code_point(s, pos);
-    if (!cp.valid) return false;
-    pos += cp.length;
-  }
-  return true;
-}
-
 // Positions before a " " that a non-space precedes, about target apart.
 std::vector<size_t> space_cuts(std::string_view text, size_t target) {
   std::vector<size_t> cuts;
@@ -225,12 +212,12 @@ std::vector<int32_t> HfTokenizer::encode(const std::string& text) const {
 }
 
 std::vector<int32_t> HfTokenizer::encode(const std::string& text, size_t chunk_bytes) const {
-  if (valid_utf8(text)) return encode_valid(text, chunk_bytes);
+  if (is_valid_utf8(text)) return encode_valid(text, chunk_bytes);
   return encode_valid(repair_utf8(text, Utf8Repair::kMaximalSubpart), chunk_bytes);
 }
 
 std::vector<int32_t> HfTokenizer::encode_valid(std::string_view text, size_t chunk_bytes) const {
-  std::vector<Job> jobs = plan_jobs(text, chunk_bytes);
+  const std::vector<Job> jobs = plan_jobs(text, chunk_bytes);
   const size_t n = jobs.size();
   std::vector<std::string> norm(n);
   std::vector<std::vector<int32_t>> ids(n);
@@ -259,55 +246,59 @@ std::vector<int32_t> HfTokenizer::encode_valid(std::string_view text, size_t chu
   for (size_t i = 0; i < n; ++i)
     guarded([&] {
       PreTokenizeState state;
-      const Job& job = jobs[i];
-      if (job.added_id >= 0) {
-        ids[i] = {job.added_id};
-        return;
-      }
-      if (job.seg_end) {
-        ok[i] = encode_normalized(norm[i], 0, job, ids[i], state);
-        return;
-      }
-      // The next piece of the stretch, up to its first added token, whole characters.
-      const std::string& next = norm[i + 1];
-      std::vector<TextSpan> spans;
-      normalized_added_.split(std::string_view(next).substr(0, kContextBytes), spans);
-      size_t context = spans.empty() || spans[0].id >= 0 ? 0 : spans[0].end;
-      while (context > 0 && context < next.size() &&
-             (static_cast<unsigned char>(next[context]) & 0xC0) == 0x80)
-        --context;
-      if (words_at_metaspace_ &&
-          (next.compare(0, 3, kMetaspace) != 0 ||
-           (norm[i].size() >= 3 && norm[i].compare(norm[i].size() - 3, 3, kMetaspace) == 0)))
-        ok[i] = 0;  // a run of "▁" across the cut
-      ok[i] &= encode_normalized(norm[i] + next.substr(0, context), context, job, ids[i], state);
+      if (jobs[i].added_id >= 0)
+        ids[i] = {jobs[i].added_id};
+      else if (jobs[i].seg_end)
+        ok[i] = encode_normalized(norm[i], 0, jobs[i], ids[i], state);
+      else
+        ok[i] = encode_before(norm[i], norm[i + 1], jobs[i], ids[i], state);
     });
   if (!error.empty()) throw Error(error);
-  // A stretch whose cuts were no boundaries: again, whole.
-  for (size_t i = 0; i < n; ++i) {
-    if (ok[i]) continue;
-    size_t first = i, last = i;
-    while (first > 0 && jobs[first - 1].segment == jobs[i].segment) --first;
-    while (last + 1 < n && jobs[last + 1].segment == jobs[i].segment) ++last;
-    Job whole = jobs[first];
-    whole.end = jobs[last].end;
-    whole.seg_end = true;
-    PreTokenizeState state;
-    for (size_t k = first; k <= last; ++k) {
-      ids[k].clear();
-      ok[k] = 1;
-    }
-    const std::string all =
-        normalized(text.substr(whole.begin, whole.end - whole.begin), true, true, state);
-    encode_normalized(all, 0, whole, ids[first], state);
-    i = last;
-  }
+  for (size_t i = 0; i < n; ++i)
+    if (!ok[i]) i = encode_stretch_whole(text, jobs, i, ids);
   std::vector<int32_t> out;
   size_t total = 0;
   for (const auto& v : ids) total += v.size();
   out.reserve(total);
   for (const auto& v : ids) out.insert(out.end(), v.begin(), v.end());
   return out;
+}
+
+// A piece that another of its stretch follows: encoded with the first bytes
+// of that one (up to its first added token, whole characters) as context;
+// false when the cut between them is no boundary.
+bool HfTokenizer::encode_before(const std::string& norm, const std::string& next, const Job& job,
+                                std::vector<int32_t>& out, PreTokenizeState& state) const {
+  std::vector<TextSpan> spans;
+  normalized_added_.split(std::string_view(next).substr(0, kContextBytes), spans);
+  size_t context = spans.empty() || spans[0].id >= 0 ? 0 : spans[0].end;
+  while (context > 0 && context < next.size() &&
+         (static_cast<unsigned char>(next[context]) & 0xC0) == 0x80)
+    --context;
+  const std::string_view space = kMetaspace;
+  const bool ends_in_space = norm.size() >= space.size() &&
+                             norm.compare(norm.size() - space.size(), space.size(), space) == 0;
+  if (words_at_metaspace_ && (next.compare(0, space.size(), space) != 0 || ends_in_space))
+    return false;  // the cut must be before a run of "▁"
+  return encode_normalized(norm + next.substr(0, context), context, job, out, state);
+}
+
+// The stretch of jobs[i] (whose cuts were not all boundaries) encoded again
+// as one piece into the ids of its first job; returns its last job's index.
+size_t HfTokenizer::encode_stretch_whole(std::string_view text, const std::vector<Job>& jobs,
+                                         size_t i, std::vector<std::vector<int32_t>>& ids) const {
+  size_t first = i, last = i;
+  while (first > 0 && jobs[first - 1].segment == jobs[i].segment) --first;
+  while (last + 1 < jobs.size() && jobs[last + 1].segment == jobs[i].segment) ++last;
+  Job whole = jobs[first];
+  whole.end = jobs[last].end;
+  whole.seg_end = true;
+  for (size_t k = first; k <= last; ++k) ids[k].clear();
+  PreTokenizeState state;
+  const std::string all =
+      normalized(text.substr(whole.begin, whole.end - whole.begin), true, true, state);
+  encode_normalized(all, 0, whole, ids[first], state);
+  return last;
 }
 
 // Encodes buf (normalized text, then `context` bytes of what follows it);

@@ -65,6 +65,10 @@ class HfTokenizer final : public TextTokenizer {
                          PreTokenizeState& state) const;
   bool encode_normalized(const std::string& norm, size_t context, const Job& job,
                          std::vector<int32_t>& out, PreTokenizeState& state) const;
+  bool encode_before(const std::string& norm, const std::string& next, const Job& job,
+                     std::vector<int32_t>& out, PreTokenizeState& state) const;
+  size_t encode_stretch_whole(std::string_view text, const std::vector<Job>& jobs, size_t i,
+                              std::vector<std::vector<int32_t>>& ids) const;
   void encode_piece(const PreToken& piece, std::vector<int32_t>& out, PreTokenizeState& state,
                     WordCache& cache, bool* boundary) const;
   void encode_word(std::string_view word, std::vector<int32_t>& out, WordCache& cache) const;

@@ -15,6 +15,9 @@
 #include <vector>
 
 #include "dendrite/core/check.h"
+#include "dendrite/io/hf_decoder.h"
+#include "dendrite/io/hf_normalizer.h"
+#include "dendrite/io/hf_pre_tokenizer.h"
 #include "dendrite/io/hf_regex.h"
 #include "dendrite/io/hf_tokenizer.h"
 #include "dendrite/io/token_file.h"
@@ -253,6 +256,84 @@ TEST(HfTokenizerJson, RegexRunsOnigurumaPatternsAsTheLibrary) {
   EXPECT_EQ(split("\\s+(?!\\S)|\\s+", "a   b \xC2\x85\n"), (W{"  ", " ", " \xC2\x85\n"}));
   EXPECT_EQ(split("\\s", "\xE1\xA0\x8E"), W{});   // U+180E: no White_Space (PCRE2's \s has it)
   EXPECT_EQ(split("x*", "ab"), (W{"", "", ""}));  // empty matches move on a character
+}
+
+// The pieces' behaviours against what tokenizers 0.23.3 prints for them
+// (pre_tokenize_str, normalize_str, decode).
+TEST(HfTokenizerJson, PiecesBehaveAsTheLibrarys) {
+  const JsonWhere where{"f.json", "pre_tokenizer"};
+  auto pre = [&](const json& j, const std::string& text) {
+    auto p = read_pre_tokenizer(j, where);
+    PreTokenizeState state;
+    std::vector<PreToken> out;
+    p->split({text, true, true}, out, state);
+    std::vector<std::string> words;
+    for (const PreToken& t : out) words.emplace_back(t.text);
+    return words;
+  };
+  using W = std::vector<std::string>;
+  const std::string m = "\xE2\x96\x81";
+  EXPECT_EQ(pre({{"type", "Metaspace"}, {"prepend_scheme", "always"}}, "hello  world"),
+            (W{m + "hello", m, m + "world"}));
+  EXPECT_EQ(pre({{"type", "Digits"}, {"individual_digits", false}}, "ab12 3x"),
+            (W{"ab", "12", " ", "3", "x"}));
+  const json split = {{"type", "Split"}, {"pattern", {{"String", "a"}}}, {"invert", false}};
+  json j = split;
+  j["behavior"] = "MergedWithPrevious";
+  EXPECT_EQ(pre(j, "baab"), (W{"ba", "a", "b"}));
+  j["behavior"] = "Contiguous";
+  j["invert"] = true;
+  EXPECT_EQ(pre(j, "bcaab"), (W{"bc", "aa", "b"}));
+  j = split;
+  j["behavior"] = "Removed";
+  EXPECT_EQ(pre(j, "bcaab"), (W{"bc", "b"}));
+  EXPECT_EQ(
+      pre({{"type", "ByteLevel"}, {"add_prefix_space", true}, {"use_regex", false}}, "hi you"),
+      W{" hi you"});  // the byte map is the model's
+
+  auto norm = [&](const json& j, std::string text) {
+    RegexScratch scratch;
+    read_normalizer(j, where)->normalize(text, true, true, scratch);
+    return text;
+  };
+  EXPECT_EQ(norm({{"type", "Lowercase"}}, "\xCE\xA3\xCE\x91\xCE\xA3 \xC4\xB0"),
+            "\xCF\x83\xCE\xB1\xCF\x83 i\xCC\x87");  // ΣΑΣ İ: no final sigma
+  EXPECT_EQ(norm({{"type", "Strip"}},
+                 " \xE3\x80\x80"
+                 "a \xC2\x85"),
+            "a");
+  EXPECT_EQ(norm({{"type", "NFKC"}},
+                 "\xEF\xAC\x81"
+                 "e\xCC\x81"),
+            "fi\xC3\xA9");
+
+  auto dec = [&](const json& j, std::vector<std::string> tokens) {
+    return decode_tokens(read_decoder(j, where).get(), std::move(tokens));
+  };
+  EXPECT_EQ(
+      dec({{"type", "Metaspace"}, {"prepend_scheme", "first"}}, {m + "He" + m + "y", m + "x"}),
+      "Hey x");
+  EXPECT_EQ(dec({{"type", "Strip"}, {"content", " "}, {"start", 2}, {"stop", 1}}, {"  a  ", " b "}),
+            "a b");
+  EXPECT_EQ(dec({{"type", "ByteFallback"}}, {"<0x+F>", "<0xE2>", "<0x82>", "a", "<0x61>"}),
+            "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"
+            "aa");
+  EXPECT_EQ(dec(nullptr, {"a", "b"}), "a b");  // no decoder: joined with spaces
+}
+
+// A stream that continues a prompt keeps the first token's space, which
+// decode() drops at the start of a text (Strip, Metaspace).
+TEST(HfTokenizerJson, StreamAfterAPromptKeepsTheLeadingSpace) {
+  std::unique_ptr<TextTokenizer> tok = open_tokenizer(kDir + "mistral");
+  const std::vector<int32_t> ids = tok->encode("Hello world");
+  auto joined = [&](bool continuing) {
+    std::unique_ptr<TokenStream> s = tok->stream(continuing);
+    std::string all;
+    for (int32_t id : ids) all += s->next(id);
+    return all + s->finish();
+  };
+  EXPECT_EQ(joined(false), "Hello world");
+  EXPECT_EQ(joined(true), " Hello world");
 }
 
 // ---------------------------------------------------------------- dendrite tokenize

@@ -1,7 +1,4 @@
-// The BPE model of a tokenizer.json (bpe_model.h). Merging follows
-// tokenizers' Word::merge_all: a queue of adjacent pairs ordered by (merge
-// rank, position); popping the lowest merges it if the pair is still there,
-// then queues the pairs the new symbol forms with its neighbours.
+// The BPE model of a tokenizer.json and its merging (bpe_model.h).
 #include "dendrite/io/bpe_model.h"
 
 #include <cstdio>
@@ -86,7 +83,7 @@ void BpeModel::add_merge(const std::string& left, const std::string& right, int3
     return id;
   };
   const int32_t l = find(left), r = find(right), merged = find(left + right);
-  merges_[uint64_t(uint32_t(l)) << 32 | uint32_t(r)] = {rank, merged};  // a repeat: the last rank
+  merges_.add(l, r, rank, merged);
 }
 
 int32_t BpeModel::token_id(std::string_view token) const {
@@ -104,9 +101,13 @@ bool BpeModel::cuts_before(const std::string& c) const {
   return true;
 }
 
-int32_t BpeModel::merge_id(int32_t left, int32_t right, int32_t* rank) const {
-  auto it = merges_.find(uint64_t(uint32_t(left)) << 32 | uint32_t(right));
-  if (it == merges_.end()) return -1;
+void BpeMerges::add(int32_t left, int32_t right, int32_t rank, int32_t merged) {
+  map_[uint64_t(uint32_t(left)) << 32 | uint32_t(right)] = {rank, merged};
+}
+
+int32_t BpeMerges::find(int32_t left, int32_t right, int32_t* rank) const {
+  auto it = map_.find(uint64_t(uint32_t(left)) << 32 | uint32_t(right));
+  if (it == map_.end()) return -1;
   *rank = it->second.rank;
   return it->second.id;
 }
@@ -173,11 +174,11 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
   }
   std::vector<int32_t> ids;
   initial_symbols(word, ids);
-  merge(ids);
+  merges_.apply(ids);
   out.insert(out.end(), ids.begin(), ids.end());
 }
 
-void BpeModel::merge(std::vector<int32_t>& ids) const {
+void BpeMerges::apply(std::vector<int32_t>& ids) const {
   struct Symbol {
     int32_t id;
     int prev, next;  // neighbours still in the word, -1 at the ends
@@ -197,8 +198,7 @@ void BpeModel::merge(std::vector<int32_t>& ids) const {
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> queue;
   auto push_pair = [&](int left) {
     int32_t rank = 0;
-    const int32_t id =
-        sym[left].next < 0 ? -1 : merge_id(sym[left].id, sym[sym[left].next].id, &rank);
+    const int32_t id = sym[left].next < 0 ? -1 : find(sym[left].id, sym[sym[left].next].id, &rank);
     if (id >= 0) queue.push({rank, left, id});
   };
   for (int i = 0; i + 1 < n; ++i) push_pair(i);
@@ -207,8 +207,7 @@ void BpeModel::merge(std::vector<int32_t>& ids) const {
     queue.pop();
     Symbol& s = sym[top.pos];
     int32_t rank = 0;
-    if (s.removed || s.next < 0 || merge_id(s.id, sym[s.next].id, &rank) != top.id ||
-        rank != top.rank)
+    if (s.removed || s.next < 0 || find(s.id, sym[s.next].id, &rank) != top.id)
       continue;  // a stale entry: the pair has changed since
     Symbol& right = sym[s.next];
     right.removed = true;

@@ -25,6 +25,25 @@ struct StringHash {
 };
 using TokenMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 
+// The merges of a BPE model: a pair of adjacent ids -> its rank and the
+// merged token's id. Merging follows tokenizers' Word::merge_all: a queue of
+// adjacent pairs ordered by (rank, position); popping the lowest merges it if
+// the pair is still there, then queues the pairs the new symbol forms with
+// its neighbours.
+class BpeMerges {
+ public:
+  void add(int32_t left, int32_t right, int32_t rank, int32_t merged);  // a repeat: the last rank
+  void reserve(size_t n) { map_.reserve(n); }
+  void apply(std::vector<int32_t>& ids) const;  // merges the word's ids in place
+
+ private:
+  struct Merge {
+    int32_t rank, id;
+  };
+  int32_t find(int32_t left, int32_t right, int32_t* rank) const;  // the merged id, -1 if none
+  std::unordered_map<uint64_t, Merge> map_;                        // key: left id << 32 | right id
+};
+
 class BpeModel {
  public:
   // model: the "model" object; byte_level: words are bytes (ByteLevel pre-tokenizer).
@@ -39,18 +58,13 @@ class BpeModel {
   bool cuts_before(const std::string& c) const;
 
  private:
-  struct Merge {
-    int32_t rank, id;  // the pair's rank, the merged token's id
-  };
   void read_merges(const nlohmann::json& merges, const JsonWhere& where);
   void add_merge(const std::string& left, const std::string& right, int32_t rank,
                  const JsonWhere& where);
   void initial_symbols(std::string_view word, std::vector<int32_t>& ids) const;
-  void merge(std::vector<int32_t>& ids) const;
-  int32_t merge_id(int32_t left, int32_t right, int32_t* rank) const;
 
   TokenMap vocab_;
-  std::unordered_map<uint64_t, Merge> merges_;  // key: left id << 32 | right id
+  BpeMerges merges_;
   std::array<int32_t, 256> byte_id_{};  // byte-level: each byte's token; byte fallback: <0xXX>
   bool byte_level_;
   bool byte_fallback_ = false, fuse_unk_ = false, ignore_merges_ = false;

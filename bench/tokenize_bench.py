@@ -11,7 +11,8 @@ references stripped) and the Jargon File (jargon-text), repeated to --mb megabyt
 (after the BOS Dendrite puts before a document). Then the timings: dendrite's
 whole run (reading, encoding, writing train.bin) against the library's
 encode_batch(documents, add_special_tokens=False) over the text cut into documents
-of about 1 MB at line ends (RAYON_NUM_THREADS unset: every core), best of --repeat.
+of about 64 KB at line ends (RAYON_NUM_THREADS unset: every core), best of --repeat.
+Dendrite's count includes the BOS it puts before the file (Llama 3 style).
 
   bench/tokenize_bench.py [--mb 64] [--repeat 2] [--dendrite build/dendrite] [DIR ...]
 
@@ -46,7 +47,7 @@ def corpus_text(megabytes):
     return "\n\n".join([base] * reps)
 
 
-def documents(text, size=1 << 20):
+def documents(text, size=1 << 16):
     docs, start = [], 0
     while start < len(text):
         end = text.find("\n", start + size)

@@ -152,6 +152,7 @@ class ByteLevel final : public PreTokenizer {
   }
   CutRule cut_rule() const override { return use_regex_ ? CutRule::kNewline : CutRule::kNone; }
   bool keeps_whole() const override { return !use_regex_; }
+  bool passes_through() const override { return !use_regex_ && !add_prefix_space_; }
   bool byte_level() const override { return true; }
 
  private:
@@ -230,7 +231,16 @@ class Digits final : public PreTokenizer {
 
 class Sequence final : public PreTokenizer {
  public:
-  explicit Sequence(std::vector<std::unique_ptr<PreTokenizer>> parts) : parts_(std::move(parts)) {}
+  // Parts that pass pieces on unchanged (Llama 3's ByteLevel) are kept only
+  // for what they tell: the model maps bytes, pieces may stay whole.
+  explicit Sequence(std::vector<std::unique_ptr<PreTokenizer>> parts)
+      : byte_level_(!parts.empty() && parts.back()->byte_level()) {
+    keeps_whole_ = true;
+    for (auto& p : parts) {
+      keeps_whole_ = keeps_whole_ && p->keeps_whole();
+      (p->passes_through() ? inert_ : parts_).push_back(std::move(p));
+    }
+  }
   bool split(const PreToken& in, std::vector<PreToken>& out, PreTokenizeState& st) const override {
     if (parts_.empty()) {
       out.push_back(in);
@@ -249,15 +259,12 @@ class Sequence final : public PreTokenizer {
   CutRule cut_rule() const override {
     return parts_.empty() ? CutRule::kNone : parts_[0]->cut_rule();
   }
-  bool byte_level() const override { return !parts_.empty() && parts_.back()->byte_level(); }
-  bool keeps_whole() const override {
-    for (const auto& p : parts_)
-      if (!p->keeps_whole()) return false;
-    return true;
-  }
+  bool byte_level() const override { return byte_level_; }
+  bool keeps_whole() const override { return keeps_whole_; }
 
  private:
-  std::vector<std::unique_ptr<PreTokenizer>> parts_;
+  std::vector<std::unique_ptr<PreTokenizer>> parts_, inert_;
+  bool byte_level_, keeps_whole_;
 };
 
 constexpr const char* kSupported = "Split, ByteLevel, Metaspace, Digits, Sequence";

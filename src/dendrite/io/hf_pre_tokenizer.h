@@ -60,6 +60,8 @@ class PreTokenizer {
   // Whether every piece comes out whole (Metaspace without split, ByteLevel
   // without its regex): the model then sees stretches of text, not words.
   virtual bool keeps_whole() const { return false; }
+  // Whether every piece comes out as it went in (the byte map aside).
+  virtual bool passes_through() const { return false; }
   // The ByteLevel pre-tokenizer ends the chain: words are bytes to map.
   virtual bool byte_level() const { return false; }
 };

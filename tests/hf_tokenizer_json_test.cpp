@@ -174,7 +174,9 @@ TEST_P(Kind, LongTextEncodesInParallelPiecesAsWhole) {
     text += (i % 2 ? ref[i % ref.size()]["text"].get<std::string>() : texts[i % texts.size()]) +
             (i % 3 ? "\n" : " ");
   const std::vector<int32_t> whole = hf.encode(text, 0);
-  EXPECT_EQ(hf.encode(text, 4096), whole);  // about 75 pieces
+  int redone = -1;
+  EXPECT_EQ(hf.encode(text, 4096, &redone), whole);  // about 75 pieces
+  EXPECT_EQ(redone, 0);  // every cut a boundary: no stretch encoded twice
   EXPECT_EQ(hf.encode(text, 100), whole);
   EXPECT_EQ(tok->encode(text), whole);
 }
@@ -195,7 +197,9 @@ TEST(HfTokenizerJson, CutsThatAreNoBoundariesFallBackToTheWhole) {
   const auto& hf = dynamic_cast<const HfTokenizer&>(*tok);
   std::string text;
   for (int i = 0; i < 2000; ++i) text += "line " + std::to_string(i) + (i % 7 ? "\n" : "\n\n");
-  EXPECT_EQ(hf.encode(text, 64), hf.encode(text, 0));
+  int redone = 0;
+  EXPECT_EQ(hf.encode(text, 64, &redone), hf.encode(text, 0));
+  EXPECT_EQ(redone, 1);
 }
 
 TEST(HfTokenizerJson, UnsupportedPiecesAreErrorsNamingFileAndKey) {

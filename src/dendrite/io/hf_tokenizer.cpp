@@ -211,12 +211,14 @@ std::vector<int32_t> HfTokenizer::encode(const std::string& text) const {
   return encode(text, kChunkBytes);
 }
 
-std::vector<int32_t> HfTokenizer::encode(const std::string& text, size_t chunk_bytes) const {
-  if (is_valid_utf8(text)) return encode_valid(text, chunk_bytes);
-  return encode_valid(repair_utf8(text, Utf8Repair::kMaximalSubpart), chunk_bytes);
+std::vector<int32_t> HfTokenizer::encode(const std::string& text, size_t chunk_bytes,
+                                         int* redone) const {
+  if (is_valid_utf8(text)) return encode_valid(text, chunk_bytes, redone);
+  return encode_valid(repair_utf8(text, Utf8Repair::kMaximalSubpart), chunk_bytes, redone);
 }
 
-std::vector<int32_t> HfTokenizer::encode_valid(std::string_view text, size_t chunk_bytes) const {
+std::vector<int32_t> HfTokenizer::encode_valid(std::string_view text, size_t chunk_bytes,
+                                               int* redone) const {
   const std::vector<Job> jobs = plan_jobs(text, chunk_bytes);
   const size_t n = jobs.size();
   std::vector<std::string> norm(n);
@@ -254,8 +256,12 @@ std::vector<int32_t> HfTokenizer::encode_valid(std::string_view text, size_t chu
         ok[i] = encode_before(norm[i], norm[i + 1], jobs[i], ids[i], state);
     });
   if (!error.empty()) throw Error(error);
-  for (size_t i = 0; i < n; ++i)
-    if (!ok[i]) i = encode_stretch_whole(text, jobs, i, ids);
+  if (redone) *redone = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (ok[i]) continue;
+    i = encode_stretch_whole(text, jobs, i, ids);
+    if (redone) ++*redone;
+  }
   std::vector<int32_t> out;
   size_t total = 0;
   for (const auto& v : ids) total += v.size();
@@ -275,11 +281,15 @@ bool HfTokenizer::encode_before(const std::string& norm, const std::string& next
   while (context > 0 && context < next.size() &&
          (static_cast<unsigned char>(next[context]) & 0xC0) == 0x80)
     --context;
-  const std::string_view space = kMetaspace;
-  const bool ends_in_space = norm.size() >= space.size() &&
-                             norm.compare(norm.size() - space.size(), space.size(), space) == 0;
-  if (words_at_metaspace_ && (next.compare(0, space.size(), space) != 0 || ends_in_space))
-    return false;  // the cut must be before a run of "▁"
+  // Words cut before each run of "▁" (or of " ", which Metaspace makes "▁"):
+  // the cut must start one.
+  auto space_at = [](std::string_view t, size_t pos) {
+    return t.compare(pos, 1, " ") == 0 || t.compare(pos, 3, kMetaspace) == 0;
+  };
+  const bool ends_in_space =
+      (!norm.empty() && norm.back() == ' ') ||
+      (norm.size() >= 3 && norm.compare(norm.size() - 3, 3, kMetaspace) == 0);
+  if (words_at_metaspace_ && (!space_at(next, 0) || ends_in_space)) return false;
   return encode_normalized(norm + next.substr(0, context), context, job, out, state);
 }
 

@@ -39,8 +39,10 @@ class HfTokenizer final : public TextTokenizer {
 
   std::vector<int32_t> encode(const std::string& text) const override;
   // The same, long stretches cut about every chunk_bytes (0: never) for the
-  // threads; the ids do not depend on it.
-  std::vector<int32_t> encode(const std::string& text, size_t chunk_bytes) const;
+  // threads; the ids do not depend on it. redone: how many stretches had a
+  // cut that was no boundary and were encoded again whole (a slow path).
+  std::vector<int32_t> encode(const std::string& text, size_t chunk_bytes,
+                              int* redone = nullptr) const;
   std::string decode(const std::vector<int32_t>& ids) const override;
   std::unique_ptr<TokenStream> stream(bool continuing = false) const override;
   int vocab_size() const override { return static_cast<int>(id_token_.size()); }
@@ -72,7 +74,7 @@ class HfTokenizer final : public TextTokenizer {
   void encode_piece(const PreToken& piece, std::vector<int32_t>& out, PreTokenizeState& state,
                     WordCache& cache, bool* boundary) const;
   void encode_word(std::string_view word, std::vector<int32_t>& out, WordCache& cache) const;
-  std::vector<int32_t> encode_valid(std::string_view text, size_t chunk_bytes) const;
+  std::vector<int32_t> encode_valid(std::string_view text, size_t chunk_bytes, int* redone) const;
 
   std::unique_ptr<Normalizer> normalizer_;
   std::unique_ptr<PreTokenizer> pre_tokenizer_;

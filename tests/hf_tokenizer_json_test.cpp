@@ -384,5 +384,37 @@ TEST(HfTokenizerJson, TokenizePutsBosAndEosAroundDocuments) {
   EXPECT_EQ(open_tokenizer(kDir + "mistral")->eos_id(), 2);
 }
 
+// Without an eos_token, config.json's eos_token_id (the first of a list);
+// tokenizer_config.json's add_bos_token / add_eos_token change what a
+// document gets, and an EOS it ends with is not repeated between documents.
+TEST(HfTokenizerJson, BosAndEosFromTheFolderConfig) {
+  TempDir dir;
+  fs::copy_file(kDir + "llama3/tokenizer.json", dir.file("tokenizer.json"));
+  write_bytes(dir.file("config.json"), R"({"bos_token_id": 1000, "eos_token_id": [1005, 1001]})");
+  EXPECT_EQ(open_tokenizer(dir.path())->eos_id(), 1005);
+  write_bytes(dir.file("tokenizer_config.json"),
+              R"({"eos_token": "<|end_of_text|>", "add_bos_token": false, "add_eos_token": true})");
+  std::unique_ptr<TextTokenizer> tok = open_tokenizer(dir.path());
+  EXPECT_EQ(tok->eos_id(), 1001);
+  EXPECT_TRUE(tok->document_specials().before.empty());
+  EXPECT_EQ(tok->document_specials().after, std::vector<int32_t>{1001});
+  write_bytes(dir.file("a.txt"), "one");
+  write_bytes(dir.file("b.txt"), "two");
+  TokenizeOptions opt;
+  opt.inputs = {dir.file("a.txt"), dir.file("b.txt")};
+  opt.out_dir = dir.file("out");
+  opt.model = dir.path();
+  opt.val_fraction = 0;
+  run_tokenize(opt);
+  std::vector<int32_t> expect = tok->encode("one");
+  expect.push_back(1001);
+  for (int32_t id : tok->encode("two")) expect.push_back(id);
+  expect.push_back(1001);
+  TokenFile train(opt.out_dir + "/train.bin");
+  std::vector<int32_t> got(train.size());
+  train.copy(0, train.size(), got.data());
+  EXPECT_EQ(got, expect);
+}
+
 }  // namespace
 }  // namespace dendrite

@@ -99,11 +99,26 @@ void HfTokenizer::read_added_tokens(const json& added, const JsonWhere& where) {
   }
 }
 
-// Id tables, eos, the ids around a document, and how long texts may be cut.
 void HfTokenizer::finish(const HfTokenizerConfig& config, const std::string& path) {
   RegexScratch scratch;
   raw_added_.finish(nullptr, scratch);
   normalized_added_.finish(normalizer_.get(), scratch);
+  build_id_tables(path);
+  files_.insert(files_.end(), config.files.begin(), config.files.end());
+  apply_folder_config(config, path);
+  anchor_id_ = model_->token_id("a");
+  const bool whole_pieces = !pre_tokenizer_ || pre_tokenizer_->keeps_whole();
+  words_at_metaspace_ = whole_pieces && model_->cuts_before(kMetaspace);
+  cut_rule_ = words_at_metaspace_ ? CutRule::kSpace
+              : pre_tokenizer_    ? pre_tokenizer_->cut_rule()
+                                  : CutRule::kNone;
+  if (normalizer_ && !normalizer_->keeps_cuts()) cut_rule_ = CutRule::kNone;
+  for (const AddedToken& a : normalized_added_.tokens())
+    if (a.content.find_first_of("\n ") != std::string::npos) cut_rule_ = CutRule::kNone;
+}
+
+// Each id's token string: the model's, an added token's over it.
+void HfTokenizer::build_id_tables(const std::string& path) {
   int32_t size = 0;
   for (const auto& [token, id] : model_->vocab()) size = std::max(size, id + 1);
   for (const AddedTokenSet* set : {&raw_added_, &normalized_added_})
@@ -118,12 +133,6 @@ void HfTokenizer::finish(const HfTokenizerConfig& config, const std::string& pat
     id_token_[id] = token;
     id_known_[id] = true;
   }
-  auto id_of = [&](const std::string& token) -> int {
-    for (const AddedTokenSet* set : {&raw_added_, &normalized_added_})
-      for (const AddedToken& a : set->tokens())
-        if (a.content == token) return a.id;
-    return model_->token_id(token);
-  };
   for (const AddedTokenSet* set : {&raw_added_, &normalized_added_})
     for (const AddedToken& a : set->tokens()) {
       id_token_[a.id] = a.content;
@@ -133,34 +142,34 @@ void HfTokenizer::finish(const HfTokenizerConfig& config, const std::string& pat
     for (int32_t id : *ids)
       DENDRITE_CHECK(id < size && id_known_[id], "open_tokenizer: ", path,
                      ": the post_processor adds the id ", id, ", which is no token");
-  files_.insert(files_.end(), config.files.begin(), config.files.end());
+}
+
+int HfTokenizer::id_of(const std::string& token) const {
+  for (const AddedTokenSet* set : {&raw_added_, &normalized_added_})
+    for (const AddedToken& a : set->tokens())
+      if (a.content == token) return a.id;
+  return model_->token_id(token);
+}
+
+// eos: tokenizer_config.json's eos_token, else config.json's eos_token_id;
+// add_bos_token / add_eos_token change the ids around a document, as
+// transformers rebuilds the template from them.
+void HfTokenizer::apply_folder_config(const HfTokenizerConfig& config, const std::string& path) {
+  auto known = [&](int id) { return id >= 0 && id < vocab_size() && id_known_[id]; };
   if (!config.eos_token.empty()) {
     eos_id_ = id_of(config.eos_token);
     DENDRITE_CHECK(eos_id_ >= 0, "open_tokenizer: ", config.eos_file, ": eos_token \"",
                    config.eos_token, "\" is not a token of ", path);
-  } else if (config.eos_token_id >= 0 && config.eos_token_id < size) {
+  } else if (known(config.eos_token_id)) {
     eos_id_ = config.eos_token_id;
   } else {
     eos_id_ = id_of("<|endoftext|>");  // GPT-2's end of text
   }
-  // tokenizer_config.json's add_bos_token / add_eos_token, as transformers
-  // rebuilds the template from them.
-  int bos = config.bos_token.empty() ? config.bos_token_id : id_of(config.bos_token);
+  const int bos = config.bos_token.empty() ? config.bos_token_id : id_of(config.bos_token);
   if (config.add_bos_token == 0) specials_.before.clear();
-  if (config.add_bos_token == 1 && bos >= 0 && specials_.before != std::vector<int32_t>{bos})
-    specials_.before = {bos};
+  if (config.add_bos_token == 1 && known(bos)) specials_.before = {bos};
   if (config.add_eos_token == 0) specials_.after.clear();
   if (config.add_eos_token == 1 && eos_id_ >= 0) specials_.after = {eos_id_};
-  anchor_id_ = model_->token_id("a");
-
-  const bool whole_pieces = !pre_tokenizer_ || pre_tokenizer_->keeps_whole();
-  words_at_metaspace_ = whole_pieces && model_->cuts_before(kMetaspace);
-  cut_rule_ = words_at_metaspace_ ? CutRule::kSpace
-              : pre_tokenizer_    ? pre_tokenizer_->cut_rule()
-                                  : CutRule::kNone;
-  if (normalizer_ && !normalizer_->keeps_cuts()) cut_rule_ = CutRule::kNone;
-  for (const AddedToken& a : normalized_added_.tokens())
-    if (a.content.find_first_of("\n ") != std::string::npos) cut_rule_ = CutRule::kNone;
 }
 
 const std::string& HfTokenizer::token(int32_t id) const {

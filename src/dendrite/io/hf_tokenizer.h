@@ -61,6 +61,9 @@ class HfTokenizer final : public TextTokenizer {
   HfTokenizer() = default;
   void read_added_tokens(const nlohmann::json& added, const JsonWhere& where);
   void finish(const HfTokenizerConfig& config, const std::string& path);
+  void build_id_tables(const std::string& path);
+  void apply_folder_config(const HfTokenizerConfig& config, const std::string& path);
+  int id_of(const std::string& token) const;  // -1 if none
   std::vector<Job> plan_jobs(std::string_view text, size_t chunk_bytes) const;
   std::vector<size_t> cuts(std::string_view text, size_t chunk_bytes) const;
   std::string normalized(std::string_view text, bool seg_start, bool seg_end,

@@ -13,8 +13,7 @@ packages=(libopenmpi3 libopenmpi-dev openmpi-bin openmpi-common libpmix2 libeven
           libnl-route-3-200 libpsm2-2 libpsm-infinipath1 libmunge2
           libdnnl2 libdnnl-dev ocl-icd-libopencl1
           libsentencepiece0 libsentencepiece-dev libprotobuf-lite32
-          libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libpcre2-dev
-          libicu72 libicu-dev icu-devtools
+          libpcre2-8-0 libpcre2-dev libicu72 libicu-dev
           nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev googletest
           pkgconf pkgconf-bin libpkgconf3 pkg-config)
 mkdir -p .gpu-debs

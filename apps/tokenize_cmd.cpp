@@ -17,9 +17,13 @@ Runner add_tokenize(CLI::App& app) {
   app.add_option("--tokenizer", opt->model,
                  "Use this tokenizer instead of training one: a SentencePiece FILE.model "
                  "(Dendrite's, encoded line by line), or a Hugging Face tokenizer folder "
-                 "(tokenizer.json or vocab.json + merges.txt: GPT-2 style byte-level BPE; "
-                 "tokenizer.model: SentencePiece, encoded as that library does); its files "
-                 "are copied into --out");
+                 "(tokenizer.json: a BPE pipeline as Hugging Face tokenizers runs it, GPT-2, "
+                 "Llama 3, Qwen2, Mistral or Llama 2 style; vocab.json + merges.txt: GPT-2 "
+                 "style byte-level BPE; tokenizer.model: SentencePiece, encoded as that library "
+                 "does); its files are copied into --out. Each input file is a document: the "
+                 "BOS its post-processor (or add_bos_token) adds goes before each, its eos "
+                 "between two; text that is not UTF-8 is read as Python's "
+                 "decode(errors=\"replace\")");
   app.add_option("--val-fraction", opt->val_fraction,
                  "Fraction of the tokens kept for validation: the last ones, written to val.bin "
                  "(train --eval-every reads it)")

@@ -1,6 +1,6 @@
 // Writes the seed corpora of fuzz/corpus/<target>/ with Dendrite's own
 // writers, so the fuzzers start from valid files:
-//   make_corpus DIR   (scripts/fuzz.sh runs it with DIR = fuzz/corpus)
+//   make_corpus DIR   (from the repository root, with DIR = fuzz/corpus)
 // Letters: C width, V vocabulary (the tensors mimic a tiny model's).
 #include <cstdint>
 #include <filesystem>
@@ -57,14 +57,41 @@ void write_configs(const fs::path& dir) {
   std::ofstream(dir / "float_steps.json") << R"({"steps": 1e300, "seed": -1.5})";
 }
 
+// Each tokenizer.json of tests/data/hf/tokenizers/ cut down to its first
+// tokens and the merges among them (a few KB), plus GPT-2's.
+void write_tokenizer_jsons(const fs::path& dir) {
+  for (const char* kind : {"llama3", "qwen2", "mistral", "llama2", "../bpe"}) {
+    nlohmann::json j;
+    std::ifstream(fs::path("tests/data/hf/tokenizers") / kind / "tokenizer.json") >> j;
+    nlohmann::json vocab = nlohmann::json::object(), merges = nlohmann::json::array();
+    for (const auto& [token, id] : j["model"]["vocab"].items())
+      if (id.get<int>() < 300) vocab[token] = id;
+    for (const auto& m : j["model"]["merges"]) {
+      const std::string l = m[0], r = m[1];
+      if (vocab.contains(l) && vocab.contains(r) && vocab.contains(l + r)) merges.push_back(m);
+    }
+    j["model"]["vocab"] = vocab;
+    j["model"]["merges"] = merges;
+    std::ofstream(dir / (fs::path(kind).filename().string() + ".json")) << j.dump(1);
+  }
+}
+
+void write_sentencepiece_models(const fs::path& dir) {
+  fs::copy_file("tests/data/hf/sp/tokenizer.model", dir / "hf_sp.model",
+                fs::copy_options::overwrite_existing);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const fs::path root = argc > 1 ? argv[1] : "fuzz/corpus";
-  for (const char* target : {"safetensors_fuzz", "token_file_fuzz", "config_fuzz"})
+  for (const char* target : {"safetensors_fuzz", "token_file_fuzz", "config_fuzz",
+                             "tokenizer_json_fuzz", "sentencepiece_model_fuzz"})
     fs::create_directories(root / target);
   write_safetensors(root / "safetensors_fuzz");
   write_token_files(root / "token_file_fuzz");
   write_configs(root / "config_fuzz");
+  write_tokenizer_jsons(root / "tokenizer_json_fuzz");  // run from the repository root
+  write_sentencepiece_models(root / "sentencepiece_model_fuzz");
   return 0;
 }

@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 seconds="${1:-20}"
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(safetensors_fuzz token_file_fuzz config_fuzz)
+((${#targets[@]})) || targets=(safetensors_fuzz token_file_fuzz config_fuzz tokenizer_json_fuzz
+                               sentencepiece_model_fuzz)
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DDENDRITE_FUZZ=ON \
       -DDENDRITE_TESTS=OFF -DDENDRITE_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-fuzz -j "$(nproc)" --target "${targets[@]}"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Downloads (here, where Debian's mirror is reachable) the Debian 12 packages
 # that a lent GPU machine lacks to build and run Dendrite: OpenMPI, oneDNN,
-# SentencePiece, the header-only libraries, GoogleTest and pkg-config. They
+# SentencePiece, PCRE2's headers and ICU (tokenizer.json pipelines), the
+# header-only libraries, GoogleTest and pkg-config. They
 # land in .gpu-debs/ (ignored by git), which the device call carries and
 # scripts/gpu_check.sh unpacks into a private prefix there.
 set -euo pipefail
@@ -12,6 +13,7 @@ packages=(libopenmpi3 libopenmpi-dev openmpi-bin openmpi-common libpmix2 libeven
           libnl-route-3-200 libpsm2-2 libpsm-infinipath1 libmunge2
           libdnnl2 libdnnl-dev ocl-icd-libopencl1
           libsentencepiece0 libsentencepiece-dev libprotobuf-lite32
+          libpcre2-8-0 libpcre2-dev libicu72 libicu-dev
           nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev googletest
           pkgconf pkgconf-bin libpkgconf3 pkg-config)
 mkdir -p .gpu-debs

@@ -4,7 +4,7 @@
 #   scripts/setup.sh --torch    also PyTorch, to regenerate tests/data/reference and run bench/pytorch_step.py
 set -euo pipefail
 packages=(g++ cmake ninja-build pkg-config git openmpi-bin libopenmpi-dev libdnnl-dev
-          libsentencepiece-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
+          libsentencepiece-dev libpcre2-dev libicu-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
           bible-kjv python3-matplotlib python3-numpy
           fortunes-min jargon-text  # canary text: experiments/memorization/make_canaries.py
           clang libclang-rt-14-dev  # clang: libFuzzer targets (scripts/fuzz.sh)

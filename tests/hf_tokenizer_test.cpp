@@ -255,6 +255,13 @@ TEST(HfBpe, SpecialTokensAreSplitOutFirst) {
   EXPECT_EQ(strip->encode("a \t<|endoftext|>\n b"), expect);
 }
 
+// Bytes that are not UTF-8 read as Python's decode(errors="replace") reads
+// them: the library's Python binding only takes str.
+TEST(HfBpe, InvalidUtf8IsReadAsPythonsReplace) {
+  std::unique_ptr<TextTokenizer> tok = open_tokenizer(kBpeDir);
+  EXPECT_EQ(tok->encode("a\xFF b\xE2\x82"), tok->encode("a\xEF\xBF\xBD b\xEF\xBF\xBD"));
+}
+
 TEST(HfBpe, EosFromTheFolderConfig) {
   TempDir dir;
   copy_files(dir.path(), {"tokenizer.json"});

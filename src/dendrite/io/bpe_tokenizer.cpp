@@ -1,12 +1,10 @@
 // GPT-2 style byte-level BPE (bpe_tokenizer.h).
 //
-// Merging follows tokenizers' Word::merge_all: a queue of adjacent pairs
-// ordered by (merge rank, position); popping the lowest merges it if the pair
-// is still there, then queues the pairs the new symbol forms with its
-// neighbours. Decoding maps each character of a token back to its byte (a
-// token with a character outside the byte map, e.g. an added token, gives its
-// own UTF-8 bytes, as the ByteLevel decoder does) and repairs the joined
-// bytes as Rust's from_utf8_lossy does.
+// Merging is BpeMerges' (bpe_model.h), as tokenizers' Word::merge_all.
+// Decoding maps each character of a token back to its byte (a token with a
+// character outside the byte map, e.g. an added token, gives its own UTF-8
+// bytes, as the ByteLevel decoder does) and repairs the joined bytes as
+// Rust's from_utf8_lossy does.
 //
 // Long texts are encoded in parallel, cut where pre-tokenization restarts
 // the same way (independent_cuts), so the ids do not depend on the cuts.
@@ -15,7 +13,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <queue>
 
 #include "dendrite/core/check.h"
 #include "dendrite/io/byte_level.h"
@@ -99,9 +96,18 @@ void check_model(const json& model, const std::string& file) {
 }  // namespace
 
 bool ByteLevelBpe::reads(const json& j) {
-  return j.is_object() && j.contains("model") && j["model"].is_object() &&
-         j["model"].value("type", "") == "BPE" && j.contains("pre_tokenizer") &&
-         j["pre_tokenizer"].is_object() && j["pre_tokenizer"].value("type", "") == "ByteLevel";
+  auto type_of = [&](const char* key) {
+    return j.contains(key) && j[key].is_object() ? j[key].value("type", "") : std::string();
+  };
+  if (!j.is_object() || type_of("model") != "BPE" || type_of("pre_tokenizer") != "ByteLevel" ||
+      type_of("decoder") != "ByteLevel" || !j.value("normalizer", json()).is_null())
+    return false;
+  const json& pre = j["pre_tokenizer"];
+  const json& model = j["model"];
+  const json post = j.value("post_processor", json());
+  return pre.value("use_regex", json(true)) == json(true) &&
+         model.value("byte_fallback", json(false)) != json(true) &&
+         (post.is_null() || (post.is_object() && post.value("type", "") == "ByteLevel"));
 }
 
 std::unique_ptr<ByteLevelBpe> ByteLevelBpe::from_tokenizer_json(const json& j,
@@ -233,7 +239,7 @@ void ByteLevelBpe::add_merge(const std::string& left, const std::string& right, 
   };
   const int32_t l = find(left), r = find(right), merged = find(left + right);
   // A repeated pair takes its last rank, as tokenizers' map does.
-  merges_[uint64_t(uint32_t(l)) << 32 | uint32_t(r)] = {rank, merged};
+  merges_.add(l, r, rank, merged);
 }
 
 void ByteLevelBpe::add_added_token(AddedToken token) {
@@ -250,6 +256,9 @@ void ByteLevelBpe::finish(const HfTokenizerConfig& config, const std::string& wh
   int32_t size = 0;
   for (const auto& [token, id] : vocab_) size = std::max(size, id + 1);
   for (const AddedToken& a : added_) size = std::max(size, a.id + 1);
+  DENDRITE_CHECK(size_t(size) <= vocab_.size() + added_.size() + (1 << 20),
+                 "open_tokenizer: ", where, ": the ids reach ", size - 1, " but there are only ",
+                 vocab_.size() + added_.size(), " tokens; is the file corrupt?");
   id_bytes_.assign(size, "");
   id_known_.assign(size, false);
   for (const auto& [token, id] : vocab_) {
@@ -281,13 +290,6 @@ void ByteLevelBpe::finish(const HfTokenizerConfig& config, const std::string& wh
   } else {
     eos_id_ = id_of("<|endoftext|>");  // GPT-2's end of text
   }
-}
-
-int32_t ByteLevelBpe::merge_id(int32_t left, int32_t right, int32_t* rank) const {
-  auto it = merges_.find(uint64_t(uint32_t(left)) << 32 | uint32_t(right));
-  if (it == merges_.end()) return -1;
-  *rank = it->second.rank;
-  return it->second.id;
 }
 
 std::vector<ByteLevelBpe::Span> ByteLevelBpe::split_added(std::string_view text) const {
@@ -328,7 +330,10 @@ std::vector<ByteLevelBpe::Span> ByteLevelBpe::split_added(std::string_view text)
   return spans;
 }
 
+// Text that is not UTF-8 is first repaired as Python's decode(errors="replace")
+// does: the library's Python binding takes only str.
 std::vector<int32_t> ByteLevelBpe::encode(const std::string& text) const {
+  if (!is_valid_utf8(text)) return encode(repair_utf8(text, Utf8Repair::kMaximalSubpart));
   // Cut long stretches of text into independent pieces for the threads.
   std::vector<Span> pieces;
   for (const Span& s : split_added(text)) {
@@ -396,58 +401,18 @@ std::vector<int32_t> ByteLevelBpe::merge_word(std::string_view word) const {
     for (char c : word) mapped += byte_to_unicode()[static_cast<unsigned char>(c)];
     if (auto it = vocab_.find(mapped); it != vocab_.end()) return {it->second};
   }
-  struct Symbol {
-    int32_t id;
-    int prev, next;  // neighbours still in the word, -1 at the ends
-    bool removed;
-  };
-  std::vector<Symbol> sym;
+  std::vector<int32_t> ids;
   for (char c : word) {
     const int32_t id = byte_id_[static_cast<unsigned char>(c)];
     if (id < 0) {
       DENDRITE_CHECK(unk_id_ >= 0, "ByteLevelBpe::encode: the byte 0x", std::hex,
                      int(static_cast<unsigned char>(c)), std::dec,
                      " has no token in the vocabulary and the model has no unk_token");
-      if (fuse_unk_ && !sym.empty() && sym.back().id == unk_id_) continue;
+      if (fuse_unk_ && !ids.empty() && ids.back() == unk_id_) continue;
     }
-    const int n = static_cast<int>(sym.size());
-    sym.push_back({id < 0 ? unk_id_ : id, n - 1, n + 1, false});
+    ids.push_back(id < 0 ? unk_id_ : id);
   }
-  if (!sym.empty()) sym.back().next = -1;
-  struct Candidate {  // a pair to merge: the lowest rank first, then the leftmost
-    int32_t rank;
-    int pos;
-    int32_t id;
-    bool operator>(const Candidate& o) const {
-      return rank != o.rank ? rank > o.rank : pos > o.pos;
-    }
-  };
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> queue;
-  auto push_pair = [&](int left) {
-    int32_t rank = 0;
-    const int32_t id =
-        sym[left].next < 0 ? -1 : merge_id(sym[left].id, sym[sym[left].next].id, &rank);
-    if (id >= 0) queue.push({rank, left, id});
-  };
-  for (int i = 0; i + 1 < static_cast<int>(sym.size()); ++i) push_pair(i);
-  while (!queue.empty()) {
-    const Candidate top = queue.top();
-    queue.pop();
-    Symbol& s = sym[top.pos];
-    int32_t rank = 0;
-    if (s.removed || s.next < 0 || merge_id(s.id, sym[s.next].id, &rank) != top.id)
-      continue;  // a stale entry: the pair has changed since
-    Symbol& right = sym[s.next];
-    right.removed = true;
-    s.id = top.id;
-    s.next = right.next;
-    if (s.next >= 0) sym[s.next].prev = top.pos;
-    if (s.prev >= 0) push_pair(s.prev);
-    push_pair(top.pos);
-  }
-  std::vector<int32_t> ids;
-  for (const Symbol& s : sym)
-    if (!s.removed) ids.push_back(s.id);
+  merges_.apply(ids);
   return ids;
 }
 

@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "dendrite/io/bpe_model.h"
 #include "dendrite/io/hf_tokenizer_config.h"
 #include "dendrite/io/tokenizer.h"
 
@@ -31,8 +32,10 @@ class ByteLevelBpe final : public TextTokenizer {
   static std::unique_ptr<ByteLevelBpe> from_vocab_merges(const std::string& vocab_path,
                                                          const std::string& merges_path,
                                                          const HfTokenizerConfig& config);
-  // Whether a tokenizer.json is of the kind this class reads (model BPE,
-  // pre-tokenizer ByteLevel); the constructor says what else is wrong.
+  // Whether a tokenizer.json is GPT-2's kind, which this class runs fast: model
+  // BPE without byte fallback, ByteLevel pre-tokenizer (with its regex) and
+  // decoder, no normalizer, no post-processor but ByteLevel. Others go to
+  // HfTokenizer (hf_tokenizer.h).
   static bool reads(const nlohmann::json& j);
 
   std::vector<int32_t> encode(const std::string& text) const override;
@@ -51,9 +54,6 @@ class ByteLevelBpe final : public TextTokenizer {
     std::string content;
     int32_t id;
     bool lstrip = false, rstrip = false;  // also take the whitespace before / after
-  };
-  struct Merge {
-    int32_t rank, id;  // the pair's rank, the merged token's id
   };
   // A stretch of the text: an added token, or text to pre-tokenize.
   struct Span {
@@ -74,10 +74,9 @@ class ByteLevelBpe final : public TextTokenizer {
   std::vector<int32_t> encode_text(std::string_view text, bool segment_start) const;
   void encode_word(std::string_view word, std::vector<int32_t>& out, WordCache& cache) const;
   std::vector<int32_t> merge_word(std::string_view word) const;
-  int32_t merge_id(int32_t left, int32_t right, int32_t* rank) const;
 
   std::unordered_map<std::string, int32_t> vocab_;  // model vocabulary, byte-map strings
-  std::unordered_map<uint64_t, Merge> merges_;      // key: left id << 32 | right id
+  BpeMerges merges_;
   std::vector<AddedToken> added_;                   // matched longest first at each position
   std::array<int32_t, 256> byte_id_{};              // id of each byte's character, -1: none
   std::vector<std::string> id_bytes_;               // what each id decodes to

@@ -47,6 +47,14 @@ void read_config_file(const std::string& file, HfTokenizerConfig& config) {
       config.eos_token = token;
       config.eos_file = file;
     }
+    if (std::string(key) == "bos_token" && config.bos_token.empty()) config.bos_token = token;
+  }
+  for (const char* key : {"add_bos_token", "add_eos_token"}) {
+    if (!j.contains(key) || j.at(key).is_null()) continue;
+    DENDRITE_CHECK(j.at(key).is_boolean(), "open_tokenizer: ", file, ": key ", key, " is ",
+                   j.at(key).dump(), ", expected true or false");
+    int& flag = std::string(key) == "add_bos_token" ? config.add_bos_token : config.add_eos_token;
+    if (flag < 0) flag = j.at(key).get<bool>() ? 1 : 0;
   }
   if (j.contains("additional_special_tokens") && !j.at("additional_special_tokens").is_null()) {
     const nlohmann::json& extra = j.at("additional_special_tokens");
@@ -63,6 +71,17 @@ void read_config_file(const std::string& file, HfTokenizerConfig& config) {
     for (const auto& [id, token] : added.items())
       add_unique(config.special_tokens, token_content(token, file, "added_tokens_decoder." + id));
   }
+}
+
+// config.json's bos_token_id / eos_token_id: an id, a list (the first), or null.
+int model_token_id(const nlohmann::json& j, const char* key, const std::string& file) {
+  if (!j.contains(key) || j.at(key).is_null()) return -1;
+  nlohmann::json v = j.at(key);
+  if (v.is_array() && !v.empty()) v = v[0];
+  DENDRITE_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < (1 << 30),
+                 "open_tokenizer: ", file, ": key ", key, " is ", j.at(key).dump(),
+                 ", expected a token id or a list of them");
+  return v.get<int>();
 }
 
 }  // namespace
@@ -84,6 +103,14 @@ HfTokenizerConfig read_hf_tokenizer_config(const std::string& dir) {
   for (const char* name : {"tokenizer_config.json", "special_tokens_map.json"}) {
     const std::string file = (fs::path(dir) / name).string();
     if (fs::is_regular_file(file)) read_config_file(file, config);
+  }
+  const std::string model_config = (fs::path(dir) / "config.json").string();
+  if (fs::is_regular_file(model_config)) {
+    const nlohmann::json j = read_tokenizer_json(model_config);
+    if (j.is_object()) {
+      config.bos_token_id = model_token_id(j, "bos_token_id", model_config);
+      config.eos_token_id = model_token_id(j, "eos_token_id", model_config);
+    }
   }
   return config;
 }

@@ -1,6 +1,8 @@
 // The special tokens a Hugging Face tokenizer folder names outside the
 // tokenizer itself: tokenizer_config.json (eos_token, the other *_token keys,
-// added_tokens_decoder, additional_special_tokens) and special_tokens_map.json.
+// added_tokens_decoder, additional_special_tokens, add_bos_token,
+// add_eos_token), special_tokens_map.json, and a model folder's config.json
+// (bos_token_id, eos_token_id: the first of a list).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -12,6 +14,9 @@ namespace dendrite {
 struct HfTokenizerConfig {
   std::string eos_token;                    // "" when neither file names one
   std::string eos_file;                     // the file that named it, for messages
+  std::string bos_token;                    // "" when neither file names one
+  int add_bos_token = -1, add_eos_token = -1;  // tokenizer_config.json's: 1, 0, -1 unset
+  int bos_token_id = -1, eos_token_id = -1;    // config.json's, -1 when absent
   std::vector<std::string> special_tokens;  // every token either file names, in order
   std::vector<std::string> files;           // the config files present (full paths)
 };

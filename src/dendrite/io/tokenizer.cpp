@@ -31,6 +31,7 @@
 #include "dendrite/core/check.h"
 #include "dendrite/core/log.h"
 #include "dendrite/io/bpe_tokenizer.h"
+#include "dendrite/io/hf_tokenizer.h"
 #include "dendrite/io/hf_tokenizer_config.h"
 #include "dendrite/io/sentencepiece_model.h"
 #include "dendrite/io/utf8.h"
@@ -361,6 +362,14 @@ const std::vector<std::string>& tokenizer_file_names() {
 
 namespace {
 
+// GPT-2's byte-level BPE keeps its own fast path (ByteLevelBpe); every other
+// tokenizer.json runs through the general pipeline.
+std::unique_ptr<TextTokenizer> open_tokenizer_json(const nlohmann::json& j, const std::string& path,
+                                                   const HfTokenizerConfig& config) {
+  if (ByteLevelBpe::reads(j)) return ByteLevelBpe::from_tokenizer_json(j, path, config);
+  return HfTokenizer::from_tokenizer_json(j, path, config);
+}
+
 std::unique_ptr<TextTokenizer> open_hf_sentencepiece(const std::string& model_path,
                                                      const HfTokenizerConfig& config) {
   auto tok = std::make_unique<Tokenizer>(model_path, SentencePieceEncoding::kWhole);
@@ -392,9 +401,14 @@ std::unique_ptr<TextTokenizer> open_folder(const std::string& dir) {
   const HfTokenizerConfig config = read_hf_tokenizer_config(dir);
   if (fs::exists(file("tokenizer.json"))) {
     const nlohmann::json j = read_tokenizer_json(file("tokenizer.json"));
-    // Llama-style folders also hold a SentencePiece-like tokenizer.json: use the model then.
-    if (ByteLevelBpe::reads(j) || !fs::exists(sp_model))
-      return ByteLevelBpe::from_tokenizer_json(j, file("tokenizer.json"), config);
+    if (!fs::exists(sp_model)) return open_tokenizer_json(j, file("tokenizer.json"), config);
+    // Beside a tokenizer.model, a tokenizer.json that Dendrite cannot run
+    // (a Precompiled normalizer, a Unigram model) gives way to the model.
+    try {
+      return open_tokenizer_json(j, file("tokenizer.json"), config);
+    } catch (const Error& e) {
+      log_info(str("open_tokenizer: using ", sp_model, " instead of tokenizer.json: ", e.what()));
+    }
   }
   if (fs::exists(file("vocab.json")) || fs::exists(file("merges.txt")))
     return ByteLevelBpe::from_vocab_merges(file("vocab.json"), file("merges.txt"), config);
@@ -411,8 +425,8 @@ std::unique_ptr<TextTokenizer> open_tokenizer(const std::string& path) {
                  "SentencePiece .model file or a Hugging Face tokenizer folder");
   if (fs::path(path).extension() == ".json") {
     const std::string dir = fs::path(path).parent_path().string();
-    return ByteLevelBpe::from_tokenizer_json(read_tokenizer_json(path), path,
-                                             read_hf_tokenizer_config(dir.empty() ? "." : dir));
+    return open_tokenizer_json(read_tokenizer_json(path), path,
+                               read_hf_tokenizer_config(dir.empty() ? "." : dir));
   }
   return std::make_unique<Tokenizer>(path);  // Dendrite's own model, encoded by lines
 }

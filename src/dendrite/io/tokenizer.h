@@ -27,6 +27,12 @@ class TokenStream {
   virtual std::string finish() = 0;          // what is still held, as U+FFFD
 };
 
+// The ids a tokenizer's own encode(text, add_special_tokens=True) puts around
+// a text: a BOS before, an EOS after (Hugging Face's post-processor).
+struct SpecialIds {
+  std::vector<int32_t> before, after;
+};
+
 class TextTokenizer {
  public:
   virtual ~TextTokenizer() = default;
@@ -37,6 +43,8 @@ class TextTokenizer {
   virtual std::unique_ptr<TokenStream> stream(bool continuing = false) const = 0;
   virtual int vocab_size() const = 0;  // one past the largest id
   virtual int eos_id() const = 0;      // -1 if none
+  // What `dendrite tokenize` puts around each document; none by default.
+  virtual SpecialIds document_specials() const { return {}; }
   // "sentencepiece" (Dendrite's .model), "hf-bpe" or "hf-sentencepiece".
   virtual std::string format() const = 0;
   // The files it was read from (full paths), to keep beside data it encoded.
@@ -44,11 +52,13 @@ class TextTokenizer {
 };
 
 // Opens path as
-//  - a folder: a Hugging Face tokenizer. tokenizer.json (model BPE with the
-//    ByteLevel pre-tokenizer, GPT-2 style), else vocab.json + merges.txt
-//    (GPT-2's byte-level BPE), else tokenizer.model (a SentencePiece model
-//    encoded as the sentencepiece library does: the whole text at once).
-//    Special tokens and eos from tokenizer_config.json / special_tokens_map.json.
+//  - a folder: a Hugging Face tokenizer. tokenizer.json (a BPE model: GPT-2's
+//    byte-level kind by ByteLevelBpe, the others, Llama 3, Qwen2, Mistral,
+//    Llama 2, by HfTokenizer; beside a tokenizer.model, one it cannot run
+//    gives way to the model), else vocab.json + merges.txt (GPT-2's byte-level
+//    BPE), else tokenizer.model (a SentencePiece model encoded as the
+//    sentencepiece library does: the whole text at once). Special tokens, bos
+//    and eos from tokenizer_config.json / special_tokens_map.json / config.json.
 //    A data folder of `dendrite tokenize` whose meta.json says its
 //    tokenizer.model is Dendrite's own opens as that (by lines).
 //  - a .json file: a tokenizer.json, with its folder's config;

@@ -112,6 +112,19 @@ void Utf8Stream::push(std::string_view bytes, std::string& out) {
 
 void Utf8Stream::flush(std::string& out) { drain(true, out); }
 
+bool is_valid_utf8(std::string_view bytes) {
+  for (size_t pos = 0; pos < bytes.size();) {
+    if (static_cast<unsigned char>(bytes[pos]) < 0x80) {
+      ++pos;
+      continue;
+    }
+    const CodePoint cp = read_code_point(bytes, pos);
+    if (!cp.valid) return false;
+    pos += cp.length;
+  }
+  return true;
+}
+
 std::string repair_utf8(std::string_view bytes, Utf8Repair repair) {
   Utf8Stream stream(repair);
   std::string out;

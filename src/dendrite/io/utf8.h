@@ -43,6 +43,9 @@ class Utf8Stream {
   std::string held_;
 };
 
+// Whether bytes are well-formed UTF-8 throughout.
+bool is_valid_utf8(std::string_view bytes);
+
 // One-shot: bytes as valid UTF-8, broken sequences replaced.
 std::string repair_utf8(std::string_view bytes, Utf8Repair repair);
 

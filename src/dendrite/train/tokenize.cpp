@@ -116,17 +116,27 @@ std::unique_ptr<TextTokenizer> stage_tokenizer(const TokenizeOptions& opt,
   return std::make_unique<Tokenizer>(staged(prefix + ".model"));
 }
 
-// All inputs encoded back to back, files separated by the eos id if there is one.
+// All inputs encoded back to back, each file a document: the ids the
+// tokenizer's own encode(text, add_special_tokens=True) puts around a text
+// (a Hugging Face post-processor's BOS, tokenizer_config.json's
+// add_bos_token / add_eos_token) around each, and the eos id between two
+// documents unless the first already ends with it. Text that is not UTF-8 is
+// read as Python's decode(errors="replace") reads it (Hugging Face tokenizers).
 std::vector<int32_t> encode_inputs(const TextTokenizer& tok,
                                    const std::vector<std::string>& inputs) {
   std::vector<int32_t> all;
+  const SpecialIds specials = tok.document_specials();
+  const bool ends_with_eos = !specials.after.empty() && specials.after.back() == tok.eos_id();
   for (size_t f = 0; f < inputs.size(); ++f) {
     auto t0 = std::chrono::steady_clock::now();
-    std::vector<int32_t> ids = tok.encode(read_text(inputs[f]));
+    std::vector<int32_t> ids = specials.before;
+    const std::vector<int32_t> text_ids = tok.encode(read_text(inputs[f]));
+    ids.insert(ids.end(), text_ids.begin(), text_ids.end());
+    ids.insert(ids.end(), specials.after.begin(), specials.after.end());
     double secs = seconds_since(t0);
     log_info(str("tokenize: ", inputs[f], ": ", ids.size(), " tokens in ", fixed(secs, 2), " s (",
                  fixed(ids.size() / std::max(secs, 1e-9), 0), " tokens/s)"));
-    if (f > 0 && tok.eos_id() >= 0) all.push_back(tok.eos_id());
+    if (f > 0 && tok.eos_id() >= 0 && !ends_with_eos) all.push_back(tok.eos_id());
     all.insert(all.end(), ids.begin(), ids.end());
   }
   return all;
@@ -205,7 +215,8 @@ void run_tokenize(const TokenizeOptions& opt) {
                            {"tokenizer", tokenizer_names.front()},
                            {"tokenizer_format", tok->format()},
                            {"tokenizer_files", tokenizer_names},
-                           {"eos_id", tok->eos_id()}};
+                           {"eos_id", tok->eos_id()},
+                           {"bos_ids", tok->document_specials().before}};
     if (!opt.model.empty()) meta["tokenizer_source"] = opt.model;
     if (!opt.canaries.empty()) {
       meta["canaries"] = opt.canaries;

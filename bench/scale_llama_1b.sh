@@ -6,6 +6,7 @@
 # each rank's peak resident memory (GNU time's maximum RSS) beside the
 # planner's estimate for the same grid, and the tokens/s.
 #   bench/scale_llama_1b.sh [GRID] [STEPS]       (default y=2 and 3)
+#   SAVE=0 bench/scale_llama_1b.sh               (no checkpoint, no export)
 # Needs: build/dendrite, the `bible` command, GNU time, and a Python with
 # transformers and torch (PYTHON, default /opt/hfref-venv/bin/python) the
 # first time, to write the folder (FOLDER, default /var/tmp/llama-1b).
@@ -14,7 +15,8 @@ cd "$(dirname "$0")/.."
 grid="${1:-y=2}" steps="${2:-3}"
 FOLDER="${FOLDER:-/var/tmp/llama-1b}" WORK="${WORK:-/var/tmp/llama-1b-run}"
 PYTHON="${PYTHON:-/opt/hfref-venv/bin/python}"
-batch=2 seq=128
+batch=2 seq=128 save=(--out "$WORK/run")
+[[ "${SAVE:-1}" == 0 ]] && save=()
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 [[ -f "$FOLDER/config.json" ]] || "$PYTHON" bench/make_llama_1b.py "$FOLDER"
 rm -rf "$WORK"
@@ -37,8 +39,8 @@ start=$(date +%s)
 OMP_NUM_THREADS=1 mpirun -np 2 --bind-to none /usr/bin/time -f "peak RSS %M KB (rank process, %e s)" \
   build/dendrite train --init-from "$FOLDER" --data "$WORK/data" --grid "$grid" --steps "$steps" \
   --batch $batch --seq $seq --threads 1 --eval-every 0 --lr 1e-5 --warmup 1 \
-  --out "$WORK/run" --metrics "$WORK/metrics.jsonl" 2>&1 | tee "$WORK/train.log"
-build/dendrite export --checkpoint "$WORK/run" --hf "$WORK/hf" > /dev/null
+  "${save[@]}" --metrics "$WORK/metrics.jsonl" 2>&1 | tee "$WORK/train.log"
+((${#save[@]} == 0)) || build/dendrite export --checkpoint "$WORK/run" --hf "$WORK/hf" > /dev/null
 echo "scale_llama_1b: grid $grid, batch $batch x $seq tokens, $steps steps in $(( $(date +%s) - start )) s (loading and saving included)"
 python3 - "$WORK" "$planned" <<'PY'
 import json, re, sys
@@ -49,5 +51,6 @@ print("  peak RSS per rank: " + ", ".join(f"{p:.0f} MB" for p in peaks) + f"; pl
       + (f" ({max(peaks) / float(planned) - 1:+.1%} for the largest)" if planned != "none" else ""))
 print("  tokens/s by step: " + ", ".join(f"{s['tokens_per_s']:.1f}" for s in steps)
       + "; loss " + ", ".join(f"{s['loss']:.3f}" for s in steps))
-print(f"  exported to {work}/hf")
+import os
+if os.path.isdir(f"{work}/hf"): print(f"  exported to {work}/hf")
 PY

@@ -41,7 +41,7 @@ OMP_NUM_THREADS=1 mpirun -np 2 --bind-to none /usr/bin/time -f "peak RSS %M KB (
   --batch $batch --seq $seq --threads 1 --eval-every 0 --lr 1e-5 --warmup 1 \
   "${save[@]}" --metrics "$WORK/metrics.jsonl" 2>&1 | tee "$WORK/train.log"
 ((${#save[@]} == 0)) || build/dendrite export --checkpoint "$WORK/run" --hf "$WORK/hf" > /dev/null
-echo "scale_llama_1b: grid $grid, batch $batch x $seq tokens, $steps steps in $(( $(date +%s) - start )) s (loading and saving included)"
+echo "scale_llama_1b: grid $grid, batch $batch x $seq tokens, $steps steps in $(( $(date +%s) - start )) s (loading, and saving with SAVE=1, included)"
 python3 - "$WORK" "$planned" <<'PY'
 import json, re, sys
 work, planned = sys.argv[1], sys.argv[2]

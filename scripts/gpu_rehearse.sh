@@ -4,7 +4,8 @@
 #   has:   a compiler, CMake, Ninja, Python 3 with numpy, and the CUDA toolkit
 #          (this machine's /usr/local/cuda, mounted read-only);
 #   lacks: ssh and rsh, OpenMPI (and Debian's mpirun/mpiexec alternatives),
-#          PMIx, oneDNN, SentencePiece, ICU, pkg-config, GoogleTest, the `bible`
+#          PMIx, oneDNN, SentencePiece, ICU's and PCRE2's headers, pkg-config,
+#          GoogleTest, the `bible`
 #          command, PyTorch, and any GPU.
 # The root is a minimal Debian 12 made once with debootstrap (kept in
 # $DENDRITE_BARE_ROOT, default /var/tmp/dendrite-bare-root; --fresh remakes
@@ -53,8 +54,15 @@ for cmd in ssh rsh mpirun mpiexec mpirun.openmpi bible pkg-config pkgconf; do
     exit 1
   fi
 done
-if chroot "$root" /bin/sh -c 'ls /usr/lib/x86_64-linux-gnu/ | grep -qE "^lib(dnnl|sentencepiece|mpi|pmix|icu)"'; then
-  echo "gpu_rehearse: the bare root has oneDNN, SentencePiece, MPI, PMIx or ICU libraries: rerun with --fresh"
+if chroot "$root" /bin/sh -c 'ls /usr/lib/x86_64-linux-gnu/ | grep -qE "^lib(dnnl|sentencepiece|mpi|pmix)"'; then
+  echo "gpu_rehearse: the bare root has oneDNN, SentencePiece, MPI or PMIx libraries: rerun with --fresh"
+  exit 1
+fi
+# ICU's and PCRE2's run-time libraries come with CMake (libxml2) and grep, as
+# on any image with those; their headers and pkg-config files must come from
+# .gpu-debs.
+if chroot "$root" /bin/sh -c 'test -e /usr/include/unicode/utypes.h || test -e /usr/include/pcre2.h'; then
+  echo "gpu_rehearse: the bare root has ICU's or PCRE2's headers: rerun with --fresh"
   exit 1
 fi
 

@@ -68,7 +68,8 @@ class TensorGathers {
     const HfTensor& t = tensors_[i % tensors_.size()];
     const float* flat = flats_[i / tensors_.size()].second;
     const bool root = model_.grid().world().rank() == 0;
-    GlobalTensors parts;
+    GlobalTensors& parts = parts_;
+    parts.clear();
     for (const std::string& p : t.parts) {
       const ParamSpec& s = model_.table().find(p);
       chunk_.resize(size_t(s.numel));
@@ -78,6 +79,9 @@ class TensorGathers {
       gather_to_root(model_.grid(), s, chunk_.data(), root ? g.data() : nullptr);
     }
     if (!root) return nullptr;
+    // One part as it is stored: the tensor is its first t.rows rows (a padded
+    // vocabulary cropped), with no copy.
+    if (t.parts.size() == 1 && !t.transpose) return parts.at(t.parts[0]).data();
     tensor_.resize(size_t(t.numel()));
     export_hf_tensor(t, model_.table(), parts, tensor_.data());
     return tensor_.data();
@@ -87,6 +91,7 @@ class TensorGathers {
   Transformer& model_;
   std::vector<std::pair<std::string, const float*>> flats_;
   std::vector<HfTensor> tensors_;
+  GlobalTensors parts_;                // rank 0: the global parts of the tensor last gathered
   std::vector<float> chunk_, tensor_;  // this rank's chunk of a part; rank 0's whole tensor
 };
 

@@ -124,16 +124,7 @@ class Replace final : public Normalizer {
   Replace(const json& j, const JsonWhere& where) {
     const json& pattern = json_need(j, "pattern", json::value_t::object, where);
     content_ = json_get<std::string>(j, "content", "", where);
-    if (pattern.contains("Regex")) {
-      regex_ =
-          std::make_unique<Regex>(json_get<std::string>(pattern, "Regex", "", where.at("pattern")),
-                                  where.at("pattern").at("Regex"));
-    } else {
-      DENDRITE_CHECK(pattern.contains("String"), "open_tokenizer: ", where.file, ": key ",
-                     where.key, ".pattern is ", pattern.dump(),
-                     "; expected {\"String\": ...} or {\"Regex\": ...}");
-      string_ = json_get<std::string>(pattern, "String", "", where.at("pattern"));
-    }
+    read_pattern(pattern, where.at("pattern"), regex_, string_);
   }
   void normalize(std::string& text, bool, bool, RegexScratch& scratch) const override {
     std::vector<MatchSpan> matches;

@@ -95,16 +95,7 @@ class Split final : public PreTokenizer {
   Split(const json& j, const JsonWhere& where)
       : behavior_(read_behavior(j, where)), invert_(json_get<bool>(j, "invert", false, where)) {
     const json& pattern = json_need(j, "pattern", json::value_t::object, where);
-    if (pattern.contains("Regex")) {
-      regex_ =
-          std::make_unique<Regex>(json_get<std::string>(pattern, "Regex", "", where.at("pattern")),
-                                  where.at("pattern").at("Regex"));
-    } else {
-      DENDRITE_CHECK(pattern.contains("String"), "open_tokenizer: ", where.file, ": key ",
-                     where.key, ".pattern is ", pattern.dump(),
-                     "; expected {\"String\": ...} or {\"Regex\": ...}");
-      string_ = json_get<std::string>(pattern, "String", "", where.at("pattern"));
-    }
+    read_pattern(pattern, where.at("pattern"), regex_, string_);
   }
   bool split(const PreToken& in, std::vector<PreToken>& out, PreTokenizeState& st) const override {
     const std::string_view all(in.text.data(), in.text.size() + in.context);

@@ -150,4 +150,16 @@ void Regex::find_all(std::string_view subject, size_t stop, RegexScratch& scratc
   }
 }
 
+void read_pattern(const nlohmann::json& pattern, const JsonWhere& where,
+                  std::unique_ptr<Regex>& regex, std::string& text) {
+  if (pattern.contains("Regex")) {
+    regex = std::make_unique<Regex>(json_get<std::string>(pattern, "Regex", "", where),
+                                    where.at("Regex"));
+    return;
+  }
+  DENDRITE_CHECK(pattern.contains("String"), "open_tokenizer: ", where.file, ": key ", where.key,
+                 " is ", pattern.dump(), "; expected {\"String\": ...} or {\"Regex\": ...}");
+  text = json_get<std::string>(pattern, "String", "", where);
+}
+
 }  // namespace dendrite

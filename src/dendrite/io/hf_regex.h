@@ -69,6 +69,12 @@ class Regex {
   pcre2_real_code_8* code_ = nullptr;
 };
 
+// A tokenizer.json "pattern" object, {"Regex": ...} or {"String": ...} (where:
+// the key that holds it): the compiled regex into `regex`, or the string into
+// `text`; anything else is an error naming the key.
+void read_pattern(const nlohmann::json& pattern, const JsonWhere& where,
+                  std::unique_ptr<Regex>& regex, std::string& text);
+
 // The pattern with Oniguruma's escapes in PCRE2's terms (above); exposed for tests.
 std::string pcre2_pattern(const std::string& oniguruma, const JsonWhere& where);
 

@@ -19,6 +19,7 @@
 #include "dendrite/io/hf_folder.h"
 #include "dendrite/model/transformer.h"
 #include "dendrite/train/checkpoint.h"
+#include "file_support.h"
 #include "grid_support.h"
 #include "hf_support.h"
 
@@ -136,6 +137,63 @@ TEST_P(HfOnEveryGrid, LogitsMatchTransformers) {
         "%s bf16: largest logit error %.2g of one process's bf16 (allowed %.2g), %.2g of "
         "transformers' fp32 (allowed %.2g); loss %.2g (allowed %.2g)\n",
         GetParam(), worst[0], kBf16Logits, worst[1], kBf16VsFp32, worst[2], kBf16Loss);
+}
+
+// A checkpoint saved on any grid, rank 0 gathering each tensor in pieces of
+// a few rows (1,000 floats: whole rows, at least one),
+// is byte for byte the file one process saves whole: the pieces cover each
+// tensor once, in order, cropped to its rows, from the ranks whose shards
+// hold them (replicated vectors sent once).
+TEST(CheckpointOnEveryGrid, SavedInPiecesEqualsOneProcessFile) {
+  int world = 0, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  // Rank 0's folder, named on every rank (only each group's rank 0 writes).
+  std::unique_ptr<test::TempDir> dir;
+  std::string path;
+  if (rank == 0) dir = std::make_unique<test::TempDir>("dendrite_pieces"), path = dir->path();
+  int n = int(path.size());
+  MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  path.resize(size_t(n));
+  MPI_Bcast(path.data(), n, MPI_CHAR, 0, MPI_COMM_WORLD);
+  for (const char* name : {"gpt2-tiny", "llama3-tiny", "qwen2-tiny"}) {
+    const HfFolder folder(test::hf_dir(name));
+    const ModelConfig& c = folder.config();
+    CheckpointContents contents{{{"model", to_json(c)}}, {{"step", 1}}, ""};
+    std::string whole;
+    if (rank == 0) {
+      auto one = ProcessGrid::single();
+      Transformer model(c, *one, test::cpu_backend(), 2, 8);
+      load_hf_folder(folder, model);
+      whole = test::read_bytes(
+          save_checkpoint(path + "/" + name + "-whole", 1, model, nullptr, contents) +
+          "/model.safetensors");
+    }
+    contents.piece_floats = 1000;
+    int tested = 0;
+    for (int P : {2, 8}) {  // every kind of shard: 4 and 1 rank add none
+      if (world % P != 0) continue;
+      const auto sub = test::group_of(P);
+      for (const GridShape& g : test::grids_of(P)) {
+        if (c.n_embd % g.x || c.n_head % g.y || c.n_kv_head % g.y || c.ffn_hidden % g.y ||
+            2 % (g.d * g.z))
+          continue;
+        ProcessGrid grid(g, *sub);
+        Transformer model(c, grid, test::cpu_backend(), 2, 8);
+        load_hf_folder(folder, model);
+        const std::string run = path + "/" + name + "-" + g.str() + "-" + std::to_string(rank / P);
+        const std::string ckpt = save_checkpoint(run, 1, model, nullptr, contents);
+        if (rank == 0) {
+          EXPECT_TRUE(test::read_bytes(ckpt + "/model.safetensors") == whole)
+              << name << " on grid " << g.str();
+        }
+        ++tested;
+      }
+      MPI_Barrier(MPI_COMM_WORLD);
+    }
+    EXPECT_GE(tested, 8) << name;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 // transformers' greedy continuation on every grid that keeps one sequence

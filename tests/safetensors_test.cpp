@@ -186,22 +186,33 @@ TEST_F(SafetensorsTest, StreamedWriteEqualsTheWholeWrite) {
   s.add_deferred("a", "F32", {2, 3});
   s.add_deferred("b", "I32", {4});
   s.set_metadata("format", "pt");
-  std::vector<size_t> asked;
-  std::vector<uint8_t> held;  // one tensor at a time, overwritten by the next
-  s.write_streamed(streamed, [&](size_t i) -> const void* {
-    asked.push_back(i);
+  // Tensor a in pieces of 10 bytes (the last 4), b whole.
+  std::vector<std::pair<size_t, size_t>> asked;
+  std::vector<uint8_t> held;  // one piece at a time, overwritten by the next
+  s.write_streamed(streamed, [&](size_t i, size_t offset) {
+    asked.emplace_back(i, offset);
     const auto* p = reinterpret_cast<const uint8_t*>(i == 0 ? static_cast<const void*>(a_.data())
                                                             : static_cast<const void*>(b_.data()));
-    held.assign(p, p + (i == 0 ? a_.size() * sizeof(float) : b_.size() * sizeof(int32_t)));
-    return held.data();
+    const size_t bytes = i == 0 ? a_.size() * sizeof(float) : b_.size() * sizeof(int32_t);
+    const size_t n = i == 0 ? std::min<size_t>(10, bytes - offset) : bytes - offset;
+    held.assign(p + offset, p + offset + n);
+    return SafetensorsWriter::Piece{held.data(), n};
   });
-  EXPECT_EQ(asked, (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(asked, (std::vector<std::pair<size_t, size_t>>{{0, 0}, {0, 10}, {0, 20}, {1, 0}}));
   EXPECT_EQ(read_bytes(streamed), read_bytes(whole));
   SafetensorsReader r(streamed);  // verifies every checksum
   EXPECT_EQ(r.names().size(), 2u);
   SafetensorsWriter missing;
   missing.add_deferred("a", "F32", {2, 3});
   EXPECT_THROW(missing.write(file("missing.safetensors")), Error);
+  // A source that gives more bytes than the tensor has left is refused, and no file is left.
+  const std::string over = file("over.safetensors");
+  EXPECT_THROW(missing.write_streamed(over,
+                                      [&](size_t, size_t) {
+                                        return SafetensorsWriter::Piece{a_.data(), 100};
+                                      }),
+               Error);
+  EXPECT_FALSE(std::filesystem::exists(over));
 }
 
 TEST_F(SafetensorsTest, MetadataRoundTrip) {

@@ -238,7 +238,10 @@ void SafetensorsWriter::write(const std::string& path) const {
   for (const Entry& e : entries_)
     DENDRITE_CHECK(e.data != nullptr || e.bytes == 0, "safetensors write: tensor '", e.name,
                    "' was added without its bytes; use write_streamed");
-  write_streamed(path, [this](size_t i) { return entries_[i].data; });
+  write_streamed(path, [this](size_t i, size_t offset) {
+    return Piece{static_cast<const uint8_t*>(entries_[i].data) + offset,
+                 entries_[i].bytes - offset};
+  });
 }
 
 void SafetensorsWriter::write_streamed(const std::string& path, const TensorSource& source) const {
@@ -257,11 +260,19 @@ void SafetensorsWriter::write_streamed(const std::string& path, const TensorSour
   int err = write_all(tmp.fd, size_le, 8);
   if (!err) err = write_all(tmp.fd, header.data(), header.size());
   for (size_t i = 0; i < entries_.size() && !err; ++i) {
-    const void* data = entries_[i].data ? entries_[i].data : source(i);
-    DENDRITE_CHECK(data != nullptr || entries_[i].bytes == 0, "safetensors write: no bytes for ",
-                   "tensor '", entries_[i].name, "'");
-    crcs[i] = crc32c(data, entries_[i].bytes);
-    err = write_all(tmp.fd, data, entries_[i].bytes);
+    const Entry& e = entries_[i];
+    for (size_t offset = 0; offset < e.bytes && !err;) {
+      const Piece piece =
+          e.data ? Piece{static_cast<const uint8_t*>(e.data) + offset, e.bytes - offset}
+                 : source(i, offset);
+      DENDRITE_CHECK(piece.data != nullptr && piece.bytes > 0 && piece.bytes <= e.bytes - offset,
+                     "safetensors write: tensor '", e.name, "' was given ",
+                     piece.data ? piece.bytes : 0, " bytes at byte ", offset, " of its ", e.bytes,
+                     " (need 1 to ", e.bytes - offset, ")");
+      crcs[i] = crc32c(piece.data, piece.bytes, crcs[i]);
+      err = write_all(tmp.fd, piece.data, piece.bytes);
+      offset += piece.bytes;
+    }
   }
   if (err) write_fail(path, tmp.path, "write", err);
   header = build_header(path, entries_, metadata_, crcs);

@@ -32,11 +32,18 @@ class SafetensorsWriter {
   // Writes atomically to path (see above). Throws dendrite::Error naming the
   // path and the system error on failure.
   void write(const std::string& path) const;
-  // The same, each deferred tensor's bytes taken from source(i) (i: its index
-  // in the order of adding; the pointer need only live until the next call)
-  // as the file reaches it, so a caller holds one tensor at a time: the
-  // header is written with blank checksums first, then rewritten in place.
-  using TensorSource = std::function<const void*(size_t index)>;
+  // The same, each deferred tensor's bytes taken in pieces as the file
+  // reaches them, so a caller holds one piece at a time (a block of rows of a
+  // large tensor): source(i, offset) returns the next piece of tensor i (its
+  // index in the order of adding) from byte `offset`, which need only live
+  // until the next call; it is asked again until the tensor's bytes are
+  // complete. The header is written with blank checksums first, then
+  // rewritten in place.
+  struct Piece {
+    const void* data = nullptr;
+    size_t bytes = 0;
+  };
+  using TensorSource = std::function<Piece(size_t index, size_t offset)>;
   void write_streamed(const std::string& path, const TensorSource& source) const;
 
  private:

@@ -116,16 +116,32 @@ void gather_global(ProcessGrid& grid, const ParamSpec& s, const float* flat, flo
   }
 }
 
-void gather_to_root(ProcessGrid& grid, const ParamSpec& s, const float* chunk, float* global) {
+void gather_rows_to_root(ProcessGrid& grid, const ParamSpec& s, int64_t row0, int64_t row1,
+                         const ReadChunk& read, float* rows) {
   const GridShape& g = grid.shape();
   Communicator& world = grid.world();
-  std::vector<float> buf(size_t(s.numel));
+  const int64_t cols = s.global_cols();
+  std::vector<float> buf;
+  std::vector<ParamSpec> sent;  // the chunks broadcast so far
   for (int r = 0; r < g.x * g.y * g.z; ++r) {
-    if (world.rank() == r) std::copy(chunk, chunk + s.numel, buf.begin());
-    world.broadcast(buf.data(), s.numel, DType::kF32, r);
-    if (world.rank() != 0) continue;
     const ParamSpec o = locate(s, g, r % g.x, (r / g.x) % g.y, r / (g.x * g.y));
-    for (int64_t i = 0; i < o.numel; ++i) global[o.global_index(i)] = buf[size_t(i)];
+    const bool again = std::any_of(sent.begin(), sent.end(), [&](const ParamSpec& p) {
+      return p.row_offset == o.row_offset && p.col_offset == o.col_offset &&
+             p.chunk_offset == o.chunk_offset && p.numel == o.numel;
+    });
+    if (again) continue;
+    sent.push_back(o);
+    // The chunk's elements in the rows asked: one run of its block's rows.
+    const int64_t first_row = std::clamp<int64_t>(row0 - o.row_offset, 0, o.block_rows);
+    const int64_t end_row = std::clamp<int64_t>(row1 - o.row_offset, 0, o.block_rows);
+    const int64_t lo = std::max(first_row * o.block_cols, o.chunk_offset) - o.chunk_offset;
+    const int64_t hi = std::min(end_row * o.block_cols, o.chunk_offset + o.numel) - o.chunk_offset;
+    if (hi <= lo) continue;
+    buf.resize(size_t(hi - lo));
+    if (world.rank() == r) read(lo, hi - lo, buf.data());
+    if (r != 0) world.broadcast(buf.data(), hi - lo, DType::kF32, r);
+    if (world.rank() != 0) continue;
+    for (int64_t i = lo; i < hi; ++i) rows[o.global_index(i) - row0 * cols] = buf[size_t(i - lo)];
   }
 }
 

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -101,11 +102,16 @@ class ParamTable {
 // every rank, from every rank's stored chunk in `flat` (laid out like the
 // parameters; the backend's memory, read by an all-gather over the world).
 void gather_global(ProcessGrid& grid, const ParamSpec& s, const float* flat, float* global);
-// The same on world rank 0 only, from each rank's chunk of s in host memory
-// (`chunk`, s.numel floats): the ranks of the first data-parallel slice
-// broadcast theirs in turn, so a rank holds one chunk at a time and rank 0
-// the global tensor (`global`, which other ranks may pass as null).
-void gather_to_root(ProcessGrid& grid, const ParamSpec& s, const float* chunk, float* global);
+// Global rows [row0, row1) of s on world rank 0 only, row-major into `rows`
+// ((row1 - row0) x shape[1] floats; other ranks may pass null). Each rank of
+// the first data-parallel slice whose chunk holds some of those rows reads
+// them (read(i, n, dst): its stored elements i to i + n, a contiguous run, into
+// host memory) and broadcasts them in turn; a block held alike by several
+// ranks (replicated) is sent once. So no rank holds more than the rows asked,
+// however large the tensor. Every rank must call it with the same arguments.
+using ReadChunk = std::function<void(int64_t first, int64_t count, float* dst)>;
+void gather_rows_to_root(ProcessGrid& grid, const ParamSpec& s, int64_t row0, int64_t row1,
+                         const ReadChunk& read, float* rows);
 
 // A table of a ParamTable's tensors (ops/optim.h) in a backend's memory, made
 // once, for the ops that run over many tensors at a time (the gradient norm,

@@ -47,52 +47,104 @@ void write_text(const std::string& path, const std::string& text) {
 }
 
 // The Hugging Face tensors of flat buffers (laid out like the model's
-// parameters, this rank's shards), each named prefix + its name, gathered one
-// at a time: every rank takes part in each gather, and rank 0 keeps the
-// tensor until the next one, so no rank ever holds the whole model (nor,
-// except rank 0, more than one chunk of one tensor).
+// parameters, this rank's shards), each named prefix + its name, gathered to
+// rank 0 in pieces: every rank takes part in each gather, and no rank holds
+// more than one piece. A piece is a block of rows of about piece_floats (a
+// large tensor, such as a 128k-token embedding, in many pieces), or a whole
+// tensor that must be rearranged (transposed: GPT-2's Conv1D weights).
 class TensorGathers {
  public:
-  TensorGathers(Transformer& model, std::vector<std::pair<std::string, const float*>> flats)
+  TensorGathers(Transformer& model, std::vector<std::pair<std::string, const float*>> flats,
+                int64_t piece_floats)
       : model_(model),
         flats_(std::move(flats)),
-        tensors_(hf_tensors(model.config(), model.table())) {}
+        piece_floats_(piece_floats),
+        tensors_(hf_tensors(model.config(), model.table())) {
+    for (const HfTensor& t : tensors_) pieces_.push_back(pieces_of(t));
+  }
   size_t count() const { return flats_.size() * tensors_.size(); }
   // Declares the tensors (rank 0's writer).
   void declare(SafetensorsWriter& writer) const {
     for (const auto& [prefix, flat] : flats_)
       for (const HfTensor& t : tensors_) writer.add_deferred(prefix + t.name, "F32", t.shape());
   }
-  // Gathers tensor i (in declare()'s order) and returns it (rank 0's is whole).
-  const float* gather(size_t i) {
+  // The pieces of tensor i (in declare()'s order), in the order of its bytes.
+  size_t pieces(size_t i) const { return pieces_[i % tensors_.size()].size(); }
+  // Gathers piece k of tensor i; rank 0's holds its bytes (others' is empty).
+  SafetensorsWriter::Piece gather(size_t i, size_t k) {
     const HfTensor& t = tensors_[i % tensors_.size()];
     const float* flat = flats_[i / tensors_.size()].second;
+    const Piece& piece = pieces_[i % tensors_.size()][k];
     const bool root = model_.grid().world().rank() == 0;
-    GlobalTensors& parts = parts_;
-    parts.clear();
-    for (const std::string& p : t.parts) {
-      const ParamSpec& s = model_.table().find(p);
-      chunk_.resize(size_t(s.numel));
-      model_.backend().download(chunk_.data(), flat + s.offset, size_t(s.numel) * sizeof(float));
-      auto& g = parts[p];
-      if (root) g.resize(size_t(s.global_rows() * s.global_cols()));
-      gather_to_root(model_.grid(), s, chunk_.data(), root ? g.data() : nullptr);
+    if (piece.part < 0) {  // the whole tensor, rearranged
+      GlobalTensors parts;
+      for (const std::string& p : t.parts) {
+        const ParamSpec& s = model_.table().find(p);
+        auto& g = parts[p];
+        if (root) g.resize(size_t(s.global_rows() * s.global_cols()));
+        gather_rows(s, flat, 0, s.global_rows(), root ? g.data() : nullptr);
+      }
+      if (!root) return {};
+      rows_.resize(size_t(t.numel()));
+      export_hf_tensor(t, model_.table(), parts, rows_.data());
+      return {rows_.data(), rows_.size() * sizeof(float)};
     }
-    if (!root) return nullptr;
-    // One part as it is stored: the tensor is its first t.rows rows (a padded
-    // vocabulary cropped), with no copy.
-    if (t.parts.size() == 1 && !t.transpose) return parts.at(t.parts[0]).data();
-    tensor_.resize(size_t(t.numel()));
-    export_hf_tensor(t, model_.table(), parts, tensor_.data());
-    return tensor_.data();
+    const ParamSpec& s = model_.table().find(t.parts[size_t(piece.part)]);
+    if (root) rows_.resize(size_t((piece.row1 - piece.row0) * s.global_cols()));
+    gather_rows(s, flat, piece.row0, piece.row1, root ? rows_.data() : nullptr);
+    if (!root) return {};
+    return {rows_.data(), rows_.size() * sizeof(float)};
+  }
+  // Rank 0's source for write_streamed: each tensor's pieces in turn (the
+  // writer asks for them in the order of their bytes).
+  SafetensorsWriter::TensorSource source() {
+    return [this](size_t i, size_t offset) {
+      next_ = offset == 0 ? 0 : next_ + 1;
+      DENDRITE_CHECK(next_ < pieces(i), "checkpoint: tensor ", i, " has ", pieces(i),
+                     " pieces, and its file asked for more");
+      return gather(i, next_);
+    };
   }
 
  private:
+  struct Piece {
+    int part = -1;  // index in the tensor's parts; -1: the whole tensor, rearranged
+    int64_t row0 = 0, row1 = 0;
+  };
+  // Row blocks of each part in turn, cropped to the tensor's rows (a padded
+  // vocabulary's extra rows are not written), where the tensor is its parts'
+  // rows one after another; else the whole tensor as one piece.
+  std::vector<Piece> pieces_of(const HfTensor& t) const {
+    if (t.transpose) return {Piece{}};
+    std::vector<Piece> out;
+    int64_t row = 0;  // the part's first row in the tensor
+    for (size_t p = 0; p < t.parts.size(); ++p) {
+      const ParamSpec& s = model_.table().find(t.parts[p]);
+      const int64_t rows = std::clamp<int64_t>(t.rows - row, 0, s.global_rows());
+      const int64_t block = std::max<int64_t>(1, piece_floats_ / s.global_cols());
+      for (int64_t r = 0; r < rows; r += block)
+        out.push_back({int(p), r, std::min(rows, r + block)});
+      row += s.global_rows();
+    }
+    return out;
+  }
+  void gather_rows(const ParamSpec& s, const float* flat, int64_t row0, int64_t row1, float* out) {
+    Backend& backend = model_.backend();
+    gather_rows_to_root(
+        model_.grid(), s, row0, row1,
+        [&](int64_t first, int64_t n, float* dst) {
+          backend.download(dst, flat + s.offset + first, size_t(n) * sizeof(float));
+        },
+        out);
+  }
+
   Transformer& model_;
   std::vector<std::pair<std::string, const float*>> flats_;
+  int64_t piece_floats_;
   std::vector<HfTensor> tensors_;
-  GlobalTensors parts_;                // rank 0: the global parts of the tensor last gathered
-  std::vector<float> chunk_, tensor_;  // this rank's chunk of a part; rank 0's whole tensor
+  std::vector<std::vector<Piece>> pieces_;  // of each tensor
+  std::vector<float> rows_;                 // rank 0: the piece last gathered
+  size_t next_ = 0;                         // rank 0: the piece the file asked for last
 };
 
 // The Hugging Face tensors of the model (names as hf_names.h gives them) into
@@ -199,15 +251,17 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, Transforme
   std::snprintf(name, sizeof name, "ckpt-%08lld", static_cast<long long>(step));
   const fs::path final_dir = fs::path(run_dir) / name;
   // Every rank takes part in gathering each tensor; rank 0 writes it.
-  TensorGathers weights(model, {{"", std::as_const(model).params()}});
+  TensorGathers weights(model, {{"", std::as_const(model).params()}}, contents.piece_floats);
   TensorGathers state(
       model,
       optimizer ? std::vector<std::pair<std::string, const float*>>{{"exp_avg.", optimizer->m()},
                                                                     {"exp_avg_sq.", optimizer->v()}}
-                : std::vector<std::pair<std::string, const float*>>{});
+                : std::vector<std::pair<std::string, const float*>>{},
+      contents.piece_floats);
   if (model.grid().rank() != 0) {
-    for (size_t i = 0; i < weights.count(); ++i) weights.gather(i);
-    for (size_t i = 0; i < state.count(); ++i) state.gather(i);
+    for (TensorGathers* g : {&weights, &state})
+      for (size_t i = 0; i < g->count(); ++i)
+        for (size_t k = 0; k < g->pieces(i); ++k) g->gather(i, k);
     wait_for_writer(model.grid().world());  // returns once rank 0 has written
     return final_dir.string();
   }
@@ -223,12 +277,10 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, Transforme
     weights.declare(weights_file);
     weights_file.set_metadata("format", "pt");
     weights_file.set_metadata("dendrite.arch", arch_name(model.config().arch));
-    weights_file.write_streamed((tmp_dir / "model.safetensors").string(),
-                                [&](size_t i) { return weights.gather(i); });
+    weights_file.write_streamed((tmp_dir / "model.safetensors").string(), weights.source());
     if (optimizer) {
       state.declare(state_file);
-      state_file.write_streamed((tmp_dir / "optimizer.safetensors").string(),
-                                [&](size_t i) { return state.gather(i); });
+      state_file.write_streamed((tmp_dir / "optimizer.safetensors").string(), state.source());
     }
     if (hooks) hooks->checkpoint_tensors_written(step, tmp_dir.string());
     write_text((tmp_dir / "trainer_state.json").string(), contents.trainer_state.dump(2) + "\n");

@@ -32,6 +32,10 @@ struct CheckpointContents {
   // without config files ("hf-sentencepiece") encodes otherwise than
   // Dendrite's own, and checkpoint_tokenizer reads it back.
   std::string tokenizer_format = {};
+  // Rank 0 gathers each tensor in pieces of whole rows, about this many
+  // floats each (at least one row), and writes each before the next: what a
+  // save adds to rank 0's memory, however large the tensor.
+  int64_t piece_floats = int64_t{1} << 22;
 };
 
 // Writes <run_dir>/ckpt-<step, 8 digits> and points <run_dir>/latest at it.

@@ -12,4 +12,4 @@ cmake -S . -B build-san -G Ninja -DDENDRITE_SANITIZE=ON -DDENDRITE_BENCH=OFF \
       -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" >/dev/null
 cmake --build build-san -j "$(nproc)"
 cd build-san
-ctest --output-on-failure --timeout 600 -LE emulated_grids "$@"
+ctest --output-on-failure --timeout 600 -j "$(nproc)" -LE emulated_grids "$@"

@@ -1,11 +1,22 @@
 #!/usr/bin/env bash
-# Builds Dendrite and runs the whole test suite.
+# Builds Dendrite and runs the test suite, on every core.
+#   scripts/test.sh            the suite: every test but those labelled long
+#   scripts/test.sh --long     the long ones alone (the grids on emulated GPUs)
+#   scripts/test.sh --all      both
+# Other arguments go to ctest (-R REGEX, -V, ...). The tests labelled gpu (the
+# CUDA backend's, on a real GPU) run where a GPU is found.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+include=() exclude=()
+case "${1:-}" in
+  --long) include=(-L long) && shift ;;
+  --all) shift ;;
+  *) exclude+=(long) ;;
+esac
+nvidia-smi -L >/dev/null 2>&1 || exclude+=(gpu)
 scripts/build.sh
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(nproc)}"
 cd build
-# The tests labelled gpu (the CUDA backend's) need a GPU: run them where one is found.
-gpu=(-LE gpu)
-if nvidia-smi -L >/dev/null 2>&1; then gpu=(); fi
-ctest --output-on-failure --timeout 600 "${gpu[@]}" "$@"
+labels=$(IFS='|' && echo "${exclude[*]}")
+ctest --output-on-failure --timeout 600 -j "$(nproc)" "${include[@]}" \
+  ${labels:+-LE "($labels)"} "$@"

@@ -43,23 +43,20 @@ class CliParallel : public ::testing::Test {
   static void SetUpTestSuite() {
     char tmpl[] = "/tmp/dendrite-mpi-XXXXXX";
     dir_ = mkdtemp(tmpl);
-    const fs::path text = dir_ / "exodus.txt";
-    ASSERT_EQ(std::system(("bible -l10000 'Exo1:1-Exo40:38' > " + text.string()).c_str()), 0)
-        << "the `bible` command (Debian package bible-kjv) is needed: run the README's set-up";
-    Result r = mpirun(1, "tokenize --input " + text.string() + " --vocab-size 512 --out " +
-                             (dir_ / "data").string());
-    ASSERT_EQ(r.rc, 0) << r.out;
+    exodus_ = test::book_data("exodus", dir_.string());
     std::ofstream(dir_ / "gpt2.json") << R"({"arch": "gpt2", "n_layer": 2, "n_embd": 64,
                                             "n_head": 4, "block_size": 32})";
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
   static std::string train() {
-    return "train --model " + (dir_ / "gpt2.json").string() + " --data " +
-           (dir_ / "data").string() + " --batch 8 --seq 32 --eval-every 0";
+    return "train --model " + (dir_ / "gpt2.json").string() + " --data " + exodus_.data +
+           " --batch 8 --seq 32 --eval-every 0";
   }
   static fs::path dir_;
+  static test::BookData exodus_;  // read only
 };
 fs::path CliParallel::dir_;
+test::BookData CliParallel::exodus_;
 
 TEST_F(CliParallel, ResumeOnAnotherGridMatchesTheRunThatStayed) {
   const fs::path stayed = dir_ / "stayed.jsonl", moved = dir_ / "moved.jsonl";
@@ -106,12 +103,12 @@ TEST_F(CliParallel, BadGridsEndTheJobWithAClearError) {
   std::ofstream(dir_ / "odd.json") << R"({"arch": "gpt2", "n_layer": 1, "n_embd": 60,
                                          "n_head": 4, "block_size": 32})";
   expect_job_error(mpirun(8, "train --model " + (dir_ / "odd.json").string() + " --data " +
-                                 (dir_ / "data").string() + " --steps 2 --batch 8 --seq 32 --grid x=8"),
+                                 exodus_.data + " --steps 2 --batch 8 --seq 32 --grid x=8"),
                    "not divisible by x=8");
   expect_job_error(mpirun(4, train() + " --steps 2 --grid y=8"), "has 8 ranks but the job has 4");
   expect_job_error(mpirun(8, train() + " --steps 2 --grid y=8"), "do not split into y=8");
   expect_job_error(mpirun(4, "train --model " + (dir_ / "gpt2.json").string() + " --data " +
-                                 (dir_ / "data").string() + " --steps 2 --batch 6 --seq 32 --grid z=4"),
+                                 exodus_.data + " --steps 2 --batch 6 --seq 32 --grid z=4"),
                    "not divisible by d*z=4");
 }
 
@@ -187,7 +184,7 @@ TEST_F(CliParallel, CheckpointOfAnotherModelIsRefusedOnEveryGrid) {
   std::ofstream(dir_ / "wider.json") << R"({"arch": "gpt2", "n_layer": 2, "n_embd": 128,
                                            "n_head": 4, "block_size": 32})";
   expect_job_error(mpirun(4, "train --model " + (dir_ / "wider.json").string() + " --data " +
-                                 (dir_ / "data").string() + " --steps 4 --batch 8 --seq 32 " +
+                                 exodus_.data + " --steps 4 --batch 8 --seq 32 " +
                                  "--grid x=2,y=2 --resume " + run + " --out " + run),
                    "holds a model with");
 }
@@ -204,7 +201,7 @@ TEST_F(CliParallel, InitFromAHuggingFaceFolderTrainsOnAGridOf8) {
   const fs::path data = dir_ / "data320", metrics = dir_ / "hf.jsonl";
   fs::create_directories(data);
   for (const char* f : {"train.bin", "val.bin"}) {
-    const TokenFile in((dir_ / "data" / f).string());
+    const TokenFile in((fs::path(exodus_.data) / f).string());
     std::vector<int32_t> ids(in.size());
     in.copy(0, in.size(), ids.data());
     for (int32_t& id : ids) id %= 320;
@@ -226,7 +223,7 @@ TEST_F(CliParallel, InitFromAHuggingFaceFolderTrainsOnAGridOf8) {
   ASSERT_EQ(want.size(), 2u);
   for (int s = 0; s < 2; ++s) EXPECT_NEAR(l[s], want[s], 1e-5 * want[s]) << "step " << s + 1;
   EXPECT_LT(l.back(), l.front() - 0.5) << "first " << l.front() << ", last " << l.back();
-  expect_job_error(mpirun(2, "train --init-from " + folder + " --data " + (dir_ / "data").string() +
+  expect_job_error(mpirun(2, "train --init-from " + folder + " --data " + exodus_.data +
                                  " --steps 2 --batch 8 --seq 32"),
                    "tokenize the data with that model's tokenizer");
 }
@@ -371,7 +368,7 @@ TEST_F(CliParallel, TrainTraceCoversTheStepsAskedFor) {
   for (auto& [rank, names] : steps)
     EXPECT_EQ(names, (std::vector<std::string>{"step 2", "step 3"})) << "rank " << rank;
 
-  const fs::path blocked = dir_ / "exodus.txt" / "trace.json";  // a file is not a folder
+  const fs::path blocked = fs::path(exodus_.text) / "trace.json";  // a file is not a folder
   Result bad = mpirun(2, train() + " --steps 2 --grid d=2 --trace " + blocked.string());
   EXPECT_NE(bad.rc, 0) << bad.out;
   EXPECT_NE(bad.out.find("--trace: cannot write"), std::string::npos) << bad.out;

@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <stdexcept>
 #include <string>
 
 namespace dendrite::test {
@@ -41,6 +43,31 @@ inline CommandResult mpirun_dendrite(int ranks, const std::string& args,
       "OMPI_MCA_rmaps_base_oversubscribe=1 " + env + " timeout 120 " +
       std::string(DENDRITE_MPIEXEC) + " -np " + std::to_string(ranks) +
       " --oversubscribe --bind-to none --mca btl self,vader " + binary + " " + args);
+}
+
+// A book of the King James Bible (Debian's bible-kjv), "genesis" or
+// "exodus", and its tokens with a vocabulary of 512: `text` and the data
+// folder `data`. Made once per ctest run by the fixture test_data
+// (tests/CMakeLists.txt: DENDRITE_TEST_DATA names its folder) and only read
+// by the tests; where that is not set (a test binary run by hand), made here
+// under `dir`.
+struct BookData {
+  std::string text, data;
+};
+inline BookData book_data(const std::string& book, const std::string& dir) {
+  if (const char* shared = std::getenv("DENDRITE_TEST_DATA"); shared && *shared)
+    return {std::string(shared) + "/" + book + ".txt", std::string(shared) + "/" + book};
+  const BookData d{dir + "/" + book + ".txt", dir + "/" + book};
+  const std::string verses = book == "genesis" ? "Gen1:1-Gen50:26" : "Exo1:1-Exo40:38";
+  const CommandResult r =
+      run_command("bible -l10000 '" + verses + "' > " + d.text + " && " + DENDRITE_BINARY +
+                  " tokenize --input " + d.text + " --vocab-size 512 --out " + d.data);
+  if (r.rc != 0)
+    throw std::runtime_error(
+        "making the test data failed (the `bible` command is in Debian's "
+        "bible-kjv: run the README's set-up): " +
+        r.out);
+  return d;
 }
 
 }  // namespace dendrite::test

@@ -58,14 +58,8 @@ class Cli : public ::testing::Test {
   static void SetUpTestSuite() {
     char tmpl[] = "/tmp/dendrite-cli-XXXXXX";
     dir_ = mkdtemp(tmpl);
-    const fs::path text = dir_ / "genesis.txt";
-    int rc = std::system(("bible -l10000 'Gen1:1-Gen50:26' > " + text.string()).c_str());
-    ASSERT_EQ(rc, 0) << "the `bible` command (Debian package bible-kjv) is needed: run the "
-                        "README's set-up";
-    ASSERT_GT(fs::file_size(text), 100000u);
-    Result r = dendrite("tokenize --input " + text.string() + " --vocab-size 512 --out " +
-                     (dir_ / "data").string());
-    ASSERT_EQ(r.rc, 0) << r.out;
+    genesis_ = test::book_data("genesis", dir_.string());
+    ASSERT_GT(fs::file_size(genesis_.text), 100000u);
     write_file(dir_ / "gpt2.json", R"({"arch": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4,
                                        "block_size": 64})");
     write_file(dir_ / "llama.json", R"({"arch": "llama", "n_layer": 2, "n_embd": 64, "n_head": 4,
@@ -73,12 +67,14 @@ class Cli : public ::testing::Test {
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
 
-  static std::string data() { return " --data " + (dir_ / "data").string(); }
+  static std::string data() { return " --data " + genesis_.data; }
   static std::string model(const char* name) { return " --model " + (dir_ / name).string(); }
 
   static fs::path dir_;
+  static test::BookData genesis_;  // read only
 };
 fs::path Cli::dir_;
+test::BookData Cli::genesis_;
 
 TEST_F(Cli, TrainingLowersValidationLoss) {
   // ln(512) = 6.24 at the start; this model reaches about 3.7 after 150 steps.
@@ -140,7 +136,7 @@ TEST_F(Cli, BadDataIsReported) {
   expect_error(dendrite(train + " --data " + (dir_ / "nowhere").string()), "does not exist");
 
   const fs::path bad = dir_ / "bad-data";
-  fs::copy(dir_ / "data", bad, fs::copy_options::recursive);
+  fs::copy(genesis_.data, bad, fs::copy_options::recursive);
   const fs::path bin = bad / "train.bin";
   fs::resize_file(bin, fs::file_size(bin) - 3);
   expect_error(dendrite(train + " --data " + bad.string()), "truncated");
@@ -284,8 +280,8 @@ TEST_F(Cli, CheckpointKeepsAHuggingFaceSentencePieceTokenizer) {
   // (not line by line as Dendrite's own): the checkpoint must say so.
   const std::string sp = std::string(DENDRITE_SOURCE_DIR) + "/tests/data/hf/sp";
   const fs::path data = dir_ / "sp-data", run = dir_ / "sp-run";
-  Result t = dendrite("tokenize --tokenizer " + sp + " --input " + (dir_ / "genesis.txt").string() +
-                      " --out " + data.string());
+  Result t = dendrite("tokenize --tokenizer " + sp + " --input " + genesis_.text + " --out " +
+                      data.string());
   ASSERT_EQ(t.rc, 0) << t.out;
   Result a = dendrite("train" + model("gpt2.json") + " --data " + data.string() +
                       " --steps 1 --batch 2 --seq 16 --out " + run.string());

@@ -162,23 +162,22 @@ class Reliability : public ::testing::Test {
   static void SetUpTestSuite() {
     char tmpl[] = "/tmp/dendrite-rel-XXXXXX";
     dir_ = mkdtemp(tmpl);
-    ASSERT_EQ(std::system(
-                  ("bible -l10000 'Gen1:1-Gen50:26' > " + (dir_ / "genesis.txt").string()).c_str()),
-              0)
-        << "the `bible` command (Debian package bible-kjv) is needed: run the README's set-up";
-    tokenize("genesis.txt", 512, "data");
+    genesis_ = test::book_data("genesis", dir_.string());
     std::ofstream(dir_ / "gpt2.json") << R"({"arch": "gpt2", "n_layer": 2, "n_embd": 64,
                                              "n_head": 4, "block_size": 32})";
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
+  // Tokenizes the text file `text` into the folder `out` of dir_.
   static void tokenize(const std::string& text, int vocab, const std::string& out) {
-    Result r = dendrite("tokenize --input " + (dir_ / text).string() + " --vocab-size " +
-                        std::to_string(vocab) + " --out " + (dir_ / out).string());
+    Result r = dendrite("tokenize --input " + text + " --vocab-size " + std::to_string(vocab) +
+                        " --out " + (dir_ / out).string());
     ASSERT_EQ(r.rc, 0) << r.out;
   }
-  // The train command line on the tiny model, without the step count.
-  static std::string train(const std::string& data = "data") {
-    return "train --model " + (dir_ / "gpt2.json").string() + " --data " + (dir_ / data).string() +
+  // The train command line on the tiny model, without the step count: on
+  // Genesis, or on the data folder `data`.
+  static std::string train(const std::string& data = "") {
+    return "train --model " + (dir_ / "gpt2.json").string() + " --data " +
+           (data.empty() ? genesis_.data : data) +
            " --batch 4 --seq 32 --eval-every 0 --warmup 2 --lr 3e-3";
   }
   // The same, as the argument list of a Background job.
@@ -190,8 +189,10 @@ class Reliability : public ::testing::Test {
   }
   static std::string path(const std::string& name) { return (dir_ / name).string(); }
   static fs::path dir_;
+  static test::BookData genesis_;  // read only
 };
 fs::path Reliability::dir_;
+test::BookData Reliability::genesis_;
 
 TEST_F(Reliability, KeepLeavesTheNewestCheckpointsAndNeverLatest) {
   const fs::path run = dir_ / "keep";
@@ -397,18 +398,17 @@ TEST_F(Reliability, DataOfAnotherVocabularyOrTokenizerIsRefused) {
   Result a = dendrite(train() + " --steps 2 --out " + run.string());
   ASSERT_EQ(a.rc, 0) << a.out;
   const std::string before = read_file(run / "ckpt-00000002" / "model.safetensors");
-  tokenize("genesis.txt", 384, "data384");
-  Result b =
-      dendrite(train("data384") + " --steps 4 --resume " + run.string() + " --out " + run.string());
+  tokenize(genesis_.text, 384, "data384");
+  Result b = dendrite(train(path("data384")) + " --steps 4 --resume " + run.string() + " --out " +
+                      run.string());
   expect_error(b, "has a vocabulary of 512 tokens but the data folder " + path("data384") +
                       " was tokenized with a vocabulary of 384");
   expect_error(
       b, "dendrite tokenize --tokenizer " + (run / "ckpt-00000002" / "tokenizer.model").string());
   // The same size from another text: another tokenizer, so other token ids.
-  ASSERT_EQ(std::system(("bible -l10000 'Exo1:1-Exo40:38' > " + path("exodus.txt")).c_str()), 0);
-  tokenize("exodus.txt", 512, "exodus");
-  Result c =
-      dendrite(train("exodus") + " --steps 4 --resume " + run.string() + " --out " + run.string());
+  const test::BookData exodus = test::book_data("exodus", dir_.string());
+  Result c = dendrite(train(exodus.data) + " --steps 4 --resume " + run.string() + " --out " +
+                      run.string());
   expect_error(c, "was made with another tokenizer than checkpoint");
   EXPECT_EQ(read_file(run / "ckpt-00000002" / "model.safetensors"), before);
   EXPECT_EQ(read_file(run / "latest"), "ckpt-00000002\n");
@@ -417,9 +417,9 @@ TEST_F(Reliability, DataOfAnotherVocabularyOrTokenizerIsRefused) {
 
 // The same ids stored 4 bytes wide train exactly alike; a width of 3 is refused.
 TEST_F(Reliability, TokenFilesOfEitherWidthTrainAlike) {
-  fs::copy(dir_ / "data", dir_ / "wide", fs::copy_options::recursive);
+  fs::copy(genesis_.data, dir_ / "wide", fs::copy_options::recursive);
   {
-    TokenFile narrow((dir_ / "data" / "train.bin").string());
+    TokenFile narrow((fs::path(genesis_.data) / "train.bin").string());
     ASSERT_EQ(narrow.width(), 2);
     std::vector<int32_t> ids(narrow.size());
     narrow.copy(0, ids.size(), ids.data());
@@ -428,13 +428,13 @@ TEST_F(Reliability, TokenFilesOfEitherWidthTrainAlike) {
   ASSERT_EQ(TokenFile((dir_ / "wide" / "train.bin").string()).width(), 4);
   Result a = dendrite(train() + " --steps 3 --metrics " + path("narrow.jsonl"));
   ASSERT_EQ(a.rc, 0) << a.out;
-  Result b = dendrite(train("wide") + " --steps 3 --metrics " + path("wide.jsonl"));
+  Result b = dendrite(train(path("wide")) + " --steps 3 --metrics " + path("wide.jsonl"));
   ASSERT_EQ(b.rc, 0) << b.out;
   EXPECT_EQ(losses(dir_ / "narrow.jsonl"), losses(dir_ / "wide.jsonl"));
   std::string bytes = read_file(dir_ / "wide" / "train.bin");
   bytes[12] = 3;
   std::ofstream(dir_ / "wide" / "train.bin", std::ios::binary) << bytes;
-  expect_error(dendrite(train("wide") + " --steps 3"), "has token width 3");
+  expect_error(dendrite(train(path("wide")) + " --steps 3"), "has token width 3");
 }
 
 TEST_F(Reliability, SameSeedAndGridGiveBitIdenticalLosses) {

@@ -22,11 +22,12 @@
 // grid's axes of extent 1) makes no NCCL communicator unless asked to
 // (NcclDevice::groups_of_one): its copies run on the compute stream itself.
 //
-// The watchdog: a thread per communicator follows every collective in flight
-// through its CUDA events; one that has not finished `timeout()` seconds
-// after it was posted, or an asynchronous NCCL error, prints the rank, the
-// collective, the group and the time, aborts the NCCL communicator (which
-// ends its kernels) and the whole job (MPI_Abort), as the CPU path does.
+// The watchdog (nccl_watchdog.h): a thread per communicator follows every
+// collective in flight through its CUDA events; one that has not finished
+// `timeout()` seconds after its axis stream started it, or an asynchronous
+// NCCL error, prints the rank, the collective, the group and the time,
+// aborts the NCCL communicator (which ends its kernels) and the whole job
+// (MPI_Abort), as the CPU path does.
 //
 // The counters: bytes and calls as every communicator counts them (so the
 // planner's closed-form volume still agrees to the byte); per kind, total is

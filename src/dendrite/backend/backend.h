@@ -111,7 +111,7 @@ class Backend : public Allocator {
   // Whether bf16 GEMMs run natively; when not, the instruction set missing.
   virtual bool bf16_native() const = 0;
   virtual std::string bf16_missing() const = 0;
-  // GEMM layout tuning (ops/matmul.h: set_gemm_tuning) and what it chose.
+  // GEMM layout tuning (ops/matmul.h), this backend's own, and what it chose.
   virtual void set_gemm_tuning(bool on) = 0;
   virtual std::vector<ops::GemmChoice> gemm_choices() const = 0;
   virtual double gemm_tuning_seconds() const = 0;

@@ -243,7 +243,8 @@ TEST(Planner, ActivationMemoryMatchesTheModel) {
         PlanOptions o;
         o.B = 4, o.T = 16, o.recompute = recompute, o.precision = p;
         const MemoryEstimate e = step_memory(c, {1, 1, 1, 1}, o);
-        const std::string what = str(name, recompute ? " recompute " : " ", precision_name(p));
+        const std::string what =
+            str(name, recompute ? " recompute " : " ", p == Precision::kBF16 ? "bf16" : "fp32");
         EXPECT_DOUBLE_EQ(e.activations, double(model.activation_bytes())) << what;
         // 16 bytes per parameter; bf16 adds 2 for each one GEMMs read (the Z-chunked ones)
         const double copy = p == Precision::kBF16 ? 2.0 * model.table().replicated_begin() : 0;

@@ -24,8 +24,6 @@
 
 namespace dendrite {
 
-bool nccl_built() { return true; }
-
 namespace {
 
 using nccl::check_cuda;

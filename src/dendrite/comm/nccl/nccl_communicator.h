@@ -56,9 +56,6 @@ struct NcclDevice {
   bool groups_of_one = false;
 };
 
-// Whether this build has the NCCL transport.
-bool nccl_built();
-
 // The transport over `world` (MPI, or the group of one), which the caller
 // keeps alive. Collective at connect() and at its first device collective;
 // until then it touches no GPU (its host collectives are world's).

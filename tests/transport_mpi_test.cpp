@@ -144,7 +144,7 @@ TEST(GpuTransportHost, NcclPassesHostBuffersToMpiOnEveryGrid) {
   NcclDevice dev;
   dev.memory = cpu.get();
   dev.compute_stream = &stream_stand_in;
-  every_grid_over([&](Communicator& group) { return make_nccl_communicator(group, dev); });
+  every_grid_over([&](Communicator& group) { return nccl::make_communicator(group, dev); });
 }
 #endif
 

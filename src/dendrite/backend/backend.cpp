@@ -5,20 +5,19 @@
 // CUDA backend runs on the CPU emulator) never links this one.
 #include "dendrite/backend/backend.h"
 
+#ifdef DENDRITE_HAVE_CUDA
+#include "dendrite/backend/cuda/device_setup.h"
+#endif
 #include "dendrite/core/check.h"
 
 namespace dendrite {
 
 std::unique_ptr<Backend> make_cpu_backend();  // backend/cpu/cpu_backend.cpp
-#ifdef DENDRITE_HAVE_CUDA
-std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options);  // backend/cuda/
-int cuda_device_count();
-#endif
 
 std::unique_ptr<Backend> make_backend(Device device, const BackendOptions& options) {
   if (device == Device::kCpu) return make_cpu_backend();
 #ifdef DENDRITE_HAVE_CUDA
-  return make_cuda_backend(options);
+  return cuda::make_backend(options);
 #else
   (void)options;
   fail("device: this build of dendrite has no CUDA backend; rebuild with `cmake -DDENDRITE_CUDA=ON` ",
@@ -28,7 +27,7 @@ std::unique_ptr<Backend> make_backend(Device device, const BackendOptions& optio
 
 Device default_device() {
 #ifdef DENDRITE_HAVE_CUDA
-  if (cuda_device_count() > 0) return Device::kCuda;
+  if (cuda::device_count() > 0) return Device::kCuda;
 #endif
   return Device::kCpu;
 }

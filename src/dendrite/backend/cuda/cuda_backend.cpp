@@ -436,7 +436,7 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options) {
+std::unique_ptr<Backend> cuda::make_backend(const BackendOptions& options) {
   return std::make_unique<CudaBackend>(options);
 }
 

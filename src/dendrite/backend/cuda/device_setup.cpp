@@ -1,5 +1,4 @@
-// The GPU of one rank (device_setup.h), and the GPUs visible here
-// (backend.cpp: default_device).
+// The GPUs visible here, and the GPU of one rank (device_setup.h).
 #include "dendrite/backend/cuda/device_setup.h"
 
 #include <cuda_runtime.h>
@@ -9,9 +8,9 @@
 #include "dendrite/backend/cuda/kernels.h"
 #include "dendrite/core/check.h"
 
-namespace dendrite {
+namespace dendrite::cuda {
 
-int cuda_device_count() {
+int device_count() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
     cudaGetLastError();  // no driver or no device: clear the error, report none
@@ -20,10 +19,8 @@ int cuda_device_count() {
   return n;
 }
 
-namespace cuda {
-
 DeviceChoice choose_device(const BackendOptions& o) {
-  const int count = cuda_device_count();
+  const int count = device_count();
   DENDRITE_CHECK(count > 0, "device: --device cuda, but no CUDA GPU is visible here ",
                  "(cudaGetDeviceCount found none: no GPU, no driver, or CUDA_VISIBLE_DEVICES ",
                  "hides them); run with --device cpu");
@@ -39,5 +36,4 @@ DeviceChoice choose_device(const BackendOptions& o) {
   return d;
 }
 
-}  // namespace cuda
-}  // namespace dendrite
+}  // namespace dendrite::cuda

@@ -5,11 +5,17 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 
 #include "dendrite/backend/backend.h"
 
 namespace dendrite::cuda {
+
+// The GPUs visible here (0 without a driver or a GPU).
+int device_count();
+// The CUDA backend (cuda_backend.cpp) of this rank's GPU.
+std::unique_ptr<Backend> make_backend(const BackendOptions& options);
 
 struct DeviceChoice {
   int device = 0;     // this rank's GPU

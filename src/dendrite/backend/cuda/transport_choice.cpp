@@ -46,7 +46,7 @@ Communicator& TransportChoice::make(Communicator& world, Backend& backend, cudaS
     dev.compute_stream = stream;
     dev.device = gpu.device;
     dev.groups_of_one = asked_ == GpuTransport::kNccl;
-    transports_.push_back(make_nccl_communicator(world, dev));
+    transports_.push_back(nccl::make_communicator(world, dev));
     on_streams_ = true;
     return *transports_.back();
   }

@@ -29,7 +29,7 @@ namespace {
 using nccl::check_cuda;
 using nccl::Op;
 
-bool on_device(const void* p) { return is_device_pointer(p); }
+bool on_device(const void* p) { return cuda::is_device_pointer(p); }
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
@@ -60,8 +60,6 @@ class DeviceArray final : public SharedArray {
  private:
   Allocator& memory_;
 };
-
-}  // namespace
 
 class NcclCommunicator final : public Communicator {
  public:
@@ -418,8 +416,6 @@ class NcclCommunicator final : public Communicator {
   CommStats setup_;  // what the inner communicator counted for the unique id's broadcast
 };
 
-namespace {
-
 // A posted device collective: waiting is an event wait on the compute stream.
 class NcclRequest final : public Request::Impl {
  public:
@@ -450,16 +446,16 @@ class NcclRequest final : public Request::Impl {
   std::shared_ptr<Op> op_;
 };
 
-}  // namespace
-
 Request NcclCommunicator::request(std::shared_ptr<Op> op) {
   if (!op) return Request();  // a local group's copy, already on the compute stream
   return Request(std::make_unique<NcclRequest>(*this, std::move(op)));
 }
 
-std::unique_ptr<Communicator> make_nccl_communicator(Communicator& world, const NcclDevice& dev) {
+}  // namespace
+
+std::unique_ptr<Communicator> nccl::make_communicator(Communicator& world, const NcclDevice& dev) {
   DENDRITE_CHECK(dev.memory && dev.compute_stream,
-                 "make_nccl_communicator: pass the backend's memory and compute stream");
+                 "nccl::make_communicator: pass the backend's memory and compute stream");
   return std::make_unique<NcclCommunicator>(nullptr, &world, dev);
 }
 

@@ -59,6 +59,8 @@ struct NcclDevice {
 // The transport over `world` (MPI, or the group of one), which the caller
 // keeps alive. Collective at connect() and at its first device collective;
 // until then it touches no GPU (its host collectives are world's).
-std::unique_ptr<Communicator> make_nccl_communicator(Communicator& world, const NcclDevice& dev);
+namespace nccl {
+std::unique_ptr<Communicator> make_communicator(Communicator& world, const NcclDevice& dev);
+}  // namespace nccl
 
 }  // namespace dendrite

@@ -39,7 +39,7 @@ Runner add_generate(CLI::App& app, MpiEnv& env);
 Runner add_memorization(CLI::App& app, MpiEnv& env);  // apps/memorization_cmd.cpp
 Runner add_bench(CLI::App& app, MpiEnv& env, StepCounter* counter = nullptr);
 Runner add_plan(CLI::App& app, MpiEnv& env);       // apps/plan_cmd.cpp
-Runner add_calibrate(CLI::App& app, MpiEnv& env);  // apps/plan_cmd.cpp
+Runner add_calibrate(CLI::App& app, MpiEnv& env);  // apps/calibrate_cmd.cpp
 Runner add_export(CLI::App& app, MpiEnv& env);
 Runner add_score(CLI::App& app, MpiEnv& env);
 

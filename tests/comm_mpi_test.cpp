@@ -1,4 +1,5 @@
-// Communicators and the 4D process grid (axes x, y, z, d) under mpirun -np 8.
+// Communicators and the 4D process grid (axes x, y, z, d) under mpirun -np 8
+// (what needs no MPI: comm_test.cpp).
 // Each MPI test walks every grid of P = 1, 2, 4 and 8 ranks: MPI_COMM_WORLD is
 // split into 8/P groups of P ranks and each group builds every shape with
 // x*y*z*d = P (1 + 4 + 10 + 20 grids), so one launch checks all of them on
@@ -7,7 +8,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
-
 #include <unistd.h>
 
 #include <climits>
@@ -17,6 +17,7 @@
 #include <memory>
 #include <vector>
 
+#include "comm_mpi_support.h"
 #include "dendrite/comm/communicator.h"
 #include "dendrite/comm/grid.h"
 #include "dendrite/comm/mpi/world.h"
@@ -29,141 +30,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-int world_size() {
-  int s = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
-
-// One axis of a grid as the tests see it: its communicator and the world
-// ranks of its members in axis-rank order (computed from the formula of
-// DESIGN.md section 1, not asked of MPI).
-struct Axis {
-  Communicator* comm;
-  std::vector<int> members;
-};
-
-// The five communicators of `grid`, whose base group holds world ranks
-// first .. first + P - 1 in order.
-std::vector<Axis> axes_of(ProcessGrid& grid) {
-  const GridShape& s = grid.shape();
-  const int first = world_rank() - grid.rank();
-  const int extent[4] = {s.x, s.y, s.z, s.d};
-  const int coord[4] = {grid.x(), grid.y(), grid.z(), grid.d()};
-  Communicator* comm[4] = {&grid.X(), &grid.Y(), &grid.Z(), &grid.D()};
-  std::vector<Axis> axes;
-  for (int a = 0; a < 4; ++a) {
-    Axis axis{comm[a], {}};
-    for (int j = 0; j < extent[a]; ++j) {
-      int c[4] = {coord[0], coord[1], coord[2], coord[3]};
-      c[a] = j;
-      axis.members.push_back(first + c[0] + s.x * (c[1] + s.y * (c[2] + s.z * c[3])));
-    }
-    axes.push_back(axis);
-  }
-  Axis world{&grid.world(), {}};
-  for (int j = 0; j < s.size(); ++j) world.members.push_back(first + j);
-  axes.push_back(world);
-  return axes;
-}
-
-// Calls body(grid) for every grid of P = 1, 2, 4 and 8 ranks, on every rank,
-// communicating as `options` say.
-void for_each_grid(const std::function<void(ProcessGrid&)>& body,
-                   const CommOptions& options = CommOptions{}) {
-  for (int p : {1, 2, 4, 8}) {
-    if (world_size() % p != 0) continue;
-    const std::unique_ptr<Communicator> group = test::group_of(p, options);
-    for (const GridShape& shape : test::grids_of(p)) {
-      SCOPED_TRACE("grid " + shape.str());
-      ProcessGrid grid(shape, *group);
-      body(grid);
-    }
-  }
-}
-
-CommOptions with_shared_memory(bool on) {
-  CommOptions o;
-  o.shared_memory = on;
-  return o;
-}
-
-template <typename T>
-DType dtype_of();
-template <>
-DType dtype_of<float>() {
-  return DType::kF32;
-}
-template <>
-DType dtype_of<double>() {
-  return DType::kF64;
-}
-template <>
-DType dtype_of<int64_t>() {
-  return DType::kI64;
-}
-
-// Element i of slot j sent by world rank w; exact in every type (floats keep
-// the .25; int64 needs its high bits and mixes signs, so it cannot pass when
-// summed as if it were doubles or 32-bit ints).
-template <typename T>
-T value(int w, int j, int i) {
-  if constexpr (std::is_integral_v<T>) {
-    return (w % 2 ? -1 : 1) * (int64_t{w + 1} << 40) + w * 1000 + j * 100 + i;
-  }
-  return static_cast<T>(w * 1000 + j * 100 + i + 0.25);
-}
-
-constexpr int64_t kN = 5;  // elements per rank
-// Past OpenMPI's eager limit (4 KiB on shared memory) and its small-message
-// algorithm switch points, so the large-message paths run too; values stay
-// exact in float (multiples of 0.25 below 2^20).
-constexpr int64_t kLarge = 20011;
-constexpr int64_t kPieces = 600007;  // > 2 MB of floats, > 4 MB of doubles: several pieces
-
-void add_expected(CommStats& expect, int size, Collective c, int64_t bytes) {
-  if (size == 1) return;
-  expect.bytes[static_cast<int>(c)] += bytes;
-  expect.calls[static_cast<int>(c)] += 1;
-}
-
-// One failure per wrong buffer (not one per element), naming the first wrong
-// element and how many differ.
-template <typename T>
-void expect_values(const std::vector<T>& got, const std::vector<T>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  size_t wrong = 0, first = 0;
-  for (size_t i = got.size(); i-- > 0;) {
-    if (got[i] != want[i]) ++wrong, first = i;
-  }
-  if (wrong > 0) {
-    ADD_FAILURE() << what << ": " << wrong << " of " << got.size() << " elements differ; element "
-                  << first << " is " << got[first] << ", expected " << want[first];
-  }
-}
-
-// Element i of the sum over the axis of every member's slot j.
-template <typename T>
-std::vector<T> axis_sum(const Axis& axis, int j, int64_t n) {
-  std::vector<T> sum(n, T(0));
-  for (int m : axis.members)
-    for (int64_t i = 0; i < n; ++i) sum[i] += value<T>(m, j, i);
-  return sum;
-}
-
-// Slot j of world rank w: n elements.
-template <typename T>
-std::vector<T> slot(int w, int j, int64_t n) {
-  std::vector<T> v(n);
-  for (int64_t i = 0; i < n; ++i) v[i] = value<T>(w, j, i);
-  return v;
-}
+using namespace comm_test;  // comm_mpi_support.h
 
 // Broadcast from the last rank and from rank 0 of the axis.
 template <typename T>
@@ -248,14 +115,6 @@ void check_in_place(const Axis& axis, CommStats& expect) {
   add_expected(expect, s, Collective::kReduceScatter, s * kN * 8);
   buf.resize(kN);
   expect_values(buf, axis_sum<double>(axis, r, kN), "in-place reduce_scatter");
-}
-
-void expect_stats(const Communicator& c, const CommStats& expect) {
-  for (int k = 0; k < static_cast<int>(Collective::kCount); ++k) {
-    const char* kind = collective_name(static_cast<Collective>(k));
-    EXPECT_EQ(c.stats().bytes[k], expect.bytes[k]) << c.name() << " bytes of " << kind;
-    EXPECT_EQ(c.stats().calls[k], expect.calls[k]) << c.name() << " calls of " << kind;
-  }
 }
 
 TEST(ProcessGridMpi, CoordinatesAndAxisGroups) {
@@ -632,108 +491,6 @@ TEST(ProcessGridMpi, WrongSizeOrDisagreeingShapesThrowOnEveryRank) {
     EXPECT_THAT(e.what(), HasSubstr("different grids"));
   }
   EXPECT_THROW(ProcessGrid(GridShape{0, 1, 1, 8}, world), Error);
-}
-
-TEST(ProcessGridSingle, SelfCommunicatorsCopyAndCountNothing) {
-  auto grid = ProcessGrid::single();
-  EXPECT_EQ(grid->shape().size(), 1);
-  EXPECT_EQ(grid->rank(), 0);
-  EXPECT_EQ(grid->x() + grid->y() + grid->z() + grid->d(), 0);
-  for (Communicator* c : {&grid->X(), &grid->Y(), &grid->Z(), &grid->D(), &grid->world()}) {
-    SCOPED_TRACE(c->name());
-    EXPECT_EQ(c->rank(), 0);
-    EXPECT_EQ(c->size(), 1);
-    double buf[3] = {1.5, 2.5, 3.5}, out[3] = {};
-    c->all_reduce(buf, 3);
-    EXPECT_THAT(buf, ::testing::ElementsAre(1.5, 2.5, 3.5));
-    c->all_gather(buf, out, 3, DType::kF64);
-    EXPECT_THAT(out, ::testing::ElementsAre(1.5, 2.5, 3.5));
-    int64_t ints[2] = {7, 9}, iout[2] = {};
-    Request q = c->ireduce_scatter(ints, iout, 2, DType::kI64);
-    EXPECT_FALSE(q.pending());
-    EXPECT_THAT(iout, ::testing::ElementsAre(7, 9));
-    c->broadcast(buf, 3, DType::kF64, 0);
-    EXPECT_THROW(c->broadcast(buf, 3, DType::kF64, 1), Error);
-    c->barrier();
-    expect_stats(*c, CommStats{});
-    EXPECT_EQ(c->stats().wait_seconds, 0.0);
-  }
-  EXPECT_EQ(grid->X().name(), "x");
-  EXPECT_EQ(grid->world().name(), "world");
-}
-
-TEST(Collective, NamesAndSizes) {
-  EXPECT_STREQ(collective_name(Collective::kAllReduce), "all_reduce");
-  EXPECT_STREQ(collective_name(Collective::kAllGather), "all_gather");
-  EXPECT_STREQ(collective_name(Collective::kReduceScatter), "reduce_scatter");
-  EXPECT_STREQ(collective_name(Collective::kBroadcast), "broadcast");
-  EXPECT_EQ(dtype_size(DType::kF32), 4u);
-  EXPECT_EQ(dtype_size(DType::kF64), 8u);
-  EXPECT_EQ(dtype_size(DType::kI64), 8u);
-  EXPECT_EQ(dtype_size(DType::kBF16), 2u);
-  EXPECT_STREQ(dtype_name(DType::kBF16), "bf16");
-}
-
-// ---- GridShape::parse: no MPI involved ----
-
-void expect_shape(const GridShape& s, int x, int y, int z, int d) {
-  EXPECT_EQ(s.x, x);
-  EXPECT_EQ(s.y, y);
-  EXPECT_EQ(s.z, z);
-  EXPECT_EQ(s.d, d);
-}
-
-TEST(GridShapeParse, ValidGrids) {
-  expect_shape(GridShape::parse(""), 1, 1, 1, 1);
-  expect_shape(GridShape::parse("x=2,y=2,z=1,d=2"), 2, 2, 1, 2);
-  expect_shape(GridShape::parse("y=2,d=2"), 1, 2, 1, 2);
-  expect_shape(GridShape::parse("d=3,x=5"), 5, 1, 1, 3);
-  expect_shape(GridShape::parse("x=2,y=2,z=1,d=2", 8), 2, 2, 1, 2);
-  expect_shape(GridShape::parse("x=2", 8), 2, 1, 1, 4);  // d fills the job
-  expect_shape(GridShape::parse("z=4,y=2", 8), 1, 2, 4, 1);
-  expect_shape(GridShape::parse("", 6), 1, 1, 1, 6);
-  expect_shape(GridShape::parse("x=2,d=3", 6), 2, 1, 1, 3);
-  EXPECT_EQ(GridShape::parse("x=2,y=2,z=1,d=2").str(), "x=2,y=2,z=1,d=2");
-  EXPECT_EQ(GridShape::parse("z=3").str(), "x=1,y=1,z=3,d=1");
-  const GridShape s{3, 1, 2, 4};
-  expect_shape(GridShape::parse(s.str(), 24), 3, 1, 2, 4);
-}
-
-std::string parse_error(const std::string& text, int world_size = 0) {
-  try {
-    GridShape::parse(text, world_size);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "GridShape::parse(\"" << text << "\", " << world_size << ") did not throw";
-  return "";
-}
-
-TEST(GridShapeParse, InvalidGridsNameTheProblemAndTheFix) {
-  EXPECT_THAT(parse_error("q=2"), HasSubstr("unknown axis 'q'"));
-  EXPECT_THAT(parse_error("X=2"), HasSubstr("unknown axis 'X'"));
-  EXPECT_THAT(parse_error("x=0"), HasSubstr("positive integer"));
-  EXPECT_THAT(parse_error("y=-2"), HasSubstr("positive integer"));
-  EXPECT_THAT(parse_error("x=2.5"), HasSubstr("not an integer"));
-  EXPECT_THAT(parse_error("x=two"), HasSubstr("not an integer"));
-  EXPECT_THAT(parse_error("x="), HasSubstr("not an integer"));
-  EXPECT_THAT(parse_error("x=2 "), HasSubstr("not an integer"));
-  EXPECT_THAT(parse_error("x=99999999999"), HasSubstr("positive integer"));
-  EXPECT_THAT(parse_error("x=99999999999999999999999"), HasSubstr("positive integer"));
-  EXPECT_THAT(parse_error("x"), HasSubstr("not axis=extent"));
-  EXPECT_THAT(parse_error("xy=2"), HasSubstr("not axis=extent"));
-  EXPECT_THAT(parse_error("x=2,y=2,x=2"), HasSubstr("axis x is given twice"));
-  EXPECT_THAT(parse_error("x=2,,y=2"), HasSubstr("empty item"));
-  EXPECT_THAT(parse_error("x=2,"), HasSubstr("empty item"));
-  EXPECT_THAT(parse_error("x=65536,y=65536"), HasSubstr("more than INT_MAX"));
-  const std::string wrong = parse_error("x=2,y=2", 6);
-  EXPECT_THAT(wrong, HasSubstr("x=2,y=2"));
-  EXPECT_THAT(wrong, HasSubstr("has 4 ranks but the job has 6"));
-  EXPECT_THAT(wrong, HasSubstr("mpirun -np 4"));
-  EXPECT_THAT(wrong, HasSubstr("--grid"));
-  EXPECT_THAT(parse_error("x=2,y=2,d=2", 4), HasSubstr("has 8 ranks but the job has 4"));
-  EXPECT_THAT(parse_error("x=3", 8), HasSubstr("has 3 ranks but the job has 8"));
-  EXPECT_THAT(parse_error("", -1), HasSubstr("negative"));
 }
 
 }  // namespace

@@ -24,7 +24,6 @@
 #include "dendrite/train/hooks.h"
 #ifdef DENDRITE_EMULATED_GPU
 #include "emulated_cuda/counters.h"
-#include "emulated_cuda/counting_backend.h"
 #include "emulated_cuda/emulated_backend.h"
 #endif
 
@@ -84,11 +83,6 @@ class EnvironmentFaults : public TrainHooks {
 };
 
 #ifdef DENDRITE_EMULATED_GPU
-// The emulated CUDA backend, its ops named for the counters.
-std::unique_ptr<Backend> make_counted_emulated_backend(const BackendOptions& options) {
-  return make_counting_backend(make_emulated_cuda_backend(options));
-}
-
 // bench step --anatomy: the emulated GPU's counters over each step.
 class EmulatedStepCounter final : public app::StepCounter {
  public:
@@ -103,7 +97,8 @@ class EmulatedStepCounter final : public app::StepCounter {
 int main(int argc, char** argv) {
 #ifdef DENDRITE_EMULATED_GPU
   // dendrite_emulated: --device cuda runs the CUDA backend built on the CPU
-  // emulator (tests/emulated_cuda), on DENDRITE_EMULATED_GPUS GPUs (default
+  // emulator (tests/emulated_cuda/emulated_devices.cpp, linked in place of
+  // backend/backend.cpp), on DENDRITE_EMULATED_GPUS GPUs (default
   // 8: a GPU per rank, so the NCCL transport where it is asked for), its
   // streams as DENDRITE_EMULATED_STREAMS says. DENDRITE_EMULATED_COUNT_ONLY=1:
   // kernels and products are counted, not run (emulated_cuda/counters.h), on
@@ -114,8 +109,6 @@ int main(int argc, char** argv) {
     emu::counters::set_count_only(true);
     emu::set_device_memory(size_t(143771) << 20);
   }
-  dendrite::set_cuda_backend_source(
-      {&dendrite::make_counted_emulated_backend, &dendrite::emulated_cuda_device_count});
   dendrite::EmulatedStepCounter counter;
   const dendrite::EnvironmentFaults faults;
   return dendrite::app::dendrite_main(argc, argv, &faults, &counter);

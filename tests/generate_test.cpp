@@ -2,20 +2,21 @@
 // position equal those of the whole sequence run again, the tokens equal the
 // ones generated without the cache (greedy and sampled, past the model's
 // max_T too), and misuse is refused. Grids: generate_mpi_test.cpp.
-#include <gtest/gtest.h>
+#include "dendrite/eval/generate.h"
 
-#include <nlohmann/json.hpp>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "backend_support.h"
 #include "dendrite/core/check.h"
 #include "dendrite/core/rng.h"
-#include "dendrite/eval/generate.h"
 #include "dendrite/model/transformer.h"
+#include "generate_support.h"
 
 namespace dendrite {
 namespace {
@@ -109,8 +110,9 @@ TEST_P(Generation, SameTokensWithAndWithoutTheCache) {
   so.top_k = 20;
   so.seed = 77;
   Ids streamed;
-  const Ids a = generate(model, prompts[0], n_new, so, [&](int32_t id) { streamed.push_back(id); });
-  const Ids b = generate(model, prompts[0], n_new, so, {}, /*use_cache=*/false);
+  const Ids a =
+      test::generate(model, prompts[0], n_new, so, [&](int32_t id) { streamed.push_back(id); });
+  const Ids b = test::generate(model, prompts[0], n_new, so, {}, /*use_cache=*/false);
   EXPECT_EQ(a, b);
   EXPECT_EQ(streamed, Ids(a.begin() + p, a.end()));
   // Sequence b of a batch samples from its own stream (0 keeps the single one's).

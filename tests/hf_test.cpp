@@ -25,6 +25,7 @@
 #include "dendrite/model/transformer.h"
 #include "dendrite/train/checkpoint.h"
 #include "dendrite/train/export.h"
+#include "generate_support.h"
 #include "hf_support.h"
 
 namespace dendrite {
@@ -77,7 +78,7 @@ TEST_P(HfGeneration, GreedyTokensMatchTransformers) {
   SampleOptions greedy;
   greedy.temperature = 0;
   for (bool cache : {true, false}) {
-    const Ids got = generate(model, ref.prompt, n, greedy, {}, cache);
+    const Ids got = test::generate(model, ref.prompt, n, greedy, {}, cache);
     EXPECT_EQ(Ids(got.begin() + ref.prompt.size(), got.end()), ref.continuation)
         << GetParam() << (cache ? " with the cache" : " without the cache");
   }

@@ -1,17 +1,19 @@
 // Memorization metrics on hand-made cases (identical, one token off, shifted
 // by one, empty), their intervals, the canary passage format and seeded
 // insertion, and greedy decoding on one process against `generate`.
+#include "dendrite/eval/memorization.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 
+#include "backend_support.h"
 #include "dendrite/core/rng.h"
 #include "dendrite/eval/generate.h"
-#include "dendrite/eval/memorization.h"
 #include "dendrite/train/canaries.h"
-#include "backend_support.h"
+#include "generate_support.h"
 
 namespace dendrite {
 namespace {
@@ -186,7 +188,7 @@ TEST(GreedyDecoding, MatchesGenerateOnOneProcess) {
   SampleOptions greedy;
   greedy.temperature = 0;
   for (size_t n = 0; n < prompts.size(); ++n) {
-    Ids all = generate(one, prompts[n], s, greedy);
+    Ids all = test::generate(one, prompts[n], s, greedy);
     EXPECT_EQ(got[n], Ids(all.begin() + p, all.end())) << "prompt " << n;
   }
 }

@@ -9,16 +9,16 @@
 // backward (float tolerance). Letters: m rows, c / C channels, k in and n out
 // features, B sequences, T positions, V vocab.
 #include <gtest/gtest.h>
-
-#include <algorithm>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "dendrite/backend/cpu/gemm_cache.h"
 #include "dendrite/core/check.h"
 #include "dendrite/core/rng.h"
 #include "dendrite/ops/activation.h"
@@ -93,6 +93,8 @@ TEST(Gemm, AllTransposesStridesAndBeta) {
 // padding untouched, the choice cached and reused.
 TEST(Gemm, TuningKeepsTheBitsAndCachesTheChoice) {
   const int M = 160, N = 144, K = 96, pad = 3;
+  ops::GemmCache cache;  // a backend's; the products without one are untuned
+  cache.set_tuning(true);
   for (int ta = 0; ta < 2; ++ta)
     for (int tb = 0; tb < 2; ++tb)
       for (float beta : {0.0f, 1.0f}) {
@@ -100,16 +102,15 @@ TEST(Gemm, TuningKeepsTheBitsAndCachesTheChoice) {
         const int lda = a_cols + pad, ldb = b_cols + pad, ldc = N + pad;
         Vf A = randn(long(a_rows) * lda, 5), B = randn(long(b_rows) * ldb, 6);
         Vf C0 = randn(long(M) * ldc, 7), want = C0, tuned = C0, again = C0;
-        ops::set_gemm_tuning(false);
         ops::gemm(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, beta, want.data(), ldc);
-        ops::set_gemm_tuning(true);
-        ops::gemm(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, beta, tuned.data(), ldc);
-        ops::gemm(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, beta, again.data(), ldc);
-        ops::set_gemm_tuning(false);
+        ops::gemm(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, beta, tuned.data(), ldc,
+                  &cache);
+        ops::gemm(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, beta, again.data(), ldc,
+                  &cache);
         EXPECT_EQ(0, std::memcmp(want.data(), tuned.data(), sizeof(float) * want.size()));
         EXPECT_EQ(0, std::memcmp(want.data(), again.data(), sizeof(float) * want.size()));
       }
-  const std::vector<ops::GemmChoice> choices = ops::gemm_choices();
+  const std::vector<ops::GemmChoice> choices = cache.choices();
   ASSERT_EQ(choices.size(), 8u);  // 4 transposes x 2 betas, each tried once
   for (const ops::GemmChoice& c : choices) {
     EXPECT_EQ(c.calls, 1);  // the second product reused the choice
@@ -117,7 +118,7 @@ TEST(Gemm, TuningKeepsTheBitsAndCachesTheChoice) {
     EXPECT_GE(c.ms[0], 0.0);  // the default way always qualifies
     EXPECT_NE(std::find(c.ways.begin(), c.ways.end(), c.way), c.ways.end());
   }
-  EXPECT_GT(ops::gemm_tuning_seconds(), 0.0);
+  EXPECT_GT(cache.tuning_seconds(), 0.0);
 }
 
 void check_linear(int m, int k, int n, bool finite_differences) {

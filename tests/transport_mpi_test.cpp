@@ -139,13 +139,12 @@ TEST(GpuTransportHost, StagedPassesHostBuffersToMpiOnEveryGrid) {
 // Until its first device collective the NCCL transport touches no GPU, so
 // this runs here: only its host side, which must not need one.
 TEST(GpuTransportHost, NcclPassesHostBuffersToMpiOnEveryGrid) {
-  EXPECT_TRUE(nccl_built());
   std::unique_ptr<Backend> cpu = make_backend(Device::kCpu);
   int stream_stand_in = 0;  // never used: no device collective runs
   NcclDevice dev;
   dev.memory = cpu.get();
   dev.compute_stream = &stream_stand_in;
-  every_grid_over([&](Communicator& group) { return make_nccl_communicator(group, dev); });
+  every_grid_over([&](Communicator& group) { return nccl::make_communicator(group, dev); });
 }
 #endif
 

@@ -1,7 +1,8 @@
 // The CUDA backend built on the CPU emulator (tests/CMakeLists.txt,
 // dendrite_cuda_emulated): src/dendrite/backend/cuda compiled against this
-// folder's cuda_runtime.h and cublasLt.h, with its names renamed so that it
-// links beside the real backend. Tests only.
+// folder's cuda_runtime.h and cublasLt.h, its namespaces cuda and nccl
+// renamed cuda_emulated and nccl_emulated so that it links beside the real
+// backend. Tests only.
 #pragma once
 
 #include <memory>
@@ -11,10 +12,17 @@
 
 namespace dendrite {
 
-// make_cuda_backend of the emulated build: one emulated GPU, device() kCuda.
-std::unique_ptr<Backend> make_emulated_cuda_backend(const BackendOptions& options);
-// cuda_device_count of the emulated build: the GPUs set_device_count shows.
-int emulated_cuda_device_count();
+namespace cuda_emulated {  // backend/cuda/device_setup.h, built on the emulator
+std::unique_ptr<Backend> make_backend(const BackendOptions& options);
+int device_count();
+}  // namespace cuda_emulated
+
+// cuda::make_backend of the emulated build: one emulated GPU, device() kCuda.
+inline std::unique_ptr<Backend> make_emulated_cuda_backend(const BackendOptions& options) {
+  return cuda_emulated::make_backend(options);
+}
+// cuda::device_count of the emulated build: the GPUs set_device_count shows.
+inline int emulated_cuda_device_count() { return cuda_emulated::device_count(); }
 
 }  // namespace dendrite
 

@@ -111,7 +111,7 @@ class Backend : public Allocator {
   // Whether bf16 GEMMs run natively; when not, the instruction set missing.
   virtual bool bf16_native() const = 0;
   virtual std::string bf16_missing() const = 0;
-  // GEMM layout tuning (ops/matmul.h: set_gemm_tuning) and what it chose.
+  // GEMM layout tuning (ops/matmul.h), this backend's own, and what it chose.
   virtual void set_gemm_tuning(bool on) = 0;
   virtual std::vector<ops::GemmChoice> gemm_choices() const = 0;
   virtual double gemm_tuning_seconds() const = 0;
@@ -236,23 +236,17 @@ struct BackendOptions {
 
 // The backend of `device` for this rank. A device this build has no backend
 // for is an error naming the CMake option that adds it; a CUDA build on a
-// machine without a GPU is an error saying so.
+// machine without a GPU is an error saying so. Both functions are defined in
+// backend.cpp alone, which a test program may replace with its own
+// (tests/emulated_cuda/emulated_devices.cpp: --device cuda on the CPU
+// emulator).
 std::unique_ptr<Backend> make_backend(Device device, const BackendOptions& options = {});
 // The device "auto" means here: cuda when this build has the CUDA backend and
 // the machine a GPU, else cpu.
 Device default_device();
 // parse_device, with "auto" resolved.
-Device resolve_device(const std::string& text);
-
-// Where the backend of --device cuda comes from: the CUDA backend of this
-// build (backend/cuda), if it has one. A program may name another before it
-// makes a backend: the tests' programs name the CUDA backend compiled for the
-// CPU emulator (tests/emulated_cuda), so that whole runs of `dendrite` take
-// its code paths on machines without a GPU.
-struct CudaBackendSource {
-  std::unique_ptr<Backend> (*make)(const BackendOptions&) = nullptr;
-  int (*device_count)() = nullptr;  // GPUs visible (default_device)
-};
-void set_cuda_backend_source(const CudaBackendSource& source);
+inline Device resolve_device(const std::string& text) {
+  return text == "auto" ? default_device() : parse_device(text);
+}
 
 }  // namespace dendrite

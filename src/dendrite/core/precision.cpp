@@ -10,6 +10,4 @@ Precision parse_precision(const std::string& text) {
   fail("precision: unknown precision '", text, "'; use fp32 or bf16");
 }
 
-const char* precision_name(Precision p) { return p == Precision::kBF16 ? "bf16" : "fp32"; }
-
 }  // namespace dendrite

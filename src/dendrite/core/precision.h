@@ -15,7 +15,6 @@ enum class Precision { kF32, kBF16 };
 
 // "fp32" or "bf16"; anything else is an error naming both.
 Precision parse_precision(const std::string& text);
-const char* precision_name(Precision p);
 // Bytes of a GEMM operand or gathered weight element.
 inline int operand_bytes(Precision p) { return p == Precision::kBF16 ? 2 : 4; }
 

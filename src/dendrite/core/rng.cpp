@@ -17,11 +17,4 @@ uint64_t hash_name(const char* name) {
   return mix64(h);
 }
 
-void fill_normal(float* out, long n, float mean, float std, uint64_t seed, uint64_t stream,
-                 uint64_t first_index) {
-#pragma omp parallel for schedule(static)
-  for (long i = 0; i < n; ++i)
-    out[i] = mean + std * static_cast<float>(random_normal(seed, stream, first_index + i));
-}
-
 }  // namespace dendrite

@@ -31,8 +31,4 @@ double random_normal(uint64_t seed, uint64_t stream, uint64_t index);
 // Stable 64-bit hash of a name, used as the stream id of a parameter.
 uint64_t hash_name(const char* name);
 
-// Fills out[i] = mean + std * N(0,1) at counters first_index + i.
-void fill_normal(float* out, long n, float mean, float std, uint64_t seed, uint64_t stream,
-                 uint64_t first_index);
-
 }  // namespace dendrite

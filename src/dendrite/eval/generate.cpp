@@ -104,15 +104,4 @@ std::vector<Ids> generate_batch(Transformer& model, const std::vector<Ids>& prom
   return seqs;
 }
 
-Ids generate(Transformer& model, Ids tokens, int n_new, const SampleOptions& opt,
-             const std::function<void(int32_t)>& on_token, bool use_cache) {
-  DENDRITE_CHECK(!tokens.empty(), "generate: the prompt is empty; give at least one token");
-  std::vector<Ids> out = generate_batch(
-      model, {std::move(tokens)}, n_new, sampling_picker(model.config().vocab_size, opt), use_cache,
-      [&](int, const Ids& next) {
-        if (on_token) on_token(next[0]);
-      });
-  return std::move(out[0]);
-}
-
 }  // namespace dendrite

@@ -47,9 +47,4 @@ std::vector<Ids> generate_batch(Transformer& model, const std::vector<Ids>& prom
                                 const TokenPicker& pick, bool use_cache = true,
                                 const std::function<void(int, const Ids&)>& on_step = {});
 
-// One sequence: appends n_new tokens to the prompt (non-empty), calling
-// on_token for each as it comes.
-Ids generate(Transformer& model, Ids tokens, int n_new, const SampleOptions& opt,
-             const std::function<void(int32_t)>& on_token = {}, bool use_cache = true);
-
 }  // namespace dendrite

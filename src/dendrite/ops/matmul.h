@@ -12,30 +12,35 @@
 
 namespace dendrite::ops {
 
+// What the CPU backend's products keep between calls (backend/cpu/gemm_cache.h:
+// the layout tuner's choices, oneDNN's bf16 primitives), one per backend. Every
+// product below takes it last; null (the ops alone, in tests and benchmarks):
+// the default way, no tuning, a primitive made for the call.
+struct GemmCache;
+
 // C[M,N] = alpha * op(A) * op(B) + beta * C, row-major; op(X) = X or X^T.
 // A is [M,K] (or [K,M] when trans_a), B is [K,N] (or [N,K] when trans_b).
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
-          const float* B, int ldb, float beta, float* C, int ldc);
+          const float* B, int ldb, float beta, float* C, int ldc, GemmCache* cache = nullptr);
 
 // The same product with bf16 operands and fp32 accumulation and output (bf16
 // precision, DESIGN.md section 10): oneDNN's bf16 matmul where the CPU has
 // AVX512_BF16 (AMX CPUs have it too); elsewhere the operands are widened to fp32 and the fp32
 // product runs (the same values, no speed-up; bf16_gemm_native() tells).
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda,
-          const bf16* B, int ldb, float beta, float* C, int ldc);
+          const bf16* B, int ldb, float beta, float* C, int ldc, GemmCache* cache = nullptr);
 // Whether the bf16 gemm runs natively here; when not, the instruction set missing.
 bool bf16_gemm_native();
 const char* bf16_gemm_missing();
 
 // GEMM layout tuning (AxoNN picked the fastest transpose layout per GEMM
-// shape at the first call). When on, the first product of each shape (and
-// transposes, thread count, beta) runs every way this backend can compute it
-// and keeps the fastest among those giving the same bits as the default, so
-// tuning never changes results; the choice is cached for the process.
-// Ways: oneDNN threading itself; one block of output columns, or of rows, per
-// thread; and the transposed product C^T = op(B)^T op(A)^T into scratch,
-// transposed back.
-void set_gemm_tuning(bool on);
+// shape at the first call). When on (GemmCache::set_tuning), the first product
+// of each shape (and transposes, thread count, beta) runs every way this
+// backend can compute it and keeps the fastest among those giving the same
+// bits as the default, so tuning never changes results; the choice is kept in
+// the GemmCache. Ways: oneDNN threading itself; one block of output columns,
+// or of rows, per thread; and the transposed product C^T = op(B)^T op(A)^T
+// into scratch, transposed back.
 struct GemmChoice {
   char ta, tb;
   int M, N, K, threads;
@@ -51,29 +56,27 @@ struct GemmChoice {
     return 0;
   }
 };
-// The shapes tuned so far with their choices, and the seconds spent trying.
-std::vector<GemmChoice> gemm_choices();
-double gemm_tuning_seconds();
-
 // y[m,n] = x[m,k] * w[n,k]^T + b[n]   (b may be null)
-void linear_forward(float* y, const float* x, const float* w, const float* b, int m, int k, int n);
+void linear_forward(float* y, const float* x, const float* w, const float* b, int m, int k, int n,
+                    GemmCache* cache = nullptr);
 
 // dx[m,k] = dy[m,n] * w[n,k]        (dx overwritten, or added to when accumulate)
 void linear_backward_input(float* dx, const float* dy, const float* w, int m, int k, int n,
-                           bool accumulate);
+                           bool accumulate, GemmCache* cache = nullptr);
 
 // dw[n,k] += dy[m,n]^T * x[m,k] (or = when !accumulate);  db[n] += sum over rows of dy
 // (db may be null)
 void linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int m, int k,
-                            int n, bool accumulate = true);
+                            int n, bool accumulate = true, GemmCache* cache = nullptr);
 
 // The three with bf16 operands (fp32 outputs; no bias: the caller adds it,
 // and sums the bias gradient from its fp32 dy).
-void linear_forward(float* y, const bf16* x, const bf16* w, int m, int k, int n);
+void linear_forward(float* y, const bf16* x, const bf16* w, int m, int k, int n,
+                    GemmCache* cache = nullptr);
 void linear_backward_input(float* dx, const bf16* dy, const bf16* w, int m, int k, int n,
-                           bool accumulate);
+                           bool accumulate, GemmCache* cache = nullptr);
 void linear_backward_weight(float* dw, const bf16* dy, const bf16* x, int m, int k, int n,
-                            bool accumulate);
+                            bool accumulate, GemmCache* cache = nullptr);
 
 // What a linear layer's product does to its output before storing it, in
 // this order (on a GPU, cuBLASLt's epilogues: the product and these steps in
@@ -91,9 +94,9 @@ struct LinearEpilogue {
 };
 // y [m,n] = x [m,k] w [n,k]^T, then the epilogue e.
 void linear_forward(float* y, const float* x, const float* w, int m, int k, int n,
-                    const LinearEpilogue& e);
+                    const LinearEpilogue& e, GemmCache* cache = nullptr);
 void linear_forward(float* y, const bf16* x, const bf16* w, int m, int k, int n,
-                    const LinearEpilogue& e);
+                    const LinearEpilogue& e, GemmCache* cache = nullptr);
 // Throws, naming the op, unless e is complete (pre_gelu given with gelu).
 inline void check_epilogue(const LinearEpilogue& e, const char* op) {
   DENDRITE_CHECK(!e.gelu || e.pre_gelu, op,
@@ -105,9 +108,10 @@ inline void check_epilogue(const LinearEpilogue& e, const char* op) {
 // (overwriting), then gelu_backward in place (activation.h); one kernel where
 // the device fuses them (cuBLASLt's DGELU epilogue).
 void linear_backward_input_dgelu(float* dx, const float* dy, const float* w,
-                                 const float* gelu_input, int m, int k, int n);
+                                 const float* gelu_input, int m, int k, int n,
+                                 GemmCache* cache = nullptr);
 void linear_backward_input_dgelu(float* dx, const bf16* dy, const bf16* w, const float* gelu_input,
-                                 int m, int k, int n);
+                                 int m, int k, int n, GemmCache* cache = nullptr);
 
 // y[m,n] += b[n] on every row (the bias of a linear layer whose product came first).
 void add_bias(float* y, const float* b, int m, int n);

@@ -287,10 +287,13 @@ OverlapInputs overlap_inputs(const ModelConfig& c, const Machine& mach, const Gr
   return in;
 }
 
-StepPrediction predict_step(const ModelConfig& c, const Machine& mach, const GridDims& g,
-                            const PlanOptions& o) {
-  StepPrediction p;
-  p.grid = g;
+namespace {
+
+// The step's compute on one rank: GEMMs at the machine's rate for their
+// shape, attention and the other ops (with the optimizer step) by their flops
+// and bytes; all stretched by ranks over cores on an oversubscribed node.
+void predict_compute(StepPrediction& p, const ModelConfig& c, const Machine& mach,
+                     const GridDims& g, const PlanOptions& o) {
   const Local s(c, g, o);
   const double slow = mach.oversubscription();
   for (const GemmCall& call : step_gemms(c, g, o))
@@ -307,12 +310,20 @@ StepPrediction predict_step(const ModelConfig& c, const Machine& mach, const Gri
   p.other_s = 4 * other_op_floats(c, s).total / mach.memory_bandwidth + optimizer_s;
   p.gemm_s *= slow, p.attention_s *= slow, p.other_s *= slow;
   p.compute_s = p.gemm_s + p.attention_s + p.other_s;
+}
 
+// The step's collectives (step_volume, into p.volume) at ring cost over the
+// slowest link each group spans: seconds per axis, before any overlap. The
+// oversubscription penalty per call goes to p.penalty_s and, exposed, to
+// p.comm_s.
+std::map<std::string, double> predict_ring_seconds(StepPrediction& p, const ModelConfig& c,
+                                                   const Machine& mach, const GridDims& g,
+                                                   const PlanOptions& o) {
   p.volume = step_volume(c, g, o.B, o.T, o.ce_chunk, o.keep_gathered, o.recompute, o.overlap.dp,
                          o.precision);
   // Oversubscribed, every collective call waits about one scheduler slice for
   // a descheduled peer (machine.h): exposed, whatever overlap is on.
-  const double penalty = slow > 1 ? mach.oversubscribed_call_penalty_s : 0.0;
+  const double penalty = mach.oversubscription() > 1 ? mach.oversubscribed_call_penalty_s : 0.0;
   std::map<std::string, double> ring;
   for (auto& [key, b] : p.volume.bytes) {
     const std::string axis = key.substr(0, key.find('.')), kind = key.substr(key.find('.') + 1);
@@ -321,6 +332,14 @@ StepPrediction predict_step(const ModelConfig& c, const Machine& mach, const Gri
     p.penalty_s += penalty * calls;
     p.comm_s[axis] += penalty * calls;
   }
+  return ring;
+}
+
+// What the overlaps hide of each axis' ring seconds (overlap.h), into
+// p.hidden_s and p.comm_hidden_s; the rest is exposed, added to p.comm_s.
+void predict_hidden(StepPrediction& p, const std::map<std::string, double>& ring,
+                    const ModelConfig& c, const Machine& mach, const GridDims& g,
+                    const PlanOptions& o) {
   Overlap overlap = o.overlap;  // the trainer turns oag off when blocks are kept
   if (o.keep_gathered) overlap.oag = false;
   const std::map<std::string, double> hidden = hidden_seconds(overlap, overlap_inputs(c, mach, g, o));
@@ -330,20 +349,28 @@ StepPrediction predict_step(const ModelConfig& c, const Machine& mach, const Gri
     p.comm_s[axis] += t - h;
     p.comm_hidden_s += h;
   }
-  // The engine's shared-memory work (hidden Z collectives; D with dp) takes
-  // cycles from the GEMMs when no core is spare.
+}
+
+// The engine's shared-memory work (hidden Z collectives; D with dp) takes
+// cycles from the GEMMs when no core is spare: p.engine_s, added to the compute.
+void predict_engine_work(StepPrediction& p, const Machine& mach, const GridDims& g,
+                         const PlanOptions& o) {
   const bool no_spare_core = mach.cores_per_node > 0 &&
                              mach.ranks_per_node * mach.threads_per_rank >= mach.cores_per_node;
-  if (no_spare_core) {
-    const std::pair<const char*, const char*> engine[] = {{"z", "all_gather"}, {"d", "all_reduce"}};
-    for (auto [axis, kind] : engine)
-      if (p.hidden_s.count(axis) && uses_shared_memory(mach, g, axis, kind, o))
-        p.engine_s += kEngineWorkFraction * p.hidden_s.at(axis);
-    p.compute_s += p.engine_s;
-  }
-  // The ranks of each group drift apart while they compute; the group's
-  // collectives wait for the last one (calibrated per group size), for the
-  // compute between calls up to the interval the fraction was measured over.
+  if (!no_spare_core) return;
+  const std::pair<const char*, const char*> engine[] = {{"z", "all_gather"}, {"d", "all_reduce"}};
+  for (auto [axis, kind] : engine)
+    if (p.hidden_s.count(axis) && uses_shared_memory(mach, g, axis, kind, o))
+      p.engine_s += kEngineWorkFraction * p.hidden_s.at(axis);
+  p.compute_s += p.engine_s;
+}
+
+// The ranks of each group drift apart while they compute; the group's
+// collectives wait for the last one (calibrated per group size), for the
+// compute between calls up to the interval the fraction was measured over:
+// p.peer_wait_s and p.peer_wait_axis_s, exposed in p.comm_s.
+void predict_peer_wait(StepPrediction& p, const std::map<std::string, double>& ring,
+                       const Machine& mach, const GridDims& g) {
   std::map<std::string, double> axis_calls;
   for (auto& [key, n] : p.volume.calls) axis_calls[key.substr(0, key.find('.'))] += double(n);
   for (auto& [axis, t] : ring) {
@@ -360,6 +387,7 @@ StepPrediction predict_step(const ModelConfig& c, const Machine& mach, const Gri
   // own compute, so the wait is carved out of the stretch, not added to it
   // (measured: the stretched compute matched the measured compute plus the
   // wait within 14%, docs/planner.md), and cannot exceed it.
+  const double slow = mach.oversubscription();
   if (slow > 1 && p.peer_wait_s > 0) {
     const double stretch = p.compute_s * (1 - 1 / slow);
     const double scale = std::min(1.0, stretch / p.peer_wait_s);
@@ -368,10 +396,29 @@ StepPrediction predict_step(const ModelConfig& c, const Machine& mach, const Gri
     p.compute_s -= p.peer_wait_s;
   }
   for (auto& [axis, w] : p.peer_wait_axis_s) p.comm_s[axis] += w;
+}
+
+// The step's totals from its parts: exposed and total communication, the
+// step's seconds and its tokens per second.
+void predict_totals(StepPrediction& p, const PlanOptions& o) {
   for (auto& [axis, t] : p.comm_s) p.comm_exposed_s += t;
   p.comm_total_s = p.comm_exposed_s + p.comm_hidden_s;
   p.step_s = p.compute_s + p.comm_exposed_s;
   p.tokens_per_s = double(o.B) * o.T / p.step_s;
+}
+
+}  // namespace
+
+StepPrediction predict_step(const ModelConfig& c, const Machine& mach, const GridDims& g,
+                            const PlanOptions& o) {
+  StepPrediction p;
+  p.grid = g;
+  predict_compute(p, c, mach, g, o);
+  const std::map<std::string, double> ring = predict_ring_seconds(p, c, mach, g, o);
+  predict_hidden(p, ring, c, mach, g, o);
+  predict_engine_work(p, mach, g, o);
+  predict_peer_wait(p, ring, mach, g);
+  predict_totals(p, o);
   p.memory = step_memory(c, g, o);
   return p;
 }

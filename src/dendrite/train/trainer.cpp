@@ -1,7 +1,10 @@
+// The training loop of `dendrite train` (trainer.h): the run's data and
+// model config, validation, the non-finite guard and the Trainer, its set-up,
+// step loop, metrics and checkpoints. Its options are train_options.cpp; the
+// model of a run and one step's gradients, run_model.cpp.
 #include "dendrite/train/trainer.h"
 
 #include <omp.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
@@ -10,8 +13,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <limits>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "dendrite/core/device.h"
 #include "dendrite/core/log.h"
 #include "dendrite/core/trace.h"
+#include "dendrite/io/token_file.h"
 #include "dendrite/model/transformer.h"
 #include "dendrite/train/checkpoint.h"
 #include "dendrite/train/goldfish.h"
@@ -26,7 +28,6 @@
 #include "dendrite/train/progress.h"
 #include "dendrite/train/schedule.h"
 #include "dendrite/train/trace_file.h"
-#include "dendrite/io/token_file.h"
 
 namespace dendrite {
 
@@ -50,61 +51,6 @@ std::string gemm_tuning_summary(const Backend& be) {
              "kept for ", changed, " (same bits), saving about ", std::round(saved * 10) / 10,
              " ms per step on rank 0");
 }
-
-}  // namespace
-
-#define DENDRITE_TRAIN_FIELDS(X)                                                                   \
-  X(model)                                                                                         \
-  X(data) X(steps) X(batch) X(seq) X(lr) X(min_lr) X(warmup) X(weight_decay) X(beta1) X(beta2)     \
-      X(adam_eps) X(grad_clip) X(seed) X(out) X(resume) X(save_every) X(stop_at) X(eval_every)     \
-          X(eval_batches) X(log_every) X(metrics) X(threads) X(grid) X(keep_gathered) X(recompute) \
-              X(overlap) X(keep) X(on_nan) X(timeout) X(goldfish) X(gemm_tune) X(grad_accum)       \
-                  X(precision) X(device) X(init_from) X(trace) X(trace_steps) X(progress)
-
-nlohmann::json TrainOptions::to_json() const {
-  nlohmann::json j;
-#define X(f) j[#f] = f;
-  DENDRITE_TRAIN_FIELDS(X)
-#undef X
-  return j;
-}
-
-// get<T>() of a JSON number outside T's range is undefined behaviour (found by
-// fuzz/config_fuzz.cpp: {"steps": 1e300}), so integer options need a JSON
-// integer that fits.
-template <typename T>
-T option_value(const std::string& key, const nlohmann::json& v) {
-  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-    const bool fits = v.is_number_unsigned() ? std::in_range<T>(v.get<uint64_t>())
-                                             : v.is_number_integer() && std::in_range<T>(v.get<int64_t>());
-    DENDRITE_CHECK(fits, "config: key '", key, "' must be an integer from ",
-                   std::numeric_limits<T>::min(), " to ", std::numeric_limits<T>::max(), ", not ",
-                   v.dump());
-  }
-  return v.get<T>();
-}
-
-void TrainOptions::update_from_json(const nlohmann::json& j) {
-  DENDRITE_CHECK(j.is_object(), "config: expected a JSON object of option names and values");
-  for (auto& [key, value] : j.items()) {
-    bool known = false;
-    try {
-#define X(f)                             \
-  if (key == #f) {                       \
-    f = option_value<decltype(f)>(key, value); \
-    known = true;                        \
-  }
-      DENDRITE_TRAIN_FIELDS(X)
-#undef X
-    } catch (const nlohmann::json::exception& e) {
-      fail("config: key '", key, "' has the wrong type (", e.what(), ")");
-    }
-    DENDRITE_CHECK(known, "config: unknown key '", key, "'; the keys are the long options of ",
-                   "`dendrite train --help` without the dashes (e.g. \"steps\", \"lr\")");
-  }
-}
-
-namespace {
 
 struct Data {
   std::unique_ptr<TokenFile> train, val;
@@ -285,83 +231,6 @@ bool state_is_finite(Transformer& model, const AdamW& adam) {
 }
 
 }  // namespace
-
-std::string resolve_overlap(const std::string& overlap, int ranks_on_node, int threads,
-                            std::string* why) {
-  if (overlap != "auto") return overlap;
-  // The cores this process may run on: all of the node's unless the launcher
-  // bound each rank to its own (then they are this rank's alone).
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  const int online = int(std::max(1u, std::thread::hardware_concurrency()));
-  const int mine = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : online;
-  const bool bound = mine < online;
-  const int cores = bound ? mine : online, sharing = bound ? 1 : std::max(1, ranks_on_node);
-  const bool spare = cores >= sharing * (threads + 1);
-  if (why)
-    *why = str(sharing, sharing == 1 ? " rank" : " ranks", " x ", threads, " thread(s) on ", cores,
-               " core(s): ", spare ? "a core to spare for each progress engine"
-                                   : "no core to spare for the progress engines");
-  return spare ? "all" : "none";
-}
-
-std::unique_ptr<Transformer> make_model(const ModelConfig& mc, ProcessGrid& grid,
-                                        Backend& backend, const TrainOptions& opt) {
-  check_batch_split(opt, grid.shape());
-  ModelOptions mo;
-  mo.keep_gathered = opt.keep_gathered;
-  mo.recompute = opt.recompute;
-  std::string why;
-  const std::string overlap =
-      resolve_overlap(opt.overlap, grid.world().ranks_on_node(), omp_get_max_threads(), &why);
-  if (overlap != opt.overlap && grid.rank() == 0 && grid.shape().size() > 1)
-    log_info(str("overlap auto: ", overlap, " (", why, ")"));
-  mo.set_overlap(overlap);
-  mo.precision = parse_precision(opt.precision);
-  if (mo.precision == Precision::kBF16 && !backend.bf16_native() && grid.rank() == 0)
-    log_info(str("warning: --precision bf16: this CPU lacks ", backend.bf16_missing(),
-                 ", so the bf16 GEMMs widen their operands and run in fp32: bf16's results ",
-                 "without its speed"));
-  backend.set_gemm_tuning(opt.gemm_tune);
-  return std::make_unique<Transformer>(mc, grid, backend, opt.batch / opt.grad_accum, opt.seq, mo);
-}
-
-void check_batch_split(const TrainOptions& opt, const GridShape& grid) {
-  DENDRITE_CHECK(opt.grad_accum >= 1, "train: --grad-accum must be 1 or more micro-batches per ",
-                 "step, got ", opt.grad_accum);
-  DENDRITE_CHECK(opt.batch % opt.grad_accum == 0, "train: --batch ", opt.batch,
-                 " does not split into --grad-accum ", opt.grad_accum,
-                 " micro-batches of whole sequences; pass a --batch that is a multiple of ",
-                 opt.grad_accum);
-  const int micro = opt.batch / opt.grad_accum, split = grid.d * grid.z;
-  const std::string what = opt.grad_accum == 1
-                               ? str("--batch ", opt.batch)
-                               : str("a micro-batch of ", micro, " sequences (--batch ", opt.batch,
-                                     " / --grad-accum ", opt.grad_accum, ")");
-  DENDRITE_CHECK(micro % split == 0, "train: ", what, " is not divisible by d*z=", split,
-                 " on grid ", grid.str(), ": whole sequences stay on one rank; pass a --batch ",
-                 "that is a multiple of ", int64_t(opt.grad_accum) * split);
-}
-
-double step_gradients(Transformer& model, const int32_t* inputs, const int32_t* targets,
-                      const float* weights, double denominator, int B, int T, int micro_batches) {
-  step_gradients_unread(model, inputs, targets, weights, denominator, B, T, micro_batches);
-  return model.read_step_totals().loss;
-}
-
-void step_gradients_unread(Transformer& model, const int32_t* inputs, const int32_t* targets,
-                           const float* weights, double denominator, int B, int T,
-                           int micro_batches) {
-  model.zero_grads();
-  const int micro = B / micro_batches;
-  for (int k = 0; k < micro_batches; ++k) {
-    // This rank's sequences of micro-batch k: [k * micro + first, ...).
-    const size_t first = (size_t(k) * micro + model.first_sequence(micro)) * T;
-    model.forward_backward_unread(inputs + first, targets + first,
-                                  weights ? weights + first : nullptr, denominator, micro, T,
-                                  k + 1 == micro_batches);
-  }
-}
 
 namespace {
 

@@ -2,6 +2,7 @@
 // ops/*.h (oneDNN GEMMs, OpenMP loops). Memory is host memory; parameters and
 // gradients shared over a group are the communicator's shared-memory windows;
 // every op has finished when it returns, so events are complete when recorded.
+// The GEMMs' tuning choices and bf16 primitives are the backend's own (GemmCache).
 #include <omp.h>
 
 #include <cstdlib>
@@ -9,6 +10,7 @@
 #include <new>
 
 #include "dendrite/backend/backend.h"
+#include "dendrite/backend/cpu/gemm_cache.h"
 #include "dendrite/core/check.h"
 #include "dendrite/ops/activation.h"
 #include "dendrite/ops/convert.h"
@@ -63,46 +65,46 @@ class CpuBackend final : public Backend {
   void gemm(bool ta, bool tb, int M, int N, int K, float alpha, Operand A, int lda, Operand B,
             int ldb, float beta, float* C, int ldc) override {
     if (both_bf16(A, B, "gemm"))
-      ops::gemm(ta, tb, M, N, K, alpha, A.b16, lda, B.b16, ldb, beta, C, ldc);
+      ops::gemm(ta, tb, M, N, K, alpha, A.b16, lda, B.b16, ldb, beta, C, ldc, &gemms_);
     else
-      ops::gemm(ta, tb, M, N, K, alpha, A.f32, lda, B.f32, ldb, beta, C, ldc);
+      ops::gemm(ta, tb, M, N, K, alpha, A.f32, lda, B.f32, ldb, beta, C, ldc, &gemms_);
   }
   void linear_forward(float* y, Operand x, Operand w, const float* b, int m, int k,
                       int n) override {
     if (both_bf16(x, w, "linear_forward")) {
-      ops::linear_forward(y, x.b16, w.b16, m, k, n);
+      ops::linear_forward(y, x.b16, w.b16, m, k, n, &gemms_);
       if (b) ops::add_bias(y, b, m, n);
     } else {
-      ops::linear_forward(y, x.f32, w.f32, b, m, k, n);
+      ops::linear_forward(y, x.f32, w.f32, b, m, k, n, &gemms_);
     }
   }
   void linear_forward_fused(float* y, Operand x, Operand w, int m, int k, int n,
                             const ops::LinearEpilogue& e) override {
     if (both_bf16(x, w, "linear_forward"))
-      ops::linear_forward(y, x.b16, w.b16, m, k, n, e);
+      ops::linear_forward(y, x.b16, w.b16, m, k, n, e, &gemms_);
     else
-      ops::linear_forward(y, x.f32, w.f32, m, k, n, e);
+      ops::linear_forward(y, x.f32, w.f32, m, k, n, e, &gemms_);
   }
   void linear_backward_input(float* dx, Operand dy, Operand w, int m, int k, int n,
                              bool accumulate) override {
     if (both_bf16(dy, w, "linear_backward_input"))
-      ops::linear_backward_input(dx, dy.b16, w.b16, m, k, n, accumulate);
+      ops::linear_backward_input(dx, dy.b16, w.b16, m, k, n, accumulate, &gemms_);
     else
-      ops::linear_backward_input(dx, dy.f32, w.f32, m, k, n, accumulate);
+      ops::linear_backward_input(dx, dy.f32, w.f32, m, k, n, accumulate, &gemms_);
   }
   void linear_backward_input_dgelu(float* dx, Operand dy, Operand w, const float* gelu_input, int m,
                                    int k, int n) override {
     if (both_bf16(dy, w, "linear_backward_input"))
-      ops::linear_backward_input_dgelu(dx, dy.b16, w.b16, gelu_input, m, k, n);
+      ops::linear_backward_input_dgelu(dx, dy.b16, w.b16, gelu_input, m, k, n, &gemms_);
     else
-      ops::linear_backward_input_dgelu(dx, dy.f32, w.f32, gelu_input, m, k, n);
+      ops::linear_backward_input_dgelu(dx, dy.f32, w.f32, gelu_input, m, k, n, &gemms_);
   }
   void linear_backward_weight(float* dw, Operand dy, Operand x, int m, int k, int n,
                               bool accumulate) override {
     if (both_bf16(dy, x, "linear_backward_weight"))
-      ops::linear_backward_weight(dw, dy.b16, x.b16, m, k, n, accumulate);
+      ops::linear_backward_weight(dw, dy.b16, x.b16, m, k, n, accumulate, &gemms_);
     else
-      ops::linear_backward_weight(dw, nullptr, dy.f32, x.f32, m, k, n, accumulate);
+      ops::linear_backward_weight(dw, nullptr, dy.f32, x.f32, m, k, n, accumulate, &gemms_);
   }
   void add_bias(float* y, const float* b, int m, int n) override { ops::add_bias(y, b, m, n); }
   void add_column_sums(float* db, const float* dy, int m, int n) override {
@@ -110,9 +112,9 @@ class CpuBackend final : public Backend {
   }
   bool bf16_native() const override { return ops::bf16_gemm_native(); }
   std::string bf16_missing() const override { return ops::bf16_gemm_missing(); }
-  void set_gemm_tuning(bool on) override { ops::set_gemm_tuning(on); }
-  std::vector<ops::GemmChoice> gemm_choices() const override { return ops::gemm_choices(); }
-  double gemm_tuning_seconds() const override { return ops::gemm_tuning_seconds(); }
+  void set_gemm_tuning(bool on) override { gemms_.set_tuning(on); }
+  std::vector<ops::GemmChoice> gemm_choices() const override { return gemms_.choices(); }
+  double gemm_tuning_seconds() const override { return gemms_.tuning_seconds(); }
   double peak_gflops(Precision p, int threads, double seconds) override {
     return p == Precision::kBF16 ? ops::measure_bf16_peak_gflops(threads, seconds)
                                  : ops::measure_peak_gflops(threads, seconds);
@@ -290,6 +292,7 @@ class CpuBackend final : public Backend {
     if (bytes && dst != src) std::memmove(dst, src, bytes);
   }
   uint64_t issued_ = 0;
+  ops::GemmCache gemms_;  // the GEMMs' tuning and bf16 primitives, this backend's own
 };
 
 }  // namespace

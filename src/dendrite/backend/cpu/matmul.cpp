@@ -22,6 +22,7 @@
 #include <tuple>
 #include <vector>
 
+#include "dendrite/backend/cpu/gemm_cache.h"
 #include "dendrite/core/check.h"
 #include "dendrite/ops/activation.h"
 #include "dendrite/ops/convert.h"
@@ -73,26 +74,7 @@ namespace {
 enum Way { kDirect, kSplitCols, kSplitRows, kTransposed, kWays };
 const char* kWayNames[kWays] = {"onednn", "split-cols", "split-rows", "transposed"};
 
-struct Shape {
-  char ta, tb;
-  int M, N, K, threads;
-  bool accumulate;
-  bool operator<(const Shape& o) const {
-    return std::tie(ta, tb, M, N, K, threads, accumulate) <
-           std::tie(o.ta, o.tb, o.M, o.N, o.K, o.threads, o.accumulate);
-  }
-};
-
-struct Tuner {
-  bool on = false;
-  double seconds = 0;
-  std::mutex mutex;
-  std::map<Shape, GemmChoice> choices;
-};
-Tuner& tuner() {
-  static Tuner t;  // a cache of measurements for the process, like oneDNN's own
-  return t;
-}
+using Shape = GemmCache::Shape;
 
 // The default way, as before tuning existed: NT/TN split per thread, NN to oneDNN.
 Way default_way(char ta, char tb, int M, int N, int threads) {
@@ -160,26 +142,22 @@ GemmChoice tune(const Shape& sh, float alpha, const float* A, int lda, const flo
 
 }  // namespace
 
-void set_gemm_tuning(bool on) { tuner().on = on; }
-
-std::vector<GemmChoice> gemm_choices() {
-  std::lock_guard<std::mutex> lock(tuner().mutex);
+std::vector<GemmChoice> GemmCache::choices() const {
+  std::lock_guard<std::mutex> lock(tuner.mutex);
   std::vector<GemmChoice> out;
-  for (auto& [shape, choice] : tuner().choices) out.push_back(choice);
+  for (auto& [shape, choice] : tuner.choices) out.push_back(choice);
   return out;
 }
 
-double gemm_tuning_seconds() { return tuner().seconds; }
-
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
-          const float* B, int ldb, float beta, float* C, int ldc) {
+          const float* B, int ldb, float beta, float* C, int ldc, GemmCache* cache) {
   if (M == 0 || N == 0) return;
   const char ta = trans_a ? 'T' : 'N', tb = trans_b ? 'T' : 'N';
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  Tuner& t = tuner();
-  if (!t.on || omp_in_parallel())
+  if (!cache || !cache->tuner.on || omp_in_parallel())
     return run_way(default_way(ta, tb, M, N, threads), ta, tb, M, N, K, alpha, A, lda, B, ldb,
                    beta, C, ldc, threads);
+  GemmCache::Tuner& t = cache->tuner;
   const Shape sh{ta, tb, M, N, K, threads, beta != 0.0f};
   Way way = kDirect;
   {
@@ -198,8 +176,9 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
   run_way(way, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threads);
 }
 
-void linear_forward(float* y, const float* x, const float* w, const float* b, int m, int k, int n) {
-  gemm(false, true, m, n, k, 1.0f, x, k, w, k, 0.0f, y, n);
+void linear_forward(float* y, const float* x, const float* w, const float* b, int m, int k, int n,
+                    GemmCache* cache) {
+  gemm(false, true, m, n, k, 1.0f, x, k, w, k, 0.0f, y, n, cache);
   if (b) add_bias(y, b, m, n);
 }
 
@@ -215,31 +194,31 @@ void finish_epilogue(float* y, const float* t, int m, int n, const LinearEpilogu
 }  // namespace
 
 void linear_forward(float* y, const float* x, const float* w, int m, int k, int n,
-                    const LinearEpilogue& e) {
+                    const LinearEpilogue& e, GemmCache* cache) {
   check_epilogue(e, "linear_forward");
   float* t = e.gelu ? e.pre_gelu : y;  // [m, n]
-  linear_forward(t, x, w, e.bias, m, k, n);
+  linear_forward(t, x, w, e.bias, m, k, n, cache);
   finish_epilogue(y, t, m, n, e);
 }
 
 void linear_forward(float* y, const bf16* x, const bf16* w, int m, int k, int n,
-                    const LinearEpilogue& e) {
+                    const LinearEpilogue& e, GemmCache* cache) {
   check_epilogue(e, "linear_forward");
   float* t = e.gelu ? e.pre_gelu : y;  // [m, n]
-  linear_forward(t, x, w, m, k, n);
+  linear_forward(t, x, w, m, k, n, cache);
   if (e.bias) add_bias(t, e.bias, m, n);
   finish_epilogue(y, t, m, n, e);
 }
 
 void linear_backward_input_dgelu(float* dx, const float* dy, const float* w,
-                                 const float* gelu_input, int m, int k, int n) {
-  linear_backward_input(dx, dy, w, m, k, n, false);
+                                 const float* gelu_input, int m, int k, int n, GemmCache* cache) {
+  linear_backward_input(dx, dy, w, m, k, n, false, cache);
   gelu_backward(dx, dx, gelu_input, long(m) * k);
 }
 
 void linear_backward_input_dgelu(float* dx, const bf16* dy, const bf16* w, const float* gelu_input,
-                                 int m, int k, int n) {
-  linear_backward_input(dx, dy, w, m, k, n, false);
+                                 int m, int k, int n, GemmCache* cache) {
+  linear_backward_input(dx, dy, w, m, k, n, false, cache);
   gelu_backward(dx, dx, gelu_input, long(m) * k);
 }
 
@@ -252,13 +231,13 @@ void add_bias(float* y, const float* b, int m, int n) {
 }
 
 void linear_backward_input(float* dx, const float* dy, const float* w, int m, int k, int n,
-                           bool accumulate) {
-  gemm(false, false, m, k, n, 1.0f, dy, n, w, k, accumulate ? 1.0f : 0.0f, dx, k);
+                           bool accumulate, GemmCache* cache) {
+  gemm(false, false, m, k, n, 1.0f, dy, n, w, k, accumulate ? 1.0f : 0.0f, dx, k, cache);
 }
 
 void linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int m, int k,
-                            int n, bool accumulate) {
-  gemm(true, false, n, k, m, 1.0f, dy, n, x, k, accumulate ? 1.0f : 0.0f, dw, k);
+                            int n, bool accumulate, GemmCache* cache) {
+  gemm(true, false, n, k, m, 1.0f, dy, n, x, k, accumulate ? 1.0f : 0.0f, dw, k, cache);
   if (db) add_column_sums(db, dy, m, n);
 }
 

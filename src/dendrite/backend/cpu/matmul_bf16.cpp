@@ -1,7 +1,8 @@
 // bf16 x bf16 -> fp32 matrix products on the CPU through oneDNN's matmul
 // primitive (its C API has no bf16 GEMM call). A primitive is made once per
-// shape, transposes, leading dimensions, alpha and beta, and cached for the
-// process: making one costs far more than running a small product. Operands
+// shape, transposes, leading dimensions, alpha and beta, and kept in the
+// backend's GemmCache (gemm_cache.h): making one costs far more than running
+// a small product. Operands
 // stay in their row-major layout (strides describe the transposes), so
 // nothing is reordered per call. With AVX512_BF16 or AMX the bf16 kernels
 // run at about twice the fp32 rate; elsewhere oneDNN would emulate them
@@ -14,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "dendrite/backend/cpu/gemm_cache.h"
 #include "dendrite/core/check.h"
 #include "dendrite/ops/convert.h"
 #include "dendrite/ops/matmul.h"
@@ -24,27 +26,13 @@ namespace {
 
 using dnnl::memory;
 
-struct Key {
-  bool ta, tb;
-  int M, N, K, lda, ldb, ldc;
-  float alpha, beta;
-  bool operator<(const Key& o) const {
-    return std::tie(ta, tb, M, N, K, lda, ldb, ldc, alpha, beta) <
-           std::tie(o.ta, o.tb, o.M, o.N, o.K, o.lda, o.ldb, o.ldc, o.alpha, o.beta);
-  }
-};
+using Key = GemmCache::MatmulKey;
+using Matmuls = GemmCache::Matmuls;
 
-// oneDNN's CPU engine and stream, and the primitives made so far (a cache
-// for the process, like oneDNN's own primitive cache).
-struct Matmuls {
-  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream{engine};
-  std::mutex mutex;
-  std::map<Key, dnnl::matmul> made;
-};
-Matmuls& matmuls() {
-  static Matmuls m;
-  return m;
+// The cache's engine, stream and primitives, made at its first use.
+Matmuls& matmuls(GemmCache& cache) {
+  std::call_once(cache.matmuls_made, [&] { cache.matmuls = std::make_unique<Matmuls>(); });
+  return *cache.matmuls;
 }
 
 memory::desc operand(int rows, int cols, int ld, bool transposed, memory::data_type t) {
@@ -74,11 +62,11 @@ dnnl::matmul make(const Key& k, const dnnl::engine& engine) {
 
 // Without native bf16: widen, then the fp32 product.
 void widened(bool ta, bool tb, int M, int N, int K, float alpha, const bf16* A, int lda,
-             const bf16* B, int ldb, float beta, float* C, int ldc) {
+             const bf16* B, int ldb, float beta, float* C, int ldc, GemmCache* cache) {
   std::vector<float> a(size_t(ta ? K : M) * lda), b(size_t(tb ? N : K) * ldb);
   to_float(a.data(), A, int64_t(a.size()));
   to_float(b.data(), B, int64_t(b.size()));
-  gemm(ta, tb, M, N, K, alpha, a.data(), lda, b.data(), ldb, beta, C, ldc);
+  gemm(ta, tb, M, N, K, alpha, a.data(), lda, b.data(), ldb, beta, C, ldc, cache);
 }
 
 }  // namespace
@@ -92,11 +80,14 @@ bool bf16_gemm_native() {
 
 const char* bf16_gemm_missing() { return bf16_gemm_native() ? "" : "AVX512_BF16"; }
 
-void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const bf16* A, int lda,
-          const bf16* B, int ldb, float beta, float* C, int ldc) {
+void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const bf16* A, int lda, const bf16* B,
+          int ldb, float beta, float* C, int ldc, GemmCache* cache) {
   if (M == 0 || N == 0) return;
-  if (!bf16_gemm_native()) return widened(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  Matmuls& mm = matmuls();
+  if (!bf16_gemm_native())
+    return widened(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, cache);
+  std::unique_ptr<Matmuls> own;  // without a cache: an engine and a primitive for this call
+  if (!cache) own = std::make_unique<Matmuls>();
+  Matmuls& mm = cache ? matmuls(*cache) : *own;
   const Key key{ta, tb, M, N, K, lda, ldb, ldc, alpha, beta};
   dnnl::matmul* prim;
   {
@@ -114,18 +105,18 @@ void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const bf16* A, int
 }
 
 // The linear layer's products, as their fp32 forms in matmul.cpp.
-void linear_forward(float* y, const bf16* x, const bf16* w, int m, int k, int n) {
-  gemm(false, true, m, n, k, 1.0f, x, k, w, k, 0.0f, y, n);
+void linear_forward(float* y, const bf16* x, const bf16* w, int m, int k, int n, GemmCache* cache) {
+  gemm(false, true, m, n, k, 1.0f, x, k, w, k, 0.0f, y, n, cache);
 }
 
 void linear_backward_input(float* dx, const bf16* dy, const bf16* w, int m, int k, int n,
-                           bool accumulate) {
-  gemm(false, false, m, k, n, 1.0f, dy, n, w, k, accumulate ? 1.0f : 0.0f, dx, k);
+                           bool accumulate, GemmCache* cache) {
+  gemm(false, false, m, k, n, 1.0f, dy, n, w, k, accumulate ? 1.0f : 0.0f, dx, k, cache);
 }
 
 void linear_backward_weight(float* dw, const bf16* dy, const bf16* x, int m, int k, int n,
-                            bool accumulate) {
-  gemm(true, false, n, k, m, 1.0f, dy, n, x, k, accumulate ? 1.0f : 0.0f, dw, k);
+                            bool accumulate, GemmCache* cache) {
+  gemm(true, false, n, k, m, 1.0f, dy, n, x, k, accumulate ? 1.0f : 0.0f, dw, k, cache);
 }
 
 }  // namespace dendrite::ops

@@ -1,56 +1,34 @@
-// The CUDA backend: the seam of backend/backend.h on one NVIDIA GPU per rank.
-// Memory is device memory (cudaMalloc, counted: device_bytes()); every op is
-// enqueued on one compute stream; events are CUDA events on it. GEMMs go
-// through cuBLASLt (gemm.h), the rest through the kernels of kernels.h. The
-// collectives reach device memory through the staged transport
-// (staged_communicator.h) or NCCL on the backend's streams
-// (comm/nccl/nccl_communicator.h), as transport() finds them possible.
+// The CUDA backend: the seam of backend/backend.h on one NVIDIA GPU per rank
+// (device_setup.h). Memory is device memory (device_memory.h: cudaMalloc,
+// counted: device_bytes()); every op is enqueued on one compute stream;
+// events are CUDA events on it. GEMMs go through cuBLASLt (gemm.h; its peak:
+// gemm_peak.h), the rest through the kernels of kernels.h. The collectives
+// reach device memory through the staged transport (staged_communicator.h)
+// or NCCL on the backend's streams (comm/nccl/nccl_communicator.h), as
+// transport_choice.h finds them possible.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <array>
-#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "dendrite/backend/backend.h"
+#include "dendrite/backend/cuda/device_memory.h"
+#include "dendrite/backend/cuda/device_setup.h"
 #include "dendrite/backend/cuda/gemm.h"
+#include "dendrite/backend/cuda/gemm_peak.h"
 #include "dendrite/backend/cuda/kernels.h"
 #include "dendrite/backend/cuda/pinned_staging.h"
-#include "dendrite/backend/cuda/staged_communicator.h"
-#ifdef DENDRITE_HAVE_NCCL
-#include "dendrite/comm/nccl/nccl_communicator.h"
-#endif
+#include "dendrite/backend/cuda/transport_choice.h"
 #include "dendrite/core/check.h"
-#include "dendrite/core/rng.h"
 
 namespace dendrite {
-
-int cuda_device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();  // no driver or no device: clear the error, report none
-    return 0;
-  }
-  return n;
-}
 
 namespace {
 
 using cuda::check_cuda;
-
-// Bytes for a message: "512 bytes", "3.0 KiB", "40.0 MiB", "139.8 GiB".
-std::string bytes_text(size_t bytes) {
-  if (bytes < 1024) return str(bytes, " bytes");
-  const char* unit[] = {"KiB", "MiB", "GiB"};
-  double v = double(bytes) / 1024;
-  int u = 0;
-  while (v >= 1024 && u < 2) v /= 1024, ++u;
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f %s", v, unit[u]);
-  return text;
-}
 
 // The two operands of one product are of one type.
 bool both_bf16(Operand a, Operand b, const char* op) {
@@ -62,44 +40,17 @@ const void* ptr(Operand o) {
   return o.is_bf16() ? static_cast<const void*>(o.b16) : static_cast<const void*>(o.f32);
 }
 
-// Device memory shared by nobody: the staged transport moves its ranges.
-class DeviceArray final : public SharedArray {
- public:
-  DeviceArray(Backend& be, int64_t n, DType t) : be_(be) {
-    n_ = n;
-    dtype_ = t;
-    bytes_ = static_cast<std::byte*>(be.allocate(std::max<size_t>(1, size_t(n) * dtype_size(t))));
-  }
-  ~DeviceArray() override { be_.release(bytes_); }
-  bool shared() const override { return false; }
-
- private:
-  Backend& be_;
-};
-
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(const BackendOptions& o) : gemm_(nullptr) {
-    const int count = cuda_device_count();
-    DENDRITE_CHECK(count > 0, "device: --device cuda, but no CUDA GPU is visible here ",
-                   "(cudaGetDeviceCount found none: no GPU, no driver, or CUDA_VISIBLE_DEVICES ",
-                   "hides them); run with --device cpu");
-    // Ranks beyond the node's GPUs share them (the staged transport: tests
-    // of any grid on one GPU); one rank per GPU is the fast way.
-    device_ = o.node_rank % count;
-    gpu_shared_by_ = (std::max(o.node_ranks, 1) + count - 1 - device_) / count;
-    node_gpus_ = count;
-    transport_choice_ = o.transport;
-    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
-    cudaDeviceProp p{};
-    check_cuda(cudaGetDeviceProperties(&p, device_), "cudaGetDeviceProperties");
-    name_ = p.name;
-    total_ = p.totalGlobalMem;
+  explicit CudaBackend(const BackendOptions& o)
+      : gpu_(cuda::choose_device(o)), transports_(o.transport), gemm_(nullptr) {
+    total_ = gpu_.total_bytes;
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     for (cudaEvent_t& e : events_)
       check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
     gemm_ = std::make_unique<cuda::Gemm>(o.tf32);
-    allocated_ = peak_ = gemm_->workspace_bytes();  // counted with what the run holds
+    // Counted with what the run holds.
+    memory_ = std::make_unique<cuda::DeviceMemory>(gemm_->workspace_bytes());
     tf32_ = o.tf32;
     scratch_ = allocate(cuda::kScratchBytes);
     staging_ = std::make_unique<cuda::PinnedStaging>(kStagingBytes);
@@ -117,86 +68,32 @@ class CudaBackend final : public Backend {
 
   Device device() const override { return Device::kCuda; }
   std::string describe() const override {
-    return str("cuda:", device_, " (", name_, ", ", total_ >> 20, " MiB; fp32 GEMMs ",
+    return str("cuda:", gpu_.device, " (", gpu_.name, ", ", total_ >> 20, " MiB; fp32 GEMMs ",
                tf32_ ? "in TF32" : "in full fp32",
-               gpu_shared_by_ > 1 ? str("; shared by ", gpu_shared_by_, " ranks") : std::string(),
-               transports_.empty() ? ""
-               : on_streams_       ? "; collectives over NCCL"
-                                   : "; collectives staged through host memory",
+               gpu_.shared_by > 1 ? str("; shared by ", gpu_.shared_by, " ranks") : std::string(),
+               !transports_.made()        ? ""
+               : transports_.on_streams() ? "; collectives over NCCL"
+                                          : "; collectives staged through host memory",
                ")");
   }
-  // NCCL or the staged transport, the same on every rank (an NCCL
-  // communicator is made by all of its ranks together). Collective over world.
+  // NCCL or the staged transport, the same on every rank (transport_choice.h).
+  // Collective over world.
   Communicator& transport(Communicator& world) override {
-    const std::string refusal = nccl_refusal();
-    double able = refusal.empty() ? 1 : 0;
-    world.all_reduce(&able, 1);  // the ranks that can run NCCL
-    const bool everyone = int(able) == world.size();
-    if (transport_choice_ == GpuTransport::kNccl)
-      DENDRITE_CHECK(everyone, "device: the NCCL transport was asked for (DENDRITE_GPU_TRANSPORT=",
-                     "nccl), but ", refusal.empty() ? "another rank" : "this rank", " cannot use ",
-                     "it", refusal.empty() ? "" : ": " + refusal,
-                     "; unset DENDRITE_GPU_TRANSPORT to fall back to the staged transport");
-#ifdef DENDRITE_HAVE_NCCL
-    if (everyone && transport_choice_ != GpuTransport::kStaged) {
-      NcclDevice dev;
-      dev.memory = this;
-      dev.compute_stream = stream_;
-      dev.device = device_;
-      dev.groups_of_one = transport_choice_ == GpuTransport::kNccl;
-      transports_.push_back(make_nccl_communicator(world, dev));
-      on_streams_ = true;
-      return *transports_.back();
-    }
-#endif
-    transports_.push_back(std::make_unique<cuda::StagedCommunicator>(world, *this));
-    return *transports_.back();
+    return transports_.make(world, *this, stream_, gpu_);
   }
-  bool transport_on_streams() const override { return on_streams_; }
-  int64_t device_bytes() const override { return int64_t(allocated_); }
-  int64_t device_peak_bytes() const override { return int64_t(peak_); }
+  bool transport_on_streams() const override { return transports_.on_streams(); }
+  int64_t device_bytes() const override { return int64_t(memory_->bytes()); }
+  int64_t device_peak_bytes() const override { return int64_t(memory_->peak_bytes()); }
   int64_t device_capacity_bytes() const override { return int64_t(total_); }
 
   // ---- memory ----
-  void* allocate(size_t asked) override {
-    // Counted in the 256-byte units cudaMalloc hands out; asked for exactly,
-    // so that the tests' emulator (tests/emulated_cuda) sees a read past the end.
-    const size_t bytes = (std::max<size_t>(asked, 1) + 255) / 256 * 256;
-    void* p = nullptr;
-    const cudaError_t e = cudaMalloc(&p, asked);
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      size_t free = 0, total = 0;
-      cudaMemGetInfo(&free, &total);
-      const char* what = AllocationPurpose::current();
-      fail("cuda: out of device memory", what ? str(" for ", what) : std::string(),
-           ": asked for ", bytes_text(bytes), " with ", bytes_text(free), " free of ",
-           bytes_text(total), " (", bytes_text(allocated_), " held by this run); use a smaller ",
-           "--batch or more --grad-accum micro-batches, a larger z, or --recompute");
-    }
-    check_cuda(cudaMemsetAsync(p, 0, asked, stream_), "cudaMemsetAsync");
-    sizes_.push_back({p, bytes});
-    allocated_ += bytes;
-    peak_ = std::max(peak_, allocated_);
-    return p;
-  }
-  void release(void* p) override {
-    if (!p) return;
-    cudaStreamSynchronize(stream_);  // no kernel may still use it
-    for (size_t i = 0; i < sizes_.size(); ++i)
-      if (sizes_[i].first == p) {
-        allocated_ -= sizes_[i].second;
-        sizes_[i] = sizes_.back();
-        sizes_.pop_back();
-        break;
-      }
-    cudaFree(p);
-  }
+  void* allocate(size_t asked) override { return memory_->allocate(asked, stream_); }
+  void release(void* p) override { memory_->release(p, stream_); }
   void zero(void* p, size_t bytes) override {
     check_cuda(cudaMemsetAsync(p, 0, bytes, stream_), "cudaMemsetAsync");
   }
   std::unique_ptr<SharedArray> allocate_shared(Communicator&, int64_t n, DType t) override {
-    return std::make_unique<DeviceArray>(*this, n, t);
+    return std::make_unique<cuda::DeviceArray>(*this, n, t);
   }
   // Through the pinned ring: no wait (a step's ids and weights); larger ones
   // (parameters at load) from pageable memory, waiting for the copy.
@@ -303,25 +200,7 @@ class CudaBackend final : public Backend {
   std::vector<ops::GemmChoice> gemm_choices() const override { return {}; }
   double gemm_tuning_seconds() const override { return 0; }
   double peak_gflops(Precision p, int, double seconds) override {
-    // Square products, timed with events: the rate MFU divides by. A GPU
-    // reaches its peak on large products (8192); the size doubles from 256
-    // while the next one (8 times the work of the last, measured) would run
-    // several times in `seconds` and three operands fit in a quarter of the
-    // free memory (a slow device, as the tests' emulator, stays small).
-    const bool low = p == Precision::kBF16;
-    const size_t elem = low ? 2 : 4;
-    size_t free = 0, total = 0;
-    check_cuda(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
-    int n = kProbeSize;
-    double last_ms = time_square_products(n, low, 0).ms_per_product;
-    while (n < 8192) {
-      const double next = 2.0 * n;
-      if (8 * last_ms > seconds * 1e3 / 5 || next * next * double(2 * elem + 4) > double(free) / 4)
-        break;
-      n *= 2;
-      last_ms = time_square_products(n, low, 0).ms_per_product;
-    }
-    return time_square_products(n, low, seconds).gflops;
+    return cuda::gemm_peak_gflops(*this, *gemm_, stream_, p, seconds);  // gemm_peak.h
   }
 
   // ---- norms ----
@@ -533,75 +412,15 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
 
  private:
-  // Why this rank cannot use NCCL ("" when it can).
-  std::string nccl_refusal() const {
-#ifdef DENDRITE_HAVE_NCCL
-    if (gpu_shared_by_ > 1)
-      return str(gpu_shared_by_, " ranks share GPU ", device_, " of this node's ", node_gpus_,
-                 " (NCCL needs a GPU per rank; run one rank per GPU)");
-    return "";
-#else
-    return "this build has no NCCL (CMake found no nccl.h and libnccl beside the CUDA toolkit)";
-#endif
-  }
-
-  static constexpr int kProbeSize = 256;
-  struct SquareTiming {
-    double gflops = 0, ms_per_product = 0;
-  };
-  // n x n products on random operands (products of zeros run faster than
-  // real data): one to warm up (the plan, the clocks), then batches of five
-  // until `seconds` have passed.
-  SquareTiming time_square_products(int n, bool low, double seconds) {
-    const size_t elem = low ? 2 : 4, count = size_t(n) * size_t(n);
-    void* a = allocate(count * elem);
-    void* b = allocate(count * elem);
-    float* c = static_cast<float*>(allocate(count * 4));
-    {
-      std::vector<float> host(count);
-      for (size_t i = 0; i < count; ++i) host[i] = float(random_normal(1, 99, uint64_t(i)));
-      std::vector<bf16> low16(low ? count : 0);
-      for (size_t i = 0; i < low16.size(); ++i) low16[i] = dendrite::to_bf16(host[i]);
-      const void* src = low ? static_cast<const void*>(low16.data()) : host.data();
-      upload(a, src, count * elem);
-      upload(b, src, count * elem);
-    }
-    auto product = [&] {
-      gemm_->run(false, true, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n, low, stream_);
-    };
-    product();
-    cudaEvent_t t0, t1;
-    check_cuda(cudaEventCreate(&t0), "cudaEventCreate");
-    check_cuda(cudaEventCreate(&t1), "cudaEventCreate");
-    int reps = 0;
-    float ms = 0;
-    check_cuda(cudaEventRecord(t0, stream_), "cudaEventRecord");
-    do {
-      for (int i = 0; i < 5; ++i, ++reps) product();
-      check_cuda(cudaEventRecord(t1, stream_), "cudaEventRecord");
-      check_cuda(cudaEventSynchronize(t1), "cudaEventSynchronize (GEMM peak)");
-      check_cuda(cudaEventElapsedTime(&ms, t0, t1), "cudaEventElapsedTime");
-    } while (ms < seconds * 1e3 && reps < 1000);
-    cudaEventDestroy(t0);
-    cudaEventDestroy(t1);
-    release(a);
-    release(b);
-    release(c);
-    const double s = std::max(double(ms), 1e-6) * 1e-3;
-    return {2.0 * double(n) * n * n * reps / s / 1e9, double(ms) / reps};
-  }
-
   void synchronize(const char* after) {
     const cudaError_t e = cudaStreamSynchronize(stream_);
     DENDRITE_CHECK(e == cudaSuccess, "cuda: a kernel before the ", after,
                    " failed: ", cuda::error_text(e));
   }
 
-  int device_ = 0, node_gpus_ = 1, gpu_shared_by_ = 1;
-  GpuTransport transport_choice_ = GpuTransport::kAuto;
-  bool on_streams_ = false;  // the transport is NCCL's
-  std::string name_;
-  size_t total_ = 0;
+  cuda::DeviceChoice gpu_;
+  cuda::TransportChoice transports_;
+  size_t total_ = 0;  // the GPU's memory
   bool tf32_ = true;
   cudaStream_t stream_ = nullptr;
   std::array<cudaEvent_t, 64> events_{};
@@ -612,14 +431,12 @@ class CudaBackend final : public Backend {
   size_t attention_scratch_bytes_ = 0;
   static constexpr size_t kStagingBytes = size_t(8) << 20;
   std::unique_ptr<cuda::PinnedStaging> staging_;
-  std::vector<std::pair<void*, size_t>> sizes_;  // live allocations
-  size_t allocated_ = 0, peak_ = 0;
-  std::vector<std::unique_ptr<Communicator>> transports_;
+  std::unique_ptr<cuda::DeviceMemory> memory_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options) {
+std::unique_ptr<Backend> cuda::make_backend(const BackendOptions& options) {
   return std::make_unique<CudaBackend>(options);
 }
 

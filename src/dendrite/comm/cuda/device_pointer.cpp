@@ -5,7 +5,7 @@
 
 #include "dendrite/core/check.h"
 
-namespace dendrite {
+namespace dendrite::cuda {
 
 bool is_device_pointer(const void* p) {
   if (!p) return false;
@@ -26,4 +26,4 @@ bool is_device_pointer(const void* p) {
   return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
-}  // namespace dendrite
+}  // namespace dendrite::cuda

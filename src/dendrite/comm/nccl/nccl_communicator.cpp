@@ -1,5 +1,6 @@
-// The NCCL transport (nccl_communicator.h): the communicator, its pending
-// collectives (event waits), and the watchdog thread that follows them.
+// The NCCL transport (nccl_communicator.h): the communicator and its pending
+// collectives (event waits); the watchdog thread that follows them is
+// nccl_watchdog.cpp.
 #include "dendrite/comm/nccl/nccl_communicator.h"
 
 #include <cuda_runtime.h>
@@ -8,41 +9,27 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
-#include <cmath>
-#include <condition_variable>
 #include <cstdlib>
-#include <deque>
 #include <exception>
 #include <functional>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 #include "dendrite/comm/cuda/device_pointer.h"
 #include "dendrite/comm/nccl/accumulate.h"
+#include "dendrite/comm/nccl/nccl_op.h"
+#include "dendrite/comm/nccl/nccl_watchdog.h"
 #include "dendrite/comm/self_communicator.h"
 #include "dendrite/core/check.h"
 #include "dendrite/core/log.h"
 
 namespace dendrite {
 
-bool nccl_built() { return true; }
-
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using nccl::check_cuda;
+using nccl::Op;
 
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-void check_cuda(cudaError_t e, const char* call, const std::string& where) {
-  DENDRITE_CHECK(e == cudaSuccess, "nccl transport (", where, "): ", call,
-                 " failed: ", cudaGetErrorString(e));
-}
-
-bool on_device(const void* p) { return is_device_pointer(p); }
+bool on_device(const void* p) { return cuda::is_device_pointer(p); }
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
@@ -56,40 +43,6 @@ ncclDataType_t nccl_type(DType t) {
       return ncclBfloat16;
   }
   return ncclFloat32;
-}
-
-// One collective in flight: its events on the axis stream (start, done) and
-// on the compute stream (the stretch the compute stream stood waiting).
-struct Op {
-  Collective kind = Collective::kAllReduce;
-  int64_t bytes = 0;
-  cudaEvent_t ready = nullptr, start = nullptr, done = nullptr;
-  cudaEvent_t wait_begin = nullptr, wait_end = nullptr;
-  // The compute stream's wait is issued (wait_* recorded): set by the caller's
-  // thread after recording, read by the watchdog's.
-  std::atomic<bool> waited{false};
-  // When the watchdog first saw its axis stream start it (watchdog only).
-  bool started = false;
-  Clock::time_point started_at{};
-  Op() {
-    for (cudaEvent_t* e : {&ready, &start, &done, &wait_begin, &wait_end})
-      check_cuda(cudaEventCreate(e), "cudaEventCreate", "event");
-  }
-  ~Op() {
-    for (cudaEvent_t e : {ready, start, done, wait_begin, wait_end}) cudaEventDestroy(e);
-  }
-  Op(const Op&) = delete;
-  Op& operator=(const Op&) = delete;
-};
-
-// Elapsed seconds between two completed events.
-double elapsed(cudaEvent_t a, cudaEvent_t b) {
-  float ms = 0;
-  if (cudaEventElapsedTime(&ms, a, b) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return std::max(0.0f, ms) * 1e-3;
 }
 
 // A device array no peer reads in place: the collectives move its ranges.
@@ -106,37 +59,6 @@ class DeviceArray final : public SharedArray {
 
  private:
   Allocator& memory_;
-};
-
-}  // namespace
-
-class NcclCommunicator;
-
-// Follows the collectives of one communicator until their events complete;
-// folds their times into the counters and ends the job on a timeout or an
-// asynchronous NCCL error.
-class NcclWatchdog {
- public:
-  explicit NcclWatchdog(NcclCommunicator& c);
-  ~NcclWatchdog();
-  void follow(std::shared_ptr<Op> op);
-  // Adds the times folded so far into s; zeroes them when `reset`.
-  void fold_into(CommStats& s, bool reset);
-
- private:
-  void run();
-  bool settle(Op& op);  // true once every event of op that counts has completed
-  [[noreturn]] void fail(const std::string& why);
-
-  NcclCommunicator& comm_;
-  std::mutex mu_;
-  std::condition_variable wake_;
-  std::deque<std::shared_ptr<Op>> ops_;
-  double total_[static_cast<int>(Collective::kCount)] = {};
-  double exposed_[static_cast<int>(Collective::kCount)] = {};
-  double queued_[static_cast<int>(Collective::kCount)] = {};
-  bool stop_ = false;
-  std::thread thread_;
 };
 
 class NcclCommunicator final : public Communicator {
@@ -302,10 +224,8 @@ class NcclCommunicator final : public Communicator {
     check_cuda(cudaEventRecord(op.wait_end, compute), "cudaEventRecord", name_);
     op.waited.store(true, std::memory_order_release);
   }
-  // What the watchdog thread reads.
+  // The NCCL communicator, for another thread (a request's abort_job).
   ncclComm_t nccl() const { return watched_comm_.load(); }
-  double watched_timeout() const { return watched_timeout_.load(); }
-  int device() const { return dev_.device; }
 
  private:
   // Where a collective's buffers are: both on the device (NCCL), both on the
@@ -359,7 +279,8 @@ class NcclCommunicator final : public Communicator {
     if (!stream_) {  // the first device collective: the axis stream and its watchdog
       check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate",
                  name_);
-      watchdog_ = std::make_unique<NcclWatchdog>(*this);
+      watchdog_ =
+          std::make_unique<nccl::Watchdog>(*this, dev_.device, watched_comm_, watched_timeout_);
     }
     if (comm_ || (size() == 1 && !dev_.groups_of_one)) return;
     ncclUniqueId id{};
@@ -484,17 +405,16 @@ class NcclCommunicator final : public Communicator {
   NcclDevice dev_;
   cudaStream_t stream_ = nullptr;
   ncclComm_t comm_ = nullptr;
+  // What the watchdog thread reads: comm_ and the timeout.
   std::atomic<ncclComm_t> watched_comm_{nullptr};
   std::atomic<double> watched_timeout_{0};
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
-  std::unique_ptr<NcclWatchdog> watchdog_;
+  std::unique_ptr<nccl::Watchdog> watchdog_;
   std::vector<std::byte> stage_in_, stage_out_;  // host staging of mixed collectives
   mutable CommStats merged_;                     // what stats() returns: rebuilt at each call
   CommStats setup_;  // what the inner communicator counted for the unique id's broadcast
 };
-
-namespace {
 
 // A posted device collective: waiting is an event wait on the compute stream.
 class NcclRequest final : public Request::Impl {
@@ -526,114 +446,16 @@ class NcclRequest final : public Request::Impl {
   std::shared_ptr<Op> op_;
 };
 
-}  // namespace
-
 Request NcclCommunicator::request(std::shared_ptr<Op> op) {
   if (!op) return Request();  // a local group's copy, already on the compute stream
   return Request(std::make_unique<NcclRequest>(*this, std::move(op)));
 }
 
-NcclWatchdog::NcclWatchdog(NcclCommunicator& c) : comm_(c), thread_([this] { run(); }) {}
+}  // namespace
 
-NcclWatchdog::~NcclWatchdog() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  wake_.notify_all();
-  thread_.join();
-}
-
-void NcclWatchdog::follow(std::shared_ptr<Op> op) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ops_.push_back(std::move(op));
-  }
-  wake_.notify_all();
-}
-
-void NcclWatchdog::fold_into(CommStats& s, bool reset) {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (int k = 0; k < static_cast<int>(Collective::kCount); ++k) {
-    s.total_seconds[k] += total_[k];
-    s.exposed_seconds[k] += exposed_[k];
-    s.queued_seconds[k] += queued_[k];
-    s.wait_seconds += exposed_[k];
-    if (reset) total_[k] = exposed_[k] = queued_[k] = 0;
-  }
-}
-
-// Called with mu_ held. An op counts once its collective is done and, when
-// the compute stream has been told to wait for it, that wait has ended too.
-bool NcclWatchdog::settle(Op& op) {
-  if (cudaEventQuery(op.done) != cudaSuccess) return false;
-  if (!op.waited.load(std::memory_order_acquire)) return false;  // not waited for yet
-  if (cudaEventQuery(op.wait_end) != cudaSuccess) return false;
-  if (comm_.size() == 1) return true;  // a group of one times no collective, as it counts none
-  const int k = static_cast<int>(op.kind);
-  total_[k] += elapsed(op.start, op.done);
-  // From the moment its inputs were ready (the compute stream reached the
-  // post) until its axis stream started it: the collectives ahead of it there.
-  queued_[k] += std::max(0.0, elapsed(op.ready, op.start));
-  // A blocking call's compute stream waits from the post on (ready); a
-  // posted one's from its wait().
-  exposed_[k] += elapsed(op.wait_begin, op.wait_end);
-  return true;
-}
-
-void NcclWatchdog::run() {
-  cudaSetDevice(comm_.device());
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stop_ || !ops_.empty()) {
-    if (ops_.empty()) {
-      wake_.wait(lock, [this] { return stop_ || !ops_.empty(); });
-      continue;
-    }
-    std::erase_if(ops_, [this](const std::shared_ptr<Op>& op) { return settle(*op); });
-    if (comm_.nccl()) {
-      ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(comm_.nccl(), &async);
-      if (async != ncclSuccess && async != ncclInProgress)
-        fail(str("NCCL reported an asynchronous error on grid axis ", comm_.name(), " (",
-                 comm_.size(), " ranks): ", ncclGetErrorString(async)));
-    }
-    // A collective is timed from when its axis stream started it: before
-    // that it waits for the compute stream or for the collectives ahead of
-    // it on its stream, and the one that waits for a peer is among those.
-    const double timeout = comm_.watched_timeout();
-    for (const std::shared_ptr<Op>& op : ops_) {
-      if (cudaEventQuery(op->done) == cudaSuccess) continue;
-      if (!op->started) {
-        if (cudaEventQuery(op->start) != cudaSuccess) continue;
-        op->started = true;
-        op->started_at = Clock::now();
-      }
-      const double waited = seconds_since(op->started_at);
-      if (timeout > 0 && waited >= timeout)
-        fail(str(collective_name(op->kind), " of ", op->bytes, " bytes on grid axis ",
-                 comm_.name(), " (", comm_.size(), " ranks, NCCL) did not complete after ",
-                 std::round(waited * 10) / 10, " s (--timeout ", timeout,
-                 "): a rank of this group is stuck or dead; see the other ranks' errors, or ",
-                 "raise --timeout if a step takes that long"));
-    }
-    if (stop_) {  // the communicator is going away: its stream was synchronised
-      ops_.clear();
-      break;
-    }
-    wake_.wait_for(lock, std::chrono::milliseconds(20));
-  }
-}
-
-void NcclWatchdog::fail(const std::string& why) {
-  log_error(str("error: nccl watchdog: ", why, "; aborting the job"));
-  if (comm_.nccl()) ncclCommAbort(comm_.nccl());
-  MPI_Abort(MPI_COMM_WORLD, 1);
-  std::abort();
-}
-
-std::unique_ptr<Communicator> make_nccl_communicator(Communicator& world, const NcclDevice& dev) {
+std::unique_ptr<Communicator> nccl::make_communicator(Communicator& world, const NcclDevice& dev) {
   DENDRITE_CHECK(dev.memory && dev.compute_stream,
-                 "make_nccl_communicator: pass the backend's memory and compute stream");
+                 "nccl::make_communicator: pass the backend's memory and compute stream");
   return std::make_unique<NcclCommunicator>(nullptr, &world, dev);
 }
 

@@ -22,11 +22,12 @@
 // grid's axes of extent 1) makes no NCCL communicator unless asked to
 // (NcclDevice::groups_of_one): its copies run on the compute stream itself.
 //
-// The watchdog: a thread per communicator follows every collective in flight
-// through its CUDA events; one that has not finished `timeout()` seconds
-// after it was posted, or an asynchronous NCCL error, prints the rank, the
-// collective, the group and the time, aborts the NCCL communicator (which
-// ends its kernels) and the whole job (MPI_Abort), as the CPU path does.
+// The watchdog (nccl_watchdog.h): a thread per communicator follows every
+// collective in flight through its CUDA events; one that has not finished
+// `timeout()` seconds after its axis stream started it, or an asynchronous
+// NCCL error, prints the rank, the collective, the group and the time,
+// aborts the NCCL communicator (which ends its kernels) and the whole job
+// (MPI_Abort), as the CPU path does.
 //
 // The counters: bytes and calls as every communicator counts them (so the
 // planner's closed-form volume still agrees to the byte); per kind, total is
@@ -55,12 +56,11 @@ struct NcclDevice {
   bool groups_of_one = false;
 };
 
-// Whether this build has the NCCL transport.
-bool nccl_built();
-
 // The transport over `world` (MPI, or the group of one), which the caller
 // keeps alive. Collective at connect() and at its first device collective;
 // until then it touches no GPU (its host collectives are world's).
-std::unique_ptr<Communicator> make_nccl_communicator(Communicator& world, const NcclDevice& dev);
+namespace nccl {
+std::unique_ptr<Communicator> make_communicator(Communicator& world, const NcclDevice& dev);
+}  // namespace nccl
 
 }  // namespace dendrite

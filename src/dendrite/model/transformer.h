@@ -233,6 +233,11 @@ class Transformer {
   void head_norm_backward(float* dx, const float* dy, const float* x, const float* rstd, int rows,
                           const ParamSpec& gain);
   // One linear layer's part of a backward.
+  struct LinearGrad;
+  // A layer's part given its output gradient dy [m, out_local]: under bf16
+  // precision dy is rounded into low with the bias gradient summed in that pass.
+  LinearGrad grad_of(const ParallelLinear& layer, const float* dy, Buffer<bf16>& low, Operand x,
+                     int m);
   struct LinearGrad {
     const ParallelLinear* layer = nullptr;  // null: none (gate of GPT-2)
     const float* dy_f32 = nullptr;          // [m, out_local] (its bias gradient)

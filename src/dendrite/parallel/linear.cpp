@@ -114,8 +114,16 @@ void ParallelLinear::weight_gradient(const float* dy_f32, Operand dy, Operand x,
     weight_product_polled(*be_, dw, dy, x, m, in_, out_, direct, *pending);
   else
     be_->linear_backward_weight(dw, dy, x, m, in_, out_, direct);
-  if (db) be_->add_column_sums(db, dy_f32, m, out_);
+  if (db && dy_f32) be_->add_column_sums(db, dy_f32, m, out_);
   if (!direct) stream.reduce_scatter(*w_, grads);
+}
+
+Operand ParallelLinear::dy_bf16(bf16* low, const float* dy, int m, float* grads) const {
+  if (b_)
+    be_->to_bf16_column_sums(low, grads + b_->offset, dy, m, out_);
+  else
+    be_->to_bf16(low, dy, int64_t(m) * out_);
+  return low;
 }
 
 }  // namespace dendrite

@@ -61,11 +61,15 @@ class ParallelLinear {
   //    for the request before reading dx), else summed before returning;
   Request sum_input_gradient(float* dx, int m) const;
   // 3. dW = dy^T x reduce-scattered over Z into grads (through the stream),
-  //    db += the row sums of dy_f32 (dy in fp32, whatever the operand's type).
+  //    db += the row sums of dy_f32 (dy in fp32, whatever the operand's type;
+  //    null where dy_bf16 below summed them already).
   //    `pending`, when it moves only when polled (an MPI request), is polled
   //    between row blocks of the product.
   void weight_gradient(const float* dy_f32, Operand dy, Operand x, int m, float* grads,
                        WeightStream& stream, Request* pending = nullptr) const;
+  // dy [m, out_local] rounded into low as the bf16 operand of steps 1 and 3,
+  // with db += its row sums in the same pass (then weight_gradient takes no dy_f32).
+  Operand dy_bf16(bf16* low, const float* dy, int m, float* grads) const;
   // Whether the backward axis has peers (else step 2 has nothing to sum).
   bool sums_input() const { return bwd_->size() > 1; }
 

@@ -127,6 +127,11 @@ class CpuBackend final : public Backend {
                        float eps) override {
     ops::layernorm_apply(y, mean, rstd, sums, x, gamma, beta, m, c, c_total, eps);
   }
+  void layernorm_apply_bf16(bf16* y_bf16, float* y, float* mean, float* rstd, const double* sums,
+                            const float* x, const float* gamma, const float* beta, int m, int c,
+                            int c_total, float eps) override {
+    ops::layernorm_apply_bf16(y_bf16, y, mean, rstd, sums, x, gamma, beta, m, c, c_total, eps);
+  }
   void layernorm_backward_sums(double* sums, const float* dy, const float* x, const float* mean,
                                const float* rstd, const float* gamma, int m, int c) override {
     ops::layernorm_backward_sums(sums, dy, x, mean, rstd, gamma, m, c);
@@ -137,6 +142,13 @@ class CpuBackend final : public Backend {
                                 int c_total) override {
     ops::layernorm_backward_apply(dx, dgamma, dbeta, sums, dy, x, mean, rstd, gamma, m, c,
                                   c_total);
+  }
+  void layernorm_backward_apply_add(float* dres, float* scratch, float* dgamma, float* dbeta,
+                                    const double* sums, const float* dy, const float* x,
+                                    const float* mean, const float* rstd, const float* gamma, int m,
+                                    int c, int c_total) override {
+    ops::layernorm_backward_apply_add(dres, scratch, dgamma, dbeta, sums, dy, x, mean, rstd, gamma,
+                                      m, c, c_total);
   }
   void rmsnorm_row_sums(double* sums, const float* x, int m, int c) override {
     ops::rmsnorm_row_sums(sums, x, m, c);
@@ -203,6 +215,9 @@ class CpuBackend final : public Backend {
   // ---- conversions ----
   void to_bf16(bf16* out, const float* in, int64_t n) override { ops::to_bf16(out, in, n); }
   void to_float(float* out, const bf16* in, int64_t n) override { ops::to_float(out, in, n); }
+  void to_bf16_column_sums(bf16* out, float* db, const float* in, int m, int n) override {
+    ops::to_bf16_column_sums(out, db, in, m, n);
+  }
 
   // ---- loss ----
   void ce_local_stats(float* stats, const float* logits, const int32_t* targets,
@@ -216,6 +231,11 @@ class CpuBackend final : public Backend {
   void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const float* weight,
                   double denominator, int rows, int Vloc, int v0, int V) override {
     ops::ce_dlogits(logits, lse, targets, weight, denominator, rows, Vloc, v0, V);
+  }
+  void ce_dlogits_bf16(bf16* dlogits, float* logits, const float* lse, const int32_t* targets,
+                       const float* weight, double denominator, int rows, int Vloc, int v0,
+                       int V) override {
+    ops::ce_dlogits_bf16(dlogits, logits, lse, targets, weight, denominator, rows, Vloc, v0, V);
   }
 
   // ---- embeddings ----

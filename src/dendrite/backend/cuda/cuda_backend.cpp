@@ -333,6 +333,12 @@ class CudaBackend final : public Backend {
                        float eps) override {
     cuda::layernorm_apply(y, mean, rstd, sums, x, gamma, beta, m, c, c_total, eps, stream_);
   }
+  void layernorm_apply_bf16(bf16* y_bf16, float*, float* mean, float* rstd, const double* sums,
+                            const float* x, const float* gamma, const float* beta, int m, int c,
+                            int c_total, float eps) override {
+    cuda::layernorm_apply_bf16(y_bf16, mean, rstd, sums, x, gamma, beta, m, c, c_total, eps,
+                               stream_);
+  }
   void layernorm_backward_sums(double* sums, const float* dy, const float* x, const float* mean,
                                const float* rstd, const float* gamma, int m, int c) override {
     cuda::layernorm_backward_sums(sums, dy, x, mean, rstd, gamma, m, c, stream_);
@@ -341,8 +347,15 @@ class CudaBackend final : public Backend {
                                 const float* dy, const float* x, const float* mean,
                                 const float* rstd, const float* gamma, int m, int c,
                                 int c_total) override {
-    cuda::layernorm_backward_apply(dx, dgamma, dbeta, sums, dy, x, mean, rstd, gamma, m, c, c_total,
-                                   scratch_, stream_);
+    cuda::layernorm_backward_apply(dx, false, dgamma, dbeta, sums, dy, x, mean, rstd, gamma, m, c,
+                                   c_total, scratch_, stream_);
+  }
+  void layernorm_backward_apply_add(float* dres, float*, float* dgamma, float* dbeta,
+                                    const double* sums, const float* dy, const float* x,
+                                    const float* mean, const float* rstd, const float* gamma, int m,
+                                    int c, int c_total) override {
+    cuda::layernorm_backward_apply(dres, true, dgamma, dbeta, sums, dy, x, mean, rstd, gamma, m, c,
+                                   c_total, scratch_, stream_);
   }
   void rmsnorm_row_sums(double* sums, const float* x, int m, int c) override {
     cuda::rmsnorm_row_sums(sums, x, m, c, stream_);
@@ -438,6 +451,9 @@ class CudaBackend final : public Backend {
   void to_float(float* out, const bf16* in, int64_t n) override {
     cuda::to_float(out, in, n, stream_);
   }
+  void to_bf16_column_sums(bf16* out, float* db, const float* in, int m, int n) override {
+    cuda::to_bf16_column_sums(out, db, in, m, n, scratch_, stream_);
+  }
 
   // ---- loss ----
   void ce_local_stats(float* stats, const float* logits, const int32_t* targets,
@@ -459,6 +475,12 @@ class CudaBackend final : public Backend {
   void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const float* weight,
                   double denominator, int rows, int Vloc, int v0, int V) override {
     cuda::ce_dlogits(logits, lse, targets, weight, denominator, rows, Vloc, v0, V, stream_);
+  }
+  void ce_dlogits_bf16(bf16* dlogits, float* logits, const float* lse, const int32_t* targets,
+                       const float* weight, double denominator, int rows, int Vloc, int v0,
+                       int V) override {
+    cuda::ce_dlogits_bf16(dlogits, logits, lse, targets, weight, denominator, rows, Vloc, v0, V,
+                          stream_);
   }
 
   // ---- embeddings ----

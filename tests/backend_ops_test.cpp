@@ -275,16 +275,19 @@ TEST_P(BackendOps, LinearForwardWithEpilogues) {
   const int m = 24, k = 64;
   for (int n : {40, 36})
     for (bool low : {false, true})
-      for (int steps = 0; steps < 8; ++steps) {
-        const bool bias = steps & 1, gelu = steps & 2, out_bf16 = steps & 4;
+      for (int steps = 0; steps < 16; ++steps) {
+        const bool bias = steps & 1, gelu = steps & 2, out_bf16 = steps & 4, plus = steps & 8;
+        if (gelu && plus) continue;  // refused (matmul.h)
         Vf x = randn(m * k, 41), w = randn(n * k, 42, 0.2);
-        const Vf b = randn(n, 43);
+        const Vf b = randn(n, 43), res = randn(m * n, 44);
         if (low) x = widened(rounded(x)), w = widened(rounded(w));
         const Vd bd = to_d(b);
         Vd y(m * n), pre(m * n);
         ref::linear_forward_epilogue(y.data(), pre.data(), to_d(x).data(), to_d(w).data(),
                                      bias ? bd.data() : nullptr, gelu, m, k, n);
-        Buffer<float> Xf = put(x), Wf = put(w), Bb = put(b);
+        if (plus)
+          for (int i = 0; i < m * n; ++i) y[i] += res[i];
+        Buffer<float> Xf = put(x), Wf = put(w), Bb = put(b), Res = put(res);
         Buffer<bf16> Xh = put(rounded(x)), Wh = put(rounded(w));
         Buffer<float> Y = zeros<float>(m * n), P = zeros<float>(m * n);
         Buffer<bf16> Yh = zeros<bf16>(m * n);
@@ -293,6 +296,7 @@ TEST_P(BackendOps, LinearForwardWithEpilogues) {
         e.gelu = gelu;
         e.pre_gelu = gelu ? P.data() : nullptr;
         e.y_bf16 = out_bf16 ? Yh.data() : nullptr;
+        e.residual = plus ? Res.data() : nullptr;
         // On the emulator the bias (and the GELU after it, where n allows)
         // runs inside cuBLASLt's product: an add_bias kernel would fault.
         const bool bias_fused = GetParam().emulated && bias && (!gelu || n % 8 == 0);
@@ -300,8 +304,9 @@ TEST_P(BackendOps, LinearForwardWithEpilogues) {
         be().linear_forward_fused(Y.data(), low ? Operand(Xh.data()) : Operand(Xf.data()),
                                   low ? Operand(Wh.data()) : Operand(Wf.data()), m, k, n, e);
         if (bias_fused) emu::fault_next_launch("");  // disarmed, had it not fired
-        const std::string p = str(low ? " bf16" : " fp32", " n", n, bias ? " +bias" : "",
-                                  gelu ? " +gelu" : "", out_bf16 ? " ->bf16" : "");
+        const std::string p =
+            str(low ? " bf16" : " fp32", " n", n, bias ? " +bias" : "", gelu ? " +gelu" : "",
+                plus ? " +residual" : "", out_bf16 ? " ->bf16" : "");
         if (out_bf16)
           expect_close(widened(get(Yh)), y, 4e-3, "linear epilogue y_bf16" + p);
         else

@@ -92,6 +92,8 @@ void expect_products(const json& e) {
     std::array<int64_t, 3> want{};  // cuBLASLt's m, n, k
     bool accumulate = false;
     if (op == "linear_forward" || op == "linear_forward_fused") want = {n, m, k};
+    // A residual added in the product is cuBLASLt's C, read with beta 1.
+    if (op == "linear_forward_fused") accumulate = a["residual"] == 1;
     if (op == "linear_backward_input") want = {k, m, n}, accumulate = a["accumulate"] == 1;
     if (op == "linear_backward_input_dgelu") want = {k, m, n};
     if (op == "linear_backward_weight") want = {k, n, m}, accumulate = a["accumulate"] == 1;

@@ -92,6 +92,7 @@ class CountingBackend final : public Backend {
                                                         {"w_bf16", double(w.is_bf16())},
                                                         {"bias", double(e.bias != nullptr)},
                                                         {"gelu", double(e.gelu)},
+                                                        {"residual", double(e.residual != nullptr)},
                                                         {"y_bf16", double(e.y_bf16 != nullptr)},
                                                         {"m", double(m)},
                                                         {"k", double(k)},

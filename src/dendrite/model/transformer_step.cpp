@@ -78,7 +78,6 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
   LayerActs& a = acts(l);
   const float* P = params_->data();
   const int m = B_loc * T;
-  const long mC = long(m) * c_;
   // Where the fp32 outputs go: saved, or (bf16 saves only their rounding) scratch.
   const bool low = low_precision();
   float* n1 = low ? tmp_c_.data() : a.norm1.data();
@@ -129,8 +128,9 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
                           qk_low ? Operand(a.kh.data()) : operand(k, a.kh, long(m) * kvd_),
                           v_low ? Operand(a.vh.data()) : operand(v, a.vh, long(m) * kvd_), s);
   }
-  L.o.forward(tmp_c_.data(), operand(att, a.atth, long(m) * qd_), m, P, stream_);
-  be_.add(a.mid.data(), x, tmp_c_.data(), mC);
+  ops::LinearEpilogue plus_x;  // mid = x + o(att), the residual added in the product
+  plus_x.residual = x;
+  L.o.forward(a.mid.data(), operand(att, a.atth, long(m) * qd_), m, P, stream_, plus_x);
 
   // MLP: [m, C/Gx] -> [m, F/Gy] -> [m, C/Gx]
   L.norm2.forward(n2, a.mean2.data(), a.rstd2.data(), a.mid.data(), m, P, sums_,
@@ -148,8 +148,9 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
   }
   const Operand act_in =
       low && cfg_.gpt2() ? Operand(a.acth.data()) : operand(act, a.acth, long(m) * f_);
-  L.down.forward(tmp_c_.data(), act_in, m, P, stream_);
-  be_.add(out, a.mid.data(), tmp_c_.data(), mC);
+  ops::LinearEpilogue plus_mid;  // out = mid + down(act)
+  plus_mid.residual = a.mid.data();
+  L.down.forward(out, act_in, m, P, stream_, plus_mid);
 }
 
 // dres [m, C/Gx] holds dLoss/d(output of layer l); on return, dLoss/d(its

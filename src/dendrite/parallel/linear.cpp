@@ -51,6 +51,7 @@ void ParallelLinear::forward(float* y, Operand x, int m, const float* params, We
   const int64_t n = int64_t(m) * out_;
   if (e.bias) be_->add_bias(sum, e.bias, m, out_);
   if (e.gelu) be_->gelu_forward(y, sum, n);
+  if (e.residual) be_->add(y, e.residual, y, n);
   if (e.y_bf16) be_->to_bf16(e.y_bf16, y, n);
 }
 

@@ -209,6 +209,7 @@ namespace {
 void finish_epilogue(float* y, const float* t, int m, int n, const LinearEpilogue& e) {
   const long mn = long(m) * n;
   if (e.gelu) gelu_forward(y, t, mn);
+  if (e.residual) add(y, e.residual, y, mn);
   if (e.y_bf16) to_bf16(e.y_bf16, y, mn);
 }
 

@@ -250,9 +250,10 @@ class CudaBackend final : public Backend {
                             const ops::LinearEpilogue& e) override {
     ops::check_epilogue(e, "linear_forward");
     const bool low = both_bf16(x, w, "linear_forward");
-    const bool bf16_alone = e.y_bf16 && !e.bias && !e.gelu;
+    const bool bf16_alone = e.y_bf16 && !e.bias && !e.gelu && !e.residual;
     cuda::Gemm::Epilogue fused;
     fused.bias = e.bias;
+    fused.residual = e.residual;
     fused.gelu = e.gelu;
     fused.gelu_input = e.pre_gelu;
     fused.out_bf16 = bf16_alone;
@@ -266,6 +267,7 @@ class CudaBackend final : public Backend {
     gemm_->run(false, true, m, n, k, 1.0f, ptr(x), k, ptr(w), k, 0.0f, t, n, low, stream_);
     if (e.bias) cuda::add_bias(t, e.bias, m, n, stream_);
     if (e.gelu) cuda::gelu_forward(y, t, mn, stream_);
+    if (e.residual) cuda::add(y, e.residual, y, mn, stream_);
     if (e.y_bf16) cuda::to_bf16(e.y_bf16, y, mn, stream_);
   }
   void linear_backward_input(float* dx, Operand dy, Operand w, int m, int k, int n,

@@ -183,7 +183,7 @@ const Gemm::Plan& Gemm::plan(const Key& k, const Epilogue& e) {
   cublasLtMatmulPreferenceDestroy(pref);
   // An epilogue cuBLASLt does not offer for this product is no error: its
   // steps run as kernels (run_fused returns false).
-  const bool fused = k.epilogue != CUBLASLT_EPILOGUE_DEFAULT || k.out_bf16;
+  const bool fused = k.epilogue != CUBLASLT_EPILOGUE_DEFAULT || k.out_bf16 || k.residual;
   if (!fused) check(s, "cublasLtMatmulAlgoGetHeuristic");
   DENDRITE_CHECK(fused || found > 0, "cuda: cuBLASLt has no algorithm for the ",
                  k.bf16 ? "bf16" : "fp32", " product ", k.M, "x", k.N, "x", k.K, " (",
@@ -215,26 +215,30 @@ bool Gemm::run_fused(bool trans_a, bool trans_b, int M, int N, int K, const void
   // D's type, a bf16 D needs bf16 operands, and the GELU input's leading
   // dimension is a multiple of 8.
   if (e.out_bf16 && (e.bias || e.gelu || e.dgelu_input || !bf16)) return false;
+  if (e.residual && (e.out_bf16 || e.gelu || e.dgelu_input)) return false;
   if (e.gelu && (!e.gelu_input || N % 8 != 0)) return false;
   if (e.dgelu_input && (e.gelu || e.bias || N % 8 != 0)) return false;
   int epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   if (e.bias) epilogue = CUBLASLT_EPILOGUE_BIAS;
   if (e.gelu) epilogue = e.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
   if (e.dgelu_input) epilogue = CUBLASLT_EPILOGUE_DGELU;
-  const int align = std::min(std::min(alignment(A), alignment(B)), alignment(D));
+  int align = std::min(std::min(alignment(A), alignment(B)), alignment(D));
+  if (e.residual) align = std::min(align, alignment(e.residual));
   int epi_align = 16;
   if (e.bias) epi_align = std::min(epi_align, alignment(e.bias));
   if (e.gelu) epi_align = std::min(epi_align, alignment(e.gelu_input));
   if (e.dgelu_input) epi_align = std::min(epi_align, alignment(e.dgelu_input));
-  Key k{trans_a, trans_b, bf16, false, M, N, K, lda, ldb, N, align};
+  Key k{trans_a, trans_b, bf16, e.residual != nullptr, M, N, K, lda, ldb, N, align};
   k.epilogue = epilogue;
   k.out_bf16 = e.out_bf16;
+  k.residual = e.residual != nullptr;
   k.epi_align = epi_align;
   const Plan& p = plan(k, e);
   if (!p.found) return false;
   set_epilogue_pointers(p, k, e);
-  const float alpha = 1.0f, beta = 0.0f;
-  check(cublasLtMatmul(handle_, p.op, &alpha, B, p.b, A, p.a, &beta, D, p.c, D, p.c, &p.algo,
+  const float alpha = 1.0f, beta = e.residual ? 1.0f : 0.0f;
+  const void* C = e.residual ? static_cast<const void*>(e.residual) : D;  // same layout as D
+  check(cublasLtMatmul(handle_, p.op, &alpha, B, p.b, A, p.a, &beta, C, p.c, D, p.c, &p.algo,
                        workspace_, p.workspace, stream),
         "cublasLtMatmul (with an epilogue)");
   return true;
@@ -244,7 +248,7 @@ std::vector<std::string> Gemm::shapes() const {
   std::vector<std::string> out;
   for (const auto& [k, p] : plans_)
     out.push_back(str(k.ta ? "T" : "N", k.tb ? "T" : "N", " ", k.M, "x", k.N, "x", k.K,
-                      k.bf16 ? " bf16" : (tf32_ ? " tf32" : " fp32"),
+                      k.bf16 ? " bf16" : (tf32_ ? " tf32" : " fp32"), k.residual ? " +C" : "",
                       epilogue_name(k.epilogue, k.out_bf16), split_name(p.splits, p.scheme),
                       p.found ? "" : " (no algorithm: kernels)"));
   return out;

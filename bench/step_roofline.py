@@ -154,7 +154,11 @@ KERNELS = {
     # attention: q, k, v read; out and lse written (forward: QK^T and PV); the
     # backward's dq kernel recomputes S and dP and forms dq (3 products), its
     # dk/dv kernel recomputes S and dP and forms dv and dk (4)
-    ("attention_forward", "forward_kernel<D>"): tensor_attention(lambda a: attention(a, 2, 1, 3)),
+    ("attention_forward", "forward_kernel<D, Out>"):
+        tensor_attention(lambda a: attention(a, 2, 1, 3)),
+    # the output written in bf16 (o's operand): half an fp32 output's bytes
+    ("attention_forward_bf16", "forward_kernel<D, Out>"):
+        tensor_attention(lambda a: attention(a, 2, 0.5, 3)),
     ("attention_forward", "forward_kernel<D, In>"):
         tensor_attention(lambda a: attention(a, 2, 1, 3)),
     # the backward's pre-pass: dO (fp32) and O read once; dO in bf16 and

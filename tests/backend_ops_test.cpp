@@ -683,6 +683,23 @@ TEST_P(BackendOps, FusedOpsGiveTheBitsOfTheSeparateOps) {
   be().ce_dlogits_bf16(Dh.data(), Lf.data(), Lse.data(), Tg.data(), Wt.data(), 17.5, rows, Vloc, v0,
                        V);
   EXPECT_TRUE(same_bits(get(Dh), get(Want))) << "ce_dlogits_bf16";
+
+  // attention's output in bf16: 2 sequences of 37 (a partial tile), 4 heads of 16 over 2 kv heads
+  const ops::AttentionShape s{2, 37, 4, 2, 16, 64, 32, 64};
+  const int qkv_rows = s.B * s.T;
+  Buffer<bf16> Q = put(rounded(randn(qkv_rows * s.q_stride, 79))),
+               K = put(rounded(randn(qkv_rows * s.kv_stride, 80))),
+               Vv = put(rounded(randn(qkv_rows * s.kv_stride, 81)));
+  Buffer<float> O = zeros<float>(qkv_rows * s.out_stride),
+                Os = zeros<float>(qkv_rows * s.out_stride), L = zeros<float>(s.B * s.NH * s.T),
+                Ls = zeros<float>(s.B * s.NH * s.T);
+  Buffer<bf16> Oh = zeros<bf16>(qkv_rows * s.out_stride),
+               OWant = zeros<bf16>(qkv_rows * s.out_stride);
+  be().attention_forward(O.data(), L.data(), Q.data(), K.data(), Vv.data(), s);
+  be().to_bf16(OWant.data(), O.data(), int64_t(qkv_rows) * s.out_stride);
+  be().attention_forward_bf16(Oh.data(), Os.data(), Ls.data(), Q.data(), K.data(), Vv.data(), s);
+  EXPECT_TRUE(same_bits(get(Oh), get(OWant))) << "attention_forward_bf16 out";
+  EXPECT_TRUE(same_bits(get(Ls), get(L))) << "attention_forward_bf16 lse";
 }
 
 TEST_P(BackendOps, CrossEntropyPiecesMatchTheSoftmaxLoss) {

@@ -246,6 +246,18 @@ class CountingBackend final : public Backend {
                                                      {"hs", double(s.hs)}});
     inner_->attention_forward(out, lse, q, k, v, s);
   }
+  void attention_forward_bf16(bf16* out_bf16, float* out, float* lse, Operand q, Operand k,
+                              Operand v, const ops::AttentionShape& s) override {
+    const counters::OpScope op("attention_forward_bf16", {{"q_bf16", double(q.is_bf16())},
+                                                          {"k_bf16", double(k.is_bf16())},
+                                                          {"v_bf16", double(v.is_bf16())},
+                                                          {"B", double(s.B)},
+                                                          {"T", double(s.T)},
+                                                          {"NH", double(s.NH)},
+                                                          {"NKV", double(s.NKV)},
+                                                          {"hs", double(s.hs)}});
+    inner_->attention_forward_bf16(out_bf16, out, lse, q, k, v, s);
+  }
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, Operand out,
                           const float* lse, Operand q, Operand k, Operand v,
                           const ops::AttentionShape& s) override {

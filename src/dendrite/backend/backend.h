@@ -160,6 +160,9 @@ class Backend : public Allocator {
   // ---- attention (ops/attention.h); q, k, v and the saved output as operands ----
   virtual void attention_forward(float* out, float* lse, Operand q, Operand k, Operand v,
                                  const ops::AttentionShape& s) = 0;
+  // out_bf16 = bf16(attention_forward's out), q, k, v in bf16; out is scratch.
+  virtual void attention_forward_bf16(bf16* out_bf16, float* out, float* lse, Operand q, Operand k,
+                                      Operand v, const ops::AttentionShape& s) = 0;
   virtual void attention_backward(float* dq, float* dk, float* dv, const float* dout, Operand out,
                                   const float* lse, Operand q, Operand k, Operand v,
                                   const ops::AttentionShape& s) = 0;

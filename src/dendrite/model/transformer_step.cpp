@@ -123,14 +123,19 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
     be_.attention_cached(att, q, k, v, k_cache_[l].data(), v_cache_[l].data(), s);
   } else {
     const ops::AttentionShape s{B_loc, T, nh_, nkv_, hs_, qd_, kvd_, qd_};
-    be_.attention_forward(att, a.lse.data(),
-                          qk_low ? Operand(a.qh.data()) : operand(q, a.qh, long(m) * qd_),
-                          qk_low ? Operand(a.kh.data()) : operand(k, a.kh, long(m) * kvd_),
-                          v_low ? Operand(a.vh.data()) : operand(v, a.vh, long(m) * kvd_), s);
+    const Operand qo = qk_low ? Operand(a.qh.data()) : operand(q, a.qh, long(m) * qd_);
+    const Operand ko = qk_low ? Operand(a.kh.data()) : operand(k, a.kh, long(m) * kvd_);
+    const Operand vo = v_low ? Operand(a.vh.data()) : operand(v, a.vh, long(m) * kvd_);
+    if (low)  // the output in bf16 alone: o's operand
+      be_.attention_forward_bf16(a.atth.data(), att, a.lse.data(), qo, ko, vo, s);
+    else
+      be_.attention_forward(att, a.lse.data(), qo, ko, vo, s);
   }
+  const Operand att_in =
+      low && !caching ? Operand(a.atth.data()) : operand(att, a.atth, long(m) * qd_);
   ops::LinearEpilogue plus_x;  // mid = x + o(att), the residual added in the product
   plus_x.residual = x;
-  L.o.forward(a.mid.data(), operand(att, a.atth, long(m) * qd_), m, P, stream_, plus_x);
+  L.o.forward(a.mid.data(), att_in, m, P, stream_, plus_x);
 
   // MLP: [m, C/Gx] -> [m, F/Gy] -> [m, C/Gx]
   L.norm2.forward(n2, a.mean2.data(), a.rstd2.data(), a.mid.data(), m, P, sums_,

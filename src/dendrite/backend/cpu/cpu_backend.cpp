@@ -183,6 +183,12 @@ class CpuBackend final : public Backend {
   void add_inplace(float* y, const float* x, long n) override { ops::add_inplace(y, x, n); }
 
   // ---- attention ----
+  void attention_forward_bf16(bf16* out_bf16, float* out, float* lse, Operand q, Operand k,
+                              Operand v, const ops::AttentionShape& s) override {
+    DENDRITE_CHECK(q.is_bf16() && k.is_bf16() && v.is_bf16(),
+                   "attention_forward_bf16: q, k and v must be bf16");
+    ops::attention_forward_bf16(out_bf16, out, lse, q.b16, k.b16, v.b16, s);
+  }
   void attention_forward(float* out, float* lse, Operand q, Operand k, Operand v,
                          const ops::AttentionShape& s) override {
     if (both_bf16(q, k, "attention_forward") && both_bf16(k, v, "attention_forward"))

@@ -406,6 +406,12 @@ class CudaBackend final : public Backend {
     else
       cuda::attention_forward(out, lse, q.f32, k.f32, v.f32, s, stream_);
   }
+  void attention_forward_bf16(bf16* out_bf16, float*, float* lse, Operand q, Operand k, Operand v,
+                              const ops::AttentionShape& s) override {
+    DENDRITE_CHECK(q.is_bf16() && k.is_bf16() && v.is_bf16(),
+                   "attention_forward_bf16: q, k and v must be bf16");
+    cuda::attention_forward(out_bf16, lse, q.b16, k.b16, v.b16, s, stream_);
+  }
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, Operand out,
                           const float* lse, Operand q, Operand k, Operand v,
                           const ops::AttentionShape& s) override {

@@ -109,6 +109,9 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
                        const ops::AttentionShape& s, cudaStream_t stream);
 void attention_forward(float* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
                        const ops::AttentionShape& s, cudaStream_t stream);
+// The output written in bf16 only (ops/attention.h: attention_forward_bf16).
+void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
+                       const ops::AttentionShape& s, cudaStream_t stream);
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
                         const float* lse, const float* q, const float* k, const float* v,
                         const ops::AttentionShape& s, cudaStream_t stream);

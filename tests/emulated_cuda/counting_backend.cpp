@@ -88,15 +88,17 @@ class CountingBackend final : public Backend {
   }
   void linear_forward_fused(float* y, Operand x, Operand w, int m, int k, int n,
                             const ops::LinearEpilogue& e) override {
-    const counters::OpScope op("linear_forward_fused", {{"x_bf16", double(x.is_bf16())},
-                                                        {"w_bf16", double(w.is_bf16())},
-                                                        {"bias", double(e.bias != nullptr)},
-                                                        {"gelu", double(e.gelu)},
-                                                        {"residual", double(e.residual != nullptr)},
-                                                        {"y_bf16", double(e.y_bf16 != nullptr)},
-                                                        {"m", double(m)},
-                                                        {"k", double(k)},
-                                                        {"n", double(n)}});
+    const counters::OpScope op("linear_forward_fused",
+                               {{"x_bf16", double(x.is_bf16())},
+                                {"w_bf16", double(w.is_bf16())},
+                                {"bias", double(e.bias != nullptr)},
+                                {"gelu", double(e.gelu)},
+                                {"residual", double(e.residual != nullptr)},
+                                {"bias_bf16", double(ops::adds_bf16_bias(e))},
+                                {"y_bf16", double(e.y_bf16 != nullptr)},
+                                {"m", double(m)},
+                                {"k", double(k)},
+                                {"n", double(n)}});
     inner_->linear_forward_fused(y, x, w, m, k, n, e);
   }
   void linear_backward_input_dgelu(float* dx, Operand dy, Operand w, const float* gelu_input, int m,

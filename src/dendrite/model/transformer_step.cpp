@@ -52,6 +52,10 @@ void Transformer::forward(const int32_t* inputs, int B_loc, int T, int pass, int
                           bool caching) {
   check_batch(inputs, B_loc, T);
   const Operand stored = stored_params();
+  if (low_precision()) {  // the biases as bf16 epilogues add them
+    const int64_t rb = table_.replicated_begin();
+    be_.to_bf16(replicated_low_.data(), params_->data() + rb, table_.total() - rb);
+  }
   params_fence();
   stream_.begin_pass(pass);
   const int m = B_loc * T;
@@ -97,10 +101,10 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
   const bool v_low = low && !caching, qk_low = v_low && cfg_.gpt2();
   const bool qk_norm = cfg_.qk_norm;
   L.q.forward(qk_norm ? a.qpre.data() : q, h1, m, P, stream_,
-              bf16_output(qk_low ? a.qh.data() : nullptr));
+              bf16_output(L.q, qk_low ? a.qh.data() : nullptr));
   L.k.forward(qk_norm ? a.kpre.data() : k, h1, m, P, stream_,
-              bf16_output(qk_low ? a.kh.data() : nullptr));
-  L.v.forward(v, h1, m, P, stream_, bf16_output(v_low ? a.vh.data() : nullptr));
+              bf16_output(L.k, qk_low ? a.kh.data() : nullptr));
+  L.v.forward(v, h1, m, P, stream_, bf16_output(L.v, v_low ? a.vh.data() : nullptr));
   if (qk_norm) {
     head_norm_forward(q, a.qrstd.data(), a.qpre.data(), m * nh_, *L.q_norm);
     head_norm_forward(k, a.krstd.data(), a.kpre.data(), m * nkv_, *L.k_norm);
@@ -142,7 +146,7 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
                   low ? a.norm2h.data() : nullptr);
   const Operand h2 = saved(a.norm2, a.norm2h);
   if (cfg_.gpt2()) {  // act = gelu(up), keeping up (GELU's input) for the backward
-    ops::LinearEpilogue gelu = bf16_output(low ? a.acth.data() : nullptr);
+    ops::LinearEpilogue gelu = bf16_output(L.up, low ? a.acth.data() : nullptr);
     gelu.gelu = true;
     gelu.pre_gelu = a.up.data();
     L.up.forward(act, h2, m, P, stream_, gelu);

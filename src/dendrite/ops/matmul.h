@@ -78,7 +78,9 @@ void linear_backward_weight(float* dw, const bf16* dy, const bf16* x, int m, int
 // What a linear layer's product does to its output before storing it, in
 // this order (on a GPU, cuBLASLt's epilogues: the product and these steps in
 // one kernel where cuBLASLt offers it):
-//   t = x w^T;  t += b (bias set);  pre_gelu = t, t = gelu(t) (gelu);
+//   t = x w^T;  t += b (bias set; the widened bias_bf16 instead where
+//   adds_bf16_bias: a bf16 output's product takes its bias in bf16, as
+//   cuBLASLt's epilogue and autocast do);  pre_gelu = t, t = gelu(t) (gelu);
 //   t = residual + t (residual set: a residual stream's add, y != residual);
 //   y = t, or y_bf16 = bf16(t) when y_bf16 is set (y is then scratch, its
 //   values unspecified).
@@ -90,7 +92,13 @@ struct LinearEpilogue {
   float* pre_gelu = nullptr;    // [m, n]: GELU's input, for gelu_backward; required with gelu
   const float* residual = nullptr;  // [m, n], or none
   bf16* y_bf16 = nullptr;           // [m, n], or none
+  const bf16* bias_bf16 = nullptr;  // [n]: bias rounded to bf16, or none
 };
+// Whether the product adds bias_bf16 (widened) in the fp32 bias's stead: a
+// bf16 output alone after the bias (no GELU, no residual).
+inline bool adds_bf16_bias(const LinearEpilogue& e) {
+  return e.bias && e.bias_bf16 && e.y_bf16 && !e.gelu && !e.residual;
+}
 // y [m,n] = x [m,k] w [n,k]^T, then the epilogue e.
 void linear_forward(float* y, const float* x, const float* w, int m, int k, int n,
                     const LinearEpilogue& e);

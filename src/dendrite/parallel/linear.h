@@ -36,15 +36,17 @@ class ParallelLinear {
 
   int in_local() const { return in_; }
   int out_local() const { return out_; }
+  const ParamSpec* bias() const { return b_; }  // or null
 
   // The operands x, dy and the weight block are fp32, or bf16 under bf16
   // precision (core/operand.h); outputs and gradients are fp32 either way.
   // y [m, out_local] = x [m, in_local] W^T, summed over the forward axis, + b,
   // then the rest of `after` (ops::LinearEpilogue; its bias is the layer's,
-  // so left null): GELU keeping its input, a bf16 output. Where the forward
+  // so left null): GELU keeping its input, a residual, a bf16 output, the
+  // bias's bf16 rounding (bias_bf16, for a bf16 output). Where the forward
   // axis has one rank there is no sum between the product and the epilogue,
-  // and the backend fuses them (cuBLASLt's epilogues on a GPU); the CPU's
-  // bits are the same either way.
+  // and the backend fuses them (cuBLASLt's epilogues on a GPU), taking
+  // bias_bf16; after a sum the separate ops add the fp32 bias.
   void forward(float* y, Operand x, int m, const float* params, WeightStream& stream,
                const ops::LinearEpilogue& after = {});
 

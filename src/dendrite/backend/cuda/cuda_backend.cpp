@@ -250,9 +250,12 @@ class CudaBackend final : public Backend {
                             const ops::LinearEpilogue& e) override {
     ops::check_epilogue(e, "linear_forward");
     const bool low = both_bf16(x, w, "linear_forward");
-    const bool bf16_alone = e.y_bf16 && !e.bias && !e.gelu && !e.residual;
+    // bf16 out of the product: alone, or after a bias it takes in bf16 (matmul.h)
+    const bool low_bias = ops::adds_bf16_bias(e);
+    const bool bf16_alone = e.y_bf16 && (!e.bias || low_bias) && !e.gelu && !e.residual;
     cuda::Gemm::Epilogue fused;
-    fused.bias = e.bias;
+    fused.bias = low_bias ? nullptr : e.bias;
+    fused.bias_bf16 = low_bias ? e.bias_bf16 : nullptr;
     fused.residual = e.residual;
     fused.gelu = e.gelu;
     fused.gelu_input = e.pre_gelu;
@@ -265,7 +268,15 @@ class CudaBackend final : public Backend {
     }
     float* t = e.gelu ? e.pre_gelu : y;  // [m, n]
     gemm_->run(false, true, m, n, k, 1.0f, ptr(x), k, ptr(w), k, 0.0f, t, n, low, stream_);
-    if (e.bias) cuda::add_bias(t, e.bias, m, n, stream_);
+    if (low_bias) {  // widened into the scratch, then added as the CPU adds it
+      DENDRITE_CHECK(size_t(n) * sizeof(float) <= cuda::kScratchBytes, "linear_forward: a bias of ",
+                     n, " outputs does not fit the scratch");
+      float* b = static_cast<float*>(scratch_);
+      cuda::to_float(b, e.bias_bf16, n, stream_);
+      cuda::add_bias(t, b, m, n, stream_);
+    } else if (e.bias) {
+      cuda::add_bias(t, e.bias, m, n, stream_);
+    }
     if (e.gelu) cuda::gelu_forward(y, t, mn, stream_);
     if (e.residual) cuda::add(y, e.residual, y, mn, stream_);
     if (e.y_bf16) cuda::to_bf16(e.y_bf16, y, mn, stream_);

@@ -68,9 +68,10 @@ Gemm::~Gemm() {
 
 void Gemm::set_epilogue_pointers(const Plan& p, const Key& k, const Epilogue& e) const {
   if (k.epilogue == CUBLASLT_EPILOGUE_DEFAULT) return;
-  if (e.bias)
-    check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias,
-                                         sizeof(e.bias)),
+  const void* bias = e.bias ? static_cast<const void*>(e.bias) : e.bias_bf16;
+  if (bias)
+    check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                         sizeof(bias)),
           "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
   const void* aux = e.gelu ? static_cast<const void*>(e.gelu_input) : e.dgelu_input;
   if (aux)
@@ -82,12 +83,12 @@ void Gemm::set_epilogue_pointers(const Plan& p, const Key& k, const Epilogue& e)
 namespace {
 
 // The epilogue's settings on the descriptor (the pointers are set per product).
-void describe_epilogue(cublasLtMatmulDesc_t op, int epilogue, int N) {
+void describe_epilogue(cublasLtMatmulDesc_t op, int epilogue, int N, bool out_bf16) {
   const uint32_t epi = uint32_t(epilogue);
   check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)),
         "cublasLtMatmulDescSetAttribute(EPILOGUE)");
   if (epilogue & CUBLASLT_EPILOGUE_BIAS) {
-    const int32_t type = CUDA_R_32F;  // D's type, as cuBLASLt's default
+    const int32_t type = out_bf16 ? CUDA_R_16BF : CUDA_R_32F;  // D's type, as cuBLASLt's default
     check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type,
                                          sizeof(type)),
           "cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)");
@@ -164,7 +165,7 @@ const Gemm::Plan& Gemm::plan(const Key& k, const Epilogue& e) {
         "cublasLtMatmulDescSetAttribute(TRANSA)");
   check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &second, sizeof(second)),
         "cublasLtMatmulDescSetAttribute(TRANSB)");
-  if (k.epilogue != CUBLASLT_EPILOGUE_DEFAULT) describe_epilogue(p.op, k.epilogue, k.N);
+  if (k.epilogue != CUBLASLT_EPILOGUE_DEFAULT) describe_epilogue(p.op, k.epilogue, k.N, k.out_bf16);
   set_epilogue_pointers(p, k, e);
   const cudaDataType_t in = k.bf16 ? CUDA_R_16BF : CUDA_R_32F;
   // Column-major shapes of the stored matrices: B is [K, N] (or [N, K] when
@@ -215,17 +216,19 @@ bool Gemm::run_fused(bool trans_a, bool trans_b, int M, int N, int K, const void
   // D's type, a bf16 D needs bf16 operands, and the GELU input's leading
   // dimension is a multiple of 8.
   if (e.out_bf16 && (e.bias || e.gelu || e.dgelu_input || !bf16)) return false;
+  if (e.bias_bf16 && (!e.out_bf16 || e.bias)) return false;
   if (e.residual && (e.out_bf16 || e.gelu || e.dgelu_input)) return false;
   if (e.gelu && (!e.gelu_input || N % 8 != 0)) return false;
   if (e.dgelu_input && (e.gelu || e.bias || N % 8 != 0)) return false;
   int epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-  if (e.bias) epilogue = CUBLASLT_EPILOGUE_BIAS;
+  if (e.bias || e.bias_bf16) epilogue = CUBLASLT_EPILOGUE_BIAS;
   if (e.gelu) epilogue = e.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
   if (e.dgelu_input) epilogue = CUBLASLT_EPILOGUE_DGELU;
   int align = std::min(std::min(alignment(A), alignment(B)), alignment(D));
   if (e.residual) align = std::min(align, alignment(e.residual));
   int epi_align = 16;
   if (e.bias) epi_align = std::min(epi_align, alignment(e.bias));
+  if (e.bias_bf16) epi_align = std::min(epi_align, alignment(e.bias_bf16));
   if (e.gelu) epi_align = std::min(epi_align, alignment(e.gelu_input));
   if (e.dgelu_input) epi_align = std::min(epi_align, alignment(e.dgelu_input));
   Key k{trans_a, trans_b, bf16, e.residual != nullptr, M, N, K, lda, ldb, N, align};

@@ -17,17 +17,20 @@
 #include <tuple>
 #include <vector>
 
+#include "dendrite/core/bf16.h"
+
 namespace dendrite::cuda {
 
 // What cuBLASLt does to a product before storing it (its epilogues), in
 // Gemm::run()'s row-major terms: D [M,N] = op(A) op(B), + bias [N] on every row,
 // then gelu_input [M,N] (ld N) = D and D = GELU(D); or, for GELU's
 // backward, D *= GELU'(dgelu_input [M,N], ld N). D fp32, or bf16 with none
-// of them (cuBLASLt's bias and GELU input take D's type, and Dendrite keeps
-// both in fp32). residual [M,N] (ld N, fp32 D, no GELU): cuBLASLt's C with
-// beta 1, a matrix apart from D, so D = op(A) op(B) + residual (+ bias).
+// of them but a bias in bf16 (bias_bf16: cuBLASLt's bias and GELU input take
+// D's type; Dendrite keeps the GELU input in fp32). residual [M,N] (ld N, fp32 D, no GELU):
+// cuBLASLt's C with beta 1, a matrix apart from D, so D = op(A) op(B) + residual (+ bias).
 struct GemmEpilogue {
   const float* bias = nullptr;
+  const bf16* bias_bf16 = nullptr;  // with out_bf16, in bias's stead
   const float* residual = nullptr;
   bool gelu = false;
   float* gelu_input = nullptr;

@@ -128,6 +128,11 @@ KERNELS = {
     ("layernorm_apply", "layernorm_apply_kernel<float>"):
         lambda a: (f32(2 * a["m"] * a["c"] + 2 * a["c"] + 2 * a["m"]) + 16.0 * a["m"],
                    4 * a["m"] * a["c"]),
+    # whole rows in one pass: x read once (the apply rereads the row the block
+    # has just summed, from cache), the row sums, statistics and bf16 output written
+    ("layernorm_rows_bf16", "layernorm_rows_kernel"):
+        lambda a: (f32(a["m"] * a["c"] + 2 * a["c"] + 2 * a["m"]) + 2.0 * a["m"] * a["c"]
+                   + 16.0 * a["m"], 7 * a["m"] * a["c"]),
     # the output written in bf16 only
     ("layernorm_apply_bf16", "layernorm_apply_kernel<bf16>"):
         lambda a: (f32(a["m"] * a["c"] + 2 * a["c"] + 2 * a["m"]) + 2.0 * a["m"] * a["c"]

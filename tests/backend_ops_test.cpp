@@ -651,6 +651,14 @@ TEST_P(BackendOps, FusedOpsGiveTheBitsOfTheSeparateOps) {
     be().layernorm_apply_bf16(Yh.data(), Scratch.data(), Mean.data(), Rstd.data(), S.data(),
                               X.data(), G.data(), Bt.data(), m, c, c, 1e-5f);
     EXPECT_TRUE(same_bits(get(Yh), get(Want))) << "layernorm_apply_bf16" << p;
+    Buffer<double> RowS = zeros<double>(2 * m);
+    Buffer<float> RMean = zeros<float>(m), RRstd = zeros<float>(m);
+    be().layernorm_rows_bf16(RowS.data(), Yh.data(), Scratch.data(), RMean.data(), RRstd.data(),
+                             X.data(), G.data(), Bt.data(), m, c, 1e-5f);
+    EXPECT_TRUE(same_bits(get(Yh), get(Want))) << "layernorm_rows_bf16 y" << p;
+    EXPECT_TRUE(same_bits(get(RowS), get(S))) << "layernorm_rows_bf16 sums" << p;
+    EXPECT_TRUE(same_bits(get(RMean), get(Mean))) << "layernorm_rows_bf16 mean" << p;
+    EXPECT_TRUE(same_bits(get(RRstd), get(Rstd))) << "layernorm_rows_bf16 rstd" << p;
 
     // the backward added to a residual's gradient, gain and bias gradients from ones
     be().layernorm_backward_sums(S.data(), DY.data(), X.data(), Mean.data(), Rstd.data(), G.data(),

@@ -166,6 +166,12 @@ class CountingBackend final : public Backend {
                                {{"m", double(m)}, {"c", double(c)}, {"c_total", double(c_total)}});
     inner_->layernorm_apply_bf16(y_bf16, y, mean, rstd, sums, x, gamma, beta, m, c, c_total, eps);
   }
+  void layernorm_rows_bf16(double* sums, bf16* y_bf16, float* y, float* mean, float* rstd,
+                           const float* x, const float* gamma, const float* beta, int m, int c,
+                           float eps) override {
+    const counters::OpScope op("layernorm_rows_bf16", {{"m", double(m)}, {"c", double(c)}});
+    inner_->layernorm_rows_bf16(sums, y_bf16, y, mean, rstd, x, gamma, beta, m, c, eps);
+  }
   void layernorm_backward_sums(double* sums, const float* dy, const float* x, const float* mean,
                                const float* rstd, const float* gamma, int m, int c) override {
     const counters::OpScope op("layernorm_backward_sums", {{"m", double(m)}, {"c", double(c)}});

@@ -127,6 +127,10 @@ class Backend : public Allocator {
   virtual void layernorm_apply_bf16(bf16* y_bf16, float* y, float* mean, float* rstd,
                                     const double* sums, const float* x, const float* gamma,
                                     const float* beta, int m, int c, int c_total, float eps) = 0;
+  // Whole rows: layernorm_row_sums then layernorm_apply_bf16, one pass on a GPU.
+  virtual void layernorm_rows_bf16(double* sums, bf16* y_bf16, float* y, float* mean, float* rstd,
+                                   const float* x, const float* gamma, const float* beta, int m,
+                                   int c, float eps) = 0;
   virtual void layernorm_backward_sums(double* sums, const float* dy, const float* x,
                                        const float* mean, const float* rstd, const float* gamma,
                                        int m, int c) = 0;

@@ -25,6 +25,12 @@ void layernorm_apply(float* y, float* mean, float* rstd, const double* sums, con
 void layernorm_apply_bf16(bf16* y_bf16, float* y, float* mean, float* rstd, const double* sums,
                           const float* x, const float* gamma, const float* beta, int m, int c,
                           int c_total, float eps);
+// An unsplit width (c_total = c) in one pass where the device can:
+// layernorm_row_sums, then layernorm_apply_bf16, the same bits (sums
+// written as the first writes them).
+void layernorm_rows_bf16(double* sums, bf16* y_bf16, float* y, float* mean, float* rstd,
+                         const float* x, const float* gamma, const float* beta, int m, int c,
+                         float eps);
 // LayerNorm backward: sums[r] = {sum_i g[r,i], sum_i g[r,i] xhat[r,i]}, g = dy * gamma
 void layernorm_backward_sums(double* sums, const float* dy, const float* x, const float* mean,
                              const float* rstd, const float* gamma, int m, int c);

@@ -132,6 +132,11 @@ class CpuBackend final : public Backend {
                             int c_total, float eps) override {
     ops::layernorm_apply_bf16(y_bf16, y, mean, rstd, sums, x, gamma, beta, m, c, c_total, eps);
   }
+  void layernorm_rows_bf16(double* sums, bf16* y_bf16, float* y, float* mean, float* rstd,
+                           const float* x, const float* gamma, const float* beta, int m, int c,
+                           float eps) override {
+    ops::layernorm_rows_bf16(sums, y_bf16, y, mean, rstd, x, gamma, beta, m, c, eps);
+  }
   void layernorm_backward_sums(double* sums, const float* dy, const float* x, const float* mean,
                                const float* rstd, const float* gamma, int m, int c) override {
     ops::layernorm_backward_sums(sums, dy, x, mean, rstd, gamma, m, c);

@@ -325,6 +325,13 @@ void layernorm_apply_bf16(bf16* y_bf16, float* y, float* mean, float* rstd, cons
   to_bf16(y_bf16, y, int64_t(m) * c);
 }
 
+void layernorm_rows_bf16(double* sums, bf16* y_bf16, float* y, float* mean, float* rstd,
+                         const float* x, const float* gamma, const float* beta, int m, int c,
+                         float eps) {
+  layernorm_row_sums(sums, x, m, c);
+  layernorm_apply_bf16(y_bf16, y, mean, rstd, sums, x, gamma, beta, m, c, c, eps);
+}
+
 void layernorm_backward_apply_add(float* dres, float* scratch, float* dgamma, float* dbeta,
                                   const double* sums, const float* dy, const float* x,
                                   const float* mean, const float* rstd, const float* gamma, int m,

@@ -352,6 +352,11 @@ class CudaBackend final : public Backend {
     cuda::layernorm_apply_bf16(y_bf16, mean, rstd, sums, x, gamma, beta, m, c, c_total, eps,
                                stream_);
   }
+  void layernorm_rows_bf16(double* sums, bf16* y_bf16, float*, float* mean, float* rstd,
+                           const float* x, const float* gamma, const float* beta, int m, int c,
+                           float eps) override {
+    cuda::layernorm_rows_bf16(sums, y_bf16, mean, rstd, x, gamma, beta, m, c, eps, stream_);
+  }
   void layernorm_backward_sums(double* sums, const float* dy, const float* x, const float* mean,
                                const float* rstd, const float* gamma, int m, int c) override {
     cuda::layernorm_backward_sums(sums, dy, x, mean, rstd, gamma, m, c, stream_);

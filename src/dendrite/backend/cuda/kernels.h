@@ -60,6 +60,11 @@ void layernorm_apply_bf16(bf16* y, float* mean, float* rstd, const double* sums,
 void layernorm_backward_sums(double* sums, const float* dy, const float* x, const float* mean,
                              const float* rstd, const float* gamma, int m, int c,
                              cudaStream_t stream);
+// Whole rows (c_total = c): the row sums and the bf16 apply in one pass
+// (ops/norm.h: layernorm_rows_bf16; the scratch y is not touched).
+void layernorm_rows_bf16(double* sums, bf16* y, float* mean, float* rstd, const float* x,
+                         const float* gamma, const float* beta, int m, int c, float eps,
+                         cudaStream_t stream);
 // accumulate: dx += the gradient (ops/norm.h: layernorm_backward_apply_add), else dx = it.
 void layernorm_backward_apply(float* dx, bool accumulate, float* dgamma, float* dbeta,
                               const double* sums, const float* dy, const float* x,

@@ -226,6 +226,56 @@ __global__ void rmsnorm_apply_kernel(float* y, float* rstd, const double* sums, 
   if ((threadIdx.x & 31) == 0) rstd[r] = rs;
 }
 
+// LayerNorm over whole rows (c_total = c) in one pass, one block per row:
+// the row sums as row_sums_kernel forms them (the same groups, the same tree),
+// then the apply as layernorm_apply_kernel computes it, on the same groups of
+// columns, which the block has just read (so from cache); y in bf16.
+__global__ void layernorm_rows_kernel(double* sums, bf16* y, float* mean, float* rstd,
+                                      const float* x, const float* gamma, const float* beta, int c,
+                                      float eps, bool vec) {
+  const int r = blockIdx.x;
+  const LnSums terms{x, c};
+  double a = 0.0, b = 0.0;
+  const int groups = (c + 3) / 4;
+  for (int q = threadIdx.x; q < groups; q += blockDim.x) {
+    const int j = 4 * q;
+    if (vec && j + 4 <= c) {
+      terms.add<4>(r, j, a, b);
+    } else {
+      for (int k = 0; k < 4 && j + k < c; ++k) terms.add<1>(r, j + k, a, b);
+    }
+  }
+  DENDRITE_DYNAMIC_SHARED(double, warp_sums);  // [32]
+  a = block_sum(a, warp_sums);
+  b = block_sum(b, warp_sums);
+  const double mu = a / c;
+  const double var = b / c - mu * mu;  // clamp rounding below 0
+  const float mu_f = float(mu);
+  const float rs = float(1.0 / sqrt((var > 0.0 ? var : 0.0) + eps));
+  const int64_t off = int64_t(r) * c;
+  for (int q = threadIdx.x; q < groups; q += blockDim.x) {
+    const int j = 4 * q;
+    if (vec && j + 4 <= c) {
+      float vx[4], vg[4], vb[4];
+      load(vx, x + off + j);
+      load(vg, gamma + j);
+      load(vb, beta + j);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) vx[k] = (vx[k] - mu_f) * rs * vg[k] + vb[k];
+      store(y + off + j, vx);
+    } else {
+      for (int k = 0; k < 4 && j + k < c; ++k) {
+        float v[1] = {(x[off + j + k] - mu_f) * rs * gamma[j + k] + beta[j + k]};
+        store(y + off + j + k, v);
+      }
+    }
+  }
+  if (threadIdx.x == 0) {
+    sums[2 * int64_t(r)] = a, sums[2 * int64_t(r) + 1] = b;
+    mean[r] = mu_f, rstd[r] = rs;
+  }
+}
+
 unsigned apply_blocks(int m) { return unsigned((int64_t(m) + kApplyRows - 1) / kApplyRows); }
 
 // ---- backward apply: one block per kTileCols columns over all rows
@@ -388,6 +438,17 @@ void layernorm_apply_bf16(bf16* y, float* mean, float* rstd, const double* sums,
   DENDRITE_LAUNCH(apply_blocks(m), kApplyRows * 32, 0, stream, layernorm_apply_kernel<bf16>)
   (y, mean, rstd, sums, x, gamma, beta, m, c, c_total, eps, vec);
   check_launch("layernorm_apply_bf16");
+}
+
+void layernorm_rows_bf16(double* sums, bf16* y, float* mean, float* rstd, const float* x,
+                         const float* gamma, const float* beta, int m, int c, float eps,
+                         cudaStream_t stream) {
+  check_shapes("layernorm_rows_bf16", m, c);
+  if (m == 0) return;
+  const bool vec = rows_aligned(c, x, gamma, beta) && aligned_to(8, y);
+  DENDRITE_LAUNCH(unsigned(m), row_threads(c), 32 * sizeof(double), stream, layernorm_rows_kernel)
+  (sums, y, mean, rstd, x, gamma, beta, c, eps, vec);
+  check_launch("layernorm_rows_bf16");
 }
 
 void layernorm_backward_sums(double* sums, const float* dy, const float* x, const float* mean,

@@ -102,7 +102,14 @@ KERNELS = {
     ("add_column_sums", "column_sums_kernel"):
         lambda a: (f32(a["m"] * a["n"] + row_blocks(a["m"]) * a["n"]), a["m"] * a["n"]),
     ("add_column_sums", "add_row_block_partials_kernel"): lambda a: partials(a["m"], a["n"]),
+    # the same pass writing dy rounded to bf16 (a layer's output gradient as its GEMM operand)
+    ("to_bf16_column_sums", "column_sums_kernel"):
+        lambda a: (f32(a["m"] * a["n"] + row_blocks(a["m"]) * a["n"]) + 2.0 * a["m"] * a["n"],
+                   a["m"] * a["n"]),
+    ("to_bf16_column_sums", "add_row_block_partials_kernel"): lambda a: partials(a["m"], a["n"]),
     ("layernorm_backward_apply", "add_row_block_partials_kernel"):
+        lambda a: partials(a["m"], a["c"]),
+    ("layernorm_backward_apply_add", "add_row_block_partials_kernel"):
         lambda a: partials(a["m"], a["c"]),
     ("rmsnorm_backward_apply", "add_row_block_partials_kernel"): lambda a: partials(a["m"], a["c"]),
     # what cuBLASLt's epilogues leave to kernels (gemm.h): the bias, the bf16
@@ -118,15 +125,28 @@ KERNELS = {
     # norms: row sums in double (two a row for LayerNorm), then the apply
     ("layernorm_row_sums", "row_sums_kernel<NS, Terms>"):
         lambda a: (f32(a["m"] * a["c"]) + 16.0 * a["m"], 3 * a["m"] * a["c"]),
-    ("layernorm_apply", "layernorm_apply_kernel"):
+    ("layernorm_apply", "layernorm_apply_kernel<float>"):
         lambda a: (f32(2 * a["m"] * a["c"] + 2 * a["c"] + 2 * a["m"]) + 16.0 * a["m"],
                    4 * a["m"] * a["c"]),
+    # whole rows in one pass: x read once (the apply rereads the row the block
+    # has just summed, from cache), the row sums, statistics and bf16 output written
+    ("layernorm_rows_bf16", "layernorm_rows_kernel"):
+        lambda a: (f32(a["m"] * a["c"] + 2 * a["c"] + 2 * a["m"]) + 2.0 * a["m"] * a["c"]
+                   + 16.0 * a["m"], 7 * a["m"] * a["c"]),
+    # the output written in bf16 only
+    ("layernorm_apply_bf16", "layernorm_apply_kernel<bf16>"):
+        lambda a: (f32(a["m"] * a["c"] + 2 * a["c"] + 2 * a["m"]) + 2.0 * a["m"] * a["c"]
+                   + 16.0 * a["m"], 4 * a["m"] * a["c"]),
     ("layernorm_backward_sums", "row_sums_kernel<NS, Terms>"):
         lambda a: (f32(2 * a["m"] * a["c"] + 2 * a["m"] + a["c"]) + 16.0 * a["m"],
                    6 * a["m"] * a["c"]),
     ("layernorm_backward_apply", "layernorm_backward_apply_kernel"):
         lambda a: (f32(3 * a["m"] * a["c"] + 3 * a["m"] + 5 * a["c"]) + 16.0 * a["m"],
                    10 * a["m"] * a["c"]),
+    # dx added to the residual's gradient: that read too
+    ("layernorm_backward_apply_add", "layernorm_backward_apply_kernel"):
+        lambda a: (f32(4 * a["m"] * a["c"] + 3 * a["m"] + 5 * a["c"]) + 16.0 * a["m"],
+                   11 * a["m"] * a["c"]),
     ("rmsnorm_row_sums", "row_sums_kernel<NS, Terms>"):
         lambda a: (f32(a["m"] * a["c"]) + 8.0 * a["m"], 2 * a["m"] * a["c"]),
     ("rmsnorm_apply", "rmsnorm_apply_kernel"):
@@ -139,7 +159,11 @@ KERNELS = {
     # attention: q, k, v read; out and lse written (forward: QK^T and PV); the
     # backward's dq kernel recomputes S and dP and forms dq (3 products), its
     # dk/dv kernel recomputes S and dP and forms dv and dk (4)
-    ("attention_forward", "forward_kernel<D>"): tensor_attention(lambda a: attention(a, 2, 1, 3)),
+    ("attention_forward", "forward_kernel<D, Out>"):
+        tensor_attention(lambda a: attention(a, 2, 1, 3)),
+    # the output written in bf16 (o's operand): half an fp32 output's bytes
+    ("attention_forward_bf16", "forward_kernel<D, Out>"):
+        tensor_attention(lambda a: attention(a, 2, 0.5, 3)),
     ("attention_forward", "forward_kernel<D, In>"):
         tensor_attention(lambda a: attention(a, 2, 1, 3)),
     # the backward's pre-pass: dO (fp32) and O read once; dO in bf16 and
@@ -171,8 +195,12 @@ KERNELS = {
     ("ce_local_stats", "ce_local_stats_kernel"):
         lambda a: (f32(a["rows"] * a["Vloc"] + 6 * a["rows"]), 4 * a["rows"] * a["V"]),
     ("ce_combine", "ce_combine_kernel"): lambda a: (f32(6 * a["rows"] * a["parts"]), 0),
-    ("ce_dlogits", "ce_dlogits_kernel"):
+    ("ce_dlogits", "ce_dlogits_kernel<Out>"):
         lambda a: (f32(2 * a["rows"] * a["Vloc"] + 3 * a["rows"]), 4 * a["rows"] * a["V"]),
+    # dlogits written in bf16 only (the head's backward GEMM operand)
+    ("ce_dlogits_bf16", "ce_dlogits_kernel<Out>"):
+        lambda a: (f32(a["rows"] * a["Vloc"] + 3 * a["rows"]) + 2.0 * a["rows"] * a["Vloc"],
+                   4 * a["rows"] * a["V"]),
     # reductions returning a value to the host: a pass over n, then one block
     ("sum_squares_tensors", "sum_squares_tensors_kernel"): lambda a: (f32(a["n"]), 2 * a["n"]),
     ("sum_squares_tensors", "sum_partials_kernel"): lambda a: (8.0 * 1024, 0),

@@ -92,12 +92,15 @@ void expect_products(const json& e) {
     std::array<int64_t, 3> want{};  // cuBLASLt's m, n, k
     bool accumulate = false;
     if (op == "linear_forward" || op == "linear_forward_fused") want = {n, m, k};
+    // A residual added in the product is cuBLASLt's C, read with beta 1.
+    if (op == "linear_forward_fused") accumulate = a["residual"] == 1;
     if (op == "linear_backward_input") want = {k, m, n}, accumulate = a["accumulate"] == 1;
     if (op == "linear_backward_input_dgelu") want = {k, m, n};
     if (op == "linear_backward_weight") want = {k, n, m}, accumulate = a["accumulate"] == 1;
-    // A fused forward writes bf16 itself where it has neither bias nor GELU (gemm.h).
-    const bool bf16_out = op == "linear_forward_fused" && a["y_bf16"] == 1 && a["bias"] == 0 &&
-                          a["gelu"] == 0;
+    // A fused forward writes bf16 itself where it has neither GELU nor a
+    // residual, and no bias or one in bf16 (gemm.h).
+    const bool bf16_out = op == "linear_forward_fused" && a["y_bf16"] == 1 && a["gelu"] == 0 &&
+                          a["residual"] == 0 && (a["bias"] == 0 || a["bias_bf16"] == 1);
     EXPECT_EQ((std::array<int64_t, 3>{p["m"], p["n"], p["k"]}), want) << e.dump();
     EXPECT_EQ(p["accumulate"], accumulate) << e.dump();
     EXPECT_EQ(p["a"], 2) << "bf16 operands: " << e.dump();

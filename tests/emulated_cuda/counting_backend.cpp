@@ -88,14 +88,17 @@ class CountingBackend final : public Backend {
   }
   void linear_forward_fused(float* y, Operand x, Operand w, int m, int k, int n,
                             const ops::LinearEpilogue& e) override {
-    const counters::OpScope op("linear_forward_fused", {{"x_bf16", double(x.is_bf16())},
-                                                        {"w_bf16", double(w.is_bf16())},
-                                                        {"bias", double(e.bias != nullptr)},
-                                                        {"gelu", double(e.gelu)},
-                                                        {"y_bf16", double(e.y_bf16 != nullptr)},
-                                                        {"m", double(m)},
-                                                        {"k", double(k)},
-                                                        {"n", double(n)}});
+    const counters::OpScope op("linear_forward_fused",
+                               {{"x_bf16", double(x.is_bf16())},
+                                {"w_bf16", double(w.is_bf16())},
+                                {"bias", double(e.bias != nullptr)},
+                                {"gelu", double(e.gelu)},
+                                {"residual", double(e.residual != nullptr)},
+                                {"bias_bf16", double(ops::adds_bf16_bias(e))},
+                                {"y_bf16", double(e.y_bf16 != nullptr)},
+                                {"m", double(m)},
+                                {"k", double(k)},
+                                {"n", double(n)}});
     inner_->linear_forward_fused(y, x, w, m, k, n, e);
   }
   void linear_backward_input_dgelu(float* dx, Operand dy, Operand w, const float* gelu_input, int m,
@@ -156,6 +159,19 @@ class CountingBackend final : public Backend {
                                {{"m", double(m)}, {"c", double(c)}, {"c_total", double(c_total)}});
     inner_->layernorm_apply(y, mean, rstd, sums, x, gamma, beta, m, c, c_total, eps);
   }
+  void layernorm_apply_bf16(bf16* y_bf16, float* y, float* mean, float* rstd, const double* sums,
+                            const float* x, const float* gamma, const float* beta, int m, int c,
+                            int c_total, float eps) override {
+    const counters::OpScope op("layernorm_apply_bf16",
+                               {{"m", double(m)}, {"c", double(c)}, {"c_total", double(c_total)}});
+    inner_->layernorm_apply_bf16(y_bf16, y, mean, rstd, sums, x, gamma, beta, m, c, c_total, eps);
+  }
+  void layernorm_rows_bf16(double* sums, bf16* y_bf16, float* y, float* mean, float* rstd,
+                           const float* x, const float* gamma, const float* beta, int m, int c,
+                           float eps) override {
+    const counters::OpScope op("layernorm_rows_bf16", {{"m", double(m)}, {"c", double(c)}});
+    inner_->layernorm_rows_bf16(sums, y_bf16, y, mean, rstd, x, gamma, beta, m, c, eps);
+  }
   void layernorm_backward_sums(double* sums, const float* dy, const float* x, const float* mean,
                                const float* rstd, const float* gamma, int m, int c) override {
     const counters::OpScope op("layernorm_backward_sums", {{"m", double(m)}, {"c", double(c)}});
@@ -169,6 +185,15 @@ class CountingBackend final : public Backend {
                                {{"m", double(m)}, {"c", double(c)}, {"c_total", double(c_total)}});
     inner_->layernorm_backward_apply(dx, dgamma, dbeta, sums, dy, x, mean, rstd, gamma, m, c,
                                      c_total);
+  }
+  void layernorm_backward_apply_add(float* dres, float* scratch, float* dgamma, float* dbeta,
+                                    const double* sums, const float* dy, const float* x,
+                                    const float* mean, const float* rstd, const float* gamma, int m,
+                                    int c, int c_total) override {
+    const counters::OpScope op("layernorm_backward_apply_add",
+                               {{"m", double(m)}, {"c", double(c)}, {"c_total", double(c_total)}});
+    inner_->layernorm_backward_apply_add(dres, scratch, dgamma, dbeta, sums, dy, x, mean, rstd,
+                                         gamma, m, c, c_total);
   }
   void rmsnorm_row_sums(double* sums, const float* x, int m, int c) override {
     const counters::OpScope op("rmsnorm_row_sums", {{"m", double(m)}, {"c", double(c)}});
@@ -229,6 +254,18 @@ class CountingBackend final : public Backend {
                                                      {"hs", double(s.hs)}});
     inner_->attention_forward(out, lse, q, k, v, s);
   }
+  void attention_forward_bf16(bf16* out_bf16, float* out, float* lse, Operand q, Operand k,
+                              Operand v, const ops::AttentionShape& s) override {
+    const counters::OpScope op("attention_forward_bf16", {{"q_bf16", double(q.is_bf16())},
+                                                          {"k_bf16", double(k.is_bf16())},
+                                                          {"v_bf16", double(v.is_bf16())},
+                                                          {"B", double(s.B)},
+                                                          {"T", double(s.T)},
+                                                          {"NH", double(s.NH)},
+                                                          {"NKV", double(s.NKV)},
+                                                          {"hs", double(s.hs)}});
+    inner_->attention_forward_bf16(out_bf16, out, lse, q, k, v, s);
+  }
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, Operand out,
                           const float* lse, Operand q, Operand k, Operand v,
                           const ops::AttentionShape& s) override {
@@ -273,6 +310,10 @@ class CountingBackend final : public Backend {
     const counters::OpScope op("to_float", {{"n", double(n)}});
     inner_->to_float(out, in, n);
   }
+  void to_bf16_column_sums(bf16* out, float* db, const float* in, int m, int n) override {
+    const counters::OpScope op("to_bf16_column_sums", {{"m", double(m)}, {"n", double(n)}});
+    inner_->to_bf16_column_sums(out, db, in, m, n);
+  }
   void ce_local_stats(float* stats, const float* logits, const int32_t* targets,
                       const float* weight, int rows, int Vloc, int v0, int V) override {
     const counters::OpScope op("ce_local_stats",
@@ -292,6 +333,13 @@ class CountingBackend final : public Backend {
     const counters::OpScope op("ce_dlogits",
                                {{"rows", double(rows)}, {"Vloc", double(Vloc)}, {"V", double(V)}});
     inner_->ce_dlogits(logits, lse, targets, weight, denominator, rows, Vloc, v0, V);
+  }
+  void ce_dlogits_bf16(bf16* dlogits, float* logits, const float* lse, const int32_t* targets,
+                       const float* weight, double denominator, int rows, int Vloc, int v0,
+                       int V) override {
+    const counters::OpScope op("ce_dlogits_bf16",
+                               {{"rows", double(rows)}, {"Vloc", double(Vloc)}, {"V", double(V)}});
+    inner_->ce_dlogits_bf16(dlogits, logits, lse, targets, weight, denominator, rows, Vloc, v0, V);
   }
   void embedding_range_forward(float* out, const int32_t* tokens, Operand w, int v0, int rows,
                                int m, int C) override {

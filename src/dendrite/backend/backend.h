@@ -123,6 +123,14 @@ class Backend : public Allocator {
   virtual void layernorm_apply(float* y, float* mean, float* rstd, const double* sums,
                                const float* x, const float* gamma, const float* beta, int m, int c,
                                int c_total, float eps) = 0;
+  // y_bf16 = bf16(layernorm_apply's y); y is scratch (ops/norm.h).
+  virtual void layernorm_apply_bf16(bf16* y_bf16, float* y, float* mean, float* rstd,
+                                    const double* sums, const float* x, const float* gamma,
+                                    const float* beta, int m, int c, int c_total, float eps) = 0;
+  // Whole rows: layernorm_row_sums then layernorm_apply_bf16, one pass on a GPU.
+  virtual void layernorm_rows_bf16(double* sums, bf16* y_bf16, float* y, float* mean, float* rstd,
+                                   const float* x, const float* gamma, const float* beta, int m,
+                                   int c, float eps) = 0;
   virtual void layernorm_backward_sums(double* sums, const float* dy, const float* x,
                                        const float* mean, const float* rstd, const float* gamma,
                                        int m, int c) = 0;
@@ -130,6 +138,11 @@ class Backend : public Allocator {
                                         const double* sums, const float* dy, const float* x,
                                         const float* mean, const float* rstd, const float* gamma,
                                         int m, int c, int c_total) = 0;
+  // dres += layernorm_backward_apply's dx; scratch [m, c] (ops/norm.h).
+  virtual void layernorm_backward_apply_add(float* dres, float* scratch, float* dgamma,
+                                            float* dbeta, const double* sums, const float* dy,
+                                            const float* x, const float* mean, const float* rstd,
+                                            const float* gamma, int m, int c, int c_total) = 0;
   virtual void rmsnorm_row_sums(double* sums, const float* x, int m, int c) = 0;
   virtual void rmsnorm_apply(float* y, float* rstd, const double* sums, const float* x,
                              const float* gamma, int m, int c, int c_total, float eps) = 0;
@@ -151,6 +164,9 @@ class Backend : public Allocator {
   // ---- attention (ops/attention.h); q, k, v and the saved output as operands ----
   virtual void attention_forward(float* out, float* lse, Operand q, Operand k, Operand v,
                                  const ops::AttentionShape& s) = 0;
+  // out_bf16 = bf16(attention_forward's out), q, k, v in bf16; out is scratch.
+  virtual void attention_forward_bf16(bf16* out_bf16, float* out, float* lse, Operand q, Operand k,
+                                      Operand v, const ops::AttentionShape& s) = 0;
   virtual void attention_backward(float* dq, float* dk, float* dv, const float* dout, Operand out,
                                   const float* lse, Operand q, Operand k, Operand v,
                                   const ops::AttentionShape& s) = 0;
@@ -167,6 +183,8 @@ class Backend : public Allocator {
   // ---- conversions (ops/convert.h) ----
   virtual void to_bf16(bf16* out, const float* in, int64_t n) = 0;
   virtual void to_float(float* out, const bf16* in, int64_t n) = 0;
+  // out = bf16(in) and db += in's column sums, one pass where the device can.
+  virtual void to_bf16_column_sums(bf16* out, float* db, const float* in, int m, int n) = 0;
 
   // ---- the vocabulary-parallel loss (ops/cross_entropy.h) ----
   virtual void ce_local_stats(float* stats, const float* logits, const int32_t* targets,
@@ -183,6 +201,10 @@ class Backend : public Allocator {
   virtual void ce_dlogits(float* logits, const float* lse, const int32_t* targets,
                           const float* weight, double denominator, int rows, int Vloc, int v0,
                           int V) = 0;
+  // dlogits = bf16(ce_dlogits' result); logits are scratch afterwards.
+  virtual void ce_dlogits_bf16(bf16* dlogits, float* logits, const float* lse,
+                               const int32_t* targets, const float* weight, double denominator,
+                               int rows, int Vloc, int v0, int V) = 0;
 
   // ---- embeddings (ops/embedding.h); tables as operands ----
   virtual void embedding_range_forward(float* out, const int32_t* tokens, Operand w, int v0,

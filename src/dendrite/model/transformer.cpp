@@ -144,8 +144,10 @@ void Transformer::build_table() {
   grads_ = be_.allocate_shared(grid_.D(), table_.total());
   // bf16: the Z-chunked tensors (the ones GEMMs, lookups and gathers read)
   // rounded, at the same offsets.
-  if (low_precision())
+  if (low_precision()) {
     params_low_ = be_.allocate_shared(grid_.Z(), table_.replicated_begin(), DType::kBF16);
+    replicated_low_ = be_.alloc<bf16>(table_.total() - table_.replicated_begin());
+  }
   // Kept blocks are gathered once, into their own buffers: no OAG with them.
   stream_ = WeightStream(grid_.Z(), be_, table_, low_precision() ? *params_low_ : *params_,
                          opt_.oag && !opt_.keep_gathered, opt_.ors);

@@ -180,10 +180,13 @@ class Transformer {
   // The GEMM operand of an fp32 activation x [n]: x itself, or under bf16
   // precision its rounding written to low.
   Operand operand(const float* x, Buffer<bf16>& low, int64_t n) const;
-  // A linear layer's epilogue that writes its output as bf16 to `low` (none: fp32 only).
-  static ops::LinearEpilogue bf16_output(bf16* low) {
+  // A linear layer's epilogue that writes its output as bf16 to `low` (none:
+  // fp32 only), the bias taken in bf16 as the product's epilogue takes it.
+  ops::LinearEpilogue bf16_output(const ParallelLinear& layer, bf16* low) const {
     ops::LinearEpilogue e;
     e.y_bf16 = low;
+    if (low && layer.bias())
+      e.bias_bf16 = replicated_low_.data() + (layer.bias()->offset - table_.replicated_begin());
     return e;
   }
   // A saved GEMM input: the fp32 or the bf16 buffer.
@@ -233,6 +236,11 @@ class Transformer {
   void head_norm_backward(float* dx, const float* dy, const float* x, const float* rstd, int rows,
                           const ParamSpec& gain);
   // One linear layer's part of a backward.
+  struct LinearGrad;
+  // A layer's part given its output gradient dy [m, out_local]: under bf16
+  // precision dy is rounded into low with the bias gradient summed in that pass.
+  LinearGrad grad_of(const ParallelLinear& layer, const float* dy, Buffer<bf16>& low, Operand x,
+                     int m);
   struct LinearGrad {
     const ParallelLinear* layer = nullptr;  // null: none (gate of GPT-2)
     const float* dy_f32 = nullptr;          // [m, out_local] (its bias gradient)
@@ -281,6 +289,9 @@ class Transformer {
   // shared over Z like params_), and whether they match params_.
   std::unique_ptr<SharedArray> params_low_;
   bool low_fresh_ = false;
+  // bf16 precision: the replicated range (biases, norms' gains) rounded at
+  // the start of each forward, for the epilogues that add a bias in bf16.
+  Buffer<bf16> replicated_low_;
   // The Z gathers of weight blocks and reduce-scatters of their gradients.
   WeightStream stream_;
 

@@ -42,10 +42,20 @@ Operand Transformer::operand(const float* x, Buffer<bf16>& low, int64_t n) const
   return low.data();
 }
 
+Transformer::LinearGrad Transformer::grad_of(const ParallelLinear& layer, const float* dy,
+                                             Buffer<bf16>& low, Operand x, int m) {
+  if (!low_precision()) return {&layer, dy, dy, x};
+  return {&layer, nullptr, layer.dy_bf16(low.data(), dy, m, grads_->data()), x};
+}
+
 void Transformer::forward(const int32_t* inputs, int B_loc, int T, int pass, int pos,
                           bool caching) {
   check_batch(inputs, B_loc, T);
   const Operand stored = stored_params();
+  if (low_precision()) {  // the biases as bf16 epilogues add them
+    const int64_t rb = table_.replicated_begin();
+    be_.to_bf16(replicated_low_.data(), params_->data() + rb, table_.total() - rb);
+  }
   params_fence();
   stream_.begin_pass(pass);
   const int m = B_loc * T;
@@ -72,7 +82,6 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
   LayerActs& a = acts(l);
   const float* P = params_->data();
   const int m = B_loc * T;
-  const long mC = long(m) * c_;
   // Where the fp32 outputs go: saved, or (bf16 saves only their rounding) scratch.
   const bool low = low_precision();
   float* n1 = low ? tmp_c_.data() : a.norm1.data();
@@ -84,17 +93,18 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
   float* act = low ? dact_.data() : a.act.data();
 
   // attention: [m, C/Gx] -> q [m, qd/Gy], k, v [m, kvd/Gy] -> att [m, qd/Gy] -> [m, C/Gx]
-  L.norm1.forward(n1, a.mean1.data(), a.rstd1.data(), x, m, P, sums_);
-  const Operand h1 = operand(n1, a.norm1h, mC);
+  L.norm1.forward(n1, a.mean1.data(), a.rstd1.data(), x, m, P, sums_,
+                  low ? a.norm1h.data() : nullptr);
+  const Operand h1 = saved(a.norm1, a.norm1h);
   // Under bf16 the products write attention's bf16 inputs themselves where
   // nothing comes between (RoPE turns q and k, the cache reads fp32).
   const bool v_low = low && !caching, qk_low = v_low && cfg_.gpt2();
   const bool qk_norm = cfg_.qk_norm;
   L.q.forward(qk_norm ? a.qpre.data() : q, h1, m, P, stream_,
-              bf16_output(qk_low ? a.qh.data() : nullptr));
+              bf16_output(L.q, qk_low ? a.qh.data() : nullptr));
   L.k.forward(qk_norm ? a.kpre.data() : k, h1, m, P, stream_,
-              bf16_output(qk_low ? a.kh.data() : nullptr));
-  L.v.forward(v, h1, m, P, stream_, bf16_output(v_low ? a.vh.data() : nullptr));
+              bf16_output(L.k, qk_low ? a.kh.data() : nullptr));
+  L.v.forward(v, h1, m, P, stream_, bf16_output(L.v, v_low ? a.vh.data() : nullptr));
   if (qk_norm) {
     head_norm_forward(q, a.qrstd.data(), a.qpre.data(), m * nh_, *L.q_norm);
     head_norm_forward(k, a.krstd.data(), a.kpre.data(), m * nkv_, *L.k_norm);
@@ -117,19 +127,26 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
     be_.attention_cached(att, q, k, v, k_cache_[l].data(), v_cache_[l].data(), s);
   } else {
     const ops::AttentionShape s{B_loc, T, nh_, nkv_, hs_, qd_, kvd_, qd_};
-    be_.attention_forward(att, a.lse.data(),
-                          qk_low ? Operand(a.qh.data()) : operand(q, a.qh, long(m) * qd_),
-                          qk_low ? Operand(a.kh.data()) : operand(k, a.kh, long(m) * kvd_),
-                          v_low ? Operand(a.vh.data()) : operand(v, a.vh, long(m) * kvd_), s);
+    const Operand qo = qk_low ? Operand(a.qh.data()) : operand(q, a.qh, long(m) * qd_);
+    const Operand ko = qk_low ? Operand(a.kh.data()) : operand(k, a.kh, long(m) * kvd_);
+    const Operand vo = v_low ? Operand(a.vh.data()) : operand(v, a.vh, long(m) * kvd_);
+    if (low)  // the output in bf16 alone: o's operand
+      be_.attention_forward_bf16(a.atth.data(), att, a.lse.data(), qo, ko, vo, s);
+    else
+      be_.attention_forward(att, a.lse.data(), qo, ko, vo, s);
   }
-  L.o.forward(tmp_c_.data(), operand(att, a.atth, long(m) * qd_), m, P, stream_);
-  be_.add(a.mid.data(), x, tmp_c_.data(), mC);
+  const Operand att_in =
+      low && !caching ? Operand(a.atth.data()) : operand(att, a.atth, long(m) * qd_);
+  ops::LinearEpilogue plus_x;  // mid = x + o(att), the residual added in the product
+  plus_x.residual = x;
+  L.o.forward(a.mid.data(), att_in, m, P, stream_, plus_x);
 
   // MLP: [m, C/Gx] -> [m, F/Gy] -> [m, C/Gx]
-  L.norm2.forward(n2, a.mean2.data(), a.rstd2.data(), a.mid.data(), m, P, sums_);
-  const Operand h2 = operand(n2, a.norm2h, mC);
+  L.norm2.forward(n2, a.mean2.data(), a.rstd2.data(), a.mid.data(), m, P, sums_,
+                  low ? a.norm2h.data() : nullptr);
+  const Operand h2 = saved(a.norm2, a.norm2h);
   if (cfg_.gpt2()) {  // act = gelu(up), keeping up (GELU's input) for the backward
-    ops::LinearEpilogue gelu = bf16_output(low ? a.acth.data() : nullptr);
+    ops::LinearEpilogue gelu = bf16_output(L.up, low ? a.acth.data() : nullptr);
     gelu.gelu = true;
     gelu.pre_gelu = a.up.data();
     L.up.forward(act, h2, m, P, stream_, gelu);
@@ -140,8 +157,9 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
   }
   const Operand act_in =
       low && cfg_.gpt2() ? Operand(a.acth.data()) : operand(act, a.acth, long(m) * f_);
-  L.down.forward(tmp_c_.data(), act_in, m, P, stream_);
-  be_.add(out, a.mid.data(), tmp_c_.data(), mC);
+  ops::LinearEpilogue plus_mid;  // out = mid + down(act)
+  plus_mid.residual = a.mid.data();
+  L.down.forward(out, act_in, m, P, stream_, plus_mid);
 }
 
 // dres [m, C/Gx] holds dLoss/d(output of layer l); on return, dLoss/d(its
@@ -152,32 +170,30 @@ void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
   const float* P = params_->data();
   float* G = grads_->data();
   const int m = B_loc * T;
-  const long mC = long(m) * c_, mF = long(m) * f_;
+  const long mF = long(m) * f_;
 
   // MLP: out = mid + down(act): [m, C/Gx] -> [m, F/Gy] -> [m, C/Gx]
   LinearGrad down_dw;  // down's dW, when it runs behind the MLP's dx sum
   // GPT-2: dup = gelu'(up) * (the dx of down), GELU's backward in dup itself
   const bool gelu = cfg_.gpt2();
   linear_backward(gelu ? dup_.data() : dact_.data(), m,
-                  {{&L.down, dres, operand(dres, dres_h_, mC), saved(a.act, a.acth)}}, {}, &down_dw,
+                  {grad_of(L.down, dres, dres_h_, saved(a.act, a.acth), m)}, {}, &down_dw,
                   gelu ? a.up.data() : nullptr);
   if (!gelu) {
     be_.swiglu_backward(dgate_.data(), dup_.data(), dact_.data(), a.gate.data(), a.up.data(), mF);
   }
   const Operand h2 = saved(a.norm2, a.norm2h);
-  const LinearGrad gate = cfg_.gpt2() ? LinearGrad{}
-                                      : LinearGrad{&L.gate, dgate_.data(),
-                                                   operand(dgate_.data(), dgate_h_, mF), h2};
-  linear_backward(dnorm_.data(), m, {gate, {&L.up, dup_.data(), operand(dup_.data(), dup_h_, mF), h2}},
-                  down_dw, nullptr);
-  L.norm2.backward(tmp_c_.data(), dnorm_.data(), a.mid.data(), a.mean2.data(), a.rstd2.data(), m,
-                   P, G, sums_);
-  be_.add_inplace(dres, tmp_c_.data(), mC);  // now dLoss/d(mid)
+  const LinearGrad gate =
+      cfg_.gpt2() ? LinearGrad{} : grad_of(L.gate, dgate_.data(), dgate_h_, h2, m);
+  linear_backward(dnorm_.data(), m, {gate, grad_of(L.up, dup_.data(), dup_h_, h2, m)}, down_dw,
+                  nullptr);
+  L.norm2.backward_add(dres, tmp_c_.data(), dnorm_.data(), a.mid.data(), a.mean2.data(),
+                       a.rstd2.data(), m, P, G, sums_);  // now dLoss/d(mid)
 
   // attention: mid = x + o(att): [m, C/Gx] -> q [m, qd/Gy], k, v [m, kvd/Gy] -> [m, C/Gx]
   LinearGrad o_dw;  // o's dW, when it runs behind the dx sum of q, k, v
-  linear_backward(datt_.data(), m, {{&L.o, dres, operand(dres, dres_h_, mC), saved(a.att, a.atth)}},
-                  {}, &o_dw);
+  linear_backward(datt_.data(), m, {grad_of(L.o, dres, dres_h_, saved(a.att, a.atth), m)}, {},
+                  &o_dw);
   const ops::AttentionShape s{B_loc, T, nh_, nkv_, hs_, qd_, kvd_, qd_};
   be_.attention_backward(dq_.data(), dk_.data(), dv_.data(), datt_.data(), saved(a.att, a.atth),
                          a.lse.data(), saved(a.q, a.qh), saved(a.k, a.kh), saved(a.v, a.vh), s);
@@ -194,13 +210,11 @@ void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
   }
   const Operand h1 = saved(a.norm1, a.norm1h);
   linear_backward(dnorm_.data(), m,
-                  {{&L.q, dq, operand(dq, dq_h_, long(m) * qd_), h1},
-                   {&L.k, dk, operand(dk, dk_h_, long(m) * kvd_), h1},
-                   {&L.v, dv_.data(), operand(dv_.data(), dv_h_, long(m) * kvd_), h1}},
+                  {grad_of(L.q, dq, dq_h_, h1, m), grad_of(L.k, dk, dk_h_, h1, m),
+                   grad_of(L.v, dv_.data(), dv_h_, h1, m)},
                   o_dw, nullptr);
-  L.norm1.backward(tmp_c_.data(), dnorm_.data(), residual_[l].data(), a.mean1.data(),
-                   a.rstd1.data(), m, P, G, sums_);
-  be_.add_inplace(dres, tmp_c_.data(), mC);
+  L.norm1.backward_add(dres, tmp_c_.data(), dnorm_.data(), residual_[l].data(), a.mean1.data(),
+                       a.rstd1.data(), m, P, G, sums_);
 }
 
 void Transformer::head_norm_forward(float* y, float* rstd, const float* x, int rows,

@@ -31,6 +31,12 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
 // widened as they are read, computed in fp32; out, dq, dk, dv stay fp32.
 void attention_forward(float* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
                        const AttentionShape& s);
+// The forward's output rounded to bf16 into out_bf16 [B*T, out_stride], the
+// heads' columns (the output projection's bf16 operand): attention_forward
+// into out, then to_bf16 (convert.h), the same bits. out is scratch afterwards
+// (the CPU computes in it; a GPU writes only out_bf16).
+void attention_forward_bf16(bf16* out_bf16, float* out, float* lse, const bf16* q, const bf16* k,
+                            const bf16* v, const AttentionShape& s);
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const bf16* out,
                         const float* lse, const bf16* q, const bf16* k, const bf16* v,
                         const AttentionShape& s);

@@ -14,4 +14,10 @@ void to_bf16(bf16* out, const float* in, int64_t n);
 // out[n] = in[n] (exact).
 void to_float(float* out, const bf16* in, int64_t n);
 
+// A bias gradient and its layer's output gradient as a bf16 GEMM operand, in
+// one pass on a GPU: out [m, n] = in rounded to bf16 (to_bf16), and db [n] +=
+// the column sums of the fp32 in (add_column_sums, matmul.h). The same bits
+// as those two calls, which the CPU makes.
+void to_bf16_column_sums(bf16* out, float* db, const float* in, int m, int n);
+
 }  // namespace dendrite::ops

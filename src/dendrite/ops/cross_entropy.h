@@ -15,6 +15,8 @@
 
 #include <cstdint>
 
+#include "dendrite/core/bf16.h"
+
 namespace dendrite::ops {
 
 // stats[r] = {log sum_j exp(logits[r,j]) over this rank's real ids,
@@ -33,5 +35,11 @@ void ce_combine(float* lse, const float* gathered, const float* weight, int rows
 // zero for padding ids and zero-weight rows.
 void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const float* weight,
                 double denominator, int rows, int Vloc, int v0, int V);
+// The same dlogits rounded to bf16 into dlogits [rows, Vloc] (the GEMM operand
+// of the head's backward under bf16 precision): ce_dlogits, then to_bf16
+// (convert.h), the same bits. logits are scratch afterwards (the CPU computes
+// in them; a GPU only reads them).
+void ce_dlogits_bf16(bf16* dlogits, float* logits, const float* lse, const int32_t* targets,
+                     const float* weight, double denominator, int rows, int Vloc, int v0, int V);
 
 }  // namespace dendrite::ops

@@ -81,17 +81,27 @@ void linear_backward_weight(float* dw, const bf16* dy, const bf16* x, int m, int
 // What a linear layer's product does to its output before storing it, in
 // this order (on a GPU, cuBLASLt's epilogues: the product and these steps in
 // one kernel where cuBLASLt offers it):
-//   t = x w^T;  t += b (bias set);  pre_gelu = t, t = gelu(t) (gelu);
+//   t = x w^T;  t += b (bias set; the widened bias_bf16 instead where
+//   adds_bf16_bias: a bf16 output's product takes its bias in bf16, as
+//   cuBLASLt's epilogue and autocast do);  pre_gelu = t, t = gelu(t) (gelu);
+//   t = residual + t (residual set: a residual stream's add, y != residual);
 //   y = t, or y_bf16 = bf16(t) when y_bf16 is set (y is then scratch, its
 //   values unspecified).
-// The steps are the separate ops' (add_bias, gelu_forward, to_bf16), so on
-// the CPU the bits are those of the separate calls.
+// The steps are the separate ops' (add_bias, gelu_forward, add, to_bf16), so
+// on the CPU the bits are those of the separate calls.
 struct LinearEpilogue {
   const float* bias = nullptr;  // [n], or none
   bool gelu = false;            // GPT-2's tanh form (activation.h)
   float* pre_gelu = nullptr;    // [m, n]: GELU's input, for gelu_backward; required with gelu
-  bf16* y_bf16 = nullptr;       // [m, n], or none
+  const float* residual = nullptr;  // [m, n], or none
+  bf16* y_bf16 = nullptr;           // [m, n], or none
+  const bf16* bias_bf16 = nullptr;  // [n]: bias rounded to bf16, or none
 };
+// Whether the product adds bias_bf16 (widened) in the fp32 bias's stead: a
+// bf16 output alone after the bias (no GELU, no residual).
+inline bool adds_bf16_bias(const LinearEpilogue& e) {
+  return e.bias && e.bias_bf16 && e.y_bf16 && !e.gelu && !e.residual;
+}
 // y [m,n] = x [m,k] w [n,k]^T, then the epilogue e.
 void linear_forward(float* y, const float* x, const float* w, int m, int k, int n,
                     const LinearEpilogue& e, GemmCache* cache = nullptr);
@@ -102,6 +112,8 @@ inline void check_epilogue(const LinearEpilogue& e, const char* op) {
   DENDRITE_CHECK(!e.gelu || e.pre_gelu, op,
                  ": a GELU epilogue needs pre_gelu, the buffer [m, n] for GELU's input that the "
                  "backward reads; pass one");
+  DENDRITE_CHECK(!e.gelu || !e.residual, op,
+                 ": a residual added after GELU is no epilogue a product offers; add it apart");
 }
 
 // dx [m,k] = (dy [m,n] w [n,k]) * gelu'(gelu_input [m,k]): linear_backward_input

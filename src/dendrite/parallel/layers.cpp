@@ -16,19 +16,30 @@ ParallelNorm::ParallelNorm(ProcessGrid& grid, Backend& backend, bool layernorm,
       c_total_(c_total), eps_(eps) {}
 
 void ParallelNorm::forward(float* y, float* mean, float* rstd, const float* x, int m,
-                           const float* params, Buffer<double>& sums) const {
+                           const float* params, Buffer<double>& sums, bf16* y_bf16) const {
   const float* g = params + gain_->offset;
+  if (layernorm_ && y_bf16 && grid_->X().size() == 1) {  // whole rows: one pass
+    be_->layernorm_rows_bf16(sums.data(), y_bf16, y, mean, rstd, x, g, params + bias_->offset, m,
+                             c_, eps_);
+    be_->before_collective();
+    grid_->X().all_reduce(sums.data(), 2 * int64_t(m));  // a group of one: counted, sums nothing
+    return;
+  }
   if (layernorm_) {
     be_->layernorm_row_sums(sums.data(), x, m, c_);
     be_->before_collective();
     grid_->X().all_reduce(sums.data(), 2 * int64_t(m));
-    be_->layernorm_apply(y, mean, rstd, sums.data(), x, g, params + bias_->offset, m, c_, c_total_,
-                         eps_);
+    const float* b = params + bias_->offset;
+    if (y_bf16)
+      be_->layernorm_apply_bf16(y_bf16, y, mean, rstd, sums.data(), x, g, b, m, c_, c_total_, eps_);
+    else
+      be_->layernorm_apply(y, mean, rstd, sums.data(), x, g, b, m, c_, c_total_, eps_);
   } else {
     be_->rmsnorm_row_sums(sums.data(), x, m, c_);
     be_->before_collective();
     grid_->X().all_reduce(sums.data(), m);
     be_->rmsnorm_apply(y, rstd, sums.data(), x, g, m, c_, c_total_, eps_);
+    if (y_bf16) be_->to_bf16(y_bf16, y, int64_t(m) * c_);
   }
 }
 
@@ -49,6 +60,22 @@ void ParallelNorm::backward(float* dx, const float* dy, const float* x, const fl
     be_->rmsnorm_backward_apply(dx, grads + gain_->offset, sums.data(), dy, x, rstd, g, m, c_,
                                 c_total_);
   }
+}
+
+void ParallelNorm::backward_add(float* dres, float* scratch, const float* dy, const float* x,
+                                const float* mean, const float* rstd, int m, const float* params,
+                                float* grads, Buffer<double>& sums) const {
+  if (!layernorm_) {
+    backward(scratch, dy, x, mean, rstd, m, params, grads, sums);
+    be_->add_inplace(dres, scratch, int64_t(m) * c_);
+    return;
+  }
+  const float* g = params + gain_->offset;
+  be_->layernorm_backward_sums(sums.data(), dy, x, mean, rstd, g, m, c_);
+  be_->before_collective();
+  grid_->X().all_reduce(sums.data(), 2 * int64_t(m));
+  be_->layernorm_backward_apply_add(dres, scratch, grads + gain_->offset, grads + bias_->offset,
+                                    sums.data(), dy, x, mean, rstd, g, m, c_, c_total_);
 }
 
 // ---- VocabEmbedding ----
@@ -159,15 +186,18 @@ void VocabCrossEntropy::forward_backward(float* dx, Operand x, const int32_t* ta
     grid_->Y().all_gather(stats_.data(), gathered_.data(), 2 * int64_t(rows), DType::kF32);
     be_->ce_combine(lse_.data(), gathered_.data(), wc, rows, gy, loss_sum);
     if (!dx) continue;
-    be_->ce_dlogits(logits, lse_.data(), targets + r0, wc, denominator, rows, Vloc, v0, V_);
+    // dlogits as a GEMM operand: in place, or rounded into bf16 under bf16 precision
+    Operand dl = logits;
+    if (x.is_bf16()) {
+      be_->ce_dlogits_bf16(dlogits_.data(), logits, lse_.data(), targets + r0, wc, denominator,
+                           rows, Vloc, v0, V_);
+      dl = dlogits_.data();
+    } else {
+      be_->ce_dlogits(logits, lse_.data(), targets + r0, wc, denominator, rows, Vloc, v0, V_);
+    }
     // The block scratch starts fresh with the first chunk; the gradient itself accumulates.
     const bool accumulate = direct || r0 > 0;
     float* dxc = dx + int64_t(r0) * C;
-    Operand dl = logits;  // dlogits as a GEMM operand: bf16 under bf16 precision
-    if (x.is_bf16()) {
-      be_->to_bf16(dlogits_.data(), logits, int64_t(rows) * Vloc);
-      dl = dlogits_.data();
-    }
     be_->linear_backward_input(dxc, dl, w, rows, C, Vloc, false);
     be_->linear_backward_weight(dw, dl, xc, rows, C, Vloc, accumulate);
   }

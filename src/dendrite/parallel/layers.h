@@ -30,11 +30,18 @@ class ParallelNorm {
   ParallelNorm(ProcessGrid& grid, Backend& backend, bool layernorm, const ParamSpec& gain,
                const ParamSpec* bias, int c_total, float eps);
   // y, x [m, C/Gx]; mean (LayerNorm only), rstd [m] saved for the backward.
+  // y_bf16 (or null) [m, C/Gx]: y rounded to bf16 there, for a bf16 GEMM; y is
+  // then scratch (a GPU writes only y_bf16).
   void forward(float* y, float* mean, float* rstd, const float* x, int m, const float* params,
-               Buffer<double>& sums) const;
+               Buffer<double>& sums, bf16* y_bf16 = nullptr) const;
   // dx [m, C/Gx] overwritten; gain and bias gradients accumulated.
   void backward(float* dx, const float* dy, const float* x, const float* mean, const float* rstd,
                 int m, const float* params, float* grads, Buffer<double>& sums) const;
+  // The same, dx added to dres [m, C/Gx] (a residual stream's gradient) with
+  // the bits of backward into scratch [m, C/Gx] then add_inplace.
+  void backward_add(float* dres, float* scratch, const float* dy, const float* x, const float* mean,
+                    const float* rstd, int m, const float* params, float* grads,
+                    Buffer<double>& sums) const;
 
  private:
   ProcessGrid* grid_ = nullptr;

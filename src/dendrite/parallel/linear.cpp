@@ -29,6 +29,8 @@ void ParallelLinear::forward(float* y, Operand x, int m, const float* params, We
   DENDRITE_CHECK(!after.bias, "parallel linear ", w_->name,
                  ": the epilogue's bias is the layer's own; pass none");
   ops::check_epilogue(after, "parallel linear forward");
+  DENDRITE_CHECK(!after.bias_bf16 || b_, "parallel linear ", w_->name,
+                 ": a bf16 bias for a layer without one");
   if (keep_) {  // gathered once a step, into the layer's own buffer
     if (kept_.size() == 0) kept_ = be_->alloc<float>((stream.block_bytes(*w_) + 3) / 4);
     kept_block_ = stream.gather_to_keep(*w_, kept_.data());
@@ -40,10 +42,12 @@ void ParallelLinear::forward(float* y, Operand x, int m, const float* params, We
   e.bias = b_ ? params + b_->offset : nullptr;  // [out]
   float* sum = e.gelu ? e.pre_gelu : y;         // [m, out]: what the forward axis sums
   const bool alone = fwd_->size() == 1;
-  if (alone)
+  if (alone) {
     be_->linear_forward_fused(y, x, w, m, in_, out_, e);
-  else
+  } else {
     be_->linear_forward(sum, x, w, nullptr, m, in_, out_);  // partial over the forward axis
+    e.bias_bf16 = nullptr;  // the separate ops below add the fp32 bias
+  }
   // A group of one sums nothing, but the call stays: the axis counts it.
   be_->before_collective();
   fwd_->all_reduce(sum, int64_t(m) * out_);
@@ -51,6 +55,7 @@ void ParallelLinear::forward(float* y, Operand x, int m, const float* params, We
   const int64_t n = int64_t(m) * out_;
   if (e.bias) be_->add_bias(sum, e.bias, m, out_);
   if (e.gelu) be_->gelu_forward(y, sum, n);
+  if (e.residual) be_->add(y, e.residual, y, n);
   if (e.y_bf16) be_->to_bf16(e.y_bf16, y, n);
 }
 
@@ -114,8 +119,16 @@ void ParallelLinear::weight_gradient(const float* dy_f32, Operand dy, Operand x,
     weight_product_polled(*be_, dw, dy, x, m, in_, out_, direct, *pending);
   else
     be_->linear_backward_weight(dw, dy, x, m, in_, out_, direct);
-  if (db) be_->add_column_sums(db, dy_f32, m, out_);
+  if (db && dy_f32) be_->add_column_sums(db, dy_f32, m, out_);
   if (!direct) stream.reduce_scatter(*w_, grads);
+}
+
+Operand ParallelLinear::dy_bf16(bf16* low, const float* dy, int m, float* grads) const {
+  if (b_)
+    be_->to_bf16_column_sums(low, grads + b_->offset, dy, m, out_);
+  else
+    be_->to_bf16(low, dy, int64_t(m) * out_);
+  return low;
 }
 
 }  // namespace dendrite

@@ -36,15 +36,17 @@ class ParallelLinear {
 
   int in_local() const { return in_; }
   int out_local() const { return out_; }
+  const ParamSpec* bias() const { return b_; }  // or null
 
   // The operands x, dy and the weight block are fp32, or bf16 under bf16
   // precision (core/operand.h); outputs and gradients are fp32 either way.
   // y [m, out_local] = x [m, in_local] W^T, summed over the forward axis, + b,
   // then the rest of `after` (ops::LinearEpilogue; its bias is the layer's,
-  // so left null): GELU keeping its input, a bf16 output. Where the forward
+  // so left null): GELU keeping its input, a residual, a bf16 output, the
+  // bias's bf16 rounding (bias_bf16, for a bf16 output). Where the forward
   // axis has one rank there is no sum between the product and the epilogue,
-  // and the backend fuses them (cuBLASLt's epilogues on a GPU); the CPU's
-  // bits are the same either way.
+  // and the backend fuses them (cuBLASLt's epilogues on a GPU), taking
+  // bias_bf16; after a sum the separate ops add the fp32 bias.
   void forward(float* y, Operand x, int m, const float* params, WeightStream& stream,
                const ops::LinearEpilogue& after = {});
 
@@ -61,11 +63,15 @@ class ParallelLinear {
   //    for the request before reading dx), else summed before returning;
   Request sum_input_gradient(float* dx, int m) const;
   // 3. dW = dy^T x reduce-scattered over Z into grads (through the stream),
-  //    db += the row sums of dy_f32 (dy in fp32, whatever the operand's type).
+  //    db += the row sums of dy_f32 (dy in fp32, whatever the operand's type;
+  //    null where dy_bf16 below summed them already).
   //    `pending`, when it moves only when polled (an MPI request), is polled
   //    between row blocks of the product.
   void weight_gradient(const float* dy_f32, Operand dy, Operand x, int m, float* grads,
                        WeightStream& stream, Request* pending = nullptr) const;
+  // dy [m, out_local] rounded into low as the bf16 operand of steps 1 and 3,
+  // with db += its row sums in the same pass (then weight_gradient takes no dy_f32).
+  Operand dy_bf16(bf16* low, const float* dy, int m, float* grads) const;
   // Whether the backward axis has peers (else step 2 has nothing to sum).
   bool sums_input() const { return bwd_->size() > 1; }
 

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "dendrite/core/check.h"
+#include "dendrite/ops/convert.h"
 
 namespace dendrite::ops {
 namespace {
@@ -487,6 +488,12 @@ void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, const 
 
 void rope_backward(float* dx, int B, int T, int nheads, int hs, int stride, const RopeSpec& rope) {
   rope_apply(dx, B, T, nheads, hs, stride, rope, -1.0f, 0, "rope_backward");
+}
+
+void attention_forward_bf16(bf16* out_bf16, float* out, float* lse, const bf16* q, const bf16* k,
+                            const bf16* v, const AttentionShape& s) {
+  attention_forward(out, lse, q, k, v, s);
+  to_bf16(out_bf16, out, int64_t(s.B) * s.T * s.out_stride);
 }
 
 }  // namespace dendrite::ops

@@ -6,6 +6,8 @@
 
 #include <immintrin.h>
 
+#include "dendrite/ops/matmul.h"
+
 namespace dendrite::ops {
 
 namespace {
@@ -30,6 +32,11 @@ void to_bf16(bf16* out, const float* in, int64_t n) {
 void to_float(float* out, const bf16* in, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) out[i] = dendrite::to_float(in[i]);
+}
+
+void to_bf16_column_sums(bf16* out, float* db, const float* in, int m, int n) {
+  to_bf16(out, in, int64_t(m) * n);
+  add_column_sums(db, in, m, n);
 }
 
 }  // namespace dendrite::ops

@@ -129,6 +129,16 @@ class CpuBackend final : public Backend {
                        float eps) override {
     ops::layernorm_apply(y, mean, rstd, sums, x, gamma, beta, m, c, c_total, eps);
   }
+  void layernorm_apply_bf16(bf16* y_bf16, float* y, float* mean, float* rstd, const double* sums,
+                            const float* x, const float* gamma, const float* beta, int m, int c,
+                            int c_total, float eps) override {
+    ops::layernorm_apply_bf16(y_bf16, y, mean, rstd, sums, x, gamma, beta, m, c, c_total, eps);
+  }
+  void layernorm_rows_bf16(double* sums, bf16* y_bf16, float* y, float* mean, float* rstd,
+                           const float* x, const float* gamma, const float* beta, int m, int c,
+                           float eps) override {
+    ops::layernorm_rows_bf16(sums, y_bf16, y, mean, rstd, x, gamma, beta, m, c, eps);
+  }
   void layernorm_backward_sums(double* sums, const float* dy, const float* x, const float* mean,
                                const float* rstd, const float* gamma, int m, int c) override {
     ops::layernorm_backward_sums(sums, dy, x, mean, rstd, gamma, m, c);
@@ -139,6 +149,13 @@ class CpuBackend final : public Backend {
                                 int c_total) override {
     ops::layernorm_backward_apply(dx, dgamma, dbeta, sums, dy, x, mean, rstd, gamma, m, c,
                                   c_total);
+  }
+  void layernorm_backward_apply_add(float* dres, float* scratch, float* dgamma, float* dbeta,
+                                    const double* sums, const float* dy, const float* x,
+                                    const float* mean, const float* rstd, const float* gamma, int m,
+                                    int c, int c_total) override {
+    ops::layernorm_backward_apply_add(dres, scratch, dgamma, dbeta, sums, dy, x, mean, rstd, gamma,
+                                      m, c, c_total);
   }
   void rmsnorm_row_sums(double* sums, const float* x, int m, int c) override {
     ops::rmsnorm_row_sums(sums, x, m, c);
@@ -173,6 +190,12 @@ class CpuBackend final : public Backend {
   void add_inplace(float* y, const float* x, long n) override { ops::add_inplace(y, x, n); }
 
   // ---- attention ----
+  void attention_forward_bf16(bf16* out_bf16, float* out, float* lse, Operand q, Operand k,
+                              Operand v, const ops::AttentionShape& s) override {
+    DENDRITE_CHECK(q.is_bf16() && k.is_bf16() && v.is_bf16(),
+                   "attention_forward_bf16: q, k and v must be bf16");
+    ops::attention_forward_bf16(out_bf16, out, lse, q.b16, k.b16, v.b16, s);
+  }
   void attention_forward(float* out, float* lse, Operand q, Operand k, Operand v,
                          const ops::AttentionShape& s) override {
     if (both_bf16(q, k, "attention_forward") && both_bf16(k, v, "attention_forward"))
@@ -205,6 +228,9 @@ class CpuBackend final : public Backend {
   // ---- conversions ----
   void to_bf16(bf16* out, const float* in, int64_t n) override { ops::to_bf16(out, in, n); }
   void to_float(float* out, const bf16* in, int64_t n) override { ops::to_float(out, in, n); }
+  void to_bf16_column_sums(bf16* out, float* db, const float* in, int m, int n) override {
+    ops::to_bf16_column_sums(out, db, in, m, n);
+  }
 
   // ---- loss ----
   void ce_local_stats(float* stats, const float* logits, const int32_t* targets,
@@ -218,6 +244,11 @@ class CpuBackend final : public Backend {
   void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const float* weight,
                   double denominator, int rows, int Vloc, int v0, int V) override {
     ops::ce_dlogits(logits, lse, targets, weight, denominator, rows, Vloc, v0, V);
+  }
+  void ce_dlogits_bf16(bf16* dlogits, float* logits, const float* lse, const int32_t* targets,
+                       const float* weight, double denominator, int rows, int Vloc, int v0,
+                       int V) override {
+    ops::ce_dlogits_bf16(dlogits, logits, lse, targets, weight, denominator, rows, Vloc, v0, V);
   }
 
   // ---- embeddings ----

@@ -14,6 +14,7 @@
 
 #include "dendrite/backend/cpu/fast_math.h"
 #include "dendrite/core/check.h"
+#include "dendrite/ops/convert.h"
 
 namespace dendrite::ops {
 namespace {
@@ -120,6 +121,12 @@ void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const f
     const int t = targets[r] - v0;
     if (t >= 0 && t < n) row[t] -= scale;
   }
+}
+
+void ce_dlogits_bf16(bf16* dlogits, float* logits, const float* lse, const int32_t* targets,
+                     const float* weight, double denominator, int rows, int Vloc, int v0, int V) {
+  ce_dlogits(logits, lse, targets, weight, denominator, rows, Vloc, v0, V);
+  to_bf16(dlogits, logits, int64_t(rows) * Vloc);
 }
 
 }  // namespace dendrite::ops

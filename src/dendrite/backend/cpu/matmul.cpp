@@ -185,9 +185,20 @@ void linear_forward(float* y, const float* x, const float* w, const float* b, in
 namespace {
 
 // The epilogue's steps after the bias: t [m, n] holds x w^T + b.
+// The bias the product adds: the fp32 one, or bias_bf16 widened (adds_bf16_bias).
+std::vector<float> widened_bias(const LinearEpilogue& e, int n) {
+  std::vector<float> b;
+  if (adds_bf16_bias(e)) {
+    b.resize(size_t(n));
+    to_float(b.data(), e.bias_bf16, n);
+  }
+  return b;
+}
+
 void finish_epilogue(float* y, const float* t, int m, int n, const LinearEpilogue& e) {
   const long mn = long(m) * n;
   if (e.gelu) gelu_forward(y, t, mn);
+  if (e.residual) add(y, e.residual, y, mn);
   if (e.y_bf16) to_bf16(e.y_bf16, y, mn);
 }
 
@@ -197,7 +208,8 @@ void linear_forward(float* y, const float* x, const float* w, int m, int k, int 
                     const LinearEpilogue& e, GemmCache* cache) {
   check_epilogue(e, "linear_forward");
   float* t = e.gelu ? e.pre_gelu : y;  // [m, n]
-  linear_forward(t, x, w, e.bias, m, k, n, cache);
+  const std::vector<float> low = widened_bias(e, n);
+  linear_forward(t, x, w, low.empty() ? e.bias : low.data(), m, k, n, cache);
   finish_epilogue(y, t, m, n, e);
 }
 
@@ -206,7 +218,8 @@ void linear_forward(float* y, const bf16* x, const bf16* w, int m, int k, int n,
   check_epilogue(e, "linear_forward");
   float* t = e.gelu ? e.pre_gelu : y;  // [m, n]
   linear_forward(t, x, w, m, k, n, cache);
-  if (e.bias) add_bias(t, e.bias, m, n);
+  const std::vector<float> low = widened_bias(e, n);
+  if (e.bias) add_bias(t, low.empty() ? e.bias : low.data(), m, n);
   finish_epilogue(y, t, m, n, e);
 }
 

@@ -23,6 +23,8 @@
 #include <memory>
 
 #include "dendrite/core/check.h"
+#include "dendrite/ops/activation.h"
+#include "dendrite/ops/convert.h"
 
 namespace dendrite::ops {
 
@@ -313,6 +315,29 @@ void rmsnorm_backward_apply(float* dx, float* dgamma, const double* sums, const 
     rms_param_grads_row(part, dy + off, x + off, rstd[r], c);
     rms_dx_row(dx + off, sums + r, dy + off, x + off, rstd[r], gamma, c, c_total);
   });
+}
+
+// The fused forms: the separate ops in order, so the bits are theirs.
+void layernorm_apply_bf16(bf16* y_bf16, float* y, float* mean, float* rstd, const double* sums,
+                          const float* x, const float* gamma, const float* beta, int m, int c,
+                          int c_total, float eps) {
+  layernorm_apply(y, mean, rstd, sums, x, gamma, beta, m, c, c_total, eps);
+  to_bf16(y_bf16, y, int64_t(m) * c);
+}
+
+void layernorm_rows_bf16(double* sums, bf16* y_bf16, float* y, float* mean, float* rstd,
+                         const float* x, const float* gamma, const float* beta, int m, int c,
+                         float eps) {
+  layernorm_row_sums(sums, x, m, c);
+  layernorm_apply_bf16(y_bf16, y, mean, rstd, sums, x, gamma, beta, m, c, c, eps);
+}
+
+void layernorm_backward_apply_add(float* dres, float* scratch, float* dgamma, float* dbeta,
+                                  const double* sums, const float* dy, const float* x,
+                                  const float* mean, const float* rstd, const float* gamma, int m,
+                                  int c, int c_total) {
+  layernorm_backward_apply(scratch, dgamma, dbeta, sums, dy, x, mean, rstd, gamma, m, c, c_total);
+  add_inplace(dres, scratch, long(m) * c);
 }
 
 }  // namespace dendrite::ops

@@ -675,6 +675,12 @@ void attention_forward(float* out, float* lse, const bf16* q, const bf16* k, con
   flash::forward(out, lse, q, k, v, s, stream);
 }
 
+void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
+                       const ops::AttentionShape& s, cudaStream_t stream) {
+  check_shape(s, "attention_forward_bf16");
+  flash::forward(out, lse, q, k, v, s, stream);
+}
+
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
                         const float* lse, const float* q, const float* k, const float* v,
                         const ops::AttentionShape& s, cudaStream_t stream) {

@@ -22,14 +22,14 @@ bool vector_loads(const ops::AttentionShape& s, const bf16* q, const bf16* k, co
 
 unsigned tiles(int T) { return unsigned((T + kRows - 1) / kRows); }
 
-template <int D>
-void forward_launch(float* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
+template <int D, class Out>
+void forward_launch(Out* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
                     const ops::AttentionShape& s, cudaStream_t stream) {
   const size_t bytes = shared_bytes<D>(5, 0);
-  allow_shared<forward_kernel<D>>(bytes, "attention_forward (tensor cores)");
+  allow_shared<forward_kernel<D, Out>>(bytes, "attention_forward (tensor cores)");
   DENDRITE_LAUNCH(dim3(unsigned(s.B * s.NH), tiles(s.T)), kThreads, bytes, stream,
-                  forward_kernel<D>)(
-      out, lse, q, k, v, s, vector_loads(s, q, k, v));
+                  forward_kernel<D, Out>)
+  (out, lse, q, k, v, s, vector_loads(s, q, k, v));
   check_launch("attention_forward (tensor cores)");
 }
 
@@ -95,6 +95,14 @@ void backward_launch(float* dq, float* dk, float* dv, const float* dout, const b
 }  // namespace
 
 void forward(float* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
+             const ops::AttentionShape& s, cudaStream_t stream) {
+  if (s.hs <= 64)
+    forward_launch<64>(out, lse, q, k, v, s, stream);
+  else
+    forward_launch<128>(out, lse, q, k, v, s, stream);
+}
+
+void forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
              const ops::AttentionShape& s, cudaStream_t stream) {
   if (s.hs <= 64)
     forward_launch<64>(out, lse, q, k, v, s, stream);

@@ -121,13 +121,17 @@ __global__ void __launch_bounds__(kCombineThreads)
   if (threadIdx.x == 0) *total_out += total;
 }
 
-// dlogits = (exp(logits - lse) - onehot) * weight / denominator; 0 for padding and zero weight.
-__global__ void ce_dlogits_kernel(float* __restrict__ logits, const float* __restrict__ lse,
+// dlogits = (exp(logits - lse) - onehot) * weight / denominator; 0 for padding
+// and zero weight. Out fp32 (dlogits may be logits: in place) or bf16 (the
+// fp32 value rounded).
+template <class Out>
+__global__ void ce_dlogits_kernel(Out* dlogits, const float* logits, const float* __restrict__ lse,
                                   const int32_t* __restrict__ targets,
                                   const float* __restrict__ weight, double denominator, int rows,
                                   int Vloc, int v0, int n) {
   for (int r = blockIdx.y; r < rows; r += gridDim.y) {
-    float* __restrict__ row = logits + int64_t(r) * Vloc;
+    const float* row = logits + int64_t(r) * Vloc;
+    Out* out = dlogits + int64_t(r) * Vloc;
     const double wt = weight ? double(weight[r]) : 1.0;
     const float scale = wt != 0.0 ? float(wt / denominator) : 0.0f, l = lse[r];
     const int64_t t = int64_t(targets[r]) - v0;
@@ -137,7 +141,10 @@ __global__ void ce_dlogits_kernel(float* __restrict__ logits, const float* __res
         v = __fmul_rn(exp_approx(__fsub_rn(row[j], l)), scale);
         if (j == t) v = __fsub_rn(v, scale);
       }
-      row[j] = v;
+      if constexpr (sizeof(Out) == 2)
+        out[j] = round_bf16(v);
+      else
+        out[j] = v;
     }
   }
 }
@@ -163,17 +170,35 @@ void ce_combine(float* lse, const float* gathered, const float* weight, int rows
   check_launch("ce_combine");
 }
 
-void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const float* weight,
-                double denominator, int rows, int Vloc, int v0, int V, cudaStream_t stream) {
-  check_part("ce_dlogits", rows, Vloc, v0, V);
-  DENDRITE_CHECK(std::isfinite(denominator) && denominator > 0.0,
-                 "ce_dlogits: denominator=", denominator,
+namespace {
+
+template <class Out>
+void launch_dlogits(Out* dlogits, const float* logits, const float* lse, const int32_t* targets,
+                    const float* weight, double denominator, int rows, int Vloc, int v0, int V,
+                    cudaStream_t stream, const char* op) {
+  check_part(op, rows, Vloc, v0, V);
+  DENDRITE_CHECK(std::isfinite(denominator) && denominator > 0.0, op, ": denominator=", denominator,
                  " must be a positive count of supervised tokens");
   if (rows == 0) return;
   const dim3 grid(blocks_for(Vloc), unsigned(rows < 65535 ? rows : 65535));
-  DENDRITE_LAUNCH(grid, kThreads, 0, stream, ce_dlogits_kernel)(
-      logits, lse, targets, weight, denominator, rows, Vloc, v0, real_columns(Vloc, v0, V));
-  check_launch("ce_dlogits");
+  DENDRITE_LAUNCH(grid, kThreads, 0, stream, ce_dlogits_kernel<Out>)
+  (dlogits, logits, lse, targets, weight, denominator, rows, Vloc, v0, real_columns(Vloc, v0, V));
+  check_launch(op);
+}
+
+}  // namespace
+
+void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const float* weight,
+                double denominator, int rows, int Vloc, int v0, int V, cudaStream_t stream) {
+  launch_dlogits(logits, logits, lse, targets, weight, denominator, rows, Vloc, v0, V, stream,
+                 "ce_dlogits");
+}
+
+void ce_dlogits_bf16(bf16* dlogits, const float* logits, const float* lse, const int32_t* targets,
+                     const float* weight, double denominator, int rows, int Vloc, int v0, int V,
+                     cudaStream_t stream) {
+  launch_dlogits(dlogits, logits, lse, targets, weight, denominator, rows, Vloc, v0, V, stream,
+                 "ce_dlogits_bf16");
 }
 
 }  // namespace dendrite::cuda

@@ -147,9 +147,13 @@ class CudaBackend final : public Backend {
                             const ops::LinearEpilogue& e) override {
     ops::check_epilogue(e, "linear_forward");
     const bool low = both_bf16(x, w, "linear_forward");
-    const bool bf16_alone = e.y_bf16 && !e.bias && !e.gelu;
+    // bf16 out of the product: alone, or after a bias it takes in bf16 (matmul.h)
+    const bool low_bias = ops::adds_bf16_bias(e);
+    const bool bf16_alone = e.y_bf16 && (!e.bias || low_bias) && !e.gelu && !e.residual;
     cuda::Gemm::Epilogue fused;
-    fused.bias = e.bias;
+    fused.bias = low_bias ? nullptr : e.bias;
+    fused.bias_bf16 = low_bias ? e.bias_bf16 : nullptr;
+    fused.residual = e.residual;
     fused.gelu = e.gelu;
     fused.gelu_input = e.pre_gelu;
     fused.out_bf16 = bf16_alone;
@@ -161,8 +165,17 @@ class CudaBackend final : public Backend {
     }
     float* t = e.gelu ? e.pre_gelu : y;  // [m, n]
     gemm_->run(false, true, m, n, k, 1.0f, ptr(x), k, ptr(w), k, 0.0f, t, n, low, stream_);
-    if (e.bias) cuda::add_bias(t, e.bias, m, n, stream_);
+    if (low_bias) {  // widened into the scratch, then added as the CPU adds it
+      DENDRITE_CHECK(size_t(n) * sizeof(float) <= cuda::kScratchBytes, "linear_forward: a bias of ",
+                     n, " outputs does not fit the scratch");
+      float* b = static_cast<float*>(scratch_);
+      cuda::to_float(b, e.bias_bf16, n, stream_);
+      cuda::add_bias(t, b, m, n, stream_);
+    } else if (e.bias) {
+      cuda::add_bias(t, e.bias, m, n, stream_);
+    }
     if (e.gelu) cuda::gelu_forward(y, t, mn, stream_);
+    if (e.residual) cuda::add(y, e.residual, y, mn, stream_);
     if (e.y_bf16) cuda::to_bf16(e.y_bf16, y, mn, stream_);
   }
   void linear_backward_input(float* dx, Operand dy, Operand w, int m, int k, int n,
@@ -212,6 +225,17 @@ class CudaBackend final : public Backend {
                        float eps) override {
     cuda::layernorm_apply(y, mean, rstd, sums, x, gamma, beta, m, c, c_total, eps, stream_);
   }
+  void layernorm_apply_bf16(bf16* y_bf16, float*, float* mean, float* rstd, const double* sums,
+                            const float* x, const float* gamma, const float* beta, int m, int c,
+                            int c_total, float eps) override {
+    cuda::layernorm_apply_bf16(y_bf16, mean, rstd, sums, x, gamma, beta, m, c, c_total, eps,
+                               stream_);
+  }
+  void layernorm_rows_bf16(double* sums, bf16* y_bf16, float*, float* mean, float* rstd,
+                           const float* x, const float* gamma, const float* beta, int m, int c,
+                           float eps) override {
+    cuda::layernorm_rows_bf16(sums, y_bf16, mean, rstd, x, gamma, beta, m, c, eps, stream_);
+  }
   void layernorm_backward_sums(double* sums, const float* dy, const float* x, const float* mean,
                                const float* rstd, const float* gamma, int m, int c) override {
     cuda::layernorm_backward_sums(sums, dy, x, mean, rstd, gamma, m, c, stream_);
@@ -220,8 +244,15 @@ class CudaBackend final : public Backend {
                                 const float* dy, const float* x, const float* mean,
                                 const float* rstd, const float* gamma, int m, int c,
                                 int c_total) override {
-    cuda::layernorm_backward_apply(dx, dgamma, dbeta, sums, dy, x, mean, rstd, gamma, m, c, c_total,
-                                   scratch_, stream_);
+    cuda::layernorm_backward_apply(dx, false, dgamma, dbeta, sums, dy, x, mean, rstd, gamma, m, c,
+                                   c_total, scratch_, stream_);
+  }
+  void layernorm_backward_apply_add(float* dres, float*, float* dgamma, float* dbeta,
+                                    const double* sums, const float* dy, const float* x,
+                                    const float* mean, const float* rstd, const float* gamma, int m,
+                                    int c, int c_total) override {
+    cuda::layernorm_backward_apply(dres, true, dgamma, dbeta, sums, dy, x, mean, rstd, gamma, m, c,
+                                   c_total, scratch_, stream_);
   }
   void rmsnorm_row_sums(double* sums, const float* x, int m, int c) override {
     cuda::rmsnorm_row_sums(sums, x, m, c, stream_);
@@ -270,6 +301,12 @@ class CudaBackend final : public Backend {
     else
       cuda::attention_forward(out, lse, q.f32, k.f32, v.f32, s, stream_);
   }
+  void attention_forward_bf16(bf16* out_bf16, float*, float* lse, Operand q, Operand k, Operand v,
+                              const ops::AttentionShape& s) override {
+    DENDRITE_CHECK(q.is_bf16() && k.is_bf16() && v.is_bf16(),
+                   "attention_forward_bf16: q, k and v must be bf16");
+    cuda::attention_forward(out_bf16, lse, q.b16, k.b16, v.b16, s, stream_);
+  }
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, Operand out,
                           const float* lse, Operand q, Operand k, Operand v,
                           const ops::AttentionShape& s) override {
@@ -317,6 +354,9 @@ class CudaBackend final : public Backend {
   void to_float(float* out, const bf16* in, int64_t n) override {
     cuda::to_float(out, in, n, stream_);
   }
+  void to_bf16_column_sums(bf16* out, float* db, const float* in, int m, int n) override {
+    cuda::to_bf16_column_sums(out, db, in, m, n, scratch_, stream_);
+  }
 
   // ---- loss ----
   void ce_local_stats(float* stats, const float* logits, const int32_t* targets,
@@ -338,6 +378,12 @@ class CudaBackend final : public Backend {
   void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const float* weight,
                   double denominator, int rows, int Vloc, int v0, int V) override {
     cuda::ce_dlogits(logits, lse, targets, weight, denominator, rows, Vloc, v0, V, stream_);
+  }
+  void ce_dlogits_bf16(bf16* dlogits, float* logits, const float* lse, const int32_t* targets,
+                       const float* weight, double denominator, int rows, int Vloc, int v0,
+                       int V) override {
+    cuda::ce_dlogits_bf16(dlogits, logits, lse, targets, weight, denominator, rows, Vloc, v0, V,
+                          stream_);
   }
 
   // ---- embeddings ----

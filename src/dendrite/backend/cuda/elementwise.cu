@@ -245,10 +245,11 @@ __device__ __forceinline__ float column_total(float v, float (*shared)[kTileCols
   return shared[0][tx];
 }
 
-// partials [gridDim.y, n]: block blockIdx.y's sums of its rows.
+// partials [gridDim.y, n]: block blockIdx.y's sums of its rows; low (or
+// null) [m, n]: dy rounded to bf16, written as it is read.
 __global__ void __launch_bounds__(kTileCols* kRowGroups)
-    column_sums_kernel(float* __restrict__ partials, const float* __restrict__ dy, int m, int n,
-                       int rows) {
+    column_sums_kernel(float* __restrict__ partials, bf16* __restrict__ low,
+                       const float* __restrict__ dy, int m, int n, int rows) {
   __shared__ float shared[kRowGroups][kTileCols];
   const int j = blockIdx.x * kTileCols + threadIdx.x;
   const bool col = j < n;
@@ -260,6 +261,7 @@ __global__ void __launch_bounds__(kTileCols* kRowGroups)
     for (int k = 0; k < kRowsAhead; ++k) {
       const int r = r0 + k * kRowGroups;
       v[k] = col && r < end ? dy[int64_t(r) * n + j] : 0.0f;
+      if (low && col && r < end) low[int64_t(r) * n + j] = round_bf16(v[k]);
     }
 #pragma unroll
     for (int k = 0; k < kRowsAhead; ++k)
@@ -416,15 +418,29 @@ void add_row_block_partials(float* out, const float* partials, int blocks, int n
   check_launch("add_row_block_partials");
 }
 
-void add_column_sums(float* db, const float* dy, int m, int n, void* scratch, cudaStream_t stream) {
+namespace {
+
+void launch_column_sums(bf16* low, float* db, const float* dy, int m, int n, void* scratch,
+                        cudaStream_t stream, const char* op) {
   if (m <= 0 || n <= 0) return;
-  const RowBlocks b = row_blocks(m, n, 1, kRowGroups * kRowsAhead, "add_column_sums");
+  const RowBlocks b = row_blocks(m, n, 1, kRowGroups * kRowsAhead, op);
   float* partials = static_cast<float*>(scratch);  // [b.count, n]
   const dim3 grid(unsigned((n + kTileCols - 1) / kTileCols), unsigned(b.count));
   DENDRITE_LAUNCH(grid, dim3(kTileCols, kRowGroups), 0, stream, column_sums_kernel)
-  (partials, dy, m, n, b.rows);
-  check_launch("add_column_sums");
+  (partials, low, dy, m, n, b.rows);
+  check_launch(op);
   add_row_block_partials(db, partials, b.count, n, stream);
+}
+
+}  // namespace
+
+void add_column_sums(float* db, const float* dy, int m, int n, void* scratch, cudaStream_t stream) {
+  launch_column_sums(nullptr, db, dy, m, n, scratch, stream, "add_column_sums");
+}
+
+void to_bf16_column_sums(bf16* low, float* db, const float* dy, int m, int n, void* scratch,
+                         cudaStream_t stream) {
+  launch_column_sums(low, db, dy, m, n, scratch, stream, "to_bf16_column_sums");
 }
 
 int64_t count_nonfinite(const float* x, int64_t n, void* scratch, cudaStream_t stream) {

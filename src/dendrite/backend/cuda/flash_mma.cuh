@@ -272,9 +272,10 @@ __device__ __forceinline__ void accumulate(float (&out)[D / 8][4], const float (
 }
 
 // Writes rows r0 + g and r0 + g + 8 of a [16 x D] accumulator times `mul`
-// (per row) to dst rows of `stride` floats, columns < hs, rows < n.
-template <int D>
-__device__ __forceinline__ void store_rows(float* dst, int64_t stride, const float (&acc)[D / 8][4],
+// (per row) to dst rows of `stride` elements, columns < hs, rows < n; Out
+// fp32, or bf16 (the fp32 value rounded).
+template <int D, class Out>
+__device__ __forceinline__ void store_rows(Out* dst, int64_t stride, const float (&acc)[D / 8][4],
                                            int r0, int n, int hs, float mul_lo, float mul_hi, int g,
                                            int t) {
 #pragma unroll
@@ -282,20 +283,26 @@ __device__ __forceinline__ void store_rows(float* dst, int64_t stride, const flo
     const int r = r0 + g + 8 * half;
     if (r >= n) continue;
     const float mul = half ? mul_hi : mul_lo;
-    float* row = dst + int64_t(r) * stride;
+    Out* row = dst + int64_t(r) * stride;
 #pragma unroll
     for (int nd = 0; nd < D / 8; ++nd) {
       const int c = nd * 8 + 2 * t;
-      if (c < hs) row[c] = acc[nd][2 * half] * mul;
-      if (c + 1 < hs) row[c + 1] = acc[nd][2 * half + 1] * mul;
+      if constexpr (sizeof(Out) == 2) {
+        if (c < hs) row[c] = round_bf16(acc[nd][2 * half] * mul);
+        if (c + 1 < hs) row[c + 1] = round_bf16(acc[nd][2 * half + 1] * mul);
+      } else {
+        if (c < hs) row[c] = acc[nd][2 * half] * mul;
+        if (c + 1 < hs) row[c + 1] = acc[nd][2 * half + 1] * mul;
+      }
     }
   }
 }
 
-// ---- forward: grid (B*NH, query tiles), the last (heaviest) tile first.
-template <int D>
+// ---- forward: grid (B*NH, query tiles), the last (heaviest) tile first;
+// out in fp32 or bf16 (Out).
+template <int D, class Out>
 __global__ void __launch_bounds__(kThreads)
-    forward_kernel(float* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
+    forward_kernel(Out* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
                    ops::AttentionShape s, bool vec) {
   constexpr int T_ = Tile<D>::elems;
   DENDRITE_DYNAMIC_SHARED(uint4, smem4);
@@ -515,6 +522,8 @@ __global__ void __launch_bounds__(kThreads)
 
 // The launches (attention_mma.cu), after attention.cu's shape checks.
 void forward(float* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
+             const ops::AttentionShape& s, cudaStream_t stream);
+void forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
              const ops::AttentionShape& s, cudaStream_t stream);
 // scratch: backward_scratch_bytes(s), 256-byte aligned.
 size_t backward_scratch_bytes(const ops::AttentionShape& s);

@@ -68,9 +68,10 @@ Gemm::~Gemm() {
 
 void Gemm::set_epilogue_pointers(const Plan& p, const Key& k, const Epilogue& e) const {
   if (k.epilogue == CUBLASLT_EPILOGUE_DEFAULT) return;
-  if (e.bias)
-    check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias,
-                                         sizeof(e.bias)),
+  const void* bias = e.bias ? static_cast<const void*>(e.bias) : e.bias_bf16;
+  if (bias)
+    check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                         sizeof(bias)),
           "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
   const void* aux = e.gelu ? static_cast<const void*>(e.gelu_input) : e.dgelu_input;
   if (aux)
@@ -82,12 +83,12 @@ void Gemm::set_epilogue_pointers(const Plan& p, const Key& k, const Epilogue& e)
 namespace {
 
 // The epilogue's settings on the descriptor (the pointers are set per product).
-void describe_epilogue(cublasLtMatmulDesc_t op, int epilogue, int N) {
+void describe_epilogue(cublasLtMatmulDesc_t op, int epilogue, int N, bool out_bf16) {
   const uint32_t epi = uint32_t(epilogue);
   check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)),
         "cublasLtMatmulDescSetAttribute(EPILOGUE)");
   if (epilogue & CUBLASLT_EPILOGUE_BIAS) {
-    const int32_t type = CUDA_R_32F;  // D's type, as cuBLASLt's default
+    const int32_t type = out_bf16 ? CUDA_R_16BF : CUDA_R_32F;  // D's type, as cuBLASLt's default
     check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type,
                                          sizeof(type)),
           "cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)");
@@ -164,7 +165,7 @@ const Gemm::Plan& Gemm::plan(const Key& k, const Epilogue& e) {
         "cublasLtMatmulDescSetAttribute(TRANSA)");
   check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &second, sizeof(second)),
         "cublasLtMatmulDescSetAttribute(TRANSB)");
-  if (k.epilogue != CUBLASLT_EPILOGUE_DEFAULT) describe_epilogue(p.op, k.epilogue, k.N);
+  if (k.epilogue != CUBLASLT_EPILOGUE_DEFAULT) describe_epilogue(p.op, k.epilogue, k.N, k.out_bf16);
   set_epilogue_pointers(p, k, e);
   const cudaDataType_t in = k.bf16 ? CUDA_R_16BF : CUDA_R_32F;
   // Column-major shapes of the stored matrices: B is [K, N] (or [N, K] when
@@ -183,7 +184,7 @@ const Gemm::Plan& Gemm::plan(const Key& k, const Epilogue& e) {
   cublasLtMatmulPreferenceDestroy(pref);
   // An epilogue cuBLASLt does not offer for this product is no error: its
   // steps run as kernels (run_fused returns false).
-  const bool fused = k.epilogue != CUBLASLT_EPILOGUE_DEFAULT || k.out_bf16;
+  const bool fused = k.epilogue != CUBLASLT_EPILOGUE_DEFAULT || k.out_bf16 || k.residual;
   if (!fused) check(s, "cublasLtMatmulAlgoGetHeuristic");
   DENDRITE_CHECK(fused || found > 0, "cuda: cuBLASLt has no algorithm for the ",
                  k.bf16 ? "bf16" : "fp32", " product ", k.M, "x", k.N, "x", k.K, " (",
@@ -215,26 +216,32 @@ bool Gemm::run_fused(bool trans_a, bool trans_b, int M, int N, int K, const void
   // D's type, a bf16 D needs bf16 operands, and the GELU input's leading
   // dimension is a multiple of 8.
   if (e.out_bf16 && (e.bias || e.gelu || e.dgelu_input || !bf16)) return false;
+  if (e.bias_bf16 && (!e.out_bf16 || e.bias)) return false;
+  if (e.residual && (e.out_bf16 || e.gelu || e.dgelu_input)) return false;
   if (e.gelu && (!e.gelu_input || N % 8 != 0)) return false;
   if (e.dgelu_input && (e.gelu || e.bias || N % 8 != 0)) return false;
   int epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-  if (e.bias) epilogue = CUBLASLT_EPILOGUE_BIAS;
+  if (e.bias || e.bias_bf16) epilogue = CUBLASLT_EPILOGUE_BIAS;
   if (e.gelu) epilogue = e.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
   if (e.dgelu_input) epilogue = CUBLASLT_EPILOGUE_DGELU;
-  const int align = std::min(std::min(alignment(A), alignment(B)), alignment(D));
+  int align = std::min(std::min(alignment(A), alignment(B)), alignment(D));
+  if (e.residual) align = std::min(align, alignment(e.residual));
   int epi_align = 16;
   if (e.bias) epi_align = std::min(epi_align, alignment(e.bias));
+  if (e.bias_bf16) epi_align = std::min(epi_align, alignment(e.bias_bf16));
   if (e.gelu) epi_align = std::min(epi_align, alignment(e.gelu_input));
   if (e.dgelu_input) epi_align = std::min(epi_align, alignment(e.dgelu_input));
-  Key k{trans_a, trans_b, bf16, false, M, N, K, lda, ldb, N, align};
+  Key k{trans_a, trans_b, bf16, e.residual != nullptr, M, N, K, lda, ldb, N, align};
   k.epilogue = epilogue;
   k.out_bf16 = e.out_bf16;
+  k.residual = e.residual != nullptr;
   k.epi_align = epi_align;
   const Plan& p = plan(k, e);
   if (!p.found) return false;
   set_epilogue_pointers(p, k, e);
-  const float alpha = 1.0f, beta = 0.0f;
-  check(cublasLtMatmul(handle_, p.op, &alpha, B, p.b, A, p.a, &beta, D, p.c, D, p.c, &p.algo,
+  const float alpha = 1.0f, beta = e.residual ? 1.0f : 0.0f;
+  const void* C = e.residual ? static_cast<const void*>(e.residual) : D;  // same layout as D
+  check(cublasLtMatmul(handle_, p.op, &alpha, B, p.b, A, p.a, &beta, C, p.c, D, p.c, &p.algo,
                        workspace_, p.workspace, stream),
         "cublasLtMatmul (with an epilogue)");
   return true;
@@ -244,7 +251,7 @@ std::vector<std::string> Gemm::shapes() const {
   std::vector<std::string> out;
   for (const auto& [k, p] : plans_)
     out.push_back(str(k.ta ? "T" : "N", k.tb ? "T" : "N", " ", k.M, "x", k.N, "x", k.K,
-                      k.bf16 ? " bf16" : (tf32_ ? " tf32" : " fp32"),
+                      k.bf16 ? " bf16" : (tf32_ ? " tf32" : " fp32"), k.residual ? " +C" : "",
                       epilogue_name(k.epilogue, k.out_bf16), split_name(p.splits, p.scheme),
                       p.found ? "" : " (no algorithm: kernels)"));
   return out;

@@ -17,16 +17,21 @@
 #include <tuple>
 #include <vector>
 
+#include "dendrite/core/bf16.h"
+
 namespace dendrite::cuda {
 
 // What cuBLASLt does to a product before storing it (its epilogues), in
 // Gemm::run()'s row-major terms: D [M,N] = op(A) op(B), + bias [N] on every row,
 // then gelu_input [M,N] (ld N) = D and D = GELU(D); or, for GELU's
 // backward, D *= GELU'(dgelu_input [M,N], ld N). D fp32, or bf16 with none
-// of them (cuBLASLt's bias and GELU input take D's type, and Dendrite keeps
-// both in fp32).
+// of them but a bias in bf16 (bias_bf16: cuBLASLt's bias and GELU input take
+// D's type; Dendrite keeps the GELU input in fp32). residual [M,N] (ld N, fp32 D, no GELU):
+// cuBLASLt's C with beta 1, a matrix apart from D, so D = op(A) op(B) + residual (+ bias).
 struct GemmEpilogue {
   const float* bias = nullptr;
+  const bf16* bias_bf16 = nullptr;  // with out_bf16, in bias's stead
+  const float* residual = nullptr;
   bool gelu = false;
   float* gelu_input = nullptr;
   const float* dgelu_input = nullptr;
@@ -69,9 +74,10 @@ class Gemm {
     int epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     bool out_bf16 = false;
     int epi_align = 16;
+    bool residual = false;  // C, apart from D, added with beta 1
     auto tie() const {
       return std::tie(ta, tb, bf16, beta, M, N, K, lda, ldb, ldc, align, epilogue, out_bf16,
-                      epi_align);
+                      epi_align, residual);
     }
     bool operator<(const Key& o) const { return tie() < o.tie(); }
   };

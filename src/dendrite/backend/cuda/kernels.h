@@ -42,6 +42,10 @@ void interleave_vocab_parts(float* out, const float* parts, int num_parts, int m
 void add_bias(float* y, const float* b, int m, int n, cudaStream_t stream);
 // scratch: kScratchBytes of device scratch (above), for the row blocks' partial sums.
 void add_column_sums(float* db, const float* dy, int m, int n, void* scratch, cudaStream_t stream);
+// add_column_sums, writing dy rounded to bf16 into low [m, n] in the same pass
+// (ops/convert.h: to_bf16_column_sums).
+void to_bf16_column_sums(bf16* low, float* db, const float* dy, int m, int n, void* scratch,
+                         cudaStream_t stream);
 int64_t count_nonfinite(const float* x, int64_t n, void* scratch, cudaStream_t stream);
 
 // ---- norms (norm.cu) ----
@@ -49,13 +53,23 @@ void layernorm_row_sums(double* sums, const float* x, int m, int c, cudaStream_t
 void layernorm_apply(float* y, float* mean, float* rstd, const double* sums, const float* x,
                      const float* gamma, const float* beta, int m, int c, int c_total, float eps,
                      cudaStream_t stream);
+// y written in bf16 only (ops/norm.h: layernorm_apply_bf16's scratch is not touched).
+void layernorm_apply_bf16(bf16* y, float* mean, float* rstd, const double* sums, const float* x,
+                          const float* gamma, const float* beta, int m, int c, int c_total,
+                          float eps, cudaStream_t stream);
 void layernorm_backward_sums(double* sums, const float* dy, const float* x, const float* mean,
                              const float* rstd, const float* gamma, int m, int c,
                              cudaStream_t stream);
-void layernorm_backward_apply(float* dx, float* dgamma, float* dbeta, const double* sums,
-                              const float* dy, const float* x, const float* mean, const float* rstd,
-                              const float* gamma, int m, int c, int c_total, void* scratch,
-                              cudaStream_t stream);
+// Whole rows (c_total = c): the row sums and the bf16 apply in one pass
+// (ops/norm.h: layernorm_rows_bf16; the scratch y is not touched).
+void layernorm_rows_bf16(double* sums, bf16* y, float* mean, float* rstd, const float* x,
+                         const float* gamma, const float* beta, int m, int c, float eps,
+                         cudaStream_t stream);
+// accumulate: dx += the gradient (ops/norm.h: layernorm_backward_apply_add), else dx = it.
+void layernorm_backward_apply(float* dx, bool accumulate, float* dgamma, float* dbeta,
+                              const double* sums, const float* dy, const float* x,
+                              const float* mean, const float* rstd, const float* gamma, int m,
+                              int c, int c_total, void* scratch, cudaStream_t stream);
 void rmsnorm_row_sums(double* sums, const float* x, int m, int c, cudaStream_t stream);
 void rmsnorm_apply(float* y, float* rstd, const double* sums, const float* x, const float* gamma,
                    int m, int c, int c_total, float eps, cudaStream_t stream);
@@ -100,6 +114,9 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
                        const ops::AttentionShape& s, cudaStream_t stream);
 void attention_forward(float* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
                        const ops::AttentionShape& s, cudaStream_t stream);
+// The output written in bf16 only (ops/attention.h: attention_forward_bf16).
+void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
+                       const ops::AttentionShape& s, cudaStream_t stream);
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
                         const float* lse, const float* q, const float* k, const float* v,
                         const ops::AttentionShape& s, cudaStream_t stream);
@@ -143,6 +160,10 @@ void ce_combine(float* lse, const float* gathered, const float* weight, int rows
                 double* total, cudaStream_t stream);
 void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const float* weight,
                 double denominator, int rows, int Vloc, int v0, int V, cudaStream_t stream);
+// dlogits written in bf16 only; logits read (ops/cross_entropy.h: ce_dlogits_bf16).
+void ce_dlogits_bf16(bf16* dlogits, const float* logits, const float* lse, const int32_t* targets,
+                     const float* weight, double denominator, int rows, int Vloc, int v0, int V,
+                     cudaStream_t stream);
 
 // A kernel launch's error, as an Error naming the kernel: one the launch
 // itself met, or, when every launch waits for its kernel

@@ -166,8 +166,8 @@ void launch_row_sums(double* sums, const Terms& terms, int m, int c, bool vec,
 
 constexpr int kApplyRows = 8;  // rows (warps) per block of the apply kernels
 
-template <int W>
-__device__ __forceinline__ void ln_apply_row(float* y, const float* x, const float* gamma,
+template <int W, class Out>
+__device__ __forceinline__ void ln_apply_row(Out* y, const float* x, const float* gamma,
                                              const float* beta, int c, float mu, float rs) {
   for (int j = W * int(threadIdx.x & 31); j < c; j += 32 * W) {
     float vx[W], vg[W], vb[W];
@@ -180,9 +180,11 @@ __device__ __forceinline__ void ln_apply_row(float* y, const float* x, const flo
   }
 }
 
-__global__ void layernorm_apply_kernel(float* y, float* mean, float* rstd, const double* sums,
-                                       const float* x, const float* gamma, const float* beta,
-                                       int m, int c, int c_total, float eps, bool vec) {
+// y: fp32, or bf16 (the fp32 value rounded, as to_bf16 would round it)
+template <class Out>
+__global__ void layernorm_apply_kernel(Out* y, float* mean, float* rstd, const double* sums,
+                                       const float* x, const float* gamma, const float* beta, int m,
+                                       int c, int c_total, float eps, bool vec) {
   const int r = blockIdx.x * kApplyRows + threadIdx.x / 32;
   if (r >= m) return;
   const double mu = sums[2 * int64_t(r)] / c_total;
@@ -224,6 +226,56 @@ __global__ void rmsnorm_apply_kernel(float* y, float* rstd, const double* sums, 
   if ((threadIdx.x & 31) == 0) rstd[r] = rs;
 }
 
+// LayerNorm over whole rows (c_total = c) in one pass, one block per row:
+// the row sums as row_sums_kernel forms them (the same groups, the same tree),
+// then the apply as layernorm_apply_kernel computes it, on the same groups of
+// columns, which the block has just read (so from cache); y in bf16.
+__global__ void layernorm_rows_kernel(double* sums, bf16* y, float* mean, float* rstd,
+                                      const float* x, const float* gamma, const float* beta, int c,
+                                      float eps, bool vec) {
+  const int r = blockIdx.x;
+  const LnSums terms{x, c};
+  double a = 0.0, b = 0.0;
+  const int groups = (c + 3) / 4;
+  for (int q = threadIdx.x; q < groups; q += blockDim.x) {
+    const int j = 4 * q;
+    if (vec && j + 4 <= c) {
+      terms.add<4>(r, j, a, b);
+    } else {
+      for (int k = 0; k < 4 && j + k < c; ++k) terms.add<1>(r, j + k, a, b);
+    }
+  }
+  DENDRITE_DYNAMIC_SHARED(double, warp_sums);  // [32]
+  a = block_sum(a, warp_sums);
+  b = block_sum(b, warp_sums);
+  const double mu = a / c;
+  const double var = b / c - mu * mu;  // clamp rounding below 0
+  const float mu_f = float(mu);
+  const float rs = float(1.0 / sqrt((var > 0.0 ? var : 0.0) + eps));
+  const int64_t off = int64_t(r) * c;
+  for (int q = threadIdx.x; q < groups; q += blockDim.x) {
+    const int j = 4 * q;
+    if (vec && j + 4 <= c) {
+      float vx[4], vg[4], vb[4];
+      load(vx, x + off + j);
+      load(vg, gamma + j);
+      load(vb, beta + j);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) vx[k] = (vx[k] - mu_f) * rs * vg[k] + vb[k];
+      store(y + off + j, vx);
+    } else {
+      for (int k = 0; k < 4 && j + k < c; ++k) {
+        float v[1] = {(x[off + j + k] - mu_f) * rs * gamma[j + k] + beta[j + k]};
+        store(y + off + j + k, v);
+      }
+    }
+  }
+  if (threadIdx.x == 0) {
+    sums[2 * int64_t(r)] = a, sums[2 * int64_t(r) + 1] = b;
+    mean[r] = mu_f, rstd[r] = rs;
+  }
+}
+
 unsigned apply_blocks(int m) { return unsigned((int64_t(m) + kApplyRows - 1) / kApplyRows); }
 
 // ---- backward apply: one block per kTileCols columns over all rows
@@ -249,14 +301,16 @@ __device__ __forceinline__ float column_total(float v, float (*shared)[kTileCols
 }
 
 // dx = rstd (dy gamma - S1 / c_total - xhat S2 / c_total) for the rows of
-// block blockIdx.y (`rows` a block); part_g, part_b [gridDim.y, c] = that
+// block blockIdx.y (`rows` a block), or added to dx (accumulate: dx + that,
+// rounded as add_inplace after it would); part_g, part_b [gridDim.y, c] = that
 // block's sums of dy xhat and dy (null: skipped, as dgamma or dbeta on the CPU)
 __global__ void __launch_bounds__(kTileCols* kRowGroups)
-    layernorm_backward_apply_kernel(float* __restrict__ dx, float* part_g, float* part_b,
-                                    const double* __restrict__ sums, const float* __restrict__ dy,
-                                    const float* __restrict__ x, const float* __restrict__ mean,
-                                    const float* __restrict__ rstd, const float* __restrict__ gamma,
-                                    int m, int c, int c_total, int rows) {
+    layernorm_backward_apply_kernel(float* __restrict__ dx, bool accumulate, float* part_g,
+                                    float* part_b, const double* __restrict__ sums,
+                                    const float* __restrict__ dy, const float* __restrict__ x,
+                                    const float* __restrict__ mean, const float* __restrict__ rstd,
+                                    const float* __restrict__ gamma, int m, int c, int c_total,
+                                    int rows) {
   __shared__ float4 stats[kBatch];  // per row: mean, rstd, S1 / c_total, S2 / c_total
   __shared__ float shared[kRowGroups][kTileCols];
   const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * kTileCols + tx;
@@ -288,7 +342,9 @@ __global__ void __launch_bounds__(kTileCols* kRowGroups)
         const float xhat = (vx[k] - s.x) * s.y;
         acc_g += vd[k] * xhat;
         acc_b += vd[k];
-        dx[int64_t(r) * c + j] = s.y * (vd[k] * gj - s.z - xhat * s.w);
+        const float v = s.y * (vd[k] * gj - s.z - xhat * s.w);
+        float* out = dx + int64_t(r) * c + j;
+        *out = accumulate ? __fadd_rn(*out, v) : v;  // no contraction into v's products
       }
     }
     __syncthreads();  // stats are restaged next batch
@@ -368,9 +424,31 @@ void layernorm_apply(float* y, float* mean, float* rstd, const double* sums, con
                      cudaStream_t stream) {
   check_split("layernorm_apply", m, c, c_total);
   if (m == 0) return;
-  DENDRITE_LAUNCH(apply_blocks(m), kApplyRows * 32, 0, stream, layernorm_apply_kernel)(
-      y, mean, rstd, sums, x, gamma, beta, m, c, c_total, eps, rows_aligned(c, y, x, gamma, beta));
+  DENDRITE_LAUNCH(apply_blocks(m), kApplyRows * 32, 0, stream, layernorm_apply_kernel<float>)
+  (y, mean, rstd, sums, x, gamma, beta, m, c, c_total, eps, rows_aligned(c, y, x, gamma, beta));
   check_launch("layernorm_apply");
+}
+
+void layernorm_apply_bf16(bf16* y, float* mean, float* rstd, const double* sums, const float* x,
+                          const float* gamma, const float* beta, int m, int c, int c_total,
+                          float eps, cudaStream_t stream) {
+  check_split("layernorm_apply_bf16", m, c, c_total);
+  if (m == 0) return;
+  const bool vec = rows_aligned(c, x, gamma, beta) && aligned_to(8, y);
+  DENDRITE_LAUNCH(apply_blocks(m), kApplyRows * 32, 0, stream, layernorm_apply_kernel<bf16>)
+  (y, mean, rstd, sums, x, gamma, beta, m, c, c_total, eps, vec);
+  check_launch("layernorm_apply_bf16");
+}
+
+void layernorm_rows_bf16(double* sums, bf16* y, float* mean, float* rstd, const float* x,
+                         const float* gamma, const float* beta, int m, int c, float eps,
+                         cudaStream_t stream) {
+  check_shapes("layernorm_rows_bf16", m, c);
+  if (m == 0) return;
+  const bool vec = rows_aligned(c, x, gamma, beta) && aligned_to(8, y);
+  DENDRITE_LAUNCH(unsigned(m), row_threads(c), 32 * sizeof(double), stream, layernorm_rows_kernel)
+  (sums, y, mean, rstd, x, gamma, beta, c, eps, vec);
+  check_launch("layernorm_rows_bf16");
 }
 
 void layernorm_backward_sums(double* sums, const float* dy, const float* x, const float* mean,
@@ -381,10 +459,10 @@ void layernorm_backward_sums(double* sums, const float* dy, const float* x, cons
                      rows_aligned(c, dy, x, gamma), stream, "layernorm_backward_sums");
 }
 
-void layernorm_backward_apply(float* dx, float* dgamma, float* dbeta, const double* sums,
-                              const float* dy, const float* x, const float* mean, const float* rstd,
-                              const float* gamma, int m, int c, int c_total, void* scratch,
-                              cudaStream_t stream) {
+void layernorm_backward_apply(float* dx, bool accumulate, float* dgamma, float* dbeta,
+                              const double* sums, const float* dy, const float* x,
+                              const float* mean, const float* rstd, const float* gamma, int m,
+                              int c, int c_total, void* scratch, cudaStream_t stream) {
   check_split("layernorm_backward_apply", m, c, c_total);
   if (m == 0) return;
   const RowBlocks b = row_blocks(m, c, 2, kBatch, "layernorm_backward_apply");
@@ -392,7 +470,7 @@ void layernorm_backward_apply(float* dx, float* dgamma, float* dbeta, const doub
   float* part_b = dbeta ? static_cast<float*>(scratch) + int64_t(b.count) * c : nullptr;  // same
   DENDRITE_LAUNCH(dim3(tile_blocks(c), unsigned(b.count)), dim3(kTileCols, kRowGroups), 0, stream,
                   layernorm_backward_apply_kernel)
-  (dx, part_g, part_b, sums, dy, x, mean, rstd, gamma, m, c, c_total, b.rows);
+  (dx, accumulate, part_g, part_b, sums, dy, x, mean, rstd, gamma, m, c, c_total, b.rows);
   check_launch("layernorm_backward_apply");
   if (dgamma) add_row_block_partials(dgamma, part_g, b.count, c, stream);
   if (dbeta) add_row_block_partials(dbeta, part_b, b.count, c, stream);

@@ -7,7 +7,7 @@
 #include <sys/wait.h>
 
 #include <chrono>
-#include <cstdlib>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
 
@@ -47,16 +47,19 @@ inline CommandResult mpirun_dendrite(int ranks, const std::string& args,
 
 // A book of the King James Bible (Debian's bible-kjv), "genesis" or
 // "exodus", and its tokens with a vocabulary of 512: `text` and the data
-// folder `data`. Made once per ctest run by the fixture test_data
-// (tests/CMakeLists.txt: DENDRITE_TEST_DATA names its folder) and only read
-// by the tests; where that is not set (a test binary run by hand), made here
-// under `dir`.
+// folder `data`. Made once per ctest run by the fixture test_data into the
+// folder DENDRITE_TEST_DATA (tests/CMakeLists.txt) and only read by the
+// tests; where that folder is not (a test binary run by hand before any
+// ctest run), made here under `dir`.
 struct BookData {
   std::string text, data;
 };
 inline BookData book_data(const std::string& book, const std::string& dir) {
-  if (const char* shared = std::getenv("DENDRITE_TEST_DATA"); shared && *shared)
-    return {std::string(shared) + "/" + book + ".txt", std::string(shared) + "/" + book};
+#ifdef DENDRITE_TEST_DATA
+  const std::string shared = DENDRITE_TEST_DATA;
+  if (std::filesystem::exists(shared + "/" + book + "/meta.json"))
+    return {shared + "/" + book + ".txt", shared + "/" + book};
+#endif
   const BookData d{dir + "/" + book + ".txt", dir + "/" + book};
   const std::string verses = book == "genesis" ? "Gen1:1-Gen50:26" : "Exo1:1-Exo40:38";
   const CommandResult r =

@@ -2,9 +2,10 @@
 # Fine-tunes a Llama 3.2 1B-shaped Hugging Face folder on this machine: the
 # published config with random weights in bf16 (bench/make_llama_1b.py), read
 # with --init-from on 2 ranks of a grid that fits 24 GiB, a few steps trained
-# with a checkpoint saved, and exported back as a Hugging Face folder. Prints
-# each rank's peak resident memory (GNU time's maximum RSS) beside the
-# planner's estimate for the same grid, and the tokens/s.
+# with a checkpoint saved, and exported back as a Hugging Face folder, which
+# transformers then loads (its logits beside `dendrite score`'s). Prints each
+# rank's peak resident memory (GNU time's maximum RSS) beside the planner's
+# estimate for the same grid, and the tokens/s.
 #   bench/scale_llama_1b.sh [GRID] [STEPS]       (default y=2 and 3)
 #   SAVE=0 bench/scale_llama_1b.sh               (no checkpoint, no export)
 # Needs: build/dendrite, the `bible` command, GNU time, and a Python with
@@ -40,7 +41,17 @@ OMP_NUM_THREADS=1 mpirun -np 2 --bind-to none /usr/bin/time -f "peak RSS %M KB (
   build/dendrite train --init-from "$FOLDER" --data "$WORK/data" --grid "$grid" --steps "$steps" \
   --batch $batch --seq $seq --threads 1 --eval-every 0 --lr 1e-5 --warmup 1 \
   "${save[@]}" --metrics "$WORK/metrics.jsonl" 2>&1 | tee "$WORK/train.log"
-((${#save[@]} == 0)) || build/dendrite export --checkpoint "$WORK/run" --hf "$WORK/hf" > /dev/null
+if ((${#save[@]})); then
+  build/dendrite export --checkpoint "$WORK/run" --hf "$WORK/hf" > /dev/null
+  # transformers reads the export: its logits beside dendrite score's, 2 x 32 tokens.
+  python3 -c "import json, random; random.seed(7)
+print(json.dumps({'tokens': [[random.randrange(8192) for _ in range(32)] for _ in range(2)]}))" \
+    > "$WORK/tokens.json"
+  build/dendrite score --checkpoint "$WORK/run" --tokens "$WORK/tokens.json" \
+    --out "$WORK/logits.bin" --device cpu > /dev/null
+  "$PYTHON" bench/check_export_logits.py "$WORK/hf" "$WORK/tokens.json" "$WORK/logits.bin" \
+    > "$WORK/export_check.txt"
+fi
 echo "scale_llama_1b: grid $grid, batch $batch x $seq tokens, $steps steps in $(( $(date +%s) - start )) s (loading, and saving with SAVE=1, included)"
 python3 - "$WORK" "$planned" <<'PY'
 import json, re, sys
@@ -53,4 +64,5 @@ print("  tokens/s by step: " + ", ".join(f"{s['tokens_per_s']:.1f}" for s in ste
       + "; loss " + ", ".join(f"{s['loss']:.3f}" for s in steps))
 import os
 if os.path.isdir(f"{work}/hf"): print(f"  exported to {work}/hf")
+if os.path.exists(f"{work}/export_check.txt"): print(open(f"{work}/export_check.txt").read().rstrip())
 PY

@@ -13,6 +13,19 @@ namespace {
 
 namespace counters = emu::counters;
 
+// What the roofline reads of an attention forward: operand types and shape.
+counters::OpArgs attention_forward_args(Operand q, Operand k, Operand v,
+                                        const ops::AttentionShape& s) {
+  return {{"q_bf16", double(q.is_bf16())},
+          {"k_bf16", double(k.is_bf16())},
+          {"v_bf16", double(v.is_bf16())},
+          {"B", double(s.B)},
+          {"T", double(s.T)},
+          {"NH", double(s.NH)},
+          {"NKV", double(s.NKV)},
+          {"hs", double(s.hs)}};
+}
+
 class CountingBackend final : public Backend {
  public:
   explicit CountingBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
@@ -244,26 +257,12 @@ class CountingBackend final : public Backend {
   }
   void attention_forward(float* out, float* lse, Operand q, Operand k, Operand v,
                          const ops::AttentionShape& s) override {
-    const counters::OpScope op("attention_forward", {{"q_bf16", double(q.is_bf16())},
-                                                     {"k_bf16", double(k.is_bf16())},
-                                                     {"v_bf16", double(v.is_bf16())},
-                                                     {"B", double(s.B)},
-                                                     {"T", double(s.T)},
-                                                     {"NH", double(s.NH)},
-                                                     {"NKV", double(s.NKV)},
-                                                     {"hs", double(s.hs)}});
+    const counters::OpScope op("attention_forward", attention_forward_args(q, k, v, s));
     inner_->attention_forward(out, lse, q, k, v, s);
   }
   void attention_forward_bf16(bf16* out_bf16, float* out, float* lse, Operand q, Operand k,
                               Operand v, const ops::AttentionShape& s) override {
-    const counters::OpScope op("attention_forward_bf16", {{"q_bf16", double(q.is_bf16())},
-                                                          {"k_bf16", double(k.is_bf16())},
-                                                          {"v_bf16", double(v.is_bf16())},
-                                                          {"B", double(s.B)},
-                                                          {"T", double(s.T)},
-                                                          {"NH", double(s.NH)},
-                                                          {"NKV", double(s.NKV)},
-                                                          {"hs", double(s.hs)}});
+    const counters::OpScope op("attention_forward_bf16", attention_forward_args(q, k, v, s));
     inner_->attention_forward_bf16(out_bf16, out, lse, q, k, v, s);
   }
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, Operand out,

@@ -284,7 +284,7 @@ int run_bench_step(const BenchOptions& o, MpiEnv& env) {
   // In the run's precision; not measured for --anatomy (a device that counts
   // its work is an emulated one, whose rates mean nothing).
   const double peak =
-      o.anatomy ? 0 : backend->peak_gflops(model->precision(), threads, 0.3) * ranks;
+      o.anatomy ? 0 : backend->measure_peak_gflops(model->precision(), threads, 0.3) * ranks;
   const double tokens = double(r.batch) * r.seq;
   const double gflops = mc.train_flops_per_token(r.seq) * tokens / t.secs / 1e9;
   const double mfu = model_flops_utilization(mc, r.seq, tokens / t.secs, peak);

@@ -14,9 +14,8 @@
 #include <functional>
 #include <vector>
 
+#include "dendrite/backend/backend.h"
 #include "dendrite/core/rng.h"
-#include "dendrite/ops/convert.h"
-#include "dendrite/ops/matmul.h"
 
 using namespace dendrite;
 
@@ -44,8 +43,10 @@ struct Case {
 int main(int argc, char** argv) {
   const int m = argc > 1 ? std::atoi(argv[1]) : 2048;
   if (argc > 2) omp_set_num_threads(std::atoi(argv[2]));
-  std::printf("bf16 GEMM native: %s%s; %d threads, m = %d\n", ops::bf16_gemm_native() ? "yes" : "no, missing ",
-              ops::bf16_gemm_missing(), omp_get_max_threads(), m);
+  const std::unique_ptr<Backend> cpu = make_backend(Device::kCpu);
+  std::printf("bf16 GEMM native: %s%s; %d threads, m = %d\n",
+              cpu->bf16_gemm_native() ? "yes" : "no, missing ", cpu->bf16_gemm_missing(),
+              omp_get_max_threads(), m);
   std::printf("%-33s %6s %6s %6s %10s %10s %6s\n", "product", "M", "N", "K", "fp32 GF/s", "bf16 GF/s",
               "ratio");
   // GPT-2 124M's layers (C = 768): q/k/v/o 768x768, up 3072x768, down 768x3072, head 50304x768.
@@ -63,15 +64,16 @@ int main(int argc, char** argv) {
       for (long i = 0; i < a_size; ++i) A[i] = float(random_normal(1, 1, i));
       for (long i = 0; i < b_size; ++i) B[i] = float(random_normal(1, 2, i));
       std::vector<bf16> A16(a_size), B16(b_size);
-      ops::to_bf16(A16.data(), A.data(), a_size);
-      ops::to_bf16(B16.data(), B.data(), b_size);
+      cpu->to_bf16(A16.data(), A.data(), a_size);
+      cpu->to_bf16(B16.data(), B.data(), b_size);
       const int lda = c.ta ? c.M : c.K, ldb = c.tb ? c.K : c.N;
       const double s32 = best_seconds([&] {
-        ops::gemm(c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f, C32.data(), c.N);
+        cpu->gemm(c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f, C32.data(),
+                  c.N);
       });
       const double s16 = best_seconds([&] {
-        ops::gemm(c.ta, c.tb, c.M, c.N, c.K, 1.0f, A16.data(), lda, B16.data(), ldb, 0.0f,
-                       C16.data(), c.N);
+        cpu->gemm(c.ta, c.tb, c.M, c.N, c.K, 1.0f, A16.data(), lda, B16.data(), ldb, 0.0f,
+                  C16.data(), c.N);
       });
       double err = 0, scale = 0;
       for (size_t i = 0; i < C32.size(); ++i) {

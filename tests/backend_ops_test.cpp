@@ -199,8 +199,8 @@ TEST_P(BackendOps, LinearInputGradientWithGeluBackward) {
       Buffer<float> DYf = put(dy), Wf = put(w), P = put(pre), DX = zeros<float>(m * k);
       Buffer<bf16> DYh = put(rounded(dy)), Wh = put(rounded(w));
       be().linear_backward_input_dgelu(DX.data(), low ? Operand(DYh.data()) : Operand(DYf.data()),
-                                       low ? Operand(Wh.data()) : Operand(Wf.data()), P.data(), m,
-                                       k, n);
+                                       low ? Operand(Wh.data()) : Operand(Wf.data()), P.data(),
+                                       {m, k, n});
       expect_close(get(DX), want, 1e-4,
                    str("linear dx with gelu'", low ? " bf16" : " fp32", " k", k));
     }
@@ -254,9 +254,9 @@ TEST_P(BackendOps, LinearForwardAndBackward) {
     const Operand X = low ? Operand(Xh.data()) : Operand(Xf.data());
     const Operand W = low ? Operand(Wh.data()) : Operand(Wf.data());
     const Operand DY = low ? Operand(DYh.data()) : Operand(DYf.data());
-    be().linear_forward(Y.data(), X, W, Bb.data(), m, k, n);
-    be().linear_backward_input(DX.data(), DY, W, m, k, n, false);
-    be().linear_backward_weight(DW.data(), DY, X, m, k, n, true);
+    be().linear_forward(Y.data(), X, W, Bb.data(), {m, k, n});
+    be().linear_backward_input(DX.data(), DY, W, {m, k, n}, false);
+    be().linear_backward_weight(DW.data(), DY, X, {m, k, n}, true);
     be().add_column_sums(DB.data(), DYf.data(), m, n);
     const std::string p = low ? " bf16" : " fp32";
     expect_close(get(Y), y, 1e-4, "linear y" + p);
@@ -307,7 +307,7 @@ TEST_P(BackendOps, LinearForwardWithEpilogues) {
             GetParam().emulated && bias && (!gelu || n % 8 == 0) && (low || !low_bias);
         if (bias_fused) emu::fault_next_launch("add_bias");
         be().linear_forward_fused(Y.data(), low ? Operand(Xh.data()) : Operand(Xf.data()),
-                                  low ? Operand(Wh.data()) : Operand(Wf.data()), m, k, n, e);
+                                  low ? Operand(Wh.data()) : Operand(Wf.data()), {m, k, n}, e);
         if (bias_fused) emu::fault_next_launch("");  // disarmed, had it not fired
         const std::string p =
             str(low ? " bf16" : " fp32", " n", n, bias ? " +bias" : "", gelu ? " +gelu" : "",
@@ -341,24 +341,24 @@ TEST_P(BackendOps, ColumnSumsOverManyRowsAreDeterministic) {
   Buffer<float> X = put(x), G = put(g), DY = put(dy), Y = zeros<float>(m * c);
   Buffer<float> Mean = zeros<float>(m), Rstd = zeros<float>(m), R = zeros<float>(m);
   Buffer<double> S = zeros<double>(2 * m);
-  be().layernorm_row_sums(S.data(), X.data(), m, c);
+  be().layernorm_row_sums(S.data(), X.data(), {m, c, c});
   be().layernorm_apply(Y.data(), Mean.data(), Rstd.data(), S.data(), X.data(), G.data(), G.data(),
-                       m, c, c, 1e-5f);
-  be().layernorm_backward_sums(S.data(), DY.data(), X.data(), Mean.data(), Rstd.data(), G.data(), m,
-                               c);
+                       {m, c, c}, 1e-5f);
+  be().layernorm_backward_sums(S.data(), DY.data(), X.data(), Mean.data(), Rstd.data(), G.data(),
+                               {m, c, c});
   Buffer<double> RS = zeros<double>(m);
-  be().rmsnorm_row_sums(RS.data(), X.data(), m, c);
-  be().rmsnorm_apply(Y.data(), R.data(), RS.data(), X.data(), G.data(), m, c, c, 1e-5f);
-  be().rmsnorm_backward_sums(RS.data(), DY.data(), X.data(), G.data(), m, c);
+  be().rmsnorm_row_sums(RS.data(), X.data(), {m, c, c});
+  be().rmsnorm_apply(Y.data(), R.data(), RS.data(), X.data(), G.data(), {m, c, c}, 1e-5f);
+  be().rmsnorm_backward_sums(RS.data(), DY.data(), X.data(), G.data(), {m, c, c});
   std::vector<Vf> runs;
   for (int run = 0; run < 2; ++run) {
     Buffer<float> DX = zeros<float>(m * c), RDX = zeros<float>(m * c);
     Buffer<float> DG = put(Vf(c, 1.0f)), DB = put(Vf(c, 1.0f)), RDG = put(Vf(c, 1.0f)),
                   COL = put(Vf(c, 1.0f));
     be().layernorm_backward_apply(DX.data(), DG.data(), DB.data(), S.data(), DY.data(), X.data(),
-                                  Mean.data(), Rstd.data(), G.data(), m, c, c);
+                                  Mean.data(), Rstd.data(), G.data(), {m, c, c});
     be().rmsnorm_backward_apply(RDX.data(), RDG.data(), RS.data(), DY.data(), X.data(), R.data(),
-                                G.data(), m, c, c);
+                                G.data(), {m, c, c});
     be().add_column_sums(COL.data(), DY.data(), m, c);
     expect_close(get(DX), dx, 1e-5, "layernorm dx, many rows");
     expect_close(get(DG), dg, 1e-5, "layernorm dgamma, many rows");
@@ -391,13 +391,13 @@ TEST_P(BackendOps, LayerNormAndRmsNormWholeAndSplit) {
   Buffer<float> Y = zeros<float>(m * c), Mean = zeros<float>(m), Rstd = zeros<float>(m);
   Buffer<float> DX = zeros<float>(m * c), DG = zeros<float>(c), DB = zeros<float>(c);
   Buffer<double> S = zeros<double>(2 * m);
-  be().layernorm_row_sums(S.data(), X.data(), m, c);
-  be().layernorm_apply(Y.data(), Mean.data(), Rstd.data(), S.data(), X.data(), G.data(),
-                       Bt.data(), m, c, c, 1e-5f);
+  be().layernorm_row_sums(S.data(), X.data(), {m, c, c});
+  be().layernorm_apply(Y.data(), Mean.data(), Rstd.data(), S.data(), X.data(), G.data(), Bt.data(),
+                       {m, c, c}, 1e-5f);
   be().layernorm_backward_sums(S.data(), DY.data(), X.data(), Mean.data(), Rstd.data(), G.data(),
-                               m, c);
+                               {m, c, c});
   be().layernorm_backward_apply(DX.data(), DG.data(), DB.data(), S.data(), DY.data(), X.data(),
-                                Mean.data(), Rstd.data(), G.data(), m, c, c);
+                                Mean.data(), Rstd.data(), G.data(), {m, c, c});
   expect_close(get(Y), y, 1e-5, "layernorm y");
   expect_close(get(DX), dx, 1e-5, "layernorm dx");
   expect_close(get(DG), dg, 1e-5, "layernorm dgamma");
@@ -428,23 +428,23 @@ TEST_P(BackendOps, LayerNormAndRmsNormWholeAndSplit) {
     HDX.push_back(zeros<float>(m * h));
     HDG.push_back(zeros<float>(h));
     Buffer<double> s = zeros<double>(m);
-    be().rmsnorm_row_sums(s.data(), HX[p].data(), m, h);
+    be().rmsnorm_row_sums(s.data(), HX[p].data(), {m, h, h});
     const std::vector<double> part = get(s);
     for (int r = 0; r < m; ++r) sum[r] += part[r];
   }
   Buffer<double> S1 = put(sum);
   for (int p = 0; p < 2; ++p) {
-    be().rmsnorm_apply(HY[p].data(), R.data(), S1.data(), HX[p].data(), HG[p].data(), m, h, c,
+    be().rmsnorm_apply(HY[p].data(), R.data(), S1.data(), HX[p].data(), HG[p].data(), {m, h, c},
                        1e-5f);
     Buffer<double> s = zeros<double>(m);
-    be().rmsnorm_backward_sums(s.data(), HDY[p].data(), HX[p].data(), HG[p].data(), m, h);
+    be().rmsnorm_backward_sums(s.data(), HDY[p].data(), HX[p].data(), HG[p].data(), {m, h, h});
     const std::vector<double> part = get(s);
     for (int r = 0; r < m; ++r) bsum[r] += part[r];
   }
   Buffer<double> S2 = put(bsum);
   for (int p = 0; p < 2; ++p) {
     be().rmsnorm_backward_apply(HDX[p].data(), HDG[p].data(), S2.data(), HDY[p].data(),
-                                HX[p].data(), R.data(), HG[p].data(), m, h, c);
+                                HX[p].data(), R.data(), HG[p].data(), {m, h, c});
     const Vf yh = get(HY[p]), dxh = get(HDX[p]), dgh = get(HDG[p]);
     for (int r = 0; r < m; ++r)
       for (int j = 0; j < h; ++j) {
@@ -509,9 +509,9 @@ TEST_P(BackendOps, AttentionAndRopeInEitherPrecision) {
   Vf want = x;
   ref::rope_forward(want.data(), B, T, nh, hs, stride, {10000.0f});
   Buffer<float> X = put(x);
-  be().rope_forward(X.data(), B, T, nh, hs, stride, {10000.0f});
+  be().rope_forward(X.data(), {B, T, nh, hs, stride}, {10000.0f});
   expect_close(get(X), to_d(want), 1e-5, "rope");
-  be().rope_backward(X.data(), B, T, nh, hs, stride, {10000.0f});
+  be().rope_backward(X.data(), {B, T, nh, hs, stride}, {10000.0f});
   expect_close(get(X), to_d(x), 1e-5, "rope backward of rope");
 }
 
@@ -534,14 +534,14 @@ TEST_P(BackendOps, ScaledRopeMatchesTheOracle) {
       tail_want.insert(tail_want.end(), want.begin() + from, want.begin() + to);
     }
     Buffer<float> X = put(tail);
-    be().rope_forward(X.data(), B, T, nh, hs, stride, r, pos0);
+    be().rope_forward(X.data(), {B, T, nh, hs, stride, pos0}, r);
     const std::string what = "rope " + std::to_string(int(r.scaling));
     expect_close(get(X), to_d(tail_want), 1e-5, what);
     Vf cpu = tail;
-    ops::rope_forward(cpu.data(), B, T, nh, hs, stride, r, pos0);
+    cpu_ops().rope_forward(cpu.data(), {B, T, nh, hs, stride, pos0}, r);
     expect_close(get(X), to_d(cpu), 1e-6, what + " against the CPU op");
-    be().rope_backward(X.data(), B, T, nh, hs, stride, r);
-    ops::rope_backward(cpu.data(), B, T, nh, hs, stride, r);
+    be().rope_backward(X.data(), {B, T, nh, hs, stride}, r);
+    cpu_ops().rope_backward(cpu.data(), {B, T, nh, hs, stride}, r);
     expect_close(get(X), to_d(cpu), 1e-6, what + " backward against the CPU op");
   }
 }
@@ -601,7 +601,7 @@ TEST_P(BackendOps, AttentionOverACacheEqualsTheWholeSequence) {
                      long_want.begin() + (b * Tr + Tr) * rs);
   }
   Buffer<float> X = put(tail);
-  be().rope_forward(X.data(), B, n, nh, hs, rs, {10000.0f}, pos0);
+  be().rope_forward(X.data(), {B, n, nh, hs, rs, pos0}, {10000.0f});
   expect_close(get(X), to_d(tail_want), 1e-5, "rope from a position");
 }
 
@@ -644,17 +644,17 @@ TEST_P(BackendOps, FusedOpsGiveTheBitsOfTheSeparateOps) {
                   Rstd = zeros<float>(m), Y = zeros<float>(m * c), Scratch = zeros<float>(m * c);
     Buffer<double> S = zeros<double>(2 * m);
     Buffer<bf16> Yh = zeros<bf16>(m * c), Want = zeros<bf16>(m * c);
-    be().layernorm_row_sums(S.data(), X.data(), m, c);
+    be().layernorm_row_sums(S.data(), X.data(), {m, c, c});
     be().layernorm_apply(Y.data(), Mean.data(), Rstd.data(), S.data(), X.data(), G.data(),
-                         Bt.data(), m, c, c, 1e-5f);
+                         Bt.data(), {m, c, c}, 1e-5f);
     be().to_bf16(Want.data(), Y.data(), int64_t(m) * c);
     be().layernorm_apply_bf16(Yh.data(), Scratch.data(), Mean.data(), Rstd.data(), S.data(),
-                              X.data(), G.data(), Bt.data(), m, c, c, 1e-5f);
+                              X.data(), G.data(), Bt.data(), {m, c, c}, 1e-5f);
     EXPECT_TRUE(same_bits(get(Yh), get(Want))) << "layernorm_apply_bf16" << p;
     Buffer<double> RowS = zeros<double>(2 * m);
     Buffer<float> RMean = zeros<float>(m), RRstd = zeros<float>(m);
     be().layernorm_rows_bf16(RowS.data(), Yh.data(), Scratch.data(), RMean.data(), RRstd.data(),
-                             X.data(), G.data(), Bt.data(), m, c, 1e-5f);
+                             X.data(), G.data(), Bt.data(), {m, c, c}, 1e-5f);
     EXPECT_TRUE(same_bits(get(Yh), get(Want))) << "layernorm_rows_bf16 y" << p;
     EXPECT_TRUE(same_bits(get(RowS), get(S))) << "layernorm_rows_bf16 sums" << p;
     EXPECT_TRUE(same_bits(get(RMean), get(Mean))) << "layernorm_rows_bf16 mean" << p;
@@ -662,15 +662,15 @@ TEST_P(BackendOps, FusedOpsGiveTheBitsOfTheSeparateOps) {
 
     // the backward added to a residual's gradient, gain and bias gradients from ones
     be().layernorm_backward_sums(S.data(), DY.data(), X.data(), Mean.data(), Rstd.data(), G.data(),
-                                 m, c);
+                                 {m, c, c});
     Buffer<float> DX = zeros<float>(m * c), Res = put(res), Fused = put(res);
     Buffer<float> DG = put(ones), DB = put(ones), FDG = put(ones), FDB = put(ones);
     be().layernorm_backward_apply(DX.data(), DG.data(), DB.data(), S.data(), DY.data(), X.data(),
-                                  Mean.data(), Rstd.data(), G.data(), m, c, c);
+                                  Mean.data(), Rstd.data(), G.data(), {m, c, c});
     be().add_inplace(Res.data(), DX.data(), long(m) * c);
     be().layernorm_backward_apply_add(Fused.data(), Scratch.data(), FDG.data(), FDB.data(),
                                       S.data(), DY.data(), X.data(), Mean.data(), Rstd.data(),
-                                      G.data(), m, c, c);
+                                      G.data(), {m, c, c});
     EXPECT_TRUE(same_bits(get(Fused), get(Res))) << "layernorm_backward_apply_add dres" << p;
     EXPECT_TRUE(same_bits(get(FDG), get(DG))) << "layernorm_backward_apply_add dgamma" << p;
     EXPECT_TRUE(same_bits(get(FDB), get(DB))) << "layernorm_backward_apply_add dbeta" << p;
@@ -691,10 +691,10 @@ TEST_P(BackendOps, FusedOpsGiveTheBitsOfTheSeparateOps) {
   Buffer<float> Lg = put(logits), Lf = put(logits), Lse = put(lse), Wt = put(weight);
   Buffer<int32_t> Tg = put(random_tokens(rows, V, 78));
   Buffer<bf16> Dh = zeros<bf16>(rows * Vloc), Want = zeros<bf16>(rows * Vloc);
-  be().ce_dlogits(Lg.data(), Lse.data(), Tg.data(), Wt.data(), 17.5, rows, Vloc, v0, V);
+  be().ce_dlogits(Lg.data(), Lse.data(), Tg.data(), Wt.data(), 17.5, {rows, Vloc, v0, V});
   be().to_bf16(Want.data(), Lg.data(), int64_t(rows) * Vloc);
-  be().ce_dlogits_bf16(Dh.data(), Lf.data(), Lse.data(), Tg.data(), Wt.data(), 17.5, rows, Vloc, v0,
-                       V);
+  be().ce_dlogits_bf16(Dh.data(), Lf.data(), Lse.data(), Tg.data(), Wt.data(), 17.5,
+                       {rows, Vloc, v0, V});
   EXPECT_TRUE(same_bits(get(Dh), get(Want))) << "ce_dlogits_bf16";
 
   // attention's output in bf16: 2 sequences of 37 (a partial tile), 4 heads of 16 over 2 kv heads
@@ -739,7 +739,7 @@ TEST_P(BackendOps, CrossEntropyPiecesMatchTheSoftmaxLoss) {
       for (int j = 0; j < 32; ++j) part[r * 32 + j] = logits[r * Vp + p * 32 + j];
     parts.push_back(put(part));
     Buffer<float> st = zeros<float>(2 * rows);
-    be().ce_local_stats(st.data(), parts[p].data(), Tg.data(), Wt.data(), rows, 32, p * 32, V);
+    be().ce_local_stats(st.data(), parts[p].data(), Tg.data(), Wt.data(), {rows, 32, p * 32, V});
     const Vf sv = get(st);
     std::copy(sv.begin(), sv.end(), gathered.begin() + p * rows * 2);
   }
@@ -753,7 +753,8 @@ TEST_P(BackendOps, CrossEntropyPiecesMatchTheSoftmaxLoss) {
   be().ce_combine(Lse.data(), Ga.data(), Wt.data(), rows, 2, Total.data());
   EXPECT_NEAR((get(Total)[0] - before) / denom, 2 * loss, 2e-5 * std::fabs(loss));
   for (int p = 0; p < 2; ++p) {
-    be().ce_dlogits(parts[p].data(), Lse.data(), Tg.data(), Wt.data(), denom, rows, 32, p * 32, V);
+    be().ce_dlogits(parts[p].data(), Lse.data(), Tg.data(), Wt.data(), denom,
+                    {rows, 32, p * 32, V});
     const Vf d = get(parts[p]);
     Vd want(rows * 32, 0.0);
     for (int r = 0; r < rows; ++r)
@@ -768,7 +769,7 @@ TEST_P(BackendOps, CrossEntropyPiecesMatchTheSoftmaxLoss) {
     for (int r = 0; r < rows; ++r)
       for (int j = 0; j < 32; ++j) part_major[p * rows * 32 + r * 32 + j] = logits[r * Vp + p * 32 + j];
   Buffer<float> PM = put(part_major);
-  be().interleave_vocab_parts(Out.data(), PM.data(), 2, rows, 32, V);
+  be().interleave_vocab_parts(Out.data(), PM.data(), {2, rows, 32, V});
   expect_close(get(Out), lg, 0, "interleave_vocab_parts");
 }
 
@@ -786,20 +787,20 @@ TEST_P(BackendOps, EmbeddingsInRangesChunksAndPositions) {
   Vf sum(m * C, 0.0f), dw(V * C);
   for (int p = 0; p < 2; ++p) {
     Buffer<float> W = put(Vf(wte.begin() + p * 20 * C, wte.begin() + (p + 1) * 20 * C));
-    be().embedding_range_forward(Out.data(), Tk.data(), W.data(), p * 20, 20, m, C);
+    be().embedding_range_forward(Out.data(), Tk.data(), W.data(), {p * 20, 20, m, C});
     const Vf o = get(Out);
     for (int i = 0; i < m * C; ++i) sum[i] += o[i];
     Buffer<float> DW = zeros<float>(20 * C);
-    be().embedding_range_backward(DW.data(), Do.data(), Tk.data(), p * 20, 20, m, C);
+    be().embedding_range_backward(DW.data(), Do.data(), Tk.data(), {p * 20, 20, m, C});
     const Vf d = get(DW);
     std::copy(d.begin(), d.end(), dw.begin() + p * 20 * C);
   }
   Buffer<float> Sum = put(sum);
-  be().position_add(Sum.data(), Wpe.data(), m, T, C);
+  be().position_add(Sum.data(), Wpe.data(), {m, T, C});
   expect_close(get(Sum), want, 1e-6, "embedding + positions");
   expect_close(dw, dwte, 1e-6, "embedding backward");
   Buffer<float> DP = zeros<float>(T * C);
-  be().position_backward(DP.data(), Do.data(), m, T, C);
+  be().position_backward(DP.data(), Do.data(), {m, T, C});
   expect_close(get(DP), dwpe, 1e-6, "position backward");
   // The whole table in three uneven chunks (as over Z = 3), bf16 storage.
   const Vb low = rounded(wte);
@@ -812,11 +813,11 @@ TEST_P(BackendOps, EmbeddingsInRangesChunksAndPositions) {
   for (int p = 0; p < 3; ++p) {
     const int64_t c0 = bounds[p], n = bounds[p + 1] - bounds[p];
     Buffer<bf16> Ch = put(Vb(low.begin() + c0, low.begin() + c0 + n));
-    be().embedding_chunk_forward(Out.data(), Tk.data(), Ch.data(), c0, n, 0, V, m, C);
+    be().embedding_chunk_forward(Out.data(), Tk.data(), Ch.data(), {c0, n}, {0, V, m, C});
     const Vf o = get(Out);
     for (int i = 0; i < m * C; ++i) csum[i] += o[i];
     Buffer<float> DC = zeros<float>(n);
-    be().embedding_chunk_backward(DC.data(), Do.data(), Tk.data(), c0, n, 0, V, m, C);
+    be().embedding_chunk_backward(DC.data(), Do.data(), Tk.data(), {c0, n}, {0, V, m, C});
     const Vf d = get(DC);
     std::copy(d.begin(), d.end(), cdw.begin() + c0);
   }
@@ -1002,7 +1003,7 @@ TEST_P(BackendOps, BackwardsAreDeterministic) {
     const std::vector<int32_t> tokens = random_tokens(rows, 5, 39);  // many repeats
     Buffer<int32_t> Tk = put(tokens);
     Buffer<float> DW = zeros<float>(Vv * C), Dout = put(randn(rows * C, 40));
-    be().embedding_range_backward(DW.data(), Dout.data(), Tk.data(), 0, Vv, rows, C);
+    be().embedding_range_backward(DW.data(), Dout.data(), Tk.data(), {0, Vv, rows, C});
     const Vf dw = get(DW);
     all.insert(all.end(), dw.begin(), dw.end());
     runs.push_back(all);

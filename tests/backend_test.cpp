@@ -21,7 +21,7 @@ namespace {
 
 std::vector<bf16> rounded(const Vf& x) {
   std::vector<bf16> out(x.size());
-  ops::to_bf16(out.data(), x.data(), int64_t(x.size()));
+  cpu_ops().to_bf16(out.data(), x.data(), int64_t(x.size()));
   return out;
 }
 
@@ -76,29 +76,29 @@ TEST(Backend, GemmsGiveTheKernelsBitsInEitherPrecisionAndRefuseMixedOperands) {
   const std::vector<bf16> xh = rounded(x), wh = rounded(w), dyh = rounded(dy);
 
   Vf got(m * n), want(m * n);
-  be->linear_forward(got.data(), x.data(), w.data(), bias.data(), m, k, n);
-  ops::linear_forward(want.data(), x.data(), w.data(), bias.data(), m, k, n);
+  be->linear_forward(got.data(), x.data(), w.data(), bias.data(), {m, k, n});
+  cpu_ops().linear_forward(want.data(), x.data(), w.data(), bias.data(), {m, k, n});
   EXPECT_TRUE(same_bits(got, want));
-  be->linear_forward(got.data(), xh.data(), wh.data(), bias.data(), m, k, n);
-  ops::linear_forward(want.data(), xh.data(), wh.data(), m, k, n);
-  ops::add_bias(want.data(), bias.data(), m, n);
+  be->linear_forward(got.data(), xh.data(), wh.data(), bias.data(), {m, k, n});
+  cpu_ops().linear_forward(want.data(), xh.data(), wh.data(), nullptr, {m, k, n});
+  cpu_ops().add_bias(want.data(), bias.data(), m, n);
   EXPECT_TRUE(same_bits(got, want));
 
   Vf dx(m * k), dx_want(m * k);
-  be->linear_backward_input(dx.data(), dyh.data(), wh.data(), m, k, n, false);
-  ops::linear_backward_input(dx_want.data(), dyh.data(), wh.data(), m, k, n, false);
+  be->linear_backward_input(dx.data(), dyh.data(), wh.data(), {m, k, n}, false);
+  cpu_ops().linear_backward_input(dx_want.data(), dyh.data(), wh.data(), {m, k, n}, false);
   EXPECT_TRUE(same_bits(dx, dx_want));
   Vf dw(n * k, 0.5f), dw_want(n * k, 0.5f);
-  be->linear_backward_weight(dw.data(), dy.data(), x.data(), m, k, n, true);
-  ops::linear_backward_weight(dw_want.data(), nullptr, dy.data(), x.data(), m, k, n, true);
+  be->linear_backward_weight(dw.data(), dy.data(), x.data(), {m, k, n}, true);
+  cpu_ops().linear_backward_weight(dw_want.data(), dy.data(), x.data(), {m, k, n}, true);
   EXPECT_TRUE(same_bits(dw, dw_want));
 
   Vf c(m * n), c_want(m * n);
   be->gemm(false, true, m, n, k, 1.0f, xh.data(), k, wh.data(), k, 0.0f, c.data(), n);
-  ops::gemm(false, true, m, n, k, 1.0f, xh.data(), k, wh.data(), k, 0.0f, c_want.data(), n);
+  cpu_ops().gemm(false, true, m, n, k, 1.0f, xh.data(), k, wh.data(), k, 0.0f, c_want.data(), n);
   EXPECT_TRUE(same_bits(c, c_want));
 
-  EXPECT_THROW(be->linear_forward(got.data(), x.data(), wh.data(), nullptr, m, k, n), Error);
+  EXPECT_THROW(be->linear_forward(got.data(), x.data(), wh.data(), nullptr, {m, k, n}), Error);
   EXPECT_THROW(be->gemm(false, true, m, n, k, 1.0f, xh.data(), k, w.data(), k, 0.0f, c.data(), n),
                Error);
 }
@@ -111,7 +111,7 @@ TEST(Backend, AttentionAndLookupsTakeOperandsOfEitherPrecision) {
   const std::vector<bf16> qh = rounded(q), kh = rounded(k), vh = rounded(v);
   Vf out(rows * 32), lse(s.B * s.NH * s.T), out_w(out.size()), lse_w(lse.size());
   be->attention_forward(out.data(), lse.data(), qh.data(), kh.data(), vh.data(), s);
-  ops::attention_forward(out_w.data(), lse_w.data(), qh.data(), kh.data(), vh.data(), s);
+  cpu_ops().attention_forward(out_w.data(), lse_w.data(), qh.data(), kh.data(), vh.data(), s);
   EXPECT_TRUE(same_bits(out, out_w));
   EXPECT_TRUE(same_bits(lse, lse_w));
   EXPECT_THROW(be->attention_forward(out.data(), lse.data(), q.data(), kh.data(), vh.data(), s),
@@ -122,11 +122,11 @@ TEST(Backend, AttentionAndLookupsTakeOperandsOfEitherPrecision) {
   const std::vector<bf16> table_h = rounded(table);
   const std::vector<int32_t> tokens = random_tokens(m, V, 10);
   Vf e(m * C), e_want(m * C);
-  be->embedding_range_forward(e.data(), tokens.data(), table_h.data(), 0, V, m, C);
-  ops::embedding_range_forward(e_want.data(), tokens.data(), table_h.data(), 0, V, m, C);
+  be->embedding_range_forward(e.data(), tokens.data(), table_h.data(), {0, V, m, C});
+  cpu_ops().embedding_range_forward(e_want.data(), tokens.data(), table_h.data(), {0, V, m, C});
   EXPECT_TRUE(same_bits(e, e_want));
-  be->embedding_range_forward(e.data(), tokens.data(), table.data(), 0, V, m, C);
-  ops::embedding_range_forward(e_want.data(), tokens.data(), table.data(), 0, V, m, C);
+  be->embedding_range_forward(e.data(), tokens.data(), table.data(), {0, V, m, C});
+  cpu_ops().embedding_range_forward(e_want.data(), tokens.data(), table.data(), {0, V, m, C});
   EXPECT_TRUE(same_bits(e, e_want));
 }
 

@@ -199,10 +199,12 @@ TEST(Goldfish, DroppedLogitRowsAndInputRowsHaveZeroGradient) {
   // The vocabulary-parallel pieces: a dropped row's dlogits are exactly zero.
   std::vector<float> logits(m * Vp), stats(2 * m), lse(m);
   for (int i = 0; i < m * Vp; ++i) logits[i] = float(random_normal(2, 3, i));
-  ops::ce_local_stats(stats.data(), logits.data(), tg.data(), weight.data(), m, Vp, 0, V);
+  test::cpu_ops().ce_local_stats(stats.data(), logits.data(), tg.data(), weight.data(),
+                                 {m, Vp, 0, V});
   double total = 0.0;
-  ops::ce_combine(lse.data(), stats.data(), weight.data(), m, 1, &total);
-  ops::ce_dlogits(logits.data(), lse.data(), tg.data(), weight.data(), double(kept), m, Vp, 0, V);
+  test::cpu_ops().ce_combine(lse.data(), stats.data(), weight.data(), m, 1, &total);
+  test::cpu_ops().ce_dlogits(logits.data(), lse.data(), tg.data(), weight.data(), double(kept),
+                             {m, Vp, 0, V});
   for (int r = 0; r < m; ++r) {
     if (weight[r] != 0) continue;
     for (int j = 0; j < Vp; ++j) ASSERT_EQ(logits[r * Vp + j], 0.0f) << r << "," << j;

@@ -15,15 +15,20 @@
 #include <string>
 #include <vector>
 
+#include "dendrite/backend/backend.h"
 #include "dendrite/core/rng.h"
-#include "dendrite/ops/cross_entropy.h"
-#include "dendrite/ops/matmul.h"
-#include "dendrite/ops/norm.h"
 
 namespace dendrite::test {
 
 using Vf = std::vector<float>;
 using Vd = std::vector<double>;
+
+// The CPU backend the op tests run the ops on, made once per test program:
+// its methods are the ops' one entry point (backend.h), checks included.
+inline Backend& cpu_ops() {
+  static const std::unique_ptr<Backend> cpu = make_backend(Device::kCpu);
+  return *cpu;
+}
 
 inline Vf randn(long n, uint64_t stream, double scale = 1.0, double shift = 0.0,
                 uint64_t seed = 7) {
@@ -104,30 +109,31 @@ inline void layernorm_whole_forward(float* y, float* mean, float* rstd, const fl
                                     const float* gamma, const float* beta, int m, int c,
                                     float eps) {
   std::vector<double> sums(2L * m);
-  ops::layernorm_row_sums(sums.data(), x, m, c);
-  ops::layernorm_apply(y, mean, rstd, sums.data(), x, gamma, beta, m, c, c, eps);
+  cpu_ops().layernorm_row_sums(sums.data(), x, {m, c, c});
+  cpu_ops().layernorm_apply(y, mean, rstd, sums.data(), x, gamma, beta, {m, c, c}, eps);
 }
 
 inline void layernorm_whole_backward(float* dx, float* dgamma, float* dbeta, const float* dy,
                                      const float* x, const float* mean, const float* rstd,
                                      const float* gamma, int m, int c) {
   std::vector<double> sums(2L * m);
-  ops::layernorm_backward_sums(sums.data(), dy, x, mean, rstd, gamma, m, c);
-  ops::layernorm_backward_apply(dx, dgamma, dbeta, sums.data(), dy, x, mean, rstd, gamma, m, c, c);
+  cpu_ops().layernorm_backward_sums(sums.data(), dy, x, mean, rstd, gamma, {m, c, c});
+  cpu_ops().layernorm_backward_apply(dx, dgamma, dbeta, sums.data(), dy, x, mean, rstd, gamma,
+                                     {m, c, c});
 }
 
 inline void rmsnorm_whole_forward(float* y, float* rstd, const float* x, const float* gamma, int m,
                                   int c, float eps) {
   std::vector<double> sums(m);
-  ops::rmsnorm_row_sums(sums.data(), x, m, c);
-  ops::rmsnorm_apply(y, rstd, sums.data(), x, gamma, m, c, c, eps);
+  cpu_ops().rmsnorm_row_sums(sums.data(), x, {m, c, c});
+  cpu_ops().rmsnorm_apply(y, rstd, sums.data(), x, gamma, {m, c, c}, eps);
 }
 
 inline void rmsnorm_whole_backward(float* dx, float* dgamma, const float* dy, const float* x,
                                    const float* rstd, const float* gamma, int m, int c) {
   std::vector<double> sums(m);
-  ops::rmsnorm_backward_sums(sums.data(), dy, x, gamma, m, c);
-  ops::rmsnorm_backward_apply(dx, dgamma, sums.data(), dy, x, rstd, gamma, m, c, c);
+  cpu_ops().rmsnorm_backward_sums(sums.data(), dy, x, gamma, {m, c, c});
+  cpu_ops().rmsnorm_backward_apply(dx, dgamma, sums.data(), dy, x, rstd, gamma, {m, c, c});
 }
 
 // The LM head and its loss as VocabCrossEntropy runs them with the vocabulary
@@ -146,14 +152,15 @@ inline double lm_head_loss(float* dx, float* dw, const float* x, const float* w,
     const int rows = std::min(chunk_rows, m - r0);
     const float* xc = x + static_cast<long>(r0) * C;  // [rows, C]
     const float* wc = weight ? weight + r0 : nullptr;
-    ops::linear_forward(logits.data(), xc, w, nullptr, rows, C, Vp);
-    ops::ce_local_stats(stats.data(), logits.data(), targets + r0, wc, rows, Vp, 0, V);
-    ops::ce_combine(lse.data(), stats.data(), wc, rows, 1, &loss);
+    cpu_ops().linear_forward(logits.data(), xc, w, nullptr, {rows, C, Vp});
+    cpu_ops().ce_local_stats(stats.data(), logits.data(), targets + r0, wc, {rows, Vp, 0, V});
+    cpu_ops().ce_combine(lse.data(), stats.data(), wc, rows, 1, &loss);
     if (!dx) continue;
-    ops::ce_dlogits(logits.data(), lse.data(), targets + r0, wc, denominator, rows, Vp, 0, V);
-    ops::linear_backward_input(dx + static_cast<long>(r0) * C, logits.data(), w, rows, C, Vp,
-                               false);
-    ops::linear_backward_weight(dw, nullptr, logits.data(), xc, rows, C, Vp, true);
+    cpu_ops().ce_dlogits(logits.data(), lse.data(), targets + r0, wc, denominator,
+                         {rows, Vp, 0, V});
+    cpu_ops().linear_backward_input(dx + static_cast<long>(r0) * C, logits.data(), w, {rows, C, Vp},
+                                    false);
+    cpu_ops().linear_backward_weight(dw, logits.data(), xc, {rows, C, Vp}, true);
   }
   return loss / denominator;
 }

@@ -125,7 +125,7 @@ TEST_P(AttentionTest, ForwardMatchesReference) {
   const AttentionShape& s = d.s;
   std::vector<float> out(d.rows * s.out_stride, kSentinel), lse(s.B * s.NH * s.T);
   std::vector<float> out_ref(out.size(), kSentinel), lse_ref(lse.size());
-  ops::attention_forward(out.data(), lse.data(), d.qp(), d.kp(), d.vp(), s);
+  test::cpu_ops().attention_forward(out.data(), lse.data(), d.qp(), d.kp(), d.vp(), s);
   ref::attention_forward(out_ref.data(), lse_ref.data(), d.qp(), d.kp(), d.vp(), s);
   expect_near_all(out, out_ref, 2e-5f, "out");
   expect_near_all(lse, lse_ref, 2e-5f, "lse");
@@ -136,7 +136,7 @@ TEST_P(AttentionTest, BackwardMatchesReference) {
   AttnData d(GetParam());
   const AttentionShape& s = d.s;
   std::vector<float> out(d.rows * s.out_stride), lse(s.B * s.NH * s.T);
-  ops::attention_forward(out.data(), lse.data(), d.qp(), d.kp(), d.vp(), s);
+  test::cpu_ops().attention_forward(out.data(), lse.data(), d.qp(), d.kp(), d.vp(), s);
   // Gradients in the same layout as the inputs (fused or three buffers).
   std::vector<float> gq = d.grad_like(d.q), gk = d.grad_like(d.k), gv = d.grad_like(d.v);
   std::vector<float> rq = gq, rk = gk, rv = gv;
@@ -145,8 +145,8 @@ TEST_P(AttentionTest, BackwardMatchesReference) {
                                (d.fused() ? a.data() : c.data()) + d.v_off};
   };
   auto g = ptrs(gq, gk, gv), r = ptrs(rq, rk, rv);
-  ops::attention_backward(g[0], g[1], g[2], d.dout.data(), out.data(), lse.data(), d.qp(), d.kp(),
-                          d.vp(), s);
+  test::cpu_ops().attention_backward(g[0], g[1], g[2], d.dout.data(), out.data(), lse.data(),
+                                     d.qp(), d.kp(), d.vp(), s);
   ref::attention_backward(r[0], r[1], r[2], d.dout.data(), d.qp(), d.kp(), d.vp(), s);
   expect_near_all(gq, rq, 5e-5f, "dq (or fused dqkv)");
   expect_near_all(gk, rk, 5e-5f, "dk");
@@ -166,14 +166,14 @@ TEST(Attention, PeakedScoresMatchReference) {
   const AttentionShape& s = d.s;
   std::vector<float> out(d.rows * s.out_stride), lse(s.B * s.NH * s.T);
   std::vector<float> out_ref(out.size()), lse_ref(lse.size());
-  ops::attention_forward(out.data(), lse.data(), d.qp(), d.kp(), d.vp(), s);
+  test::cpu_ops().attention_forward(out.data(), lse.data(), d.qp(), d.kp(), d.vp(), s);
   ref::attention_forward(out_ref.data(), lse_ref.data(), d.qp(), d.kp(), d.vp(), s);
   expect_near_all(out, out_ref, 2e-5f, "out");
   expect_near_all(lse, lse_ref, 2e-6f, "lse");  // relative to max |lse| (~100)
   std::vector<float> dq(d.q.size()), dk(d.k.size()), dv(d.v.size());
   std::vector<float> rq(dq.size()), rk(dk.size()), rv(dv.size());
-  ops::attention_backward(dq.data(), dk.data(), dv.data(), d.dout.data(), out.data(), lse.data(),
-                          d.qp(), d.kp(), d.vp(), s);
+  test::cpu_ops().attention_backward(dq.data(), dk.data(), dv.data(), d.dout.data(), out.data(),
+                                     lse.data(), d.qp(), d.kp(), d.vp(), s);
   ref::attention_backward(rq.data(), rk.data(), rv.data(), d.dout.data(), d.qp(), d.kp(), d.vp(),
                           s);
   expect_near_all(dq, rq, 1e-4f, "dq");
@@ -189,12 +189,12 @@ TEST_P(AttentionTest, DeterministicAcrossThreadCounts) {
   auto run = [&](int threads) {
     ThreadCount guard(threads);
     std::vector<float> out(d.rows * s.out_stride), lse(s.B * s.NH * s.T);
-    ops::attention_forward(out.data(), lse.data(), d.qp(), d.kp(), d.vp(), s);
+    test::cpu_ops().attention_forward(out.data(), lse.data(), d.qp(), d.kp(), d.vp(), s);
     std::vector<float> gq = d.grad_like(d.q), gk = d.grad_like(d.k), gv = d.grad_like(d.v);
     float* dk = (d.fused() ? gq.data() : gk.data()) + d.k_off;
     float* dv = (d.fused() ? gq.data() : gv.data()) + d.v_off;
-    ops::attention_backward(gq.data(), dk, dv, d.dout.data(), out.data(), lse.data(), d.qp(),
-                            d.kp(), d.vp(), s);
+    test::cpu_ops().attention_backward(gq.data(), dk, dv, d.dout.data(), out.data(), lse.data(),
+                                       d.qp(), d.kp(), d.vp(), s);
     out.insert(out.end(), gq.begin(), gq.end());
     out.insert(out.end(), gk.begin(), gk.end());
     out.insert(out.end(), gv.begin(), gv.end());
@@ -216,7 +216,7 @@ INSTANTIATE_TEST_SUITE_P(
 // L = sum(dout * out) in double; central differences on q, k and v.
 double attention_loss(AttnData& d) {
   std::vector<float> out(d.rows * d.s.out_stride), lse(d.s.B * d.s.NH * d.s.T);
-  ops::attention_forward(out.data(), lse.data(), d.qp(), d.kp(), d.vp(), d.s);
+  test::cpu_ops().attention_forward(out.data(), lse.data(), d.qp(), d.kp(), d.vp(), d.s);
   double L = 0.0;
   for (long r = 0; r < d.rows; ++r)
     for (int j = 0; j < d.s.NH * d.s.hs; ++j)
@@ -229,10 +229,11 @@ void check_attention_finite_differences(const AttnCase& c) {
   ASSERT_TRUE(d.fused());
   const AttentionShape& s = d.s;
   std::vector<float> out(d.rows * s.out_stride), lse(s.B * s.NH * s.T);
-  ops::attention_forward(out.data(), lse.data(), d.qp(), d.kp(), d.vp(), s);
+  test::cpu_ops().attention_forward(out.data(), lse.data(), d.qp(), d.kp(), d.vp(), s);
   std::vector<float> g(d.q.size(), kSentinel);
-  ops::attention_backward(g.data(), g.data() + d.k_off, g.data() + d.v_off, d.dout.data(),
-                          out.data(), lse.data(), d.qp(), d.kp(), d.vp(), s);
+  test::cpu_ops().attention_backward(g.data(), g.data() + d.k_off, g.data() + d.v_off,
+                                     d.dout.data(), out.data(), lse.data(), d.qp(), d.kp(), d.vp(),
+                                     s);
   const int used = (s.NH + 2 * s.NKV) * s.hs;
   ThreadCount one(1);
   for (long r = 0; r < d.rows; ++r) {
@@ -264,11 +265,13 @@ TEST(AttentionGradient, FiniteDifferencesHs64) {
 TEST(Attention, RejectsBadShapes) {
   std::vector<float> buf(1024), lse(64);
   AttentionShape s{1, 4, 3, 2, 8, 24, 16, 24};  // NH not a multiple of NKV
-  EXPECT_THROW(
-      ops::attention_forward(buf.data(), lse.data(), buf.data(), buf.data(), buf.data(), s), Error);
+  EXPECT_THROW(test::cpu_ops().attention_forward(buf.data(), lse.data(), buf.data(), buf.data(),
+                                                 buf.data(), s),
+               Error);
   s = {1, 4, 4, 2, 8, 16, 16, 32};  // q_stride < NH*hs
-  EXPECT_THROW(
-      ops::attention_forward(buf.data(), lse.data(), buf.data(), buf.data(), buf.data(), s), Error);
+  EXPECT_THROW(test::cpu_ops().attention_forward(buf.data(), lse.data(), buf.data(), buf.data(),
+                                                 buf.data(), s),
+               Error);
 }
 
 // --------------------------------------------------------------------- rope
@@ -291,7 +294,7 @@ TEST(Rope, ForwardMatchesReference) {
         RopeCase{1, 33, 3, 16, 48, kLinearRope}}) {
     const long n = static_cast<long>(c.B) * c.T * c.stride;
     std::vector<float> x = randn(n, 11), x_ref = x;
-    ops::rope_forward(x.data(), c.B, c.T, c.nheads, c.hs, c.stride, c.theta);
+    test::cpu_ops().rope_forward(x.data(), {c.B, c.T, c.nheads, c.hs, c.stride}, c.theta);
     ref::rope_forward(x_ref.data(), c.B, c.T, c.nheads, c.hs, c.stride, c.theta);
     // Angles reach T rad, so float rounding of the angle itself is ~T * 6e-8.
     expect_near_all(x, x_ref, 2e-6f * c.T, "rope");
@@ -309,8 +312,8 @@ TEST(Rope, BackwardIsAdjointAndInverse) {
     const long n = static_cast<long>(c.B) * c.T * c.stride;
     std::vector<float> x = randn(n, 12), y = randn(n, 13);
     std::vector<float> rx = x, ry = y;
-    ops::rope_forward(rx.data(), c.B, c.T, c.nheads, c.hs, c.stride, c.theta);
-    ops::rope_backward(ry.data(), c.B, c.T, c.nheads, c.hs, c.stride, c.theta);
+    test::cpu_ops().rope_forward(rx.data(), {c.B, c.T, c.nheads, c.hs, c.stride}, c.theta);
+    test::cpu_ops().rope_backward(ry.data(), {c.B, c.T, c.nheads, c.hs, c.stride}, c.theta);
     double lhs = 0.0, rhs = 0.0, norm = 0.0;
     for (long i = 0; i < n; ++i) {
       lhs += static_cast<double>(rx[i]) * y[i];
@@ -318,7 +321,7 @@ TEST(Rope, BackwardIsAdjointAndInverse) {
       norm += std::fabs(static_cast<double>(x[i]) * y[i]);
     }
     EXPECT_NEAR(lhs, rhs, 1e-6 * norm);
-    ops::rope_backward(rx.data(), c.B, c.T, c.nheads, c.hs, c.stride, c.theta);
+    test::cpu_ops().rope_backward(rx.data(), {c.B, c.T, c.nheads, c.hs, c.stride}, c.theta);
     expect_near_all(rx, x, 1e-6f, "rope_backward(rope_forward(x))");
   }
 }
@@ -356,11 +359,11 @@ TEST(Rope, FrequenciesOfEachScaling) {
 
 TEST(Rope, RejectsOddHeadSize) {
   std::vector<float> x(64);
-  EXPECT_THROW(ops::rope_forward(x.data(), 1, 2, 2, 7, 14, {10000.0f}), Error);
-  EXPECT_THROW(ops::rope_backward(x.data(), 1, 2, 2, 8, 15, {10000.0f}), Error);
+  EXPECT_THROW(test::cpu_ops().rope_forward(x.data(), {1, 2, 2, 7, 14}, {10000.0f}), Error);
+  EXPECT_THROW(test::cpu_ops().rope_backward(x.data(), {1, 2, 2, 8, 15}, {10000.0f}), Error);
   ops::RopeSpec bad = kLlama3Rope;
   bad.high_freq_factor = 0.5f;  // below low_freq_factor
-  EXPECT_THROW(ops::rope_forward(x.data(), 1, 2, 2, 8, 16, bad), Error);
+  EXPECT_THROW(test::cpu_ops().rope_forward(x.data(), {1, 2, 2, 8, 16}, bad), Error);
 }
 
 // ------------------------------------------------------------ cross-entropy
@@ -459,7 +462,7 @@ TEST(CrossEntropy, OutOfRangeTargetThrows) {
 TEST(CrossEntropy, LogitsMatchDirectProduct) {
   const int m = 5, C = 9, V = 13;
   std::vector<float> x = randn(m * C, 31), w = randn(16 * C, 32), logits(m * V);
-  ops::linear_forward(logits.data(), x.data(), w.data(), nullptr, m, C, V);
+  test::cpu_ops().linear_forward(logits.data(), x.data(), w.data(), nullptr, {m, C, V});
   for (int r = 0; r < m; ++r)
     for (int j = 0; j < V; ++j) {
       double d = 0.0;

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "dendrite/backend/cpu/gemm_cache.h"
+#include "dendrite/backend/exact_math.h"
 #include "dendrite/core/check.h"
 #include "dendrite/core/rng.h"
 #include "dendrite/ops/activation.h"
@@ -79,7 +79,7 @@ TEST(Gemm, AllTransposesStridesAndBeta) {
         Vd Cd = to_d(C);
         ref::gemm(ta, tb, M, N, K, 0.75, to_d(A).data(), lda, to_d(B).data(), ldb, beta, Cd.data(),
                   ldc);
-        ops::gemm(ta, tb, M, N, K, 0.75f, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+        cpu_ops().gemm(ta, tb, M, N, K, 0.75f, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
         std::string what = "gemm ta=" + std::to_string(ta) + " tb=" + std::to_string(tb) +
                            " beta=" + std::to_string(beta);
         expect_close(C, Cd, kFwdTol, what);  // includes the padding, which must be untouched
@@ -93,8 +93,8 @@ TEST(Gemm, AllTransposesStridesAndBeta) {
 // padding untouched, the choice cached and reused.
 TEST(Gemm, TuningKeepsTheBitsAndCachesTheChoice) {
   const int M = 160, N = 144, K = 96, pad = 3;
-  ops::GemmCache cache;  // a backend's; the products without one are untuned
-  cache.set_tuning(true);
+  const std::unique_ptr<Backend> tuning = make_backend(Device::kCpu);  // untuned: cpu_ops()
+  tuning->set_gemm_tuning(true);
   for (int ta = 0; ta < 2; ++ta)
     for (int tb = 0; tb < 2; ++tb)
       for (float beta : {0.0f, 1.0f}) {
@@ -102,15 +102,13 @@ TEST(Gemm, TuningKeepsTheBitsAndCachesTheChoice) {
         const int lda = a_cols + pad, ldb = b_cols + pad, ldc = N + pad;
         Vf A = randn(long(a_rows) * lda, 5), B = randn(long(b_rows) * ldb, 6);
         Vf C0 = randn(long(M) * ldc, 7), want = C0, tuned = C0, again = C0;
-        ops::gemm(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, beta, want.data(), ldc);
-        ops::gemm(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, beta, tuned.data(), ldc,
-                  &cache);
-        ops::gemm(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, beta, again.data(), ldc,
-                  &cache);
+        cpu_ops().gemm(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, beta, want.data(), ldc);
+        tuning->gemm(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, beta, tuned.data(), ldc);
+        tuning->gemm(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, beta, again.data(), ldc);
         EXPECT_EQ(0, std::memcmp(want.data(), tuned.data(), sizeof(float) * want.size()));
         EXPECT_EQ(0, std::memcmp(want.data(), again.data(), sizeof(float) * want.size()));
       }
-  const std::vector<ops::GemmChoice> choices = cache.choices();
+  const std::vector<ops::GemmChoice> choices = tuning->gemm_choices();
   ASSERT_EQ(choices.size(), 8u);  // 4 transposes x 2 betas, each tried once
   for (const ops::GemmChoice& c : choices) {
     EXPECT_EQ(c.calls, 1);  // the second product reused the choice
@@ -118,7 +116,7 @@ TEST(Gemm, TuningKeepsTheBitsAndCachesTheChoice) {
     EXPECT_GE(c.ms[0], 0.0);  // the default way always qualifies
     EXPECT_NE(std::find(c.ways.begin(), c.ways.end(), c.way), c.ways.end());
   }
-  EXPECT_GT(cache.tuning_seconds(), 0.0);
+  EXPECT_GT(tuning->gemm_tuning_seconds(), 0.0);
 }
 
 void check_linear(int m, int k, int n, bool finite_differences) {
@@ -127,8 +125,8 @@ void check_linear(int m, int k, int n, bool finite_differences) {
   Vd xd = to_d(x), wd = to_d(w), bd = to_d(b), dyd = to_d(dy);
   Vf y(static_cast<long>(m) * n), y_nobias(y.size());
   Vd yr(y.size()), yr_nobias(y.size());
-  ops::linear_forward(y.data(), x.data(), w.data(), b.data(), m, k, n);
-  ops::linear_forward(y_nobias.data(), x.data(), w.data(), nullptr, m, k, n);
+  cpu_ops().linear_forward(y.data(), x.data(), w.data(), b.data(), {m, k, n});
+  cpu_ops().linear_forward(y_nobias.data(), x.data(), w.data(), nullptr, {m, k, n});
   ref::linear_forward(yr.data(), xd.data(), wd.data(), bd.data(), m, k, n);
   ref::linear_forward(yr_nobias.data(), xd.data(), wd.data(), nullptr, m, k, n);
   expect_close(y, yr, kFwdTol, "linear y");
@@ -137,9 +135,10 @@ void check_linear(int m, int k, int n, bool finite_differences) {
   // Backward: dw and db accumulate into a non-zero start; dx both overwritten and accumulated.
   Vf dx(x.size()), dx_acc = randn(x.size(), 5), dw = randn(w.size(), 6), db = randn(n, 7);
   Vd dxr(x.size()), dwr = to_d(dw), dbr = to_d(db), dx_acc_r = to_d(dx_acc);
-  ops::linear_backward_input(dx.data(), dy.data(), w.data(), m, k, n, false);
-  ops::linear_backward_input(dx_acc.data(), dy.data(), w.data(), m, k, n, true);
-  ops::linear_backward_weight(dw.data(), db.data(), dy.data(), x.data(), m, k, n);
+  cpu_ops().linear_backward_input(dx.data(), dy.data(), w.data(), {m, k, n}, false);
+  cpu_ops().linear_backward_input(dx_acc.data(), dy.data(), w.data(), {m, k, n}, true);
+  cpu_ops().linear_backward_weight(dw.data(), dy.data(), x.data(), {m, k, n}, true);
+  cpu_ops().add_column_sums(db.data(), dy.data(), m, n);
   ref::linear_backward(dxr.data(), dwr.data(), dbr.data(), dyd.data(), xd.data(), wd.data(), m, k,
                        n);
   for (size_t i = 0; i < dxr.size(); ++i) dx_acc_r[i] += dxr[i];
@@ -151,8 +150,9 @@ void check_linear(int m, int k, int n, bool finite_differences) {
 
   Vf dw0(w.size()), db0(n);  // from zero, and the null-db path
   Vf dw_nodb(w.size());
-  ops::linear_backward_weight(dw0.data(), db0.data(), dy.data(), x.data(), m, k, n);
-  ops::linear_backward_weight(dw_nodb.data(), nullptr, dy.data(), x.data(), m, k, n);
+  cpu_ops().linear_backward_weight(dw0.data(), dy.data(), x.data(), {m, k, n}, true);
+  cpu_ops().add_column_sums(db0.data(), dy.data(), m, n);
+  cpu_ops().linear_backward_weight(dw_nodb.data(), dy.data(), x.data(), {m, k, n}, true);
   Vd dwr0(w.size()), dbr0(n);
   ref::linear_backward(dxr.data(), dwr0.data(), dbr0.data(), dyd.data(), xd.data(), wd.data(), m, k,
                        n);
@@ -308,14 +308,14 @@ void check_gelu(long n, bool finite_differences) {
                             10.0f, -10.0f, 30.0f,  -30.0f, 1e4f, -1e4f};
   for (size_t i = 0; i < std::size(extremes) && i < x.size(); ++i) x[i] = extremes[i];
   Vd xd = to_d(x), dyd = to_d(dy), yr(n), dxr(n);
-  ops::gelu_forward(y.data(), x.data(), n);
+  cpu_ops().gelu_forward(y.data(), x.data(), n);
   ref::gelu_forward(yr.data(), xd.data(), n);
   expect_close(y, yr, kFwdTol, "gelu y");
-  ops::gelu_backward(dx.data(), dy.data(), x.data(), n);
+  cpu_ops().gelu_backward(dx.data(), dy.data(), x.data(), n);
   ref::gelu_backward(dxr.data(), dyd.data(), xd.data(), n);
   expect_close(dx, dxr, kBwdTol, "gelu dx");
   Vf inplace = dy;  // dx may alias dy
-  ops::gelu_backward(inplace.data(), inplace.data(), x.data(), n);
+  cpu_ops().gelu_backward(inplace.data(), inplace.data(), x.data(), n);
   EXPECT_EQ(0, std::memcmp(inplace.data(), dx.data(), n * sizeof(float))) << "gelu dx aliasing dy";
   if (!finite_differences) return;
   auto loss = [&] {
@@ -335,10 +335,10 @@ void check_swiglu(long n, bool finite_differences) {
   const float extremes[] = {0.0f, 20.0f, -20.0f, 90.0f, -90.0f, 1e4f, -1e4f};
   for (size_t i = 0; i < std::size(extremes) && i < gate.size(); ++i) gate[i] = extremes[i];
   Vd gd = to_d(gate), ud = to_d(up), dyd = to_d(dy), yr(n), dgr(n), dur(n);
-  ops::swiglu_forward(y.data(), gate.data(), up.data(), n);
+  cpu_ops().swiglu_forward(y.data(), gate.data(), up.data(), n);
   ref::swiglu_forward(yr.data(), gd.data(), ud.data(), n);
   expect_close(y, yr, kFwdTol, "swiglu y");
-  ops::swiglu_backward(dgate.data(), dup.data(), dy.data(), gate.data(), up.data(), n);
+  cpu_ops().swiglu_backward(dgate.data(), dup.data(), dy.data(), gate.data(), up.data(), n);
   ref::swiglu_backward(dgr.data(), dur.data(), dyd.data(), gd.data(), ud.data(), n);
   expect_close(dgate, dgr, kBwdTol, "swiglu dgate");
   expect_close(dup, dur, kBwdTol, "swiglu dup");
@@ -354,15 +354,33 @@ void check_swiglu(long n, bool finite_differences) {
   expect_close(dup, gu, kBwdTol, "swiglu dup vs FD");
 }
 
+// The exponential of GELU, SwiGLU and the loss (backend/exact_math.h): the
+// form a GPU runs, each rounding spelled out, gives the bits of the form the
+// CPU build compiles, in a vectorised loop as the kernels run it, over the
+// whole clamped range and past it.
+TEST(ExactMath, TheGpuExponentialHasTheCpuBits) {
+  const long n = 1L << 21;
+  Vf x(n), host(n), rounded(n);
+  for (long i = 0; i < n; ++i) x[i] = -95.0f + 190.0f * float(i) / float(n);
+  x[0] = 0.0f, x[1] = -0.0f, x[2] = 1e-30f, x[3] = 88.0f, x[4] = -87.0f;
+#pragma omp simd
+  for (long i = 0; i < n; ++i) host[i] = exact::exp_approx(x[i]);
+  for (long i = 0; i < n; ++i) rounded[i] = exact::exp_approx_rounded(x[i]);
+  long differ = 0;
+  for (long i = 0; i < n; ++i) differ += std::memcmp(&host[i], &rounded[i], sizeof(float)) != 0;
+  EXPECT_EQ(differ, 0) << "of " << n << " values";
+  EXPECT_NEAR(host[n / 2 + 1000] / std::exp(x[n / 2 + 1000]), 1.0, 1e-6);
+}
+
 TEST(SwiGlu, OddSizeWithFiniteDifferences) { check_swiglu(1001, true); }
 TEST(SwiGlu, LlamaSize) { check_swiglu(256L * 2048, false); }
 
 TEST(Add, OutOfPlaceAliasedAndInPlace) {
   for (long n : {37L, 100003L}) {
     Vf a = randn(n, 1), b = randn(n, 2), y(n), alias = a, inplace = a;
-    ops::add(y.data(), a.data(), b.data(), n);
-    ops::add(alias.data(), alias.data(), b.data(), n);
-    ops::add_inplace(inplace.data(), b.data(), n);
+    cpu_ops().add(y.data(), a.data(), b.data(), n);
+    cpu_ops().add(alias.data(), alias.data(), b.data(), n);
+    cpu_ops().add_inplace(inplace.data(), b.data(), n);
     for (long i = 0; i < n; ++i) {
       ASSERT_EQ(y[i], a[i] + b[i]) << i;
       ASSERT_EQ(alias[i], a[i] + b[i]) << i;
@@ -378,15 +396,15 @@ TEST(Add, OutOfPlaceAliasedAndInPlace) {
 // out [m, C]; wte [V, C]; wpe [T, C] or null.
 void embed(float* out, const std::vector<int32_t>& tokens, const Vf& wte, const float* wpe, int m,
            int T, int C, int V) {
-  ops::embedding_range_forward(out, tokens.data(), wte.data(), 0, V, m, C);
-  if (wpe) ops::position_add(out, wpe, m, T, C);
+  cpu_ops().embedding_range_forward(out, tokens.data(), wte.data(), {0, V, m, C});
+  if (wpe) cpu_ops().position_add(out, wpe, {m, T, C});
 }
 
 // Its backward: dwte [V, C] and dwpe [T, C] (may be null) accumulated.
 void embed_backward(float* dwte, float* dwpe, const Vf& dout, const std::vector<int32_t>& tokens,
                     int m, int T, int C, int V) {
-  ops::embedding_range_backward(dwte, dout.data(), tokens.data(), 0, V, m, C);
-  if (dwpe) ops::position_backward(dwpe, dout.data(), m, T, C);
+  cpu_ops().embedding_range_backward(dwte, dout.data(), tokens.data(), {0, V, m, C});
+  if (dwpe) cpu_ops().position_backward(dwpe, dout.data(), {m, T, C});
 }
 
 void check_embedding(int B, int T, int C, int V, bool finite_differences) {
@@ -460,8 +478,8 @@ TEST(AdamW, TwoStepsMatchDoublePrecision) {
         Vf g = randn(n, 10 + step, 0.1);
         g[0] = 0.0f;  // a zero gradient: the update must stay finite
         Vd gd = to_d(g);
-        ops::adamw_update(p.data(), g.data(), m.data(), v.data(), n, lrs[step - 1], step, decay,
-                          cfg);
+        cpu_ops().adamw_update(p.data(), g.data(), m.data(), v.data(), n, lrs[step - 1], step,
+                               decay, cfg, 1.0f, nullptr);
         ref::adamw_step(pd.data(), gd.data(), md.data(), vd.data(), n, lrs[step - 1], step, decay,
                         cfg);
       }
@@ -480,10 +498,12 @@ TEST(AdamW, DecayIsDecoupled) {
   // Zero gradient, decay on: p only shrinks by (1 - lr wd); decay off: p unchanged.
   ops::AdamWConfig cfg;
   Vf p = {2.0f, -3.0f}, g(2), m(2), v(2), q = p;
-  ops::adamw_update(p.data(), g.data(), m.data(), v.data(), 2, 0.5f, 1, true, cfg);
+  cpu_ops().adamw_update(p.data(), g.data(), m.data(), v.data(), 2, 0.5f, 1, true, cfg, 1.0f,
+                         nullptr);
   EXPECT_FLOAT_EQ(p[0], 2.0f * (1.0f - 0.5f * 0.1f));
   EXPECT_FLOAT_EQ(p[1], -3.0f * (1.0f - 0.5f * 0.1f));
-  ops::adamw_update(q.data(), g.data(), m.data(), v.data(), 2, 0.5f, 1, false, cfg);
+  cpu_ops().adamw_update(q.data(), g.data(), m.data(), v.data(), 2, 0.5f, 1, false, cfg, 1.0f,
+                         nullptr);
   EXPECT_EQ(q[0], 2.0f);
   EXPECT_EQ(q[1], -3.0f);
 }
@@ -493,21 +513,21 @@ TEST(Optim, SumSquaresAndScale) {
     Vf g = randn(n, 1, 3.0);
     double want = 0.0;
     for (float x : g) want += static_cast<double>(x) * x;
-    double got = ops::sum_squares(g.data(), n);
+    double got = cpu_ops().sum_squares(g.data(), n);
     EXPECT_NEAR(got, want, 1e-12 * want) << n;
     double one = 0.0, three = 0.0;
     {
       ThreadCount scope(1);
-      one = ops::sum_squares(g.data(), n);
+      one = cpu_ops().sum_squares(g.data(), n);
     }
     {
       ThreadCount scope(3);
-      three = ops::sum_squares(g.data(), n);
+      three = cpu_ops().sum_squares(g.data(), n);
     }
     EXPECT_EQ(0, std::memcmp(&one, &got, sizeof one)) << "sum_squares differs with 1 thread";
     EXPECT_EQ(0, std::memcmp(&three, &got, sizeof one)) << "sum_squares differs with 3 threads";
     Vf s = g;
-    ops::scale(s.data(), 0.37f, n);
+    cpu_ops().scale(s.data(), 0.37f, n);
     for (long i = 0; i < n; ++i) ASSERT_EQ(s[i], g[i] * 0.37f) << i;
   }
 }

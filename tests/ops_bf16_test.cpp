@@ -51,9 +51,9 @@ TEST(Bf16, ArraysMatchTheScalarRule) {
                                0x807fffff, 0x3f808000, 0x3f818000, 0x7f7fffff, 0x00800000};
   for (size_t i = 0; i < std::size(specials); ++i) x[100 + 17 * i] = from_bits(specials[i]);
   std::vector<bf16> b(x.size());
-  ops::to_bf16(b.data(), x.data(), int64_t(x.size()));
+  test::cpu_ops().to_bf16(b.data(), x.data(), int64_t(x.size()));
   Vf back(x.size());
-  ops::to_float(back.data(), b.data(), int64_t(x.size()));
+  test::cpu_ops().to_float(back.data(), b.data(), int64_t(x.size()));
   for (size_t i = 0; i < x.size(); ++i) {
     ASSERT_EQ(b[i].bits, to_bf16(x[i]).bits) << i << ": " << x[i];
     if (!std::isnan(x[i])) {
@@ -72,21 +72,23 @@ TEST(Bf16, GemmMatchesTheReferenceOnBf16Values) {
         const int M = 37, N = 53, K = 67, lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
         const Vf Af = test::randn(long(ta ? K : M) * lda, 1), Bf = test::randn(long(tb ? N : K) * ldb, 2);
         std::vector<bf16> A(Af.size()), B(Bf.size());
-        ops::to_bf16(A.data(), Af.data(), int64_t(A.size()));
-        ops::to_bf16(B.data(), Bf.data(), int64_t(B.size()));
+        test::cpu_ops().to_bf16(A.data(), Af.data(), int64_t(A.size()));
+        test::cpu_ops().to_bf16(B.data(), Bf.data(), int64_t(B.size()));
         Vd Ad(A.size()), Bd(B.size());
         for (size_t i = 0; i < A.size(); ++i) Ad[i] = to_float(A[i]);
         for (size_t i = 0; i < B.size(); ++i) Bd[i] = to_float(B[i]);
         Vf C = test::randn(long(M) * ldc, 3);
         Vd Cd = test::to_d(C);
         ref::gemm(ta, tb, M, N, K, 0.75, Ad.data(), lda, Bd.data(), ldb, beta, Cd.data(), ldc);
-        ops::gemm(ta, tb, M, N, K, 0.75f, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+        test::cpu_ops().gemm(ta, tb, M, N, K, 0.75f, A.data(), lda, B.data(), ldb, beta, C.data(),
+                             ldc);
         // Exact products of bf16 values summed in fp32: K roundings of fp32.
         test::expect_close(C, Cd, 1e-5, "gemm (bf16) ta=" + std::to_string(ta) +
                                             " tb=" + std::to_string(tb) + " beta=" + std::to_string(beta));
         // The same call again gives the same bits (a cached primitive, fixed algorithm).
         Vf again = test::randn(long(M) * ldc, 3);
-        ops::gemm(ta, tb, M, N, K, 0.75f, A.data(), lda, B.data(), ldb, beta, again.data(), ldc);
+        test::cpu_ops().gemm(ta, tb, M, N, K, 0.75f, A.data(), lda, B.data(), ldb, beta,
+                             again.data(), ldc);
         ASSERT_EQ(std::memcmp(again.data(), C.data(), C.size() * 4), 0);
       }
 }
@@ -101,9 +103,10 @@ TEST(Bf16, AdamWWritesTheRoundedCopy) {
     Vf p1 = p0, m1 = m0, v1 = v0, p2 = p0, m2 = m0, v2 = v0;
     std::vector<bf16> low(n);
     const ops::AdamWConfig c{0.9f, 0.95f, 1e-8f, 0.1f};
-    ops::adamw_update(p1.data(), g.data(), m1.data(), v1.data(), n, 1e-3f, 3, true, c, 0.5f);
-    ops::adamw_update(p2.data(), g.data(), m2.data(), v2.data(), n, 1e-3f, 3, true, c, 0.5f,
-                      low.data());
+    test::cpu_ops().adamw_update(p1.data(), g.data(), m1.data(), v1.data(), n, 1e-3f, 3, true, c,
+                                 0.5f, nullptr);
+    test::cpu_ops().adamw_update(p2.data(), g.data(), m2.data(), v2.data(), n, 1e-3f, 3, true, c,
+                                 0.5f, low.data());
     ASSERT_EQ(std::memcmp(p1.data(), p2.data(), n * 4), 0) << n;
     ASSERT_EQ(std::memcmp(m1.data(), m2.data(), n * 4), 0) << n;
     ASSERT_EQ(std::memcmp(v1.data(), v2.data(), n * 4), 0) << n;

@@ -90,14 +90,15 @@ NormResult layernorm_split(const NormCase& k, int parts) {
   Vd sums(2L * m, 0.0), part_sums(2L * m);
   for (int p = 0; p < parts; ++p) {  // forward: row sums, summed over parts
     Vf xp = columns(k.x, m, ct, b[p], b[p + 1]);
-    ops::layernorm_row_sums(part_sums.data(), xp.data(), m, b[p + 1] - b[p]);
+    cpu_ops().layernorm_row_sums(part_sums.data(), xp.data(),
+                                 {m, b[p + 1] - b[p], b[p + 1] - b[p]});
     for (long i = 0; i < 2L * m; ++i) sums[i] += part_sums[i];
   }
   for (int p = 0; p < parts; ++p) {  // forward: apply per part
     const int c = b[p + 1] - b[p];
     Vf xp = columns(k.x, m, ct, b[p], b[p + 1]), yp(xp.size()), mean(m), rstd(m);
-    ops::layernorm_apply(yp.data(), mean.data(), rstd.data(), sums.data(), xp.data(),
-                         k.gamma.data() + b[p], k.beta.data() + b[p], m, c, ct, kEps);
+    cpu_ops().layernorm_apply(yp.data(), mean.data(), rstd.data(), sums.data(), xp.data(),
+                              k.gamma.data() + b[p], k.beta.data() + b[p], {m, c, ct}, kEps);
     put_columns(res.y, yp, m, ct, b[p], b[p + 1]);
     if (p == 0) res.mean = mean, res.rstd = rstd;
     EXPECT_TRUE(same_bits(mean, res.mean) && same_bits(rstd, res.rstd)) << "part " << p;
@@ -105,17 +106,18 @@ NormResult layernorm_split(const NormCase& k, int parts) {
   std::fill(sums.begin(), sums.end(), 0.0);
   for (int p = 0; p < parts; ++p) {  // backward: row sums, summed over parts
     Vf xp = columns(k.x, m, ct, b[p], b[p + 1]), dyp = columns(k.dy, m, ct, b[p], b[p + 1]);
-    ops::layernorm_backward_sums(part_sums.data(), dyp.data(), xp.data(), res.mean.data(),
-                                 res.rstd.data(), k.gamma.data() + b[p], m, b[p + 1] - b[p]);
+    cpu_ops().layernorm_backward_sums(part_sums.data(), dyp.data(), xp.data(), res.mean.data(),
+                                      res.rstd.data(), k.gamma.data() + b[p],
+                                      {m, b[p + 1] - b[p], b[p + 1] - b[p]});
     for (long i = 0; i < 2L * m; ++i) sums[i] += part_sums[i];
   }
   for (int p = 0; p < parts; ++p) {  // backward: apply per part
     const int c = b[p + 1] - b[p];
     Vf xp = columns(k.x, m, ct, b[p], b[p + 1]), dyp = columns(k.dy, m, ct, b[p], b[p + 1]);
     Vf dxp(xp.size(), 7.0f);
-    ops::layernorm_backward_apply(dxp.data(), res.dgamma.data() + b[p], res.dbeta.data() + b[p],
-                                  sums.data(), dyp.data(), xp.data(), res.mean.data(),
-                                  res.rstd.data(), k.gamma.data() + b[p], m, c, ct);
+    cpu_ops().layernorm_backward_apply(
+        dxp.data(), res.dgamma.data() + b[p], res.dbeta.data() + b[p], sums.data(), dyp.data(),
+        xp.data(), res.mean.data(), res.rstd.data(), k.gamma.data() + b[p], {m, c, ct});
     put_columns(res.dx, dxp, m, ct, b[p], b[p + 1]);
   }
   return res;
@@ -153,13 +155,13 @@ NormResult rmsnorm_split(const NormCase& k, int parts) {
   Vd sums(m, 0.0), part_sums(m);
   for (int p = 0; p < parts; ++p) {
     Vf xp = columns(k.x, m, ct, b[p], b[p + 1]);
-    ops::rmsnorm_row_sums(part_sums.data(), xp.data(), m, b[p + 1] - b[p]);
+    cpu_ops().rmsnorm_row_sums(part_sums.data(), xp.data(), {m, b[p + 1] - b[p], b[p + 1] - b[p]});
     for (int r = 0; r < m; ++r) sums[r] += part_sums[r];
   }
   for (int p = 0; p < parts; ++p) {
     Vf xp = columns(k.x, m, ct, b[p], b[p + 1]), yp(xp.size()), rstd(m);
-    ops::rmsnorm_apply(yp.data(), rstd.data(), sums.data(), xp.data(), k.gamma.data() + b[p], m,
-                       b[p + 1] - b[p], ct, kEps);
+    cpu_ops().rmsnorm_apply(yp.data(), rstd.data(), sums.data(), xp.data(), k.gamma.data() + b[p],
+                            {m, b[p + 1] - b[p], ct}, kEps);
     put_columns(res.y, yp, m, ct, b[p], b[p + 1]);
     if (p == 0) res.rstd = rstd;
     EXPECT_TRUE(same_bits(rstd, res.rstd)) << "part " << p;
@@ -167,16 +169,16 @@ NormResult rmsnorm_split(const NormCase& k, int parts) {
   std::fill(sums.begin(), sums.end(), 0.0);
   for (int p = 0; p < parts; ++p) {
     Vf xp = columns(k.x, m, ct, b[p], b[p + 1]), dyp = columns(k.dy, m, ct, b[p], b[p + 1]);
-    ops::rmsnorm_backward_sums(part_sums.data(), dyp.data(), xp.data(), k.gamma.data() + b[p], m,
-                               b[p + 1] - b[p]);
+    cpu_ops().rmsnorm_backward_sums(part_sums.data(), dyp.data(), xp.data(), k.gamma.data() + b[p],
+                                    {m, b[p + 1] - b[p], b[p + 1] - b[p]});
     for (int r = 0; r < m; ++r) sums[r] += part_sums[r];
   }
   for (int p = 0; p < parts; ++p) {
     Vf xp = columns(k.x, m, ct, b[p], b[p + 1]), dyp = columns(k.dy, m, ct, b[p], b[p + 1]);
     Vf dxp(xp.size(), 7.0f);
-    ops::rmsnorm_backward_apply(dxp.data(), res.dgamma.data() + b[p], sums.data(), dyp.data(),
-                                xp.data(), res.rstd.data(), k.gamma.data() + b[p], m,
-                                b[p + 1] - b[p], ct);
+    cpu_ops().rmsnorm_backward_apply(dxp.data(), res.dgamma.data() + b[p], sums.data(), dyp.data(),
+                                     xp.data(), res.rstd.data(), k.gamma.data() + b[p],
+                                     {m, b[p + 1] - b[p], ct});
     put_columns(res.dx, dxp, m, ct, b[p], b[p + 1]);
   }
   return res;
@@ -208,24 +210,25 @@ TEST(NormSplit, BackwardApplyIsDeterministic) {
   const int m = k.m, c = k.c_total;
   Vd sums(2L * m);
   Vf y(k.x.size()), mean(m), rstd(m);
-  ops::layernorm_row_sums(sums.data(), k.x.data(), m, c);
-  ops::layernorm_apply(y.data(), mean.data(), rstd.data(), sums.data(), k.x.data(), k.gamma.data(),
-                       k.beta.data(), m, c, c, kEps);
-  ops::layernorm_backward_sums(sums.data(), k.dy.data(), k.x.data(), mean.data(), rstd.data(),
-                               k.gamma.data(), m, c);
+  cpu_ops().layernorm_row_sums(sums.data(), k.x.data(), {m, c, c});
+  cpu_ops().layernorm_apply(y.data(), mean.data(), rstd.data(), sums.data(), k.x.data(),
+                            k.gamma.data(), k.beta.data(), {m, c, c}, kEps);
+  cpu_ops().layernorm_backward_sums(sums.data(), k.dy.data(), k.x.data(), mean.data(), rstd.data(),
+                                    k.gamma.data(), {m, c, c});
   auto run = [&](int threads, Vf& dx, Vf& dg, Vf& db, Vf& dgr) {
     ThreadCount scope(threads);
     dx.assign(k.x.size(), 0.0f);
     dg.assign(c, 0.5f);
     db.assign(c, -0.5f);
     dgr.assign(c, 0.5f);
-    ops::layernorm_backward_apply(dx.data(), dg.data(), db.data(), sums.data(), k.dy.data(),
-                                  k.x.data(), mean.data(), rstd.data(), k.gamma.data(), m, c, c);
+    cpu_ops().layernorm_backward_apply(dx.data(), dg.data(), db.data(), sums.data(), k.dy.data(),
+                                       k.x.data(), mean.data(), rstd.data(), k.gamma.data(),
+                                       {m, c, c});
     Vd rs(m);
-    ops::rmsnorm_backward_sums(rs.data(), k.dy.data(), k.x.data(), k.gamma.data(), m, c);
+    cpu_ops().rmsnorm_backward_sums(rs.data(), k.dy.data(), k.x.data(), k.gamma.data(), {m, c, c});
     Vf dxr(k.x.size());
-    ops::rmsnorm_backward_apply(dxr.data(), dgr.data(), rs.data(), k.dy.data(), k.x.data(),
-                                rstd.data(), k.gamma.data(), m, c, c);
+    cpu_ops().rmsnorm_backward_apply(dxr.data(), dgr.data(), rs.data(), k.dy.data(), k.x.data(),
+                                     rstd.data(), k.gamma.data(), {m, c, c});
   };
   Vf dx1, dg1, db1, dgr1;
   run(2, dx1, dg1, db1, dgr1);
@@ -239,20 +242,21 @@ TEST(NormSplit, BackwardApplyIsDeterministic) {
   }
   // dbeta may be null (LayerNorm without bias): the same dx and dgamma.
   Vf dx3(k.x.size()), dg3(c, 0.5f);
-  ops::layernorm_backward_apply(dx3.data(), dg3.data(), nullptr, sums.data(), k.dy.data(),
-                                k.x.data(), mean.data(), rstd.data(), k.gamma.data(), m, c, c);
+  cpu_ops().layernorm_backward_apply(dx3.data(), dg3.data(), nullptr, sums.data(), k.dy.data(),
+                                     k.x.data(), mean.data(), rstd.data(), k.gamma.data(),
+                                     {m, c, c});
   EXPECT_TRUE(same_bits(dx3, dx1) && same_bits(dg3, dg1)) << "null dbeta";
 }
 
 TEST(NormSplit, RejectsLocalWidthAboveTotal) {
   Vf x(4 * 8), y(x.size()), mean(4), rstd(4), g(8, 1.0f), b(8, 0.0f);
   Vd sums(8, 1.0);
-  EXPECT_THROW(ops::layernorm_apply(y.data(), mean.data(), rstd.data(), sums.data(), x.data(),
-                                    g.data(), b.data(), 4, 8, 7, kEps),
+  EXPECT_THROW(cpu_ops().layernorm_apply(y.data(), mean.data(), rstd.data(), sums.data(), x.data(),
+                                         g.data(), b.data(), {4, 8, 7}, kEps),
                Error);
-  EXPECT_THROW(
-      ops::rmsnorm_apply(y.data(), rstd.data(), sums.data(), x.data(), g.data(), 4, 8, 4, kEps),
-      Error);
+  EXPECT_THROW(cpu_ops().rmsnorm_apply(y.data(), rstd.data(), sums.data(), x.data(), g.data(),
+                                       {4, 8, 4}, kEps),
+               Error);
 }
 
 // ---------------------------------------------------------------- embedding
@@ -265,10 +269,10 @@ TEST(EmbeddingSplit, VocabularyPartsSumToWholeLookup) {
   std::vector<int32_t> tokens = random_tokens(m, V, 6);
   tokens[0] = 0, tokens[1] = V - 1, tokens[2] = 12, tokens[3] = 13;  // part edges
   Vf whole(static_cast<size_t>(m) * C), dout = randn(whole.size(), 7);
-  ops::embedding_range_forward(whole.data(), tokens.data(), wte.data(), 0, V, m, C);
+  cpu_ops().embedding_range_forward(whole.data(), tokens.data(), wte.data(), {0, V, m, C});
   Vf dwte_whole = randn(wte.size(), 8);
   const Vf dwte0 = dwte_whole;
-  ops::embedding_range_backward(dwte_whole.data(), dout.data(), tokens.data(), 0, V, m, C);
+  cpu_ops().embedding_range_backward(dwte_whole.data(), dout.data(), tokens.data(), {0, V, m, C});
   Vd want(whole.size()), dwant = to_d(dwte0);
   ref::embedding_forward(want.data(), tokens.data(), to_d(wte).data(), nullptr, B, T, C);
   ref::embedding_backward(dwant.data(), nullptr, to_d(dout).data(), tokens.data(), B, T, C);
@@ -281,11 +285,11 @@ TEST(EmbeddingSplit, VocabularyPartsSumToWholeLookup) {
     for (int p = 0; p < parts; ++p) {
       const int v0 = b[p], rows = b[p + 1] - b[p];
       Vf out(whole.size(), 99.0f);  // overwritten: other parts' rows become 0
-      ops::embedding_range_forward(out.data(), tokens.data(),
-                                   wte.data() + static_cast<long>(v0) * C, v0, rows, m, C);
+      cpu_ops().embedding_range_forward(out.data(), tokens.data(),
+                                        wte.data() + static_cast<long>(v0) * C, {v0, rows, m, C});
       for (size_t i = 0; i < sum.size(); ++i) sum[i] += out[i];
-      ops::embedding_range_backward(dwte.data() + static_cast<long>(v0) * C, dout.data(),
-                                    tokens.data(), v0, rows, m, C);
+      cpu_ops().embedding_range_backward(dwte.data() + static_cast<long>(v0) * C, dout.data(),
+                                         tokens.data(), {v0, rows, m, C});
     }
     EXPECT_TRUE(same_bits(sum, whole)) << "forward";
     EXPECT_TRUE(same_bits(dwte, dwte_whole)) << "backward";
@@ -302,10 +306,10 @@ TEST(EmbeddingSplit, ZChunkPartsSumToRangeLookup) {
   std::vector<int32_t> tokens = random_tokens(m, 30, 32);  // some outside the block
   tokens[0] = v0, tokens[1] = v0 + rows - 1, tokens[2] = v0 + 8, tokens[3] = v0 + 8;  // a repeat
   Vf want(static_cast<size_t>(m) * C), dout = randn(want.size(), 33);
-  ops::embedding_range_forward(want.data(), tokens.data(), block.data(), v0, rows, m, C);
+  cpu_ops().embedding_range_forward(want.data(), tokens.data(), block.data(), {v0, rows, m, C});
   const Vf dblock0 = randn(block.size(), 34);
   Vf dwant = dblock0;
-  ops::embedding_range_backward(dwant.data(), dout.data(), tokens.data(), v0, rows, m, C);
+  cpu_ops().embedding_range_backward(dwant.data(), dout.data(), tokens.data(), {v0, rows, m, C});
   const long n = static_cast<long>(block.size());
   for (int gz : {1, 2, 3, 4}) {
     for (int threads : {1, 3}) {
@@ -315,11 +319,11 @@ TEST(EmbeddingSplit, ZChunkPartsSumToRangeLookup) {
       for (int z = 0; z < gz; ++z) {
         const long c0 = n * z / gz, c1 = n * (z + 1) / gz;
         Vf part(want.size(), 99.0f);  // overwritten everywhere
-        ops::embedding_chunk_forward(part.data(), tokens.data(), block.data() + c0, c0, c1 - c0,
-                                     v0, rows, m, C);
+        cpu_ops().embedding_chunk_forward(part.data(), tokens.data(), block.data() + c0,
+                                          {c0, c1 - c0}, {v0, rows, m, C});
         for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
-        ops::embedding_chunk_backward(dblock.data() + c0, dout.data(), tokens.data(), c0, c1 - c0,
-                                      v0, rows, m, C);
+        cpu_ops().embedding_chunk_backward(dblock.data() + c0, dout.data(), tokens.data(),
+                                           {c0, c1 - c0}, {v0, rows, m, C});
       }
       EXPECT_TRUE(same_bits(sum, want)) << "forward";
       EXPECT_TRUE(same_bits(dblock, dwant)) << "backward";
@@ -331,7 +335,7 @@ TEST(EmbeddingSplit, PositionsMatchNaiveLoop) {
   const int B = 4, T = 7, m = B * T, C = 37;
   Vf wpe = randn(static_cast<long>(T) * C, 9), base = randn(static_cast<long>(m) * C, 10);
   Vf dout = randn(base.size(), 11), out = base;
-  ops::position_add(out.data(), wpe.data(), m, T, C);
+  cpu_ops().position_add(out.data(), wpe.data(), {m, T, C});
   Vf want = base;
   for (int r = 0; r < m; ++r)
     for (int j = 0; j < C; ++j) want[r * C + j] += wpe[(r % T) * C + j];
@@ -342,7 +346,7 @@ TEST(EmbeddingSplit, PositionsMatchNaiveLoop) {
   for (int threads : {1, 2, 3}) {
     ThreadCount scope(threads);
     Vf dwpe = dwpe0;
-    ops::position_backward(dwpe.data(), dout.data(), m, T, C);
+    cpu_ops().position_backward(dwpe.data(), dout.data(), {m, T, C});
     EXPECT_TRUE(same_bits(dwpe, dwant)) << "position_backward, " << threads << " threads";
   }
   // The range lookup over the whole vocabulary, then the positions: the
@@ -352,8 +356,8 @@ TEST(EmbeddingSplit, PositionsMatchNaiveLoop) {
   std::vector<int32_t> tokens = random_tokens(m, V, 14);
   Vd whole(base.size());
   ref::embedding_forward(whole.data(), tokens.data(), to_d(wte).data(), to_d(wpe).data(), B, T, C);
-  ops::embedding_range_forward(split.data(), tokens.data(), wte.data(), 0, V, m, C);
-  ops::position_add(split.data(), wpe.data(), m, T, C);
+  cpu_ops().embedding_range_forward(split.data(), tokens.data(), wte.data(), {0, V, m, C});
+  cpu_ops().position_add(split.data(), wpe.data(), {m, T, C});
   expect_close(split, whole, kTol, "range lookup + position_add");
 }
 
@@ -361,10 +365,11 @@ TEST(EmbeddingSplit, NegativeTokenThrows) {
   const int m = 4, C = 8;
   Vf w(16 * C), out(m * C);
   std::vector<int32_t> tokens = {1, 2, -3, 4};
-  EXPECT_THROW(ops::embedding_range_forward(out.data(), tokens.data(), w.data(), 0, 16, m, C),
-               Error);
-  EXPECT_THROW(ops::embedding_range_backward(w.data(), out.data(), tokens.data(), 0, 16, m, C),
-               Error);
+  EXPECT_THROW(
+      cpu_ops().embedding_range_forward(out.data(), tokens.data(), w.data(), {0, 16, m, C}), Error);
+  EXPECT_THROW(
+      cpu_ops().embedding_range_backward(w.data(), out.data(), tokens.data(), {0, 16, m, C}),
+      Error);
 }
 
 // ---------------------------------------------------------------- cross-entropy
@@ -396,22 +401,23 @@ double ce_split(const CeCase& k, const std::vector<int>& b, const float* wt, dou
   for (int p = 0; p < parts; ++p) {
     const int Vloc = b[p + 1] - b[p];
     logits[p].resize(static_cast<size_t>(m) * Vloc);
-    ops::linear_forward(logits[p].data(), k.x.data(), k.w.data() + static_cast<long>(b[p]) * k.C,
-                        nullptr, m, k.C, Vloc);
-    ops::ce_local_stats(gathered.data() + 2L * m * p, logits[p].data(), k.targets.data(), wt, m,
-                        Vloc, b[p], k.V);
+    cpu_ops().linear_forward(logits[p].data(), k.x.data(),
+                             k.w.data() + static_cast<long>(b[p]) * k.C, nullptr, {m, k.C, Vloc});
+    cpu_ops().ce_local_stats(gathered.data() + 2L * m * p, logits[p].data(), k.targets.data(), wt,
+                             {m, Vloc, b[p], k.V});
   }
   Vf lse(m), lse_p(m);
   double sum = 0.0;
   dlogits.assign(static_cast<size_t>(m) * k.Vp, 0.0f);
   for (int p = 0; p < parts; ++p) {  // every part combines the same gathered stats
     double sum_p = 0.0;
-    ops::ce_combine(lse_p.data(), gathered.data(), wt, m, parts, &sum_p);
+    cpu_ops().ce_combine(lse_p.data(), gathered.data(), wt, m, parts, &sum_p);
     if (p == 0) sum = sum_p, lse = lse_p;
     EXPECT_EQ(sum_p, sum) << "part " << p;
     EXPECT_TRUE(same_bits(lse_p, lse)) << "part " << p;
     const int Vloc = b[p + 1] - b[p];
-    ops::ce_dlogits(logits[p].data(), lse.data(), k.targets.data(), wt, denom, m, Vloc, b[p], k.V);
+    cpu_ops().ce_dlogits(logits[p].data(), lse.data(), k.targets.data(), wt, denom,
+                         {m, Vloc, b[p], k.V});
     put_columns(dlogits, logits[p], m, k.Vp, b[p], b[p + 1]);
   }
   return sum / denom;
@@ -476,7 +482,8 @@ TEST(CrossEntropySplit, OutOfRangeTargetThrows) {
   for (int32_t bad : {V, Vloc - 1, Vloc + 5, -1}) {
     targets[3] = bad;
     try {
-      ops::ce_local_stats(stats.data(), logits.data(), targets.data(), nullptr, rows, Vloc, 0, V);
+      cpu_ops().ce_local_stats(stats.data(), logits.data(), targets.data(), nullptr,
+                               {rows, Vloc, 0, V});
       FAIL() << "target " << bad << " was accepted";
     } catch (const Error& e) {
       const std::string msg = e.what();

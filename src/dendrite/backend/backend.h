@@ -6,7 +6,9 @@
 //    group reads in place (allocate_shared); host code moves data in and out
 //    with upload and download, and nothing outside backend/ dereferences it;
 //  - runs every op: the methods below, one per op of ops/*.h, whose comments
-//    there give the shapes and the semantics. Ops that read GEMM operands take
+//    there give the shapes and the semantics. Each method checks its
+//    arguments here, once for every backend, and calls the backend's do_
+//    method (non-virtual interface). Ops that read GEMM operands take
 //    an Operand (core/operand.h), fp32 or bf16, so that the layers need no
 //    branch on the precision;
 //  - orders work on a compute stream: record() marks the work issued so far,
@@ -30,8 +32,12 @@
 #include "dendrite/core/operand.h"
 #include "dendrite/core/precision.h"
 #include "dendrite/ops/attention.h"
+#include "dendrite/ops/cross_entropy.h"
+#include "dendrite/ops/embedding.h"
 #include "dendrite/ops/matmul.h"
+#include "dendrite/ops/norm.h"
 #include "dendrite/ops/optim.h"
+#include "dendrite/ops/tensor.h"
 
 namespace dendrite {
 
@@ -88,160 +94,439 @@ class Backend : public Allocator {
   // Whether transport() orders its collectives on the device's streams.
   virtual bool transport_on_streams() const { return false; }
 
+  // ---- the ops ----
+  // Each op is a public method here, with the name, arguments and semantics
+  // of its contract in ops/*.h. The method checks the shapes and operand
+  // types (the same checks on every backend) and runs the backend's do_
+  // method of the same name (protected, below), which assumes them valid.
+
   // ---- GEMMs (ops/matmul.h) ----
-  virtual void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, Operand A,
-                    int lda, Operand B, int ldb, float beta, float* C, int ldc) = 0;
+  // C = alpha op(A) op(B) + beta C, row-major (BLAS's arguments).
+  void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, Operand A, int lda,
+            Operand B, int ldb, float beta, float* C, int ldc) {
+    ops::check_gemm(trans_a, trans_b, M, N, K, A, lda, B, ldb, ldc);
+    do_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
   // y = x w^T (+ b, may be null)
-  virtual void linear_forward(float* y, Operand x, Operand w, const float* b, int m, int k,
-                              int n) = 0;
+  void linear_forward(float* y, Operand x, Operand w, const float* b, const ops::LinearShape& s) {
+    ops::check_linear(s, x, w, "linear_forward");
+    do_linear_forward(y, x, w, b, s);
+  }
   // y = x w^T then the epilogue e (ops/matmul.h: bias, GELU keeping its
-  // input, a bf16 output), fused into the product where the device can.
-  virtual void linear_forward_fused(float* y, Operand x, Operand w, int m, int k, int n,
-                                    const ops::LinearEpilogue& e) = 0;
-  virtual void linear_backward_input(float* dx, Operand dy, Operand w, int m, int k, int n,
-                                     bool accumulate) = 0;
-  // dx = (dy w) * gelu'(gelu_input), overwritten (ops/matmul.h), fused where the device can.
-  virtual void linear_backward_input_dgelu(float* dx, Operand dy, Operand w,
-                                           const float* gelu_input, int m, int k, int n) = 0;
+  // input, a residual, a bf16 output), fused into the product where the device can.
+  void linear_forward_fused(float* y, Operand x, Operand w, const ops::LinearShape& s,
+                            const ops::LinearEpilogue& e) {
+    ops::check_linear(s, x, w, "linear_forward");
+    ops::check_epilogue(e, "linear_forward");
+    do_linear_forward_fused(y, x, w, s, e);
+  }
+  void linear_backward_input(float* dx, Operand dy, Operand w, const ops::LinearShape& s,
+                             bool accumulate) {
+    ops::check_linear(s, dy, w, "linear_backward_input");
+    do_linear_backward_input(dx, dy, w, s, accumulate);
+  }
+  // dx = (dy w) * gelu'(gelu_input), overwritten, fused where the device can.
+  void linear_backward_input_dgelu(float* dx, Operand dy, Operand w, const float* gelu_input,
+                                   const ops::LinearShape& s) {
+    ops::check_linear(s, dy, w, "linear_backward_input");
+    do_linear_backward_input_dgelu(dx, dy, w, gelu_input, s);
+  }
   // dw (+)= dy^T x; the bias gradient is add_column_sums of the fp32 dy.
-  virtual void linear_backward_weight(float* dw, Operand dy, Operand x, int m, int k, int n,
-                                      bool accumulate) = 0;
-  virtual void add_bias(float* y, const float* b, int m, int n) = 0;
-  virtual void add_column_sums(float* db, const float* dy, int m, int n) = 0;
+  void linear_backward_weight(float* dw, Operand dy, Operand x, const ops::LinearShape& s,
+                              bool accumulate) {
+    ops::check_linear(s, dy, x, "linear_backward_weight");
+    do_linear_backward_weight(dw, dy, x, s, accumulate);
+  }
+  void add_bias(float* y, const float* b, int m, int n) {
+    ops::check_matrix(m, n, "add_bias");
+    do_add_bias(y, b, m, n);
+  }
+  void add_column_sums(float* db, const float* dy, int m, int n) {
+    ops::check_matrix(m, n, "add_column_sums");
+    do_add_column_sums(db, dy, m, n);
+  }
   // Whether bf16 GEMMs run natively; when not, the instruction set missing.
-  virtual bool bf16_native() const = 0;
-  virtual std::string bf16_missing() const = 0;
+  virtual bool bf16_gemm_native() const = 0;
+  virtual std::string bf16_gemm_missing() const = 0;
   // GEMM layout tuning (ops/matmul.h), this backend's own, and what it chose.
   virtual void set_gemm_tuning(bool on) = 0;
   virtual std::vector<ops::GemmChoice> gemm_choices() const = 0;
   virtual double gemm_tuning_seconds() const = 0;
-  // The peak rates MFU divides by (ops/peak.h); threads 0: all of the backend's.
-  virtual double peak_gflops(Precision p, int threads = 0, double seconds = 0.2) = 0;
+  // The peak rate MFU divides by (GFLOP/s; the CPU: FMA chains on the pool, twice
+  // that for bf16 with AVX512_BF16; a GPU: its GEMM peak); threads 0: all of the backend's.
+  virtual double measure_peak_gflops(Precision p, int threads = 0, double seconds = 0.2) = 0;
 
   // ---- norms (ops/norm.h) ----
-  virtual void layernorm_row_sums(double* sums, const float* x, int m, int c) = 0;
-  virtual void layernorm_apply(float* y, float* mean, float* rstd, const double* sums,
-                               const float* x, const float* gamma, const float* beta, int m, int c,
-                               int c_total, float eps) = 0;
-  // y_bf16 = bf16(layernorm_apply's y); y is scratch (ops/norm.h).
-  virtual void layernorm_apply_bf16(bf16* y_bf16, float* y, float* mean, float* rstd,
-                                    const double* sums, const float* x, const float* gamma,
-                                    const float* beta, int m, int c, int c_total, float eps) = 0;
-  // Whole rows: layernorm_row_sums then layernorm_apply_bf16, one pass on a GPU.
-  virtual void layernorm_rows_bf16(double* sums, bf16* y_bf16, float* y, float* mean, float* rstd,
-                                   const float* x, const float* gamma, const float* beta, int m,
-                                   int c, float eps) = 0;
-  virtual void layernorm_backward_sums(double* sums, const float* dy, const float* x,
-                                       const float* mean, const float* rstd, const float* gamma,
-                                       int m, int c) = 0;
-  virtual void layernorm_backward_apply(float* dx, float* dgamma, float* dbeta,
-                                        const double* sums, const float* dy, const float* x,
-                                        const float* mean, const float* rstd, const float* gamma,
-                                        int m, int c, int c_total) = 0;
-  // dres += layernorm_backward_apply's dx; scratch [m, c] (ops/norm.h).
-  virtual void layernorm_backward_apply_add(float* dres, float* scratch, float* dgamma,
-                                            float* dbeta, const double* sums, const float* dy,
-                                            const float* x, const float* mean, const float* rstd,
-                                            const float* gamma, int m, int c, int c_total) = 0;
-  virtual void rmsnorm_row_sums(double* sums, const float* x, int m, int c) = 0;
-  virtual void rmsnorm_apply(float* y, float* rstd, const double* sums, const float* x,
-                             const float* gamma, int m, int c, int c_total, float eps) = 0;
-  virtual void rmsnorm_backward_sums(double* sums, const float* dy, const float* x,
-                                     const float* gamma, int m, int c) = 0;
-  virtual void rmsnorm_backward_apply(float* dx, float* dgamma, const double* sums,
-                                      const float* dy, const float* x, const float* rstd,
-                                      const float* gamma, int m, int c, int c_total) = 0;
+  void layernorm_row_sums(double* sums, const float* x, const ops::NormShape& s) {
+    ops::check_norm(s, "layernorm_row_sums");
+    do_layernorm_row_sums(sums, x, s);
+  }
+  void layernorm_apply(float* y, float* mean, float* rstd, const double* sums, const float* x,
+                       const float* gamma, const float* beta, const ops::NormShape& s, float eps) {
+    ops::check_norm(s, "layernorm_apply");
+    do_layernorm_apply(y, mean, rstd, sums, x, gamma, beta, s, eps);
+  }
+  // y_bf16 = bf16(layernorm_apply's y); y is scratch.
+  void layernorm_apply_bf16(bf16* y_bf16, float* y, float* mean, float* rstd, const double* sums,
+                            const float* x, const float* gamma, const float* beta,
+                            const ops::NormShape& s, float eps) {
+    ops::check_norm(s, "layernorm_apply_bf16");
+    do_layernorm_apply_bf16(y_bf16, y, mean, rstd, sums, x, gamma, beta, s, eps);
+  }
+  // Whole rows (c == c_total): layernorm_row_sums then layernorm_apply_bf16,
+  // one pass on a GPU.
+  void layernorm_rows_bf16(double* sums, bf16* y_bf16, float* y, float* mean, float* rstd,
+                           const float* x, const float* gamma, const float* beta,
+                           const ops::NormShape& s, float eps) {
+    ops::check_whole_rows(s, "layernorm_rows_bf16");
+    do_layernorm_rows_bf16(sums, y_bf16, y, mean, rstd, x, gamma, beta, s, eps);
+  }
+  void layernorm_backward_sums(double* sums, const float* dy, const float* x, const float* mean,
+                               const float* rstd, const float* gamma, const ops::NormShape& s) {
+    ops::check_norm(s, "layernorm_backward_sums");
+    do_layernorm_backward_sums(sums, dy, x, mean, rstd, gamma, s);
+  }
+  void layernorm_backward_apply(float* dx, float* dgamma, float* dbeta, const double* sums,
+                                const float* dy, const float* x, const float* mean,
+                                const float* rstd, const float* gamma, const ops::NormShape& s) {
+    ops::check_norm(s, "layernorm_backward_apply");
+    do_layernorm_backward_apply(dx, dgamma, dbeta, sums, dy, x, mean, rstd, gamma, s);
+  }
+  // dres += layernorm_backward_apply's dx; scratch [m, c].
+  void layernorm_backward_apply_add(float* dres, float* scratch, float* dgamma, float* dbeta,
+                                    const double* sums, const float* dy, const float* x,
+                                    const float* mean, const float* rstd, const float* gamma,
+                                    const ops::NormShape& s) {
+    ops::check_norm(s, "layernorm_backward_apply_add");
+    do_layernorm_backward_apply_add(dres, scratch, dgamma, dbeta, sums, dy, x, mean, rstd, gamma,
+                                    s);
+  }
+  void rmsnorm_row_sums(double* sums, const float* x, const ops::NormShape& s) {
+    ops::check_norm(s, "rmsnorm_row_sums");
+    do_rmsnorm_row_sums(sums, x, s);
+  }
+  void rmsnorm_apply(float* y, float* rstd, const double* sums, const float* x, const float* gamma,
+                     const ops::NormShape& s, float eps) {
+    ops::check_norm(s, "rmsnorm_apply");
+    do_rmsnorm_apply(y, rstd, sums, x, gamma, s, eps);
+  }
+  void rmsnorm_backward_sums(double* sums, const float* dy, const float* x, const float* gamma,
+                             const ops::NormShape& s) {
+    ops::check_norm(s, "rmsnorm_backward_sums");
+    do_rmsnorm_backward_sums(sums, dy, x, gamma, s);
+  }
+  void rmsnorm_backward_apply(float* dx, float* dgamma, const double* sums, const float* dy,
+                              const float* x, const float* rstd, const float* gamma,
+                              const ops::NormShape& s) {
+    ops::check_norm(s, "rmsnorm_backward_apply");
+    do_rmsnorm_backward_apply(dx, dgamma, sums, dy, x, rstd, gamma, s);
+  }
 
   // ---- elementwise (ops/activation.h) ----
-  virtual void gelu_forward(float* y, const float* x, long n) = 0;
-  virtual void gelu_backward(float* dx, const float* dy, const float* x, long n) = 0;
-  virtual void swiglu_forward(float* y, const float* gate, const float* up, long n) = 0;
-  virtual void swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate,
-                               const float* up, long n) = 0;
-  virtual void add(float* y, const float* a, const float* b, long n) = 0;
-  virtual void add_inplace(float* y, const float* x, long n) = 0;
+  void gelu_forward(float* y, const float* x, long n) {
+    ops::check_count(n, "gelu_forward");
+    do_gelu_forward(y, x, n);
+  }
+  void gelu_backward(float* dx, const float* dy, const float* x, long n) {
+    ops::check_count(n, "gelu_backward");
+    do_gelu_backward(dx, dy, x, n);
+  }
+  void swiglu_forward(float* y, const float* gate, const float* up, long n) {
+    ops::check_count(n, "swiglu_forward");
+    do_swiglu_forward(y, gate, up, n);
+  }
+  void swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate,
+                       const float* up, long n) {
+    ops::check_count(n, "swiglu_backward");
+    do_swiglu_backward(dgate, dup, dy, gate, up, n);
+  }
+  void add(float* y, const float* a, const float* b, long n) {
+    ops::check_count(n, "add");
+    do_add(y, a, b, n);
+  }
+  void add_inplace(float* y, const float* x, long n) {
+    ops::check_count(n, "add_inplace");
+    do_add_inplace(y, x, n);
+  }
 
   // ---- attention (ops/attention.h); q, k, v and the saved output as operands ----
-  virtual void attention_forward(float* out, float* lse, Operand q, Operand k, Operand v,
-                                 const ops::AttentionShape& s) = 0;
+  void attention_forward(float* out, float* lse, Operand q, Operand k, Operand v,
+                         const ops::AttentionShape& s) {
+    ops::check_attention(s, q, k, v, q, "attention_forward");
+    do_attention_forward(out, lse, q, k, v, s);
+  }
   // out_bf16 = bf16(attention_forward's out), q, k, v in bf16; out is scratch.
-  virtual void attention_forward_bf16(bf16* out_bf16, float* out, float* lse, Operand q, Operand k,
-                                      Operand v, const ops::AttentionShape& s) = 0;
-  virtual void attention_backward(float* dq, float* dk, float* dv, const float* dout, Operand out,
-                                  const float* lse, Operand q, Operand k, Operand v,
-                                  const ops::AttentionShape& s) = 0;
+  void attention_forward_bf16(bf16* out_bf16, float* out, float* lse, Operand q, Operand k,
+                              Operand v, const ops::AttentionShape& s) {
+    ops::check_attention(s, q, k, v, q, "attention_forward_bf16");
+    ops::check_bf16(q, "attention_forward_bf16");
+    do_attention_forward_bf16(out_bf16, out, lse, q, k, v, s);
+  }
+  void attention_backward(float* dq, float* dk, float* dv, const float* dout, Operand out,
+                          const float* lse, Operand q, Operand k, Operand v,
+                          const ops::AttentionShape& s) {
+    ops::check_attention(s, q, k, v, out, "attention_backward");
+    do_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, s);
+  }
   // Generation: writes the new keys and values into the caches, then attends (fp32).
-  virtual void attention_cached(float* out, const float* q, const float* k_new,
-                                const float* v_new, float* k_cache, float* v_cache,
-                                const ops::CachedAttentionShape& s) = 0;
-  // Rows b*T + t at position pos0 + t.
-  virtual void rope_forward(float* x, int B, int T, int nheads, int hs, int stride,
-                            const ops::RopeSpec& rope, int pos0 = 0) = 0;
-  virtual void rope_backward(float* dx, int B, int T, int nheads, int hs, int stride,
-                             const ops::RopeSpec& rope) = 0;
+  void attention_cached(float* out, const float* q, const float* k_new, const float* v_new,
+                        float* k_cache, float* v_cache, const ops::CachedAttentionShape& s) {
+    ops::check_cached_attention(s);
+    do_attention_cached(out, q, k_new, v_new, k_cache, v_cache, s);
+  }
+  void rope_forward(float* x, const ops::RopeShape& s, const ops::RopeSpec& rope) {
+    ops::check_rope(s, rope, "rope_forward");
+    do_rope_forward(x, s, rope);
+  }
+  // The inverse rotation (s.pos0 is 0).
+  void rope_backward(float* dx, const ops::RopeShape& s, const ops::RopeSpec& rope) {
+    ops::check_rope(s, rope, "rope_backward");
+    do_rope_backward(dx, s, rope);
+  }
 
   // ---- conversions (ops/convert.h) ----
-  virtual void to_bf16(bf16* out, const float* in, int64_t n) = 0;
-  virtual void to_float(float* out, const bf16* in, int64_t n) = 0;
+  void to_bf16(bf16* out, const float* in, int64_t n) {
+    ops::check_count(n, "to_bf16");
+    do_to_bf16(out, in, n);
+  }
+  void to_float(float* out, const bf16* in, int64_t n) {
+    ops::check_count(n, "to_float");
+    do_to_float(out, in, n);
+  }
   // out = bf16(in) and db += in's column sums, one pass where the device can.
-  virtual void to_bf16_column_sums(bf16* out, float* db, const float* in, int m, int n) = 0;
+  void to_bf16_column_sums(bf16* out, float* db, const float* in, int m, int n) {
+    ops::check_matrix(m, n, "to_bf16_column_sums");
+    do_to_bf16_column_sums(out, db, in, m, n);
+  }
 
   // ---- the vocabulary-parallel loss (ops/cross_entropy.h) ----
-  virtual void ce_local_stats(float* stats, const float* logits, const int32_t* targets,
-                              const float* weight, int rows, int Vloc, int v0, int V) = 0;
+  void ce_local_stats(float* stats, const float* logits, const int32_t* targets,
+                      const float* weight, const ops::VocabShape& s) {
+    ops::check_vocab(s, "ce_local_stats");
+    do_ce_local_stats(stats, logits, targets, weight, s);
+  }
   // Adds the summed weighted loss to *total (this backend's memory).
-  virtual void ce_combine(float* lse, const float* gathered, const float* weight, int rows,
-                          int parts, double* total) = 0;
+  void ce_combine(float* lse, const float* gathered, const float* weight, int rows, int parts,
+                  double* total) {
+    ops::check_combine(rows, parts);
+    do_ce_combine(lse, gathered, weight, rows, parts, total);
+  }
   // Rows of the LM head's chunks (ops/cross_entropy.h) whose buffers take
   // bytes_per_row each: 256 on the CPU; on a GPU, thousands, as its memory allows.
   virtual int lm_head_chunk_rows(int64_t bytes_per_row) const {
     (void)bytes_per_row;
     return 256;
   }
-  virtual void ce_dlogits(float* logits, const float* lse, const int32_t* targets,
-                          const float* weight, double denominator, int rows, int Vloc, int v0,
-                          int V) = 0;
+  void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const float* weight,
+                  double denominator, const ops::VocabShape& s) {
+    ops::check_vocab(s, "ce_dlogits");
+    ops::check_denominator(denominator, "ce_dlogits");
+    do_ce_dlogits(logits, lse, targets, weight, denominator, s);
+  }
   // dlogits = bf16(ce_dlogits' result); logits are scratch afterwards.
-  virtual void ce_dlogits_bf16(bf16* dlogits, float* logits, const float* lse,
-                               const int32_t* targets, const float* weight, double denominator,
-                               int rows, int Vloc, int v0, int V) = 0;
+  void ce_dlogits_bf16(bf16* dlogits, float* logits, const float* lse, const int32_t* targets,
+                       const float* weight, double denominator, const ops::VocabShape& s) {
+    ops::check_vocab(s, "ce_dlogits_bf16");
+    ops::check_denominator(denominator, "ce_dlogits_bf16");
+    do_ce_dlogits_bf16(dlogits, logits, lse, targets, weight, denominator, s);
+  }
 
   // ---- embeddings (ops/embedding.h); tables as operands ----
-  virtual void embedding_range_forward(float* out, const int32_t* tokens, Operand w, int v0,
-                                       int rows, int m, int C) = 0;
-  virtual void embedding_range_backward(float* dw, const float* dout, const int32_t* tokens,
-                                        int v0, int rows, int m, int C) = 0;
-  virtual void embedding_chunk_forward(float* out, const int32_t* tokens, Operand chunk,
-                                       int64_t c0, int64_t n, int v0, int rows, int m, int C) = 0;
-  virtual void embedding_chunk_backward(float* dchunk, const float* dout, const int32_t* tokens,
-                                        int64_t c0, int64_t n, int v0, int rows, int m,
-                                        int C) = 0;
-  virtual void position_add(float* out, Operand wpe, int m, int T, int C) = 0;
-  virtual void position_backward(float* dwpe, const float* dout, int m, int T, int C) = 0;
+  void embedding_range_forward(float* out, const int32_t* tokens, Operand w,
+                               const ops::EmbeddingShape& s) {
+    ops::check_embedding(s, "embedding_range_forward");
+    do_embedding_range_forward(out, tokens, w, s);
+  }
+  void embedding_range_backward(float* dw, const float* dout, const int32_t* tokens,
+                                const ops::EmbeddingShape& s) {
+    ops::check_embedding(s, "embedding_range_backward");
+    do_embedding_range_backward(dw, dout, tokens, s);
+  }
+  void embedding_chunk_forward(float* out, const int32_t* tokens, Operand chunk,
+                               const ops::TableChunk& piece, const ops::EmbeddingShape& s) {
+    ops::check_chunk(piece, s, "embedding_chunk_forward");
+    do_embedding_chunk_forward(out, tokens, chunk, piece, s);
+  }
+  void embedding_chunk_backward(float* dchunk, const float* dout, const int32_t* tokens,
+                                const ops::TableChunk& piece, const ops::EmbeddingShape& s) {
+    ops::check_chunk(piece, s, "embedding_chunk_backward");
+    do_embedding_chunk_backward(dchunk, dout, tokens, piece, s);
+  }
+  void position_add(float* out, Operand wpe, const ops::PositionShape& s) {
+    ops::check_positions(s, "position_add");
+    do_position_add(out, wpe, s);
+  }
+  void position_backward(float* dwpe, const float* dout, const ops::PositionShape& s) {
+    ops::check_positions(s, "position_backward");
+    do_position_backward(dwpe, dout, s);
+  }
 
   // ---- the optimizer (ops/optim.h) ----
-  virtual void adamw_update(float* param, const float* grad, float* m, float* v, long n, float lr,
-                            int step, bool decay, const ops::AdamWConfig& c, float grad_scale,
-                            bf16* param_bf16) = 0;
-  virtual double sum_squares(const float* g, long n) = 0;
-  virtual void scale(float* g, float s, long n) = 0;
+  void adamw_update(float* param, const float* grad, float* m, float* v, long n, float lr, int step,
+                    bool decay, const ops::AdamWConfig& c, float grad_scale, bf16* param_bf16) {
+    ops::check_count(n, "adamw_update");
+    ops::check_step(step, "adamw_update");
+    do_adamw_update(param, grad, m, v, n, lr, step, decay, c, grad_scale, param_bf16);
+  }
+  double sum_squares(const float* g, long n) {
+    ops::check_count(n, "sum_squares");
+    return do_sum_squares(g, n);
+  }
+  void scale(float* g, float s, long n) {
+    ops::check_count(n, "scale");
+    do_scale(g, s, n);
+  }
   // Over a table of tensors (in this backend's memory) numbered by
   // ops::number_tensors, which returned `values`: the squared norm into *total (this backend's
   // memory; no host sync), and AdamW in one pass (one launch on a GPU).
-  virtual void sum_squares_tensors(double* total, const float* base, const ops::FlatTensor* table,
-                                   int count, int64_t values) = 0;
-  virtual void adamw_update_tensors(float* param, const float* grad, float* m, float* v,
-                                    const ops::FlatTensor* table, int count, int64_t values,
-                                    float lr, int step, const ops::AdamWConfig& c, float grad_scale,
-                                    bf16* low, int64_t low_count) = 0;
+  void sum_squares_tensors(double* total, const float* base, const ops::FlatTensor* table,
+                           int count, int64_t values) {
+    ops::check_table(count, values, "sum_squares_tensors");
+    do_sum_squares_tensors(total, base, table, count, values);
+  }
+  void adamw_update_tensors(float* param, const float* grad, float* m, float* v,
+                            const ops::FlatTensor* table, int count, int64_t values, float lr,
+                            int step, const ops::AdamWConfig& c, float grad_scale, bf16* low,
+                            int64_t low_count) {
+    ops::check_table(count, values, "adamw_update_tensors");
+    ops::check_step(step, "adamw_update_tensors");
+    do_adamw_update_tensors(param, grad, m, v, table, count, values, lr, step, c, grad_scale, low,
+                            low_count);
+  }
 
   // ---- data movement (ops/tensor.h) ----
-  virtual void fill(float* x, float value, int64_t n) = 0;
-  virtual void copy_rows(float* dst, const float* src, int64_t rows, int64_t cols,
-                         int64_t src_stride) = 0;
-  virtual void interleave_vocab_parts(float* out, const float* parts, int num_parts, int m,
-                                      int Vloc, int V) = 0;
-  virtual int64_t count_nonfinite(const float* x, int64_t n) = 0;
+  void fill(float* x, float value, int64_t n) {
+    ops::check_count(n, "fill");
+    do_fill(x, value, n);
+  }
+  void copy_rows(float* dst, const float* src, int64_t rows, int64_t cols, int64_t src_stride) {
+    ops::check_rows(rows, cols, src_stride);
+    do_copy_rows(dst, src, rows, cols, src_stride);
+  }
+  void interleave_vocab_parts(float* out, const float* parts, const ops::VocabParts& s) {
+    ops::check_vocab_parts(s);
+    do_interleave_vocab_parts(out, parts, s);
+  }
+  int64_t count_nonfinite(const float* x, int64_t n) {
+    ops::check_count(n, "count_nonfinite");
+    return do_count_nonfinite(x, n);
+  }
+
+ protected:
+  // The ops as each backend runs them, their arguments checked (above).
+  virtual void do_gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, Operand A,
+                       int lda, Operand B, int ldb, float beta, float* C, int ldc) = 0;
+  virtual void do_linear_forward(float* y, Operand x, Operand w, const float* b,
+                                 const ops::LinearShape& s) = 0;
+  virtual void do_linear_forward_fused(float* y, Operand x, Operand w, const ops::LinearShape& s,
+                                       const ops::LinearEpilogue& e) = 0;
+  virtual void do_linear_backward_input(float* dx, Operand dy, Operand w, const ops::LinearShape& s,
+                                        bool accumulate) = 0;
+  virtual void do_linear_backward_input_dgelu(float* dx, Operand dy, Operand w,
+                                              const float* gelu_input,
+                                              const ops::LinearShape& s) = 0;
+  virtual void do_linear_backward_weight(float* dw, Operand dy, Operand x,
+                                         const ops::LinearShape& s, bool accumulate) = 0;
+  virtual void do_add_bias(float* y, const float* b, int m, int n) = 0;
+  virtual void do_add_column_sums(float* db, const float* dy, int m, int n) = 0;
+
+  virtual void do_layernorm_row_sums(double* sums, const float* x, const ops::NormShape& s) = 0;
+  virtual void do_layernorm_apply(float* y, float* mean, float* rstd, const double* sums,
+                                  const float* x, const float* gamma, const float* beta,
+                                  const ops::NormShape& s, float eps) = 0;
+  virtual void do_layernorm_apply_bf16(bf16* y_bf16, float* y, float* mean, float* rstd,
+                                       const double* sums, const float* x, const float* gamma,
+                                       const float* beta, const ops::NormShape& s, float eps) = 0;
+  virtual void do_layernorm_rows_bf16(double* sums, bf16* y_bf16, float* y, float* mean,
+                                      float* rstd, const float* x, const float* gamma,
+                                      const float* beta, const ops::NormShape& s, float eps) = 0;
+  virtual void do_layernorm_backward_sums(double* sums, const float* dy, const float* x,
+                                          const float* mean, const float* rstd, const float* gamma,
+                                          const ops::NormShape& s) = 0;
+  virtual void do_layernorm_backward_apply(float* dx, float* dgamma, float* dbeta,
+                                           const double* sums, const float* dy, const float* x,
+                                           const float* mean, const float* rstd, const float* gamma,
+                                           const ops::NormShape& s) = 0;
+  virtual void do_layernorm_backward_apply_add(float* dres, float* scratch, float* dgamma,
+                                               float* dbeta, const double* sums, const float* dy,
+                                               const float* x, const float* mean, const float* rstd,
+                                               const float* gamma, const ops::NormShape& s) = 0;
+  virtual void do_rmsnorm_row_sums(double* sums, const float* x, const ops::NormShape& s) = 0;
+  virtual void do_rmsnorm_apply(float* y, float* rstd, const double* sums, const float* x,
+                                const float* gamma, const ops::NormShape& s, float eps) = 0;
+  virtual void do_rmsnorm_backward_sums(double* sums, const float* dy, const float* x,
+                                        const float* gamma, const ops::NormShape& s) = 0;
+  virtual void do_rmsnorm_backward_apply(float* dx, float* dgamma, const double* sums,
+                                         const float* dy, const float* x, const float* rstd,
+                                         const float* gamma, const ops::NormShape& s) = 0;
+
+  virtual void do_gelu_forward(float* y, const float* x, long n) = 0;
+  virtual void do_gelu_backward(float* dx, const float* dy, const float* x, long n) = 0;
+  virtual void do_swiglu_forward(float* y, const float* gate, const float* up, long n) = 0;
+  virtual void do_swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate,
+                                  const float* up, long n) = 0;
+  virtual void do_add(float* y, const float* a, const float* b, long n) = 0;
+  virtual void do_add_inplace(float* y, const float* x, long n) = 0;
+
+  virtual void do_attention_forward(float* out, float* lse, Operand q, Operand k, Operand v,
+                                    const ops::AttentionShape& s) = 0;
+  virtual void do_attention_forward_bf16(bf16* out_bf16, float* out, float* lse, Operand q,
+                                         Operand k, Operand v, const ops::AttentionShape& s) = 0;
+  virtual void do_attention_backward(float* dq, float* dk, float* dv, const float* dout,
+                                     Operand out, const float* lse, Operand q, Operand k, Operand v,
+                                     const ops::AttentionShape& s) = 0;
+  virtual void do_attention_cached(float* out, const float* q, const float* k_new,
+                                   const float* v_new, float* k_cache, float* v_cache,
+                                   const ops::CachedAttentionShape& s) = 0;
+  virtual void do_rope_forward(float* x, const ops::RopeShape& s, const ops::RopeSpec& rope) = 0;
+  virtual void do_rope_backward(float* dx, const ops::RopeShape& s, const ops::RopeSpec& rope) = 0;
+
+  virtual void do_to_bf16(bf16* out, const float* in, int64_t n) = 0;
+  virtual void do_to_float(float* out, const bf16* in, int64_t n) = 0;
+  virtual void do_to_bf16_column_sums(bf16* out, float* db, const float* in, int m, int n) = 0;
+
+  virtual void do_ce_local_stats(float* stats, const float* logits, const int32_t* targets,
+                                 const float* weight, const ops::VocabShape& s) = 0;
+  virtual void do_ce_combine(float* lse, const float* gathered, const float* weight, int rows,
+                             int parts, double* total) = 0;
+  virtual void do_ce_dlogits(float* logits, const float* lse, const int32_t* targets,
+                             const float* weight, double denominator, const ops::VocabShape& s) = 0;
+  virtual void do_ce_dlogits_bf16(bf16* dlogits, float* logits, const float* lse,
+                                  const int32_t* targets, const float* weight, double denominator,
+                                  const ops::VocabShape& s) = 0;
+
+  virtual void do_embedding_range_forward(float* out, const int32_t* tokens, Operand w,
+                                          const ops::EmbeddingShape& s) = 0;
+  virtual void do_embedding_range_backward(float* dw, const float* dout, const int32_t* tokens,
+                                           const ops::EmbeddingShape& s) = 0;
+  virtual void do_embedding_chunk_forward(float* out, const int32_t* tokens, Operand chunk,
+                                          const ops::TableChunk& piece,
+                                          const ops::EmbeddingShape& s) = 0;
+  virtual void do_embedding_chunk_backward(float* dchunk, const float* dout, const int32_t* tokens,
+                                           const ops::TableChunk& piece,
+                                           const ops::EmbeddingShape& s) = 0;
+  virtual void do_position_add(float* out, Operand wpe, const ops::PositionShape& s) = 0;
+  virtual void do_position_backward(float* dwpe, const float* dout,
+                                    const ops::PositionShape& s) = 0;
+
+  virtual void do_adamw_update(float* param, const float* grad, float* m, float* v, long n,
+                               float lr, int step, bool decay, const ops::AdamWConfig& c,
+                               float grad_scale, bf16* param_bf16) = 0;
+  virtual double do_sum_squares(const float* g, long n) = 0;
+  virtual void do_scale(float* g, float s, long n) = 0;
+  virtual void do_sum_squares_tensors(double* total, const float* base,
+                                      const ops::FlatTensor* table, int count, int64_t values) = 0;
+  virtual void do_adamw_update_tensors(float* param, const float* grad, float* m, float* v,
+                                       const ops::FlatTensor* table, int count, int64_t values,
+                                       float lr, int step, const ops::AdamWConfig& c,
+                                       float grad_scale, bf16* low, int64_t low_count) = 0;
+
+  virtual void do_fill(float* x, float value, int64_t n) = 0;
+  virtual void do_copy_rows(float* dst, const float* src, int64_t rows, int64_t cols,
+                            int64_t src_stride) = 0;
+  virtual void do_interleave_vocab_parts(float* out, const float* parts,
+                                         const ops::VocabParts& s) = 0;
+  virtual int64_t do_count_nonfinite(const float* x, int64_t n) = 0;
 };
 
 struct BackendOptions {

@@ -120,12 +120,12 @@ void calibrate_compute(Communicator& world, Backend& be, bool quick, Machine& ma
   mach.memory_per_rank_bytes = gpu ? double(be.device_capacity_bytes())
                                    : double(sysconf(_SC_PHYS_PAGES)) *
                                          double(sysconf(_SC_PAGE_SIZE)) / world.ranks_on_node();
-  mach.peak_gflops = mean_over(world, be.peak_gflops(Precision::kF32, 0, 0.3));
+  mach.peak_gflops = mean_over(world, be.measure_peak_gflops(Precision::kF32, 0, 0.3));
   mach.memory_bandwidth = gpu ? calibrate_device_bandwidth(world, be) : calibrate_bandwidth(world);
   mach.optimizer_seconds_per_param = calibrate_optimizer(world, be);
   mach.gemm = calibrate_gemm(world, be, quick, Precision::kF32);
   // Where bf16 would only be widened to fp32, its rates are the fp32 ones: none written.
-  if (be.bf16_native()) mach.gemm_bf16 = calibrate_gemm(world, be, quick, Precision::kBF16);
+  if (be.bf16_gemm_native()) mach.gemm_bf16 = calibrate_gemm(world, be, quick, Precision::kBF16);
   mach.threads_per_rank = omp_get_max_threads();
 }
 

@@ -1,8 +1,8 @@
 // A read-only GEMM operand (an activation, a gradient or a weight block) in
 // the run's precision (DESIGN.md section 10): fp32 values, or their bf16
 // rounding under bf16 precision. Exactly one pointer is set; code that only
-// passes operands along needs no branch on the precision, and the ops take
-// the typed pointer (ops::linear_forward has an overload for each).
+// passes operands along needs no branch on the precision; a backend's op
+// reads the typed pointer (Backend checks that an op's operands agree).
 #pragma once
 
 #include <cstdint>

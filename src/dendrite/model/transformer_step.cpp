@@ -110,8 +110,8 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
     head_norm_forward(k, a.krstd.data(), a.kpre.data(), m * nkv_, *L.k_norm);
   }
   if (!cfg_.gpt2()) {
-    be_.rope_forward(q, B_loc, T, nh_, hs_, qd_, cfg_.rope(), pos);
-    be_.rope_forward(k, B_loc, T, nkv_, hs_, kvd_, cfg_.rope(), pos);
+    be_.rope_forward(q, {B_loc, T, nh_, hs_, qd_, pos}, cfg_.rope());
+    be_.rope_forward(k, {B_loc, T, nkv_, hs_, kvd_, pos}, cfg_.rope());
   }
   if (caching) {
     // The cache is fp32; under bf16 precision q, k and v take the values the
@@ -198,8 +198,8 @@ void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
   be_.attention_backward(dq_.data(), dk_.data(), dv_.data(), datt_.data(), saved(a.att, a.atth),
                          a.lse.data(), saved(a.q, a.qh), saved(a.k, a.kh), saved(a.v, a.vh), s);
   if (!cfg_.gpt2()) {
-    be_.rope_backward(dq_.data(), B_loc, T, nh_, hs_, qd_, cfg_.rope());
-    be_.rope_backward(dk_.data(), B_loc, T, nkv_, hs_, kvd_, cfg_.rope());
+    be_.rope_backward(dq_.data(), {B_loc, T, nh_, hs_, qd_}, cfg_.rope());
+    be_.rope_backward(dk_.data(), {B_loc, T, nkv_, hs_, kvd_}, cfg_.rope());
   }
   float* dq = dq_.data();  // the gradients of q's and k's products
   float* dk = dk_.data();
@@ -219,18 +219,18 @@ void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
 
 void Transformer::head_norm_forward(float* y, float* rstd, const float* x, int rows,
                                     const ParamSpec& gain) {
-  be_.rmsnorm_row_sums(head_sums_.data(), x, rows, hs_);
-  be_.rmsnorm_apply(y, rstd, head_sums_.data(), x, params_->data() + gain.offset, rows, hs_, hs_,
+  be_.rmsnorm_row_sums(head_sums_.data(), x, {rows, hs_, hs_});
+  be_.rmsnorm_apply(y, rstd, head_sums_.data(), x, params_->data() + gain.offset, {rows, hs_, hs_},
                     cfg_.norm_eps);
 }
 
 void Transformer::head_norm_backward(float* dx, const float* dy, const float* x, const float* rstd,
                                      int rows, const ParamSpec& gain) {
   const float* g = params_->data() + gain.offset;
-  be_.rmsnorm_backward_sums(head_sums_.data(), dy, x, g, rows, hs_);
+  be_.rmsnorm_backward_sums(head_sums_.data(), dy, x, g, {rows, hs_, hs_});
   be_.fill(head_dgain_.data(), 0.0f, hs_);
-  be_.rmsnorm_backward_apply(dx, head_dgain_.data(), head_sums_.data(), dy, x, rstd, g, rows, hs_,
-                             hs_);
+  be_.rmsnorm_backward_apply(dx, head_dgain_.data(), head_sums_.data(), dy, x, rstd, g,
+                             {rows, hs_, hs_});
   be_.before_collective();
   grid_.Y().all_reduce(head_dgain_.data(), hs_);
   be_.add_inplace(grads_->data() + gain.offset, head_dgain_.data(), hs_);

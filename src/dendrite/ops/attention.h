@@ -7,6 +7,7 @@
 #pragma once
 
 #include "dendrite/core/bf16.h"
+#include "dendrite/core/operand.h"
 #include "dendrite/ops/rope.h"
 
 namespace dendrite::ops {
@@ -15,31 +16,28 @@ struct AttentionShape {
   int B, T, NH, NKV, hs;
   int q_stride, kv_stride, out_stride;  // floats between consecutive rows
 };
+// Throws, naming the op, unless the shape is valid (positive sizes, NH a
+// multiple of NKV, strides that hold the heads) and q, k, v and out are of
+// one precision.
+void check_attention(const AttentionShape& s, Operand q, Operand k, Operand v, Operand out,
+                     const char* op);
+// Throws unless the operand is bf16.
+void check_bf16(Operand a, const char* op);
 
-// out[b,t,h,:] = sum_{s<=t} softmax_s(q[b,t,h]·k[b,s,g] / sqrt(hs)) v[b,s,g],  g = h/(NH/NKV)
-// lse [B, NH, T]: log-sum-exp of each row of scaled scores, saved for the backward.
-// Never holds a [T,T] matrix for more than one (b, h) per thread at once.
-void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                       const AttentionShape& s);
-
-// Recomputes the probabilities from q, k and lse. dq, dk, dv overwritten
-// (with q_stride / kv_stride layouts).
-void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
-                        const float* lse, const float* q, const float* k, const float* v,
-                        const AttentionShape& s);
-// The same two with q, k, v and the saved output in bf16 (bf16 precision):
-// widened as they are read, computed in fp32; out, dq, dk, dv stay fp32.
-void attention_forward(float* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
-                       const AttentionShape& s);
-// The forward's output rounded to bf16 into out_bf16 [B*T, out_stride], the
-// heads' columns (the output projection's bf16 operand): attention_forward
-// into out, then to_bf16 (convert.h), the same bits. out is scratch afterwards
-// (the CPU computes in it; a GPU writes only out_bf16).
-void attention_forward_bf16(bf16* out_bf16, float* out, float* lse, const bf16* q, const bf16* k,
-                            const bf16* v, const AttentionShape& s);
-void attention_backward(float* dq, float* dk, float* dv, const float* dout, const bf16* out,
-                        const float* lse, const bf16* q, const bf16* k, const bf16* v,
-                        const AttentionShape& s);
+// attention_forward(out, lse, q, k, v, s):
+//   out[b,t,h,:] = sum_{s<=t} softmax_s(q[b,t,h]·k[b,s,g] / sqrt(hs)) v[b,s,g],  g = h/(NH/NKV)
+//   lse [B, NH, T]: log-sum-exp of each row of scaled scores, saved for the
+//   backward. Never holds a [T,T] matrix for more than one (b, h) per thread at once.
+// attention_backward(dq, dk, dv, dout, out, lse, q, k, v, s): recomputes the
+//   probabilities from q, k and lse. dq, dk, dv overwritten (with q_stride /
+//   kv_stride layouts).
+// q, k, v and the saved output are operands: fp32, or all bf16 (bf16
+// precision: widened as they are read, computed in fp32); out, dq, dk, dv stay fp32.
+// attention_forward_bf16(out_bf16, out, lse, q, k, v, s): the forward's output
+//   rounded to bf16 into out_bf16 [B*T, out_stride], the heads' columns (the
+//   output projection's bf16 operand): attention_forward into out, then
+//   to_bf16 (convert.h), the same bits. q, k, v bf16. out is scratch
+//   afterwards (the CPU computes in it; a GPU writes only out_bf16).
 
 // Attention over a key/value cache, for generation: each of B sequences has
 // Tq new rows at positions pos .. pos+Tq-1. q [B*Tq rows, q_stride], and the
@@ -51,23 +49,31 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
 // which for pos = 0 is attention_forward's output. Under bf16 precision the
 // caller passes q, k and v rounded to bf16 (and widened back), as the
 // training forward reads them.
+// The op: attention_cached(out, q, k_new, v_new, k_cache, v_cache, s).
 struct CachedAttentionShape {
   int B, Tq, pos, T_cache, NH, NKV, hs;
   int q_stride, kv_stride, out_stride;  // floats between rows of q, k_new/v_new, out
 };
-void attention_cached(float* out, const float* q, const float* k_new, const float* v_new,
-                      float* k_cache, float* v_cache, const CachedAttentionShape& s);
+// Throws unless the shape is valid and the new rows fit the cache.
+void check_cached_attention(const CachedAttentionShape& s);
+
+// The rows a rotary embedding turns: B*T rows of nheads heads of hs values
+// (hs even), rows `stride` floats apart; row b*T + t at position pos0 + t.
+struct RopeShape {
+  int B, T, nheads, hs, stride;
+  int pos0 = 0;
+};
+// Throws, naming the op, unless the shape and the spec are valid.
+void check_rope(const RopeShape& s, const RopeSpec& rope, const char* op);
 
 // Rotary embedding in the Hugging Face Llama convention ("rotate half"): for
 // position t and i < hs/2, with f = rope_frequency(rope, i, hs) (ops/rope.h;
 // theta^(-2i/hs) unscaled):
 //   x'[i]        = x[i] cos(t f) - x[i+hs/2] sin(t f)
 //   x'[i+hs/2]   = x[i+hs/2] cos(t f) + x[i] sin(t f)
-// applied in place to x [B*T rows, nheads * hs] with the given row stride.
-// Row b*T + t sits at position pos0 + t (pos0 > 0: new rows after a cache).
-void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, const RopeSpec& rope,
-                  int pos0 = 0);
-// The inverse rotation, applied in place to the gradient.
-void rope_backward(float* dx, int B, int T, int nheads, int hs, int stride, const RopeSpec& rope);
+// applied in place to x [B*T rows, nheads * hs] with the given row stride
+// (rope_forward(x, s, rope), on RopeShape s above). Row b*T + t sits at
+// position pos0 + t (pos0 > 0: new rows after a cache).
+// rope_backward(dx, s, rope): the inverse rotation, applied in place to the gradient.
 
 }  // namespace dendrite::ops

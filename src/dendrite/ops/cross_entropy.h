@@ -19,27 +19,38 @@
 
 namespace dendrite::ops {
 
-// stats[r] = {log sum_j exp(logits[r,j]) over this rank's real ids,
-//             logits[r, targets[r] - v0] if the target is in range, else 0}
-// Rows with weight 0 (weight may be null) get {0, 0}. Checks targets in [0, V).
-void ce_local_stats(float* stats, const float* logits, const int32_t* targets, const float* weight,
-                    int rows, int Vloc, int v0, int V);
-// Combines the local stats of the `parts` ranks (all [rows, 2], rank-major:
-// gathered[p * rows * 2 + r * 2]) into lse[r] = logsumexp over parts; adds
-// sum_r weight[r] * (lse[r] - target_logit[r]) (target logits summed over
-// parts; the rows summed in row order, then added) to *total, one double in
-// the backend's memory, so that a pass's loss stays there until it is read.
-void ce_combine(float* lse, const float* gathered, const float* weight, int rows, int parts,
-                double* total);
-// logits -> dlogits = (exp(logits - lse) - onehot) * weight / denominator,
-// zero for padding ids and zero-weight rows.
-void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const float* weight,
-                double denominator, int rows, int Vloc, int v0, int V);
-// The same dlogits rounded to bf16 into dlogits [rows, Vloc] (the GEMM operand
-// of the head's backward under bf16 precision): ce_dlogits, then to_bf16
-// (convert.h), the same bits. logits are scratch afterwards (the CPU computes
-// in them; a GPU only reads them).
-void ce_dlogits_bf16(bf16* dlogits, float* logits, const float* lse, const int32_t* targets,
-                     const float* weight, double denominator, int rows, int Vloc, int v0, int V);
+// rows of logits [rows, Vloc] holding ids [v0, v0 + Vloc) of a vocabulary of V.
+struct VocabShape {
+  int rows, Vloc, v0, V;
+};
+// Throws, naming the op, unless rows >= 0, Vloc > 0, v0 >= 0 and V > 0.
+void check_vocab(const VocabShape& s, const char* op);
+// ce_combine's sizes: rows >= 0, parts >= 1.
+void check_combine(int rows, int parts);
+// A positive, finite count of supervised tokens.
+void check_denominator(double denominator, const char* op);
+
+// The ops (Backend's methods of these names), on VocabShape s:
+//
+// ce_local_stats(stats, logits, targets, weight, s):
+//   stats[r] = {log sum_j exp(logits[r,j]) over this rank's real ids,
+//               logits[r, targets[r] - v0] if the target is in range, else 0}
+//   Rows with weight 0 (weight may be null) get {0, 0}. Targets lie in [0, V)
+//   (the CPU checks them as it reads them; a GPU does not read them back).
+// ce_combine(lse, gathered, weight, rows, parts, total): combines the local
+//   stats of the `parts` ranks (all [rows, 2], rank-major: gathered[p * rows *
+//   2 + r * 2]) into lse[r] = logsumexp over parts; adds sum_r weight[r] *
+//   (lse[r] - target_logit[r]) (target logits summed over parts; the rows
+//   summed in row order, then added) to *total, one double in the backend's
+//   memory, so that a pass's loss stays there until it is read.
+// ce_dlogits(logits, lse, targets, weight, denominator, s): logits -> dlogits =
+//   (exp(logits - lse) - onehot) * weight / denominator, zero for padding ids
+//   and zero-weight rows. The exponential is exact::exp_approx
+//   (backend/exact_math.h) on every backend.
+// ce_dlogits_bf16(dlogits, logits, lse, targets, weight, denominator, s): the
+//   same dlogits rounded to bf16 into dlogits [rows, Vloc] (the GEMM operand
+//   of the head's backward under bf16 precision): ce_dlogits, then to_bf16
+//   (convert.h), the same bits. logits are scratch afterwards (the CPU
+//   computes in them; a GPU only reads them).
 
 }  // namespace dendrite::ops

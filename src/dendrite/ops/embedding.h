@@ -11,34 +11,44 @@
 
 namespace dendrite::ops {
 
-// The forward lookups read a table of fp32 or, under bf16 precision, bf16
-// values (an overload for each); outputs and gradients are fp32.
+// m token rows of C channels looked up in this rank's rows [v0, v0 + rows)
+// of the table.
+struct EmbeddingShape {
+  int v0, rows, m, C;
+};
+// One Z chunk of the table block: its floats [c0, c0 + n) of the row-major [rows, C].
+struct TableChunk {
+  int64_t c0, n;
+};
+// m rows (m = B*T) of C channels at positions r % T.
+struct PositionShape {
+  int m, T, C;
+};
+// Throw, naming the op, unless the sizes are valid (m >= 0, C > 0, v0 >= 0,
+// rows >= 0; c0 >= 0, n >= 0; T > 0).
+void check_embedding(const EmbeddingShape& s, const char* op);
+void check_chunk(const TableChunk& piece, const EmbeddingShape& s, const char* op);
+void check_positions(const PositionShape& s, const char* op);
 
-// Vocabulary-parallel lookup: this rank holds rows [v0, v0 + rows) of the
-// table (w [rows, C]); out[r,:] = w[tokens[r] - v0,:] when the token falls in
-// that range, else 0 (the caller sums over the ranks of the split).
-void embedding_range_forward(float* out, const int32_t* tokens, const float* w, int v0, int rows,
-                             int m, int C);
-void embedding_range_forward(float* out, const int32_t* tokens, const bf16* w, int v0, int rows,
-                             int m, int C);
-// dw[tokens[r] - v0,:] += dout[r,:] for the tokens in range.
-void embedding_range_backward(float* dw, const float* dout, const int32_t* tokens, int v0, int rows,
-                              int m, int C);
-// The same lookup from one Z chunk of the block: the chunk holds floats
-// [c0, c0 + n) of the row-major block [rows, C]. out[r,:] gets the part of
-// row tokens[r] - v0 that lies in the chunk, zeros elsewhere (the caller sums
-// the chunks' parts over Z); the backward adds that part of dout[r,:] into
-// the chunk (dchunk [n]). The ranges of all chunks partition each row, so
-// the sum over Z is the row itself.
-void embedding_chunk_forward(float* out, const int32_t* tokens, const float* chunk, int64_t c0,
-                             int64_t n, int v0, int rows, int m, int C);
-void embedding_chunk_forward(float* out, const int32_t* tokens, const bf16* chunk, int64_t c0,
-                             int64_t n, int v0, int rows, int m, int C);
-void embedding_chunk_backward(float* dchunk, const float* dout, const int32_t* tokens, int64_t c0,
-                              int64_t n, int v0, int rows, int m, int C);
-// out[r,:] += wpe[r % T,:]  and its backward dwpe[r % T,:] += dout[r,:]   (out [m, C], m = B*T)
-void position_add(float* out, const float* wpe, int m, int T, int C);
-void position_add(float* out, const bf16* wpe, int m, int T, int C);
-void position_backward(float* dwpe, const float* dout, int m, int T, int C);
+// The ops (Backend's methods of these names). The forward lookups read a
+// table operand of fp32 or, under bf16 precision, bf16 values; outputs and
+// gradients are fp32.
+//
+// embedding_range_forward(out, tokens, w, s): the vocabulary-parallel lookup:
+//   this rank holds rows [v0, v0 + rows) of the table (w [rows, C]); out[r,:] =
+//   w[tokens[r] - v0,:] when the token falls in that range, else 0 (the caller
+//   sums over the ranks of the split). Token ids must not be negative.
+// embedding_range_backward(dw, dout, tokens, s): dw[tokens[r] - v0,:] +=
+//   dout[r,:] for the tokens in range.
+// embedding_chunk_forward(out, tokens, chunk, piece, s): the same lookup from
+//   one Z chunk of the block: the chunk holds floats [c0, c0 + n) of the
+//   row-major block [rows, C]. out[r,:] gets the part of row tokens[r] - v0
+//   that lies in the chunk, zeros elsewhere (the caller sums the chunks'
+//   parts over Z).
+// embedding_chunk_backward(dchunk, dout, tokens, piece, s): adds that part of
+//   dout[r,:] into the chunk (dchunk [n]). The ranges of all chunks partition
+//   each row, so the sum over Z is the row itself.
+// position_add(out, wpe, s): out[r,:] += wpe[r % T,:]   (out [m, C], m = B*T)
+// position_backward(dwpe, dout, s): dwpe[r % T,:] += dout[r,:]
 
 }  // namespace dendrite::ops

@@ -1,4 +1,4 @@
-// Matrix products on row-major fp32 buffers (oneDNN sgemm on the CPU backend).
+// Matrix products on row-major buffers (oneDNN on the CPU, cuBLASLt on a GPU).
 // Dimension letters: m rows of activations (B*T), k input features, n output
 // features. A linear weight W is [n, k] (out x in), as in DESIGN.md section 3.
 #pragma once
@@ -9,36 +9,33 @@
 
 #include "dendrite/core/bf16.h"
 #include "dendrite/core/check.h"
+#include "dendrite/core/operand.h"
 
 namespace dendrite::ops {
 
-// What the CPU backend's products keep between calls (backend/cpu/gemm_cache.h:
-// the layout tuner's choices, oneDNN's bf16 primitives), one per backend. Every
-// product below takes it last; null (the ops alone, in tests and benchmarks):
-// the default way, no tuning, a primitive made for the call.
-struct GemmCache;
+// A linear layer's product: x [m, k] (m rows of activations), w [n, k],
+// y [m, n]; dy [m, n] and dx [m, k] in the backward.
+struct LinearShape {
+  int m, k, n;
+};
+// Throws, naming the op, unless the sizes are valid (m >= 0, k and n > 0) and
+// the two operands are of one precision.
+void check_linear(const LinearShape& s, Operand a, Operand b, const char* op);
+// gemm's sizes and leading dimensions (row-major: lda >= A's columns, ...).
+void check_gemm(bool trans_a, bool trans_b, int M, int N, int K, Operand A, int lda, Operand B,
+                int ldb, int ldc);
 
-// C[M,N] = alpha * op(A) * op(B) + beta * C, row-major; op(X) = X or X^T.
-// A is [M,K] (or [K,M] when trans_a), B is [K,N] (or [N,K] when trans_b).
-void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
-          const float* B, int ldb, float beta, float* C, int ldc, GemmCache* cache = nullptr);
-
-// The same product with bf16 operands and fp32 accumulation and output (bf16
-// precision, DESIGN.md section 10): oneDNN's bf16 matmul where the CPU has
-// AVX512_BF16 (AMX CPUs have it too); elsewhere the operands are widened to fp32 and the fp32
-// product runs (the same values, no speed-up; bf16_gemm_native() tells).
-void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda,
-          const bf16* B, int ldb, float beta, float* C, int ldc, GemmCache* cache = nullptr);
-// Whether the bf16 gemm runs natively here; when not, the instruction set missing.
-bool bf16_gemm_native();
-const char* bf16_gemm_missing();
+// gemm (Backend::gemm): C[M,N] = alpha * op(A) * op(B) + beta * C, row-major;
+// op(X) = X or X^T. A is [M,K] (or [K,M] when trans_a), B is [K,N] (or [N,K]
+// when trans_b). Operands fp32, or both bf16 (bf16 precision, DESIGN.md
+// section 10: fp32 accumulation and output).
 
 // GEMM layout tuning (AxoNN picked the fastest transpose layout per GEMM
-// shape at the first call). When on (GemmCache::set_tuning), the first product
+// shape at the first call). When on (Backend::set_gemm_tuning), the first product
 // of each shape (and transposes, thread count, beta) runs every way this
 // backend can compute it and keeps the fastest among those giving the same
-// bits as the default, so tuning never changes results; the choice is kept in
-// the GemmCache. Ways: oneDNN threading itself; one block of output columns,
+// bits as the default, so tuning never changes results; the choice is kept by
+// the backend (the CPU's GemmCache). Ways: oneDNN threading itself; one block of output columns,
 // or of rows, per thread; and the transposed product C^T = op(B)^T op(A)^T
 // into scratch, transposed back.
 struct GemmChoice {
@@ -56,27 +53,13 @@ struct GemmChoice {
     return 0;
   }
 };
-// y[m,n] = x[m,k] * w[n,k]^T + b[n]   (b may be null)
-void linear_forward(float* y, const float* x, const float* w, const float* b, int m, int k, int n,
-                    GemmCache* cache = nullptr);
-
-// dx[m,k] = dy[m,n] * w[n,k]        (dx overwritten, or added to when accumulate)
-void linear_backward_input(float* dx, const float* dy, const float* w, int m, int k, int n,
-                           bool accumulate, GemmCache* cache = nullptr);
-
-// dw[n,k] += dy[m,n]^T * x[m,k] (or = when !accumulate);  db[n] += sum over rows of dy
-// (db may be null)
-void linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int m, int k,
-                            int n, bool accumulate = true, GemmCache* cache = nullptr);
-
-// The three with bf16 operands (fp32 outputs; no bias: the caller adds it,
-// and sums the bias gradient from its fp32 dy).
-void linear_forward(float* y, const bf16* x, const bf16* w, int m, int k, int n,
-                    GemmCache* cache = nullptr);
-void linear_backward_input(float* dx, const bf16* dy, const bf16* w, int m, int k, int n,
-                           bool accumulate, GemmCache* cache = nullptr);
-void linear_backward_weight(float* dw, const bf16* dy, const bf16* x, int m, int k, int n,
-                            bool accumulate, GemmCache* cache = nullptr);
+// The linear layer's products, on LinearShape (above); operands fp32 or bf16:
+//   linear_forward:          y [m,n] = x [m,k] w [n,k]^T (+ b [n], may be null)
+//   linear_backward_input:   dx [m,k] = dy [m,n] w [n,k]   (overwritten, or added to when
+//   accumulate) linear_backward_weight:  dw [n,k] = dy [m,n]^T x [m,k] (the same); the bias
+//                            gradient is add_column_sums of the fp32 dy
+//   add_bias:                y [m,n] += b [n] on every row
+//   add_column_sums:         db [n] += the sums over the m rows of dy [m,n]
 
 // What a linear layer's product does to its output before storing it, in
 // this order (on a GPU, cuBLASLt's epilogues: the product and these steps in
@@ -102,11 +85,7 @@ struct LinearEpilogue {
 inline bool adds_bf16_bias(const LinearEpilogue& e) {
   return e.bias && e.bias_bf16 && e.y_bf16 && !e.gelu && !e.residual;
 }
-// y [m,n] = x [m,k] w [n,k]^T, then the epilogue e.
-void linear_forward(float* y, const float* x, const float* w, int m, int k, int n,
-                    const LinearEpilogue& e, GemmCache* cache = nullptr);
-void linear_forward(float* y, const bf16* x, const bf16* w, int m, int k, int n,
-                    const LinearEpilogue& e, GemmCache* cache = nullptr);
+// linear_forward_fused: y [m,n] = x [m,k] w [n,k]^T, then the epilogue e.
 // Throws, naming the op, unless e is complete (pre_gelu given with gelu).
 inline void check_epilogue(const LinearEpilogue& e, const char* op) {
   DENDRITE_CHECK(!e.gelu || e.pre_gelu, op,
@@ -116,19 +95,8 @@ inline void check_epilogue(const LinearEpilogue& e, const char* op) {
                  ": a residual added after GELU is no epilogue a product offers; add it apart");
 }
 
-// dx [m,k] = (dy [m,n] w [n,k]) * gelu'(gelu_input [m,k]): linear_backward_input
-// (overwriting), then gelu_backward in place (activation.h); one kernel where
-// the device fuses them (cuBLASLt's DGELU epilogue).
-void linear_backward_input_dgelu(float* dx, const float* dy, const float* w,
-                                 const float* gelu_input, int m, int k, int n,
-                                 GemmCache* cache = nullptr);
-void linear_backward_input_dgelu(float* dx, const bf16* dy, const bf16* w, const float* gelu_input,
-                                 int m, int k, int n, GemmCache* cache = nullptr);
-
-// y[m,n] += b[n] on every row (the bias of a linear layer whose product came first).
-void add_bias(float* y, const float* b, int m, int n);
-
-// db[n] += sum over the m rows of dy[m,n] (the bias gradient of linear_backward_weight).
-void add_column_sums(float* db, const float* dy, int m, int n);
+// linear_backward_input_dgelu: dx [m,k] = (dy [m,n] w [n,k]) * gelu'(gelu_input
+// [m,k]): linear_backward_input (overwriting), then gelu_backward in place
+// (activation.h); one kernel where the device fuses them (cuBLASLt's DGELU epilogue).
 
 }  // namespace dendrite::ops

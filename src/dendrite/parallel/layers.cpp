@@ -19,26 +19,27 @@ void ParallelNorm::forward(float* y, float* mean, float* rstd, const float* x, i
                            const float* params, Buffer<double>& sums, bf16* y_bf16) const {
   const float* g = params + gain_->offset;
   if (layernorm_ && y_bf16 && grid_->X().size() == 1) {  // whole rows: one pass
-    be_->layernorm_rows_bf16(sums.data(), y_bf16, y, mean, rstd, x, g, params + bias_->offset, m,
-                             c_, eps_);
+    be_->layernorm_rows_bf16(sums.data(), y_bf16, y, mean, rstd, x, g, params + bias_->offset,
+                             {m, c_, c_total_}, eps_);
     be_->before_collective();
     grid_->X().all_reduce(sums.data(), 2 * int64_t(m));  // a group of one: counted, sums nothing
     return;
   }
   if (layernorm_) {
-    be_->layernorm_row_sums(sums.data(), x, m, c_);
+    be_->layernorm_row_sums(sums.data(), x, {m, c_, c_total_});
     be_->before_collective();
     grid_->X().all_reduce(sums.data(), 2 * int64_t(m));
     const float* b = params + bias_->offset;
     if (y_bf16)
-      be_->layernorm_apply_bf16(y_bf16, y, mean, rstd, sums.data(), x, g, b, m, c_, c_total_, eps_);
+      be_->layernorm_apply_bf16(y_bf16, y, mean, rstd, sums.data(), x, g, b, {m, c_, c_total_},
+                                eps_);
     else
-      be_->layernorm_apply(y, mean, rstd, sums.data(), x, g, b, m, c_, c_total_, eps_);
+      be_->layernorm_apply(y, mean, rstd, sums.data(), x, g, b, {m, c_, c_total_}, eps_);
   } else {
-    be_->rmsnorm_row_sums(sums.data(), x, m, c_);
+    be_->rmsnorm_row_sums(sums.data(), x, {m, c_, c_total_});
     be_->before_collective();
     grid_->X().all_reduce(sums.data(), m);
-    be_->rmsnorm_apply(y, rstd, sums.data(), x, g, m, c_, c_total_, eps_);
+    be_->rmsnorm_apply(y, rstd, sums.data(), x, g, {m, c_, c_total_}, eps_);
     if (y_bf16) be_->to_bf16(y_bf16, y, int64_t(m) * c_);
   }
 }
@@ -48,17 +49,17 @@ void ParallelNorm::backward(float* dx, const float* dy, const float* x, const fl
                             Buffer<double>& sums) const {
   const float* g = params + gain_->offset;
   if (layernorm_) {
-    be_->layernorm_backward_sums(sums.data(), dy, x, mean, rstd, g, m, c_);
+    be_->layernorm_backward_sums(sums.data(), dy, x, mean, rstd, g, {m, c_, c_total_});
     be_->before_collective();
     grid_->X().all_reduce(sums.data(), 2 * int64_t(m));
     be_->layernorm_backward_apply(dx, grads + gain_->offset, grads + bias_->offset, sums.data(), dy,
-                                  x, mean, rstd, g, m, c_, c_total_);
+                                  x, mean, rstd, g, {m, c_, c_total_});
   } else {
-    be_->rmsnorm_backward_sums(sums.data(), dy, x, g, m, c_);
+    be_->rmsnorm_backward_sums(sums.data(), dy, x, g, {m, c_, c_total_});
     be_->before_collective();
     grid_->X().all_reduce(sums.data(), m);
-    be_->rmsnorm_backward_apply(dx, grads + gain_->offset, sums.data(), dy, x, rstd, g, m, c_,
-                                c_total_);
+    be_->rmsnorm_backward_apply(dx, grads + gain_->offset, sums.data(), dy, x, rstd, g,
+                                {m, c_, c_total_});
   }
 }
 
@@ -71,11 +72,11 @@ void ParallelNorm::backward_add(float* dres, float* scratch, const float* dy, co
     return;
   }
   const float* g = params + gain_->offset;
-  be_->layernorm_backward_sums(sums.data(), dy, x, mean, rstd, g, m, c_);
+  be_->layernorm_backward_sums(sums.data(), dy, x, mean, rstd, g, {m, c_, c_total_});
   be_->before_collective();
   grid_->X().all_reduce(sums.data(), 2 * int64_t(m));
   be_->layernorm_backward_apply_add(dres, scratch, grads + gain_->offset, grads + bias_->offset,
-                                    sums.data(), dy, x, mean, rstd, g, m, c_, c_total_);
+                                    sums.data(), dy, x, mean, rstd, g, {m, c_, c_total_});
 }
 
 // ---- VocabEmbedding ----
@@ -101,7 +102,7 @@ void VocabEmbedding::forward(float* out, const int32_t* tokens, const int32_t* h
     be_->upload(tokens_.data(), group_.data(), n * sizeof(int32_t));
     if (int64_t(rows_.size()) < n * C) rows_ = be_->alloc<float>(n * C);
     be_->embedding_chunk_forward(rows_.data(), tokens_.data(), stored.plus(table_->offset),
-                                 table_->chunk_offset, table_->numel, v0, rows, int(n), C);
+                                 {table_->chunk_offset, table_->numel}, {v0, rows, int(n), C});
     be_->before_collective();
     z.reduce_scatter(rows_.data(), out, int64_t(m) * C, DType::kF32);
   } else {
@@ -110,12 +111,12 @@ void VocabEmbedding::forward(float* out, const int32_t* tokens, const int32_t* h
       kept_block_ = stream.gather_to_keep(*table_, kept_.data());
     }
     const Operand w = keep_ ? kept_block_ : stream.gather(*table_);
-    be_->embedding_range_forward(out, tokens, w, v0, rows, m, C);
+    be_->embedding_range_forward(out, tokens, w, {v0, rows, m, C});
     be_->before_collective();
   }
   grid_->Y().all_reduce(out, int64_t(m) * C);
   if (pos_)  // positions [T_max, C/Gx], from pos0 on
-    be_->position_add(out, stream.gather(*pos_).plus(int64_t(pos0) * C), m, T, C);
+    be_->position_add(out, stream.gather(*pos_).plus(int64_t(pos0) * C), {m, T, C});
 }
 
 void VocabEmbedding::backward(const float* dout, const int32_t* tokens, int m, int T, float* grads,
@@ -133,17 +134,17 @@ void VocabEmbedding::backward(const float* dout, const int32_t* tokens, int m, i
     // A reduction still on the engine may be adding into this chunk (the tied head's).
     stream.finish_reductions();
     be_->embedding_chunk_backward(grads + table_->offset, rows_.data(), tokens_.data(),
-                                  table_->chunk_offset, table_->numel, v0, rows, int(n), C);
+                                  {table_->chunk_offset, table_->numel}, {v0, rows, int(n), C});
   } else {
     float* dw = direct ? grads + table_->offset : stream.gradient_block(*table_);
     if (!direct) be_->fill(dw, 0.0f, table_->block_numel());
-    be_->embedding_range_backward(dw, dout, tokens, v0, rows, m, C);
+    be_->embedding_range_backward(dw, dout, tokens, {v0, rows, m, C});
     if (!direct) stream.reduce_scatter(*table_, grads);
   }
   if (pos_) {
     float* dp = direct ? grads + pos_->offset : stream.gradient_block(*pos_);
     if (!direct) be_->fill(dp, 0.0f, pos_->block_numel());
-    be_->position_backward(dp, dout, m, T, C);
+    be_->position_backward(dp, dout, {m, T, C});
     if (!direct) stream.reduce_scatter(*pos_, grads);
   }
 }
@@ -178,10 +179,10 @@ void VocabCrossEntropy::forward_backward(float* dx, Operand x, const int32_t* ta
     const Operand xc = x.plus(int64_t(r0) * C);
     const float* wc = weight ? weight + r0 : nullptr;
     float* logits = logits_.data();  // [rows, Vloc]
-    be_->linear_forward(logits, xc, w, nullptr, rows, C, Vloc);
+    be_->linear_forward(logits, xc, w, nullptr, {rows, C, Vloc});
     be_->before_collective();
     grid_->X().all_reduce(logits, int64_t(rows) * Vloc);
-    be_->ce_local_stats(stats_.data(), logits, targets + r0, wc, rows, Vloc, v0, V_);
+    be_->ce_local_stats(stats_.data(), logits, targets + r0, wc, {rows, Vloc, v0, V_});
     be_->before_collective();
     grid_->Y().all_gather(stats_.data(), gathered_.data(), 2 * int64_t(rows), DType::kF32);
     be_->ce_combine(lse_.data(), gathered_.data(), wc, rows, gy, loss_sum);
@@ -190,16 +191,16 @@ void VocabCrossEntropy::forward_backward(float* dx, Operand x, const int32_t* ta
     Operand dl = logits;
     if (x.is_bf16()) {
       be_->ce_dlogits_bf16(dlogits_.data(), logits, lse_.data(), targets + r0, wc, denominator,
-                           rows, Vloc, v0, V_);
+                           {rows, Vloc, v0, V_});
       dl = dlogits_.data();
     } else {
-      be_->ce_dlogits(logits, lse_.data(), targets + r0, wc, denominator, rows, Vloc, v0, V_);
+      be_->ce_dlogits(logits, lse_.data(), targets + r0, wc, denominator, {rows, Vloc, v0, V_});
     }
     // The block scratch starts fresh with the first chunk; the gradient itself accumulates.
     const bool accumulate = direct || r0 > 0;
     float* dxc = dx + int64_t(r0) * C;
-    be_->linear_backward_input(dxc, dl, w, rows, C, Vloc, false);
-    be_->linear_backward_weight(dw, dl, xc, rows, C, Vloc, accumulate);
+    be_->linear_backward_input(dxc, dl, w, {rows, C, Vloc}, false);
+    be_->linear_backward_weight(dw, dl, xc, {rows, C, Vloc}, accumulate);
   }
   if (dx) {
     be_->before_collective();
@@ -214,11 +215,11 @@ void VocabCrossEntropy::logits(float* out, Operand x, int m, WeightStream& strea
   const Operand w = gathered.empty() ? stream.gather(*head_) : gathered;  // [Vp/Gy, C/Gx]
   Buffer<float> local = be_->alloc<float>(int64_t(m) * Vloc);
   Buffer<float> all = be_->alloc<float>(int64_t(m) * Vloc * gy);
-  be_->linear_forward(local.data(), x, w, nullptr, m, C, Vloc);
+  be_->linear_forward(local.data(), x, w, nullptr, {m, C, Vloc});
   be_->before_collective();
   grid_->X().all_reduce(local.data(), int64_t(m) * Vloc);
   grid_->Y().all_gather(local.data(), all.data(), int64_t(m) * Vloc, DType::kF32);
-  be_->interleave_vocab_parts(out, all.data(), gy, m, Vloc, V_);
+  be_->interleave_vocab_parts(out, all.data(), {gy, m, Vloc, V_});
 }
 
 }  // namespace dendrite

@@ -43,9 +43,9 @@ void ParallelLinear::forward(float* y, Operand x, int m, const float* params, We
   float* sum = e.gelu ? e.pre_gelu : y;         // [m, out]: what the forward axis sums
   const bool alone = fwd_->size() == 1;
   if (alone) {
-    be_->linear_forward_fused(y, x, w, m, in_, out_, e);
+    be_->linear_forward_fused(y, x, w, {m, in_, out_}, e);
   } else {
-    be_->linear_forward(sum, x, w, nullptr, m, in_, out_);  // partial over the forward axis
+    be_->linear_forward(sum, x, w, nullptr, {m, in_, out_});  // partial over the forward axis
     e.bias_bf16 = nullptr;  // the separate ops below add the fp32 bias
   }
   // A group of one sums nothing, but the call stays: the axis counts it.
@@ -66,10 +66,10 @@ void ParallelLinear::input_gradient(float* dx, bool accumulate, Operand dy, int 
     DENDRITE_CHECK(!accumulate && !sums_input(), "parallel linear ", w_->name,
                    ": GELU's backward fuses into dx only where dx is neither added to nor "
                    "summed over the backward axis");
-    be_->linear_backward_input_dgelu(dx, dy, w, gelu_input, m, in_, out_);
+    be_->linear_backward_input_dgelu(dx, dy, w, gelu_input, {m, in_, out_});
     return;
   }
-  be_->linear_backward_input(dx, dy, w, m, in_, out_, accumulate);
+  be_->linear_backward_input(dx, dy, w, {m, in_, out_}, accumulate);
 }
 
 Request ParallelLinear::sum_input_gradient(float* dx, int m) const {
@@ -118,7 +118,7 @@ void ParallelLinear::weight_gradient(const float* dy_f32, Operand dy, Operand x,
   if (pending && pending->needs_polling())
     weight_product_polled(*be_, dw, dy, x, m, in_, out_, direct, *pending);
   else
-    be_->linear_backward_weight(dw, dy, x, m, in_, out_, direct);
+    be_->linear_backward_weight(dw, dy, x, {m, in_, out_}, direct);
   if (db && dy_f32) be_->add_column_sums(db, dy_f32, m, out_);
   if (!direct) stream.reduce_scatter(*w_, grads);
 }

@@ -48,8 +48,8 @@ std::unique_ptr<Transformer> make_model(const ModelConfig& mc, ProcessGrid& grid
     log_info(str("overlap auto: ", overlap, " (", why, ")"));
   mo.set_overlap(overlap);
   mo.precision = parse_precision(opt.precision);
-  if (mo.precision == Precision::kBF16 && !backend.bf16_native() && grid.rank() == 0)
-    log_info(str("warning: --precision bf16: this CPU lacks ", backend.bf16_missing(),
+  if (mo.precision == Precision::kBF16 && !backend.bf16_gemm_native() && grid.rank() == 0)
+    log_info(str("warning: --precision bf16: this CPU lacks ", backend.bf16_gemm_missing(),
                  ", so the bf16 GEMMs widen their operands and run in fp32: bf16's results ",
                  "without its speed"));
   backend.set_gemm_tuning(opt.gemm_tune);

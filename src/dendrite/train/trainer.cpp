@@ -384,7 +384,7 @@ TrainResult Trainer::run() {
   NonFiniteSteps non_finite(opt_.on_nan);
   Progress progress(opt_.steps - start_, parse_progress_mode(opt_.progress));
   // The whole job's peak in the run's precision (MFU's denominator).
-  double peak = be_.peak_gflops(model_->precision()) * grid_.shape().size();
+  double peak = be_.measure_peak_gflops(model_->precision()) * grid_.shape().size();
   bool peak_remeasured = false;
   const double tokens = double(opt_.batch) * opt_.seq;
   const int64_t end = opt_.stop_at > 0 ? std::min(opt_.stop_at, opt_.steps) : opt_.steps;
@@ -435,7 +435,7 @@ TrainResult Trainer::run() {
       // The peak read low: measured while another process held the cores?
       // Measured again (this rank only: nothing collective), and said.
       peak_remeasured = true;
-      const double again = be_.peak_gflops(model_->precision()) * grid_.shape().size();
+      const double again = be_.measure_peak_gflops(model_->precision()) * grid_.shape().size();
       progress.note(str("MFU above 100% against the peak measured at the start (", std::round(peak),
                         " GFLOP/s); measured again: ", std::round(again), " GFLOP/s",
                         again > peak ? "" : " (no higher: is another process sharing the cores?)"));

@@ -4,14 +4,12 @@
 // and expf do not vectorise without -ffast-math, so the exponential below is a
 // branch-free Cephes-style polynomial (about 1 ulp on [-87, 88]) that does, and
 // tanh is written through it: 0.5 (1 + tanh(u)) = sigmoid(2u).
-#include "dendrite/ops/activation.h"
-
-#include <bit>
 #include <cstdint>
 
-#include "dendrite/backend/cpu/fast_math.h"
+#include "dendrite/backend/cpu/cpu_backend.h"
+#include "dendrite/backend/exact_math.h"
 
-namespace dendrite::ops {
+namespace dendrite::cpu {
 
 namespace {
 
@@ -19,11 +17,11 @@ constexpr long kParallelMin = 1L << 14;        // below this many values, one th
 constexpr float kGeluS = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluA = 0.044715f;
 
-inline float sigmoid(float x) { return 1.0f / (1.0f + cpu::exp_approx(-x)); }
+inline float sigmoid(float x) { return 1.0f / (1.0f + exact::exp_approx(-x)); }
 
 }  // namespace
 
-void gelu_forward(float* y, const float* x, long n) {
+void CpuBackend::do_gelu_forward(float* y, const float* x, long n) {
 #pragma omp parallel for simd schedule(static) if (parallel : n >= kParallelMin)
   for (long i = 0; i < n; ++i) {
     float xi = x[i];
@@ -32,7 +30,7 @@ void gelu_forward(float* y, const float* x, long n) {
   }
 }
 
-void gelu_backward(float* dx, const float* dy, const float* x, long n) {
+void CpuBackend::do_gelu_backward(float* dx, const float* dy, const float* x, long n) {
 #pragma omp parallel for simd schedule(static) if (parallel : n >= kParallelMin)
   for (long i = 0; i < n; ++i) {
     float xi = x[i];
@@ -43,7 +41,7 @@ void gelu_backward(float* dx, const float* dy, const float* x, long n) {
   }
 }
 
-void swiglu_forward(float* y, const float* gate, const float* up, long n) {
+void CpuBackend::do_swiglu_forward(float* y, const float* gate, const float* up, long n) {
 #pragma omp parallel for simd schedule(static) if (parallel : n >= kParallelMin)
   for (long i = 0; i < n; ++i) {
     float g = gate[i];
@@ -51,8 +49,8 @@ void swiglu_forward(float* y, const float* gate, const float* up, long n) {
   }
 }
 
-void swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate, const float* up,
-                     long n) {
+void CpuBackend::do_swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate,
+                                    const float* up, long n) {
 #pragma omp parallel for simd schedule(static) if (parallel : n >= kParallelMin)
   for (long i = 0; i < n; ++i) {
     float g = gate[i], d = dy[i];
@@ -62,14 +60,14 @@ void swiglu_backward(float* dgate, float* dup, const float* dy, const float* gat
   }
 }
 
-void add(float* y, const float* a, const float* b, long n) {
+void CpuBackend::do_add(float* y, const float* a, const float* b, long n) {
 #pragma omp parallel for simd schedule(static) if (parallel : n >= kParallelMin)
   for (long i = 0; i < n; ++i) y[i] = a[i] + b[i];
 }
 
-void add_inplace(float* y, const float* x, long n) {
+void CpuBackend::do_add_inplace(float* y, const float* x, long n) {
 #pragma omp parallel for simd schedule(static) if (parallel : n >= kParallelMin)
   for (long i = 0; i < n; ++i) y[i] += x[i];
 }
 
-}  // namespace dendrite::ops
+}  // namespace dendrite::cpu

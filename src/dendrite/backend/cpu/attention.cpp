@@ -17,17 +17,20 @@
 // Under bf16 precision q, k, v (and the forward's output, read back by the
 // backward) are bf16: they are widened as they are copied into the fp32
 // scratch, and everything after is the fp32 computation.
-#include "dendrite/ops/attention.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
+#include "dendrite/backend/cpu/cpu_backend.h"
 #include "dendrite/core/check.h"
-#include "dendrite/ops/convert.h"
 
-namespace dendrite::ops {
+namespace dendrite::cpu {
+
+using ops::AttentionShape;
+using ops::CachedAttentionShape;
+using ops::RopeSpec;
+
 namespace {
 
 constexpr int kR = 4;   // query rows per tile
@@ -37,19 +40,6 @@ int round_up(int n, int m) { return (n + m - 1) / m * m; }
 
 inline float widen(float x) { return x; }
 inline float widen(bf16 x) { return to_float(x); }
-
-void check_shape(const AttentionShape& s, const char* op) {
-  DENDRITE_CHECK(s.B > 0 && s.T > 0 && s.NH > 0 && s.NKV > 0 && s.hs > 0, op,
-                 ": sizes must be positive, got B=", s.B, " T=", s.T, " NH=", s.NH, " NKV=", s.NKV,
-                 " hs=", s.hs);
-  DENDRITE_CHECK(s.NH % s.NKV == 0, op, ": NH=", s.NH, " must be a multiple of NKV=", s.NKV,
-                 "; choose a KV head count that divides the query head count");
-  DENDRITE_CHECK(s.q_stride >= s.NH * s.hs && s.out_stride >= s.NH * s.hs, op,
-                 ": q_stride=", s.q_stride, " and out_stride=", s.out_stride,
-                 " must be at least NH*hs=", s.NH * s.hs);
-  DENDRITE_CHECK(s.kv_stride >= s.NKV * s.hs, op, ": kv_stride=", s.kv_stride,
-                 " must be at least NKV*hs=", s.NKV * s.hs);
-}
 
 // ---- register-tile kernels; A, O, Acc rows are hsp apart, S, P, W rows Tp apart.
 // A GCC/Clang vector of kW floats (one AVX-512 register, or two AVX2 ones)
@@ -348,16 +338,7 @@ void backward_all(float* dq, float* dk, float* dv, const float* dout, const In* 
 
 // Rotates every head of every row by +angle (sign = 1) or -angle (sign = -1).
 void rope_apply(float* x, int B, int T, int nheads, int hs, int stride, const RopeSpec& rope,
-                float sign, int pos0, const char* op) {
-  DENDRITE_CHECK(B > 0 && T > 0 && nheads > 0 && hs > 0 && hs % 2 == 0, op,
-                 ": need positive sizes and an even head size, got B=", B, " T=", T,
-                 " nheads=", nheads, " hs=", hs);
-  DENDRITE_CHECK(stride >= nheads * hs, op, ": stride=", stride,
-                 " must be at least nheads*hs=", nheads * hs);
-  const char* problem = rope_spec_problem(rope);
-  DENDRITE_CHECK(!problem, op, ": theta=", rope.theta, " factor=", rope.factor, ": ",
-                 problem ? problem : "");
-  DENDRITE_CHECK(pos0 >= 0, op, ": the first position ", pos0, " is negative");
+                float sign, int pos0) {
   const int half = hs / 2;
   std::vector<float> cos_t(static_cast<size_t>(T) * half), sin_t(cos_t.size());  // [T, hs/2]
 #pragma omp parallel for schedule(static)
@@ -388,40 +369,28 @@ void rope_apply(float* x, int B, int T, int nheads, int hs, int stride, const Ro
 
 }  // namespace
 
-void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                       const AttentionShape& s) {
-  check_shape(s, "attention_forward");
-  forward_all(out, lse, q, k, v, s);
+void CpuBackend::do_attention_forward(float* out, float* lse, Operand q, Operand k, Operand v,
+                                      const AttentionShape& s) {
+  if (q.is_bf16())
+    forward_all(out, lse, q.b16, k.b16, v.b16, s);
+  else
+    forward_all(out, lse, q.f32, k.f32, v.f32, s);
 }
 
-void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
-                        const float* lse, const float* q, const float* k, const float* v,
-                        const AttentionShape& s) {
-  check_shape(s, "attention_backward");
-  backward_all(dq, dk, dv, dout, out, lse, q, k, v, s);
+void CpuBackend::do_attention_backward(float* dq, float* dk, float* dv, const float* dout,
+                                       Operand out, const float* lse, Operand q, Operand k,
+                                       Operand v, const AttentionShape& s) {
+  if (q.is_bf16())
+    backward_all(dq, dk, dv, dout, out.b16, lse, q.b16, k.b16, v.b16, s);
+  else
+    backward_all(dq, dk, dv, dout, out.f32, lse, q.f32, k.f32, v.f32, s);
 }
 
-void attention_forward(float* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
-                       const AttentionShape& s) {
-  check_shape(s, "attention_forward");
-  forward_all(out, lse, q, k, v, s);
-}
-
-void attention_backward(float* dq, float* dk, float* dv, const float* dout, const bf16* out,
-                        const float* lse, const bf16* q, const bf16* k, const bf16* v,
-                        const AttentionShape& s) {
-  check_shape(s, "attention_backward");
-  backward_all(dq, dk, dv, dout, out, lse, q, k, v, s);
-}
-
-void attention_cached(float* out, const float* q, const float* k_new, const float* v_new,
-                      float* k_cache, float* v_cache, const CachedAttentionShape& s) {
-  const AttentionShape keys{s.B, s.pos + s.Tq, s.NH, s.NKV, s.hs, s.q_stride, s.kv_stride,
-                            s.out_stride};
-  check_shape(keys, "attention_cached");
-  DENDRITE_CHECK(s.pos >= 0 && s.Tq >= 1 && s.pos + s.Tq <= s.T_cache, "attention_cached: ",
-                 s.Tq, " new positions after ", s.pos, " do not fit the cache of ", s.T_cache,
-                 " positions");
+void CpuBackend::do_attention_cached(float* out, const float* q, const float* k_new,
+                                     const float* v_new, float* k_cache, float* v_cache,
+                                     const CachedAttentionShape& s) {
+  const AttentionShape keys{s.B,  s.pos + s.Tq, s.NH,        s.NKV,
+                            s.hs, s.q_stride,   s.kv_stride, s.out_stride};
   const int kvd = s.NKV * s.hs;
   const long rows = static_cast<long>(s.B) * s.Tq;
 #pragma omp parallel for schedule(static)
@@ -481,19 +450,19 @@ void attention_cached(float* out, const float* q, const float* k_new, const floa
   }
 }
 
-void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, const RopeSpec& rope,
-                  int pos0) {
-  rope_apply(x, B, T, nheads, hs, stride, rope, 1.0f, pos0, "rope_forward");
+void CpuBackend::do_rope_forward(float* x, const ops::RopeShape& s, const RopeSpec& rope) {
+  rope_apply(x, s.B, s.T, s.nheads, s.hs, s.stride, rope, 1.0f, s.pos0);
 }
 
-void rope_backward(float* dx, int B, int T, int nheads, int hs, int stride, const RopeSpec& rope) {
-  rope_apply(dx, B, T, nheads, hs, stride, rope, -1.0f, 0, "rope_backward");
+void CpuBackend::do_rope_backward(float* dx, const ops::RopeShape& s, const RopeSpec& rope) {
+  rope_apply(dx, s.B, s.T, s.nheads, s.hs, s.stride, rope, -1.0f, 0);
 }
 
-void attention_forward_bf16(bf16* out_bf16, float* out, float* lse, const bf16* q, const bf16* k,
-                            const bf16* v, const AttentionShape& s) {
-  attention_forward(out, lse, q, k, v, s);
-  to_bf16(out_bf16, out, int64_t(s.B) * s.T * s.out_stride);
+// The fused form: the separate ops in order, so the bits are theirs.
+void CpuBackend::do_attention_forward_bf16(bf16* out_bf16, float* out, float* lse, Operand q,
+                                           Operand k, Operand v, const AttentionShape& s) {
+  do_attention_forward(out, lse, q, k, v, s);
+  do_to_bf16(out_bf16, out, int64_t(s.B) * s.T * s.out_stride);
 }
 
-}  // namespace dendrite::ops
+}  // namespace dendrite::cpu

@@ -2,19 +2,17 @@
 // Sapphire Rapids) one instruction rounds 16 floats to nearest-even, with the
 // same results as the scalar rule in core/bf16.h (NaN included: both keep it
 // a quiet NaN); elsewhere the scalar rule, which the compiler vectorises.
-#include "dendrite/ops/convert.h"
-
 #include <immintrin.h>
 
-#include "dendrite/ops/matmul.h"
+#include "dendrite/backend/cpu/cpu_backend.h"
 
-namespace dendrite::ops {
+namespace dendrite::cpu {
 
 namespace {
 constexpr int64_t kParallelMin = int64_t(1) << 16;  // below this one thread is faster
 }
 
-void to_bf16(bf16* out, const float* in, int64_t n) {
+void CpuBackend::do_to_bf16(bf16* out, const float* in, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (int64_t i0 = 0; i0 < n; i0 += 4096) {
     const int64_t i1 = i0 + 4096 < n ? i0 + 4096 : n;
@@ -29,14 +27,14 @@ void to_bf16(bf16* out, const float* in, int64_t n) {
   }
 }
 
-void to_float(float* out, const bf16* in, int64_t n) {
+void CpuBackend::do_to_float(float* out, const bf16* in, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) out[i] = dendrite::to_float(in[i]);
 }
 
-void to_bf16_column_sums(bf16* out, float* db, const float* in, int m, int n) {
-  to_bf16(out, in, int64_t(m) * n);
-  add_column_sums(db, in, m, n);
+void CpuBackend::do_to_bf16_column_sums(bf16* out, float* db, const float* in, int m, int n) {
+  do_to_bf16(out, in, int64_t(m) * n);
+  do_add_column_sums(db, in, m, n);
 }
 
-}  // namespace dendrite::ops
+}  // namespace dendrite::cpu

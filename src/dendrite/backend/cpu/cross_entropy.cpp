@@ -7,16 +7,14 @@
 // target logit); ce_combine sums the row losses in row order; ce_dlogits
 // turns the same buffer into dlogits, in parallel over rows. No reduction
 // depends on the thread count, so the result is the same on every run.
-#include "dendrite/ops/cross_entropy.h"
-
 #include <algorithm>
 #include <cmath>
 
-#include "dendrite/backend/cpu/fast_math.h"
+#include "dendrite/backend/cpu/cpu_backend.h"
+#include "dendrite/backend/exact_math.h"
 #include "dendrite/core/check.h"
-#include "dendrite/ops/convert.h"
 
-namespace dendrite::ops {
+namespace dendrite::cpu {
 namespace {
 
 // log sum_j exp(row[j]) over j in [0, n), n > 0: max first, then the sum of
@@ -30,7 +28,7 @@ double row_logsumexp(const float* row, int n) {
     const int j1 = std::min(n, j0 + 1024);
     float part = 0.0f;
 #pragma omp simd reduction(+ : part)
-    for (int j = j0; j < j1; ++j) part += cpu::exp_approx(row[j] - mx);
+    for (int j = j0; j < j1; ++j) part += exact::exp_approx(row[j] - mx);
     sum += part;
   }
   return mx + std::log(sum);
@@ -42,17 +40,11 @@ int real_columns(int Vloc, int v0, int V) {
   return static_cast<int>(std::clamp(n, 0L, static_cast<long>(Vloc)));
 }
 
-void check_part(const char* op, int rows, int Vloc, int v0, int V) {
-  DENDRITE_CHECK(rows >= 0 && Vloc > 0 && v0 >= 0 && V > 0, op,
-                 ": need rows >= 0, Vloc > 0, v0 >= 0 and V > 0, got rows=", rows, " Vloc=", Vloc,
-                 " v0=", v0, " V=", V);
-}
-
 }  // namespace
 
-void ce_local_stats(float* stats, const float* logits, const int32_t* targets, const float* weight,
-                    int rows, int Vloc, int v0, int V) {
-  check_part("ce_local_stats", rows, Vloc, v0, V);
+void CpuBackend::do_ce_local_stats(float* stats, const float* logits, const int32_t* targets,
+                                   const float* weight, const ops::VocabShape& s) {
+  const int rows = s.rows, Vloc = s.Vloc, v0 = s.v0, V = s.V;
   for (int r = 0; r < rows; ++r) {
     DENDRITE_CHECK(targets[r] >= 0 && targets[r] < V, "ce_local_stats: target of row ", r, " is ",
                    targets[r], ", outside [0, V=", V,
@@ -73,11 +65,8 @@ void ce_local_stats(float* stats, const float* logits, const int32_t* targets, c
   }
 }
 
-void ce_combine(float* lse, const float* gathered, const float* weight, int rows, int parts,
-                double* total_out) {
-  DENDRITE_CHECK(rows >= 0 && parts >= 1,
-                 "ce_combine: need rows >= 0 and parts >= 1, got rows=", rows, " parts=", parts,
-                 "; parts is the size of the vocabulary split");
+void CpuBackend::do_ce_combine(float* lse, const float* gathered, const float* weight, int rows,
+                               int parts, double* total_out) {
   const long part_stride = 2L * rows;  // gathered [parts, rows, 2]
   double total = 0.0;                  // summed in row order
   for (int r = 0; r < rows; ++r) {
@@ -99,12 +88,9 @@ void ce_combine(float* lse, const float* gathered, const float* weight, int rows
   *total_out += total;
 }
 
-void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const float* weight,
-                double denominator, int rows, int Vloc, int v0, int V) {
-  check_part("ce_dlogits", rows, Vloc, v0, V);
-  DENDRITE_CHECK(std::isfinite(denominator) && denominator > 0.0,
-                 "ce_dlogits: denominator=", denominator,
-                 " must be a positive count of supervised tokens");
+void CpuBackend::do_ce_dlogits(float* logits, const float* lse, const int32_t* targets,
+                               const float* weight, double denominator, const ops::VocabShape& s) {
+  const int rows = s.rows, Vloc = s.Vloc, v0 = s.v0, V = s.V;
   const int n = real_columns(Vloc, v0, V);
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < rows; ++r) {
@@ -116,17 +102,18 @@ void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const f
     }
     const float scale = static_cast<float>(wt / denominator), l = lse[r];
 #pragma omp simd
-    for (int j = 0; j < n; ++j) row[j] = cpu::exp_approx(row[j] - l) * scale;
+    for (int j = 0; j < n; ++j) row[j] = exact::exp_approx(row[j] - l) * scale;
     std::fill(row + n, row + Vloc, 0.0f);  // padding ids
     const int t = targets[r] - v0;
     if (t >= 0 && t < n) row[t] -= scale;
   }
 }
 
-void ce_dlogits_bf16(bf16* dlogits, float* logits, const float* lse, const int32_t* targets,
-                     const float* weight, double denominator, int rows, int Vloc, int v0, int V) {
-  ce_dlogits(logits, lse, targets, weight, denominator, rows, Vloc, v0, V);
-  to_bf16(dlogits, logits, int64_t(rows) * Vloc);
+void CpuBackend::do_ce_dlogits_bf16(bf16* dlogits, float* logits, const float* lse,
+                                    const int32_t* targets, const float* weight, double denominator,
+                                    const ops::VocabShape& s) {
+  do_ce_dlogits(logits, lse, targets, weight, denominator, s);
+  do_to_bf16(dlogits, logits, int64_t(s.rows) * s.Vloc);
 }
 
-}  // namespace dendrite::ops
+}  // namespace dendrite::cpu

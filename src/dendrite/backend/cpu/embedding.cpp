@@ -9,15 +9,14 @@
 // (rows of one position are added in row order by one thread). No atomics,
 // and every gradient element is summed in row order, so the result is the
 // same on every run and for every thread count.
-#include "dendrite/ops/embedding.h"
+#include <omp.h>
 
 #include <algorithm>
 
-#include <omp.h>
-
+#include "dendrite/backend/cpu/cpu_backend.h"
 #include "dendrite/core/check.h"
 
-namespace dendrite::ops {
+namespace dendrite::cpu {
 
 namespace {
 
@@ -29,10 +28,6 @@ void check_tokens(const char* op, const int32_t* tokens, long rows) {
   for (long r = 0; r < rows; ++r) lowest = tokens[r] < lowest ? tokens[r] : lowest;
   DENDRITE_CHECK(lowest >= 0, op, ": token id ", lowest,
                  " is negative; token ids must lie in [0, V)");
-}
-
-void check_sizes(const char* op, long m, int C) {
-  DENDRITE_CHECK(m >= 0 && C > 0, op, ": need m >= 0 rows and C > 0 channels, got m=", m, " C=", C);
 }
 
 // This thread's columns [*c0, *c1) of C: an even share, rounded up to whole cache lines.
@@ -54,10 +49,6 @@ inline float widen(bf16 x) { return to_float(x); }
 // The lookups below for a table of fp32 or bf16 (bf16 precision) values.
 template <typename W>
 void range_forward(float* out, const int32_t* tokens, const W* w, int v0, int rows, int m, int C) {
-  check_sizes("embedding_range_forward", m, C);
-  DENDRITE_CHECK(v0 >= 0 && rows >= 0,
-                 "embedding_range_forward: need v0 >= 0 and rows >= 0, got v0=", v0, " rows=", rows,
-                 "; pass this rank's first vocabulary id and block size");
   check_tokens("embedding_range_forward", tokens, m);
 #pragma omp parallel for schedule(static)
   for (long r = 0; r < m; ++r) {
@@ -75,9 +66,8 @@ void range_forward(float* out, const int32_t* tokens, const W* w, int v0, int ro
 }
 
 template <typename W>
-void chunk_forward(float* out, const int32_t* tokens, const W* chunk, int64_t c0, int64_t n,
-                   int v0, int rows, int m, int C) {
-  check_sizes("embedding_chunk_forward", m, C);
+void chunk_forward(float* out, const int32_t* tokens, const W* chunk, int64_t c0, int64_t n, int v0,
+                   int rows, int m, int C) {
   check_tokens("embedding_chunk_forward", tokens, m);
 #pragma omp parallel for schedule(static)
   for (long r = 0; r < m; ++r) {
@@ -92,8 +82,6 @@ void chunk_forward(float* out, const int32_t* tokens, const W* chunk, int64_t c0
 
 template <typename W>
 void positions_forward(float* out, const W* wpe, int m, int T, int C) {
-  check_sizes("position_add", m, C);
-  DENDRITE_CHECK(T > 0, "position_add: need T > 0 positions, got T=", T);
 #pragma omp parallel for schedule(static)
   for (long r = 0; r < m; ++r) {
     float* __restrict o = out + r * C;
@@ -105,22 +93,17 @@ void positions_forward(float* out, const W* wpe, int m, int T, int C) {
 
 }  // namespace
 
-void embedding_range_forward(float* out, const int32_t* tokens, const float* w, int v0, int rows,
-                             int m, int C) {
-  range_forward(out, tokens, w, v0, rows, m, C);
+void CpuBackend::do_embedding_range_forward(float* out, const int32_t* tokens, Operand w,
+                                            const ops::EmbeddingShape& s) {
+  if (w.is_bf16())
+    range_forward(out, tokens, w.b16, s.v0, s.rows, s.m, s.C);
+  else
+    range_forward(out, tokens, w.f32, s.v0, s.rows, s.m, s.C);
 }
 
-void embedding_range_forward(float* out, const int32_t* tokens, const bf16* w, int v0, int rows,
-                             int m, int C) {
-  range_forward(out, tokens, w, v0, rows, m, C);
-}
-
-void embedding_range_backward(float* dw, const float* dout, const int32_t* tokens, int v0, int rows,
-                              int m, int C) {
-  check_sizes("embedding_range_backward", m, C);
-  DENDRITE_CHECK(v0 >= 0 && rows >= 0,
-                 "embedding_range_backward: need v0 >= 0 and rows >= 0, got v0=", v0,
-                 " rows=", rows, "; pass this rank's first vocabulary id and block size");
+void CpuBackend::do_embedding_range_backward(float* dw, const float* dout, const int32_t* tokens,
+                                             const ops::EmbeddingShape& s) {
+  const int v0 = s.v0, rows = s.rows, m = s.m, C = s.C;
   check_tokens("embedding_range_backward", tokens, m);
 #pragma omp parallel
   {
@@ -137,19 +120,20 @@ void embedding_range_backward(float* dw, const float* dout, const int32_t* token
   }
 }
 
-void embedding_chunk_forward(float* out, const int32_t* tokens, const float* chunk, int64_t c0,
-                             int64_t n, int v0, int rows, int m, int C) {
-  chunk_forward(out, tokens, chunk, c0, n, v0, rows, m, C);
+void CpuBackend::do_embedding_chunk_forward(float* out, const int32_t* tokens, Operand chunk,
+                                            const ops::TableChunk& piece,
+                                            const ops::EmbeddingShape& s) {
+  if (chunk.is_bf16())
+    chunk_forward(out, tokens, chunk.b16, piece.c0, piece.n, s.v0, s.rows, s.m, s.C);
+  else
+    chunk_forward(out, tokens, chunk.f32, piece.c0, piece.n, s.v0, s.rows, s.m, s.C);
 }
 
-void embedding_chunk_forward(float* out, const int32_t* tokens, const bf16* chunk, int64_t c0,
-                             int64_t n, int v0, int rows, int m, int C) {
-  chunk_forward(out, tokens, chunk, c0, n, v0, rows, m, C);
-}
-
-void embedding_chunk_backward(float* dchunk, const float* dout, const int32_t* tokens, int64_t c0,
-                              int64_t n, int v0, int rows, int m, int C) {
-  check_sizes("embedding_chunk_backward", m, C);
+void CpuBackend::do_embedding_chunk_backward(float* dchunk, const float* dout,
+                                             const int32_t* tokens, const ops::TableChunk& piece,
+                                             const ops::EmbeddingShape& s) {
+  const int64_t c0 = piece.c0, n = piece.n;
+  const int v0 = s.v0, rows = s.rows, m = s.m, C = s.C;
   check_tokens("embedding_chunk_backward", tokens, m);
 #pragma omp parallel
   {
@@ -166,17 +150,15 @@ void embedding_chunk_backward(float* dchunk, const float* dout, const int32_t* t
   }
 }
 
-void position_add(float* out, const float* wpe, int m, int T, int C) {
-  positions_forward(out, wpe, m, T, C);
+void CpuBackend::do_position_add(float* out, Operand wpe, const ops::PositionShape& s) {
+  if (wpe.is_bf16())
+    positions_forward(out, wpe.b16, s.m, s.T, s.C);
+  else
+    positions_forward(out, wpe.f32, s.m, s.T, s.C);
 }
 
-void position_add(float* out, const bf16* wpe, int m, int T, int C) {
-  positions_forward(out, wpe, m, T, C);
-}
-
-void position_backward(float* dwpe, const float* dout, int m, int T, int C) {
-  check_sizes("position_backward", m, C);
-  DENDRITE_CHECK(T > 0, "position_backward: need T > 0 positions, got T=", T);
+void CpuBackend::do_position_backward(float* dwpe, const float* dout, const ops::PositionShape& s) {
+  const int m = s.m, T = s.T, C = s.C;
   const int positions = m < T ? m : T;
 #pragma omp parallel for schedule(static)
   for (int t = 0; t < positions; ++t) {
@@ -189,4 +171,4 @@ void position_backward(float* dwpe, const float* dout, int m, int T, int C) {
   }
 }
 
-}  // namespace dendrite::ops
+}  // namespace dendrite::cpu

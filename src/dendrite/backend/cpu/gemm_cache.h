@@ -1,11 +1,10 @@
 // What the CPU backend's GEMMs keep between calls, owned by one CpuBackend
-// (cpu_backend.cpp) and passed to the products of ops/matmul.h: the layout
+// (cpu_backend.h) and passed to its products (gemm.h): the layout
 // tuner's choice per shape (--gemm-tune; matmul.cpp) and oneDNN's bf16 matmul
 // primitives per shape (matmul_bf16.cpp: making one costs far more than
 // running a small product). Nothing of it is process-wide: two backends in
-// one process tune and cache apart. The products called without one (the ops
-// alone, in tests and benchmarks) run the default way and make their
-// primitive for the call.
+// one process tune and cache apart. A product called without one runs the
+// default way and makes its primitive for the call.
 #pragma once
 
 #include <map>
@@ -17,7 +16,9 @@
 
 #include "dendrite/ops/matmul.h"
 
-namespace dendrite::ops {
+namespace dendrite::cpu {
+
+using ops::GemmChoice;
 
 struct GemmCache {
   // GEMM layout tuning (ops/matmul.h), off until set.
@@ -66,4 +67,4 @@ struct GemmCache {
   std::unique_ptr<Matmuls> matmuls;
 };
 
-}  // namespace dendrite::ops
+}  // namespace dendrite::cpu

@@ -9,8 +9,6 @@
 // block of output columns (or rows) per thread; NN is left to oneDNN, where
 // its own threading measured as good or better. The choice depends only on
 // the shape and the thread count, so results are reproducible run to run.
-#include "dendrite/ops/matmul.h"
-
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 
@@ -22,12 +20,14 @@
 #include <tuple>
 #include <vector>
 
-#include "dendrite/backend/cpu/gemm_cache.h"
+#include "dendrite/backend/cpu/cpu_backend.h"
+#include "dendrite/backend/cpu/gemm.h"
 #include "dendrite/core/check.h"
-#include "dendrite/ops/activation.h"
-#include "dendrite/ops/convert.h"
 
-namespace dendrite::ops {
+namespace dendrite::cpu {
+
+using ops::GemmChoice;
+using ops::LinearEpilogue;
 
 namespace {
 
@@ -176,66 +176,57 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
   run_way(way, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threads);
 }
 
-void linear_forward(float* y, const float* x, const float* w, const float* b, int m, int k, int n,
-                    GemmCache* cache) {
-  gemm(false, true, m, n, k, 1.0f, x, k, w, k, 0.0f, y, n, cache);
-  if (b) add_bias(y, b, m, n);
+// ---- the ops: each product in the operands' precision (cpu::gemm has a
+// form for each), then the separate steps of an epilogue, so the bits are
+// those of the separate ops.
+
+void CpuBackend::do_gemm(bool ta, bool tb, int M, int N, int K, float alpha, Operand A, int lda,
+                         Operand B, int ldb, float beta, float* C, int ldc) {
+  if (A.is_bf16())
+    cpu::gemm(ta, tb, M, N, K, alpha, A.b16, lda, B.b16, ldb, beta, C, ldc, &gemms_);
+  else
+    cpu::gemm(ta, tb, M, N, K, alpha, A.f32, lda, B.f32, ldb, beta, C, ldc, &gemms_);
 }
 
-namespace {
+void CpuBackend::do_linear_forward(float* y, Operand x, Operand w, const float* b,
+                                   const ops::LinearShape& s) {
+  do_gemm(false, true, s.m, s.n, s.k, 1.0f, x, s.k, w, s.k, 0.0f, y, s.n);
+  if (b) do_add_bias(y, b, s.m, s.n);
+}
 
-// The epilogue's steps after the bias: t [m, n] holds x w^T + b.
-// The bias the product adds: the fp32 one, or bias_bf16 widened (adds_bf16_bias).
-std::vector<float> widened_bias(const LinearEpilogue& e, int n) {
-  std::vector<float> b;
-  if (adds_bf16_bias(e)) {
-    b.resize(size_t(n));
-    to_float(b.data(), e.bias_bf16, n);
+void CpuBackend::do_linear_forward_fused(float* y, Operand x, Operand w, const ops::LinearShape& s,
+                                         const LinearEpilogue& e) {
+  float* t = e.gelu ? e.pre_gelu : y;  // [m, n]: x w^T + b
+  std::vector<float> low;              // the bias the product adds in bf16, widened
+  if (ops::adds_bf16_bias(e)) {
+    low.resize(size_t(s.n));
+    for (int j = 0; j < s.n; ++j) low[j] = dendrite::to_float(e.bias_bf16[j]);
   }
-  return b;
+  do_linear_forward(t, x, w, low.empty() ? e.bias : low.data(), s);
+  const long mn = long(s.m) * s.n;
+  if (e.gelu) do_gelu_forward(y, t, mn);
+  if (e.residual) do_add(y, e.residual, y, mn);
+  if (e.y_bf16) do_to_bf16(e.y_bf16, y, mn);
 }
 
-void finish_epilogue(float* y, const float* t, int m, int n, const LinearEpilogue& e) {
-  const long mn = long(m) * n;
-  if (e.gelu) gelu_forward(y, t, mn);
-  if (e.residual) add(y, e.residual, y, mn);
-  if (e.y_bf16) to_bf16(e.y_bf16, y, mn);
+void CpuBackend::do_linear_backward_input(float* dx, Operand dy, Operand w,
+                                          const ops::LinearShape& s, bool accumulate) {
+  do_gemm(false, false, s.m, s.k, s.n, 1.0f, dy, s.n, w, s.k, accumulate ? 1.0f : 0.0f, dx, s.k);
 }
 
-}  // namespace
-
-void linear_forward(float* y, const float* x, const float* w, int m, int k, int n,
-                    const LinearEpilogue& e, GemmCache* cache) {
-  check_epilogue(e, "linear_forward");
-  float* t = e.gelu ? e.pre_gelu : y;  // [m, n]
-  const std::vector<float> low = widened_bias(e, n);
-  linear_forward(t, x, w, low.empty() ? e.bias : low.data(), m, k, n, cache);
-  finish_epilogue(y, t, m, n, e);
+void CpuBackend::do_linear_backward_input_dgelu(float* dx, Operand dy, Operand w,
+                                                const float* gelu_input,
+                                                const ops::LinearShape& s) {
+  do_linear_backward_input(dx, dy, w, s, false);
+  do_gelu_backward(dx, dx, gelu_input, long(s.m) * s.k);
 }
 
-void linear_forward(float* y, const bf16* x, const bf16* w, int m, int k, int n,
-                    const LinearEpilogue& e, GemmCache* cache) {
-  check_epilogue(e, "linear_forward");
-  float* t = e.gelu ? e.pre_gelu : y;  // [m, n]
-  linear_forward(t, x, w, m, k, n, cache);
-  const std::vector<float> low = widened_bias(e, n);
-  if (e.bias) add_bias(t, low.empty() ? e.bias : low.data(), m, n);
-  finish_epilogue(y, t, m, n, e);
+void CpuBackend::do_linear_backward_weight(float* dw, Operand dy, Operand x,
+                                           const ops::LinearShape& s, bool accumulate) {
+  do_gemm(true, false, s.n, s.k, s.m, 1.0f, dy, s.n, x, s.k, accumulate ? 1.0f : 0.0f, dw, s.k);
 }
 
-void linear_backward_input_dgelu(float* dx, const float* dy, const float* w,
-                                 const float* gelu_input, int m, int k, int n, GemmCache* cache) {
-  linear_backward_input(dx, dy, w, m, k, n, false, cache);
-  gelu_backward(dx, dx, gelu_input, long(m) * k);
-}
-
-void linear_backward_input_dgelu(float* dx, const bf16* dy, const bf16* w, const float* gelu_input,
-                                 int m, int k, int n, GemmCache* cache) {
-  linear_backward_input(dx, dy, w, m, k, n, false, cache);
-  gelu_backward(dx, dx, gelu_input, long(m) * k);
-}
-
-void add_bias(float* y, const float* b, int m, int n) {
+void CpuBackend::do_add_bias(float* y, const float* b, int m, int n) {
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < m; ++r) {
     float* row = y + static_cast<long>(r) * n;
@@ -243,19 +234,8 @@ void add_bias(float* y, const float* b, int m, int n) {
   }
 }
 
-void linear_backward_input(float* dx, const float* dy, const float* w, int m, int k, int n,
-                           bool accumulate, GemmCache* cache) {
-  gemm(false, false, m, k, n, 1.0f, dy, n, w, k, accumulate ? 1.0f : 0.0f, dx, k, cache);
-}
-
-void linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int m, int k,
-                            int n, bool accumulate, GemmCache* cache) {
-  gemm(true, false, n, k, m, 1.0f, dy, n, x, k, accumulate ? 1.0f : 0.0f, dw, k, cache);
-  if (db) add_column_sums(db, dy, m, n);
-}
-
 // Columns split over threads; each thread sums its columns over all rows.
-void add_column_sums(float* db, const float* dy, int m, int n) {
+void CpuBackend::do_add_column_sums(float* db, const float* dy, int m, int n) {
 #pragma omp parallel
   {
 #pragma omp for schedule(static)
@@ -269,4 +249,4 @@ void add_column_sums(float* db, const float* dy, int m, int n) {
   }
 }
 
-}  // namespace dendrite::ops
+}  // namespace dendrite::cpu

@@ -15,12 +15,11 @@
 #include <tuple>
 #include <vector>
 
-#include "dendrite/backend/cpu/gemm_cache.h"
+#include "dendrite/backend/cpu/cpu_backend.h"
+#include "dendrite/backend/cpu/gemm.h"
 #include "dendrite/core/check.h"
-#include "dendrite/ops/convert.h"
-#include "dendrite/ops/matmul.h"
 
-namespace dendrite::ops {
+namespace dendrite::cpu {
 
 namespace {
 
@@ -64,8 +63,8 @@ dnnl::matmul make(const Key& k, const dnnl::engine& engine) {
 void widened(bool ta, bool tb, int M, int N, int K, float alpha, const bf16* A, int lda,
              const bf16* B, int ldb, float beta, float* C, int ldc, GemmCache* cache) {
   std::vector<float> a(size_t(ta ? K : M) * lda), b(size_t(tb ? N : K) * ldb);
-  to_float(a.data(), A, int64_t(a.size()));
-  to_float(b.data(), B, int64_t(b.size()));
+  for (size_t i = 0; i < a.size(); ++i) a[i] = to_float(A[i]);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = to_float(B[i]);
   gemm(ta, tb, M, N, K, alpha, a.data(), lda, b.data(), ldb, beta, C, ldc, cache);
 }
 
@@ -104,19 +103,8 @@ void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const bf16* A, int
   mm.stream.wait();
 }
 
-// The linear layer's products, as their fp32 forms in matmul.cpp.
-void linear_forward(float* y, const bf16* x, const bf16* w, int m, int k, int n, GemmCache* cache) {
-  gemm(false, true, m, n, k, 1.0f, x, k, w, k, 0.0f, y, n, cache);
-}
+bool CpuBackend::bf16_gemm_native() const { return cpu::bf16_gemm_native(); }
 
-void linear_backward_input(float* dx, const bf16* dy, const bf16* w, int m, int k, int n,
-                           bool accumulate, GemmCache* cache) {
-  gemm(false, false, m, k, n, 1.0f, dy, n, w, k, accumulate ? 1.0f : 0.0f, dx, k, cache);
-}
+std::string CpuBackend::bf16_gemm_missing() const { return cpu::bf16_gemm_missing(); }
 
-void linear_backward_weight(float* dw, const bf16* dy, const bf16* x, int m, int k, int n,
-                            bool accumulate, GemmCache* cache) {
-  gemm(true, false, n, k, m, 1.0f, dy, n, x, k, accumulate ? 1.0f : 0.0f, dw, k, cache);
-}
-
-}  // namespace dendrite::ops
+}  // namespace dendrite::cpu

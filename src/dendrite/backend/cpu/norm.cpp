@@ -17,16 +17,15 @@
 // vectorisation, alignment or threads. dgamma/dbeta are sums over rows: fixed
 // chunks of kChunkRows rows each write a private partial, then the partials
 // are added in chunk order. Bit-identical on every run and thread count.
-#include "dendrite/ops/norm.h"
-
 #include <cmath>
 #include <memory>
 
+#include "dendrite/backend/cpu/cpu_backend.h"
 #include "dendrite/core/check.h"
-#include "dendrite/ops/activation.h"
-#include "dendrite/ops/convert.h"
 
-namespace dendrite::ops {
+namespace dendrite::cpu {
+
+using ops::NormShape;
 
 namespace {
 
@@ -36,16 +35,6 @@ constexpr int kLanes = 16;        // accumulators per row sum (one or two 512-bi
 constexpr int kBlockCols = 256;   // columns per block of a row sum
 
 int num_chunks(int m) { return (m + kChunkRows - 1) / kChunkRows; }
-
-void check_shapes(const char* op, int m, int c) {
-  DENDRITE_CHECK(m >= 0 && c > 0, op, ": need m >= 0 rows and c > 0 columns, got m=", m, " c=", c);
-}
-
-void check_split(const char* op, int m, int c, int c_total) {
-  check_shapes(op, m, c);
-  DENDRITE_CHECK(c_total >= c, op, ": c_total=", c_total, " is the full width and must be >= the",
-                 " local width c=", c, "; pass the unsplit model width");
-}
 
 // {sum_j f(j), sum_j h(j)} over j in [0, c), returned in double, in a fixed
 // order: lane l sums the columns l, l + kLanes, ... of each block of
@@ -240,38 +229,41 @@ void rows_with_param_grads(int m, int c, int n_params, float* const* params, Row
 
 // ---------------------------------------------------------------- LayerNorm
 
-void layernorm_row_sums(double* sums, const float* x, int m, int c) {
-  check_shapes("layernorm_row_sums", m, c);
+void CpuBackend::do_layernorm_row_sums(double* sums, const float* x, const NormShape& s) {
+  const int c = s.c;
 #pragma omp parallel for schedule(static)
-  for (int r = 0; r < m; ++r) ln_sums_row(sums + 2L * r, x + static_cast<long>(r) * c, c);
+  for (int r = 0; r < s.m; ++r) ln_sums_row(sums + 2L * r, x + static_cast<long>(r) * c, c);
 }
 
-void layernorm_apply(float* y, float* mean, float* rstd, const double* sums, const float* x,
-                     const float* gamma, const float* beta, int m, int c, int c_total, float eps) {
-  check_split("layernorm_apply", m, c, c_total);
+void CpuBackend::do_layernorm_apply(float* y, float* mean, float* rstd, const double* sums,
+                                    const float* x, const float* gamma, const float* beta,
+                                    const NormShape& s, float eps) {
+  const int c = s.c, c_total = s.c_total;
 #pragma omp parallel for schedule(static)
-  for (int r = 0; r < m; ++r) {
+  for (int r = 0; r < s.m; ++r) {
     const long off = static_cast<long>(r) * c;
     ln_apply_row(y + off, mean + r, rstd + r, sums + 2L * r, x + off, gamma, beta, c, c_total, eps);
   }
 }
 
-void layernorm_backward_sums(double* sums, const float* dy, const float* x, const float* mean,
-                             const float* rstd, const float* gamma, int m, int c) {
-  check_shapes("layernorm_backward_sums", m, c);
+void CpuBackend::do_layernorm_backward_sums(double* sums, const float* dy, const float* x,
+                                            const float* mean, const float* rstd,
+                                            const float* gamma, const NormShape& s) {
+  const int c = s.c;
 #pragma omp parallel for schedule(static)
-  for (int r = 0; r < m; ++r) {
+  for (int r = 0; r < s.m; ++r) {
     const long off = static_cast<long>(r) * c;
     ln_backward_sums_row(sums + 2L * r, dy + off, x + off, mean[r], rstd[r], gamma, c);
   }
 }
 
-void layernorm_backward_apply(float* dx, float* dgamma, float* dbeta, const double* sums,
-                              const float* dy, const float* x, const float* mean, const float* rstd,
-                              const float* gamma, int m, int c, int c_total) {
-  check_split("layernorm_backward_apply", m, c, c_total);
+void CpuBackend::do_layernorm_backward_apply(float* dx, float* dgamma, float* dbeta,
+                                             const double* sums, const float* dy, const float* x,
+                                             const float* mean, const float* rstd,
+                                             const float* gamma, const NormShape& s) {
+  const int c = s.c, c_total = s.c_total;
   float* params[2] = {dgamma, dbeta};
-  rows_with_param_grads(m, c, 2, params, [&](int r, float* part) {
+  rows_with_param_grads(s.m, c, 2, params, [&](int r, float* part) {
     const long off = static_cast<long>(r) * c;
     ln_param_grads_row(part, part + c, dy + off, x + off, mean[r], rstd[r], c);
     ln_dx_row(dx + off, sums + 2L * r, dy + off, x + off, mean[r], rstd[r], gamma, c, c_total);
@@ -280,37 +272,37 @@ void layernorm_backward_apply(float* dx, float* dgamma, float* dbeta, const doub
 
 // ---------------------------------------------------------------- RMSNorm
 
-void rmsnorm_row_sums(double* sums, const float* x, int m, int c) {
-  check_shapes("rmsnorm_row_sums", m, c);
+void CpuBackend::do_rmsnorm_row_sums(double* sums, const float* x, const NormShape& s) {
+  const int c = s.c;
 #pragma omp parallel for schedule(static)
-  for (int r = 0; r < m; ++r) rms_sums_row(sums + r, x + static_cast<long>(r) * c, c);
+  for (int r = 0; r < s.m; ++r) rms_sums_row(sums + r, x + static_cast<long>(r) * c, c);
 }
 
-void rmsnorm_apply(float* y, float* rstd, const double* sums, const float* x, const float* gamma,
-                   int m, int c, int c_total, float eps) {
-  check_split("rmsnorm_apply", m, c, c_total);
+void CpuBackend::do_rmsnorm_apply(float* y, float* rstd, const double* sums, const float* x,
+                                  const float* gamma, const NormShape& s, float eps) {
+  const int c = s.c, c_total = s.c_total;
 #pragma omp parallel for schedule(static)
-  for (int r = 0; r < m; ++r) {
+  for (int r = 0; r < s.m; ++r) {
     const long off = static_cast<long>(r) * c;
     rms_apply_row(y + off, rstd + r, sums + r, x + off, gamma, c, c_total, eps);
   }
 }
 
-void rmsnorm_backward_sums(double* sums, const float* dy, const float* x, const float* gamma, int m,
-                           int c) {
-  check_shapes("rmsnorm_backward_sums", m, c);
+void CpuBackend::do_rmsnorm_backward_sums(double* sums, const float* dy, const float* x,
+                                          const float* gamma, const NormShape& s) {
+  const int c = s.c;
 #pragma omp parallel for schedule(static)
-  for (int r = 0; r < m; ++r) {
+  for (int r = 0; r < s.m; ++r) {
     const long off = static_cast<long>(r) * c;
     rms_backward_sums_row(sums + r, dy + off, x + off, gamma, c);
   }
 }
 
-void rmsnorm_backward_apply(float* dx, float* dgamma, const double* sums, const float* dy,
-                            const float* x, const float* rstd, const float* gamma, int m, int c,
-                            int c_total) {
-  check_split("rmsnorm_backward_apply", m, c, c_total);
-  rows_with_param_grads(m, c, 1, &dgamma, [&](int r, float* part) {
+void CpuBackend::do_rmsnorm_backward_apply(float* dx, float* dgamma, const double* sums,
+                                           const float* dy, const float* x, const float* rstd,
+                                           const float* gamma, const NormShape& s) {
+  const int c = s.c, c_total = s.c_total;
+  rows_with_param_grads(s.m, c, 1, &dgamma, [&](int r, float* part) {
     const long off = static_cast<long>(r) * c;
     rms_param_grads_row(part, dy + off, x + off, rstd[r], c);
     rms_dx_row(dx + off, sums + r, dy + off, x + off, rstd[r], gamma, c, c_total);
@@ -318,26 +310,27 @@ void rmsnorm_backward_apply(float* dx, float* dgamma, const double* sums, const 
 }
 
 // The fused forms: the separate ops in order, so the bits are theirs.
-void layernorm_apply_bf16(bf16* y_bf16, float* y, float* mean, float* rstd, const double* sums,
-                          const float* x, const float* gamma, const float* beta, int m, int c,
-                          int c_total, float eps) {
-  layernorm_apply(y, mean, rstd, sums, x, gamma, beta, m, c, c_total, eps);
-  to_bf16(y_bf16, y, int64_t(m) * c);
+void CpuBackend::do_layernorm_apply_bf16(bf16* y_bf16, float* y, float* mean, float* rstd,
+                                         const double* sums, const float* x, const float* gamma,
+                                         const float* beta, const NormShape& s, float eps) {
+  do_layernorm_apply(y, mean, rstd, sums, x, gamma, beta, s, eps);
+  do_to_bf16(y_bf16, y, int64_t(s.m) * s.c);
 }
 
-void layernorm_rows_bf16(double* sums, bf16* y_bf16, float* y, float* mean, float* rstd,
-                         const float* x, const float* gamma, const float* beta, int m, int c,
-                         float eps) {
-  layernorm_row_sums(sums, x, m, c);
-  layernorm_apply_bf16(y_bf16, y, mean, rstd, sums, x, gamma, beta, m, c, c, eps);
+void CpuBackend::do_layernorm_rows_bf16(double* sums, bf16* y_bf16, float* y, float* mean,
+                                        float* rstd, const float* x, const float* gamma,
+                                        const float* beta, const NormShape& s, float eps) {
+  do_layernorm_row_sums(sums, x, s);
+  do_layernorm_apply_bf16(y_bf16, y, mean, rstd, sums, x, gamma, beta, s, eps);
 }
 
-void layernorm_backward_apply_add(float* dres, float* scratch, float* dgamma, float* dbeta,
-                                  const double* sums, const float* dy, const float* x,
-                                  const float* mean, const float* rstd, const float* gamma, int m,
-                                  int c, int c_total) {
-  layernorm_backward_apply(scratch, dgamma, dbeta, sums, dy, x, mean, rstd, gamma, m, c, c_total);
-  add_inplace(dres, scratch, long(m) * c);
+void CpuBackend::do_layernorm_backward_apply_add(float* dres, float* scratch, float* dgamma,
+                                                 float* dbeta, const double* sums, const float* dy,
+                                                 const float* x, const float* mean,
+                                                 const float* rstd, const float* gamma,
+                                                 const NormShape& s) {
+  do_layernorm_backward_apply(scratch, dgamma, dbeta, sums, dy, x, mean, rstd, gamma, s);
+  do_add_inplace(dres, scratch, long(s.m) * s.c);
 }
 
-}  // namespace dendrite::ops
+}  // namespace dendrite::cpu

@@ -8,8 +8,6 @@
 // g++ will not vectorise std::sqrt without -fno-math-errno (sqrtf may set
 // errno), and a scalar sqrt + divide makes AdamW compute-bound (5x slower), so
 // its loop uses GCC vector types with the ISA's vector sqrt where there is one.
-#include "dendrite/ops/optim.h"
-
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -19,9 +17,13 @@
 #define DENDRITE_VECTOR_SQRT 1
 #endif
 
+#include "dendrite/backend/cpu/cpu_backend.h"
 #include "dendrite/core/check.h"
 
-namespace dendrite::ops {
+namespace dendrite::cpu {
+
+using ops::AdamWConfig;
+using ops::FlatTensor;
 
 namespace {
 constexpr long kBlock = 1L << 15;        // values per sum_squares partial
@@ -97,9 +99,9 @@ inline void adamw_range(float* __restrict param, const float* __restrict grad, f
 
 }  // namespace
 
-void adamw_update(float* param, const float* grad, float* m, float* v, long n, float lr, int step,
-                  bool decay, const AdamWConfig& c, float grad_scale, bf16* param_bf16) {
-  DENDRITE_CHECK(step >= 1, "adamw_update: step counts from 1, got step=", step);
+void CpuBackend::do_adamw_update(float* param, const float* grad, float* m, float* v, long n,
+                                 float lr, int step, bool decay, const AdamWConfig& c,
+                                 float grad_scale, bf16* param_bf16) {
   // As torch.optim.AdamW: p *= 1 - lr wd;  p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps)
   const double bc1 = 1.0 - std::pow(static_cast<double>(c.beta1), step);
   const double bc2 = 1.0 - std::pow(static_cast<double>(c.beta2), step);
@@ -117,7 +119,7 @@ void adamw_update(float* param, const float* grad, float* m, float* v, long n, f
   }
 }
 
-double sum_squares(const float* g, long n) {
+double CpuBackend::do_sum_squares(const float* g, long n) {
   const long blocks = (n + kBlock - 1) / kBlock;
   std::vector<double> partial(blocks);
 #pragma omp parallel for schedule(static) if (blocks > 1)
@@ -133,15 +135,17 @@ double sum_squares(const float* g, long n) {
   return total;
 }
 
-void sum_squares_tensors(double* total, const float* base, const FlatTensor* table, int count) {
+void CpuBackend::do_sum_squares_tensors(double* total, const float* base, const FlatTensor* table,
+                                        int count, int64_t /*values*/) {
   double s = 0.0;
-  for (int t = 0; t < count; ++t) s += sum_squares(base + table[t].offset, long(table[t].n));
+  for (int t = 0; t < count; ++t) s += do_sum_squares(base + table[t].offset, long(table[t].n));
   *total = s;
 }
 
-void adamw_update_tensors(float* param, const float* grad, float* m, float* v,
-                          const FlatTensor* table, int count, float lr, int step,
-                          const AdamWConfig& c, float grad_scale, bf16* low, int64_t low_count) {
+void CpuBackend::do_adamw_update_tensors(float* param, const float* grad, float* m, float* v,
+                                         const FlatTensor* table, int count, int64_t /*values*/,
+                                         float lr, int step, const AdamWConfig& c, float grad_scale,
+                                         bf16* low, int64_t low_count) {
   for (int t = 0; t < count; ++t) {
     const FlatTensor& f = table[t];
     DENDRITE_CHECK(!low || f.offset + f.n <= low_count || f.offset >= low_count,
@@ -149,13 +153,13 @@ void adamw_update_tensors(float* param, const float* grad, float* m, float* v,
                    f.offset, " to ", f.offset + f.n, ", copy of ", low_count,
                    "); lay the tensors out so that the copy ends between two");
     bf16* copy = low && f.offset < low_count ? low + f.offset : nullptr;
-    adamw_update(param + f.offset, grad + f.offset, m + f.offset, v + f.offset, long(f.n), lr, step,
-                 f.decay != 0, c, grad_scale, copy);
+    do_adamw_update(param + f.offset, grad + f.offset, m + f.offset, v + f.offset, long(f.n), lr,
+                    step, f.decay != 0, c, grad_scale, copy);
   }
 }
 
-void scale(float* g, float s, long n) {
+void CpuBackend::do_scale(float* g, float s, long n) {
 #pragma omp parallel for simd schedule(static) if (parallel : n >= kParallelMin)
   for (long i = 0; i < n; ++i) g[i] *= s;
 }
-}  // namespace dendrite::ops
+}  // namespace dendrite::cpu

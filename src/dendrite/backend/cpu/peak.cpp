@@ -7,15 +7,16 @@
 // rate, while oneDNN's bf16 GEMMs ran at 1.7 times the FMA peak), so the
 // instruction's width is the honest denominator. Elsewhere bf16 GEMMs run in
 // fp32, and the peak is fp32's.
-#include "dendrite/ops/peak.h"
-
 #include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
 
-namespace dendrite::ops {
+#include "dendrite/backend/cpu/cpu_backend.h"
+#include "dendrite/backend/cpu/gemm.h"
+
+namespace dendrite::cpu {
 
 namespace {
 
@@ -95,4 +96,9 @@ double measure_bf16_peak_gflops(int threads, double seconds) {
   return (native ? 2.0 : 1.0) * measure_peak_gflops(threads, seconds);
 }
 
-}  // namespace dendrite::ops
+double CpuBackend::measure_peak_gflops(Precision p, int threads, double seconds) {
+  return p == Precision::kBF16 ? measure_bf16_peak_gflops(threads, seconds)
+                               : cpu::measure_peak_gflops(threads, seconds);
+}
+
+}  // namespace dendrite::cpu

@@ -559,18 +559,9 @@ __global__ void cached_attention_kernel(float* out, const float* q, const float*
 
 // ---- host side
 
-// The CPU backend's shape checks, plus the kernels' head-size and grid limits.
-void check_shape(const ops::AttentionShape& s, const char* op) {
-  DENDRITE_CHECK(s.B > 0 && s.T > 0 && s.NH > 0 && s.NKV > 0 && s.hs > 0, op,
-                 ": sizes must be positive, got B=", s.B, " T=", s.T, " NH=", s.NH, " NKV=", s.NKV,
-                 " hs=", s.hs);
-  DENDRITE_CHECK(s.NH % s.NKV == 0, op, ": NH=", s.NH, " must be a multiple of NKV=", s.NKV,
-                 "; choose a KV head count that divides the query head count");
-  DENDRITE_CHECK(s.q_stride >= s.NH * s.hs && s.out_stride >= s.NH * s.hs, op,
-                 ": q_stride=", s.q_stride, " and out_stride=", s.out_stride,
-                 " must be at least NH*hs=", s.NH * s.hs);
-  DENDRITE_CHECK(s.kv_stride >= s.NKV * s.hs, op, ": kv_stride=", s.kv_stride,
-                 " must be at least NKV*hs=", s.NKV * s.hs);
+// The kernels' head-size and grid limits. The shape itself was checked by
+// Backend (backend.h: ops::check_attention, check_cached_attention).
+void check_limits(const ops::AttentionShape& s, const char* op) {
   DENDRITE_CHECK(s.hs <= kMaxHeadSize, op, ": head size hs=", s.hs,
                  " exceeds the CUDA kernels' limit of ", kMaxHeadSize,
                  "; use more, smaller heads (or the CPU backend)");
@@ -613,7 +604,7 @@ void backward_launch(float* dq, float* dk, float* dv, const float* dout, const I
 template <class In>
 void forward_any(float* out, float* lse, const In* q, const In* k, const In* v,
                  const ops::AttentionShape& s, cudaStream_t stream) {
-  check_shape(s, "attention_forward");
+  check_limits(s, "attention_forward");
   if (s.hs <= 64)
     forward_launch<64>(out, lse, q, k, v, s, stream);
   else
@@ -624,7 +615,7 @@ template <class In>
 void backward_any(float* dq, float* dk, float* dv, const float* dout, const In* out,
                   const float* lse, const In* q, const In* k, const In* v,
                   const ops::AttentionShape& s, cudaStream_t stream) {
-  check_shape(s, "attention_backward");
+  check_limits(s, "attention_backward");
   if (s.hs <= 64)
     backward_launch<64>(dq, dk, dv, dout, out, lse, q, k, v, s, stream);
   else
@@ -645,20 +636,12 @@ void cached_launch(float* out, const float* q, const float* k_cache, const float
   check_launch("attention_cached");
 }
 
-void rope_launch(float* x, int B, int T, int nheads, int hs, int stride, const ops::RopeSpec& rope,
-                 float sign, int pos0, const char* op, cudaStream_t stream) {
-  DENDRITE_CHECK(B > 0 && T > 0 && nheads > 0 && hs > 0 && hs % 2 == 0, op,
-                 ": need positive sizes and an even head size, got B=", B, " T=", T,
-                 " nheads=", nheads, " hs=", hs);
-  DENDRITE_CHECK(stride >= nheads * hs, op, ": stride=", stride,
-                 " must be at least nheads*hs=", nheads * hs);
-  const char* problem = ops::rope_spec_problem(rope);
-  DENDRITE_CHECK(!problem, op, ": theta=", rope.theta, " factor=", rope.factor, ": ",
-                 problem ? problem : "");
-  DENDRITE_CHECK(pos0 >= 0, op, ": the first position ", pos0, " is negative");
-  const int64_t n = int64_t(B) * T * (hs / 2);
+// The shape and the spec were checked by Backend (backend.h: ops::check_rope).
+void rope_launch(float* x, const ops::RopeShape& s, const ops::RopeSpec& rope, float sign,
+                 const char* op, cudaStream_t stream) {
+  const int64_t n = int64_t(s.B) * s.T * (s.hs / 2);
   DENDRITE_LAUNCH(blocks_for(n), kThreads, 0, stream, rope_kernel)
-  (x, B, T, nheads, hs, stride, rope, sign, pos0);
+  (x, s.B, s.T, s.nheads, s.hs, s.stride, rope, sign, s.pos0);
   check_launch(op);
 }
 
@@ -671,13 +654,13 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
 
 void attention_forward(float* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
                        const ops::AttentionShape& s, cudaStream_t stream) {
-  check_shape(s, "attention_forward");
+  check_limits(s, "attention_forward");
   flash::forward(out, lse, q, k, v, s, stream);
 }
 
 void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
                        const ops::AttentionShape& s, cudaStream_t stream) {
-  check_shape(s, "attention_forward_bf16");
+  check_limits(s, "attention_forward_bf16");
   flash::forward(out, lse, q, k, v, s, stream);
 }
 
@@ -695,7 +678,7 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                         const float* lse, const bf16* q, const bf16* k, const bf16* v,
                         const ops::AttentionShape& s, void* scratch, size_t scratch_bytes,
                         cudaStream_t stream) {
-  check_shape(s, "attention_backward");
+  check_limits(s, "attention_backward");
   DENDRITE_CHECK(scratch_bytes >= flash::backward_scratch_bytes(s),
                  "attention_backward: the scratch holds ", scratch_bytes, " bytes; B=", s.B,
                  " T=", s.T, " NH=", s.NH, " hs=", s.hs, " need ",
@@ -708,10 +691,7 @@ void attention_cached(float* out, const float* q, const float* k_new, const floa
                       cudaStream_t stream) {
   const ops::AttentionShape keys{s.B, s.pos + s.Tq, s.NH, s.NKV, s.hs, s.q_stride, s.kv_stride,
                                  s.out_stride};
-  check_shape(keys, "attention_cached");
-  DENDRITE_CHECK(s.pos >= 0 && s.Tq >= 1 && s.pos + s.Tq <= s.T_cache, "attention_cached: ",
-                 s.Tq, " new positions after ", s.pos, " do not fit the cache of ", s.T_cache,
-                 " positions");
+  check_limits(keys, "attention_cached");
   const int64_t n = int64_t(s.B) * s.Tq * s.NKV * s.hs;
   DENDRITE_LAUNCH(blocks_for(n), kThreads, 0, stream, cache_write_kernel)(
       k_cache, v_cache, k_new, v_new, s);
@@ -724,14 +704,14 @@ void attention_cached(float* out, const float* q, const float* k_new, const floa
   }
 }
 
-void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, const ops::RopeSpec& rope,
-                  int pos0, cudaStream_t stream) {
-  rope_launch(x, B, T, nheads, hs, stride, rope, 1.0f, pos0, "rope_forward", stream);
+void rope_forward(float* x, const ops::RopeShape& s, const ops::RopeSpec& rope,
+                  cudaStream_t stream) {
+  rope_launch(x, s, rope, 1.0f, "rope_forward", stream);
 }
 
-void rope_backward(float* dx, int B, int T, int nheads, int hs, int stride,
-                   const ops::RopeSpec& rope, cudaStream_t stream) {
-  rope_launch(dx, B, T, nheads, hs, stride, rope, -1.0f, 0, "rope_backward", stream);
+void rope_backward(float* dx, const ops::RopeShape& s, const ops::RopeSpec& rope,
+                   cudaStream_t stream) {
+  rope_launch(dx, s, rope, -1.0f, "rope_backward", stream);
 }
 
 }  // namespace dendrite::cuda

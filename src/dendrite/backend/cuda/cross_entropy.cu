@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "dendrite/backend/cuda/common.cuh"
+#include "dendrite/backend/exact_math.h"
 #include "dendrite/core/check.h"
 
 namespace dendrite::cuda {
@@ -21,36 +22,12 @@ namespace {
 constexpr int kRowThreads = 1024;   // threads of a ce_local_stats row block
 constexpr int kCombineThreads = 256;
 
-// cpu::exp_approx (backend/cpu/fast_math.h) with each rounding fixed as the
-// CPU build (-O3 -march=native, FMA contraction) evaluates it.
-__device__ __forceinline__ float exp_approx(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  x = x > 88.0f ? 88.0f : x;
-  const float t = __fmaf_rn(x, 1.44269504088896341f, 12582912.0f);
-  const int32_t n = __float_as_int(t) - 0x4B400000;
-  const float nf = __fadd_rn(t, -12582912.0f);
-  float r = __fmaf_rn(-nf, 0.693359375f, x);  // x - n ln2, ln2 split in two
-  r = __fmaf_rn(nf, 2.12194440e-4f, r);
-  float p = 1.9875691500e-4f;
-  p = __fmaf_rn(p, r, 1.3981999507e-3f);
-  p = __fmaf_rn(p, r, 8.3334519073e-3f);
-  p = __fmaf_rn(p, r, 4.1665795894e-2f);
-  p = __fmaf_rn(p, r, 1.6666665459e-1f);
-  p = __fmaf_rn(p, r, 5.0000001201e-1f);
-  p = __fadd_rn(__fmaf_rn(r, __fmul_rn(p, r), r), 1.0f);
-  return __fmul_rn(p, __int_as_float((n + 127) << 23));
-}
+using exact::exp_approx;  // backend/exact_math.h: the CPU's bits
 
 // Columns of [v0, v0 + Vloc) that hold real ids (below V): [0, n).
-int real_columns(int Vloc, int v0, int V) {
-  const int64_t n = int64_t(V) - v0;
-  return int(n < 0 ? 0 : n > Vloc ? Vloc : n);
-}
-
-void check_part(const char* op, int rows, int Vloc, int v0, int V) {
-  DENDRITE_CHECK(rows >= 0 && Vloc > 0 && v0 >= 0 && V > 0, op,
-                 ": need rows >= 0, Vloc > 0, v0 >= 0 and V > 0, got rows=", rows, " Vloc=", Vloc,
-                 " v0=", v0, " V=", V);
+int real_columns(const ops::VocabShape& s) {
+  const int64_t n = int64_t(s.V) - s.v0;
+  return int(n < 0 ? 0 : n > s.Vloc ? s.Vloc : n);
 }
 
 // stats[r] = {logsumexp over the row's n real columns (-inf if none), the target's logit or 0}.
@@ -151,19 +128,19 @@ __global__ void ce_dlogits_kernel(Out* dlogits, const float* logits, const float
 
 }  // namespace
 
+// The sizes and the denominator were checked by Backend (backend.h:
+// ops::check_vocab, check_combine, check_denominator).
+
 void ce_local_stats(float* stats, const float* logits, const int32_t* targets, const float* weight,
-                    int rows, int Vloc, int v0, int V, cudaStream_t stream) {
-  check_part("ce_local_stats", rows, Vloc, v0, V);
-  if (rows == 0) return;
-  DENDRITE_LAUNCH(unsigned(rows), kRowThreads, 0, stream, ce_local_stats_kernel)(
-      stats, logits, targets, weight, Vloc, v0, real_columns(Vloc, v0, V));
+                    const ops::VocabShape& s, cudaStream_t stream) {
+  if (s.rows == 0) return;
+  DENDRITE_LAUNCH(unsigned(s.rows), kRowThreads, 0, stream, ce_local_stats_kernel)
+  (stats, logits, targets, weight, s.Vloc, s.v0, real_columns(s));
   check_launch("ce_local_stats");
 }
 
 void ce_combine(float* lse, const float* gathered, const float* weight, int rows, int parts,
                 double* total, cudaStream_t stream) {
-  DENDRITE_CHECK(rows >= 0 && parts >= 1, "ce_combine: need rows >= 0 and parts >= 1, got rows=",
-                 rows, " parts=", parts, "; parts is the size of the vocabulary split");
   if (rows == 0) return;
   DENDRITE_LAUNCH(1, kCombineThreads, 0, stream, ce_combine_kernel)(lse, total, gathered,
                                                                     weight, rows, parts);
@@ -174,31 +151,26 @@ namespace {
 
 template <class Out>
 void launch_dlogits(Out* dlogits, const float* logits, const float* lse, const int32_t* targets,
-                    const float* weight, double denominator, int rows, int Vloc, int v0, int V,
+                    const float* weight, double denominator, const ops::VocabShape& s,
                     cudaStream_t stream, const char* op) {
-  check_part(op, rows, Vloc, v0, V);
-  DENDRITE_CHECK(std::isfinite(denominator) && denominator > 0.0, op, ": denominator=", denominator,
-                 " must be a positive count of supervised tokens");
-  if (rows == 0) return;
-  const dim3 grid(blocks_for(Vloc), unsigned(rows < 65535 ? rows : 65535));
+  if (s.rows == 0) return;
+  const dim3 grid(blocks_for(s.Vloc), unsigned(s.rows < 65535 ? s.rows : 65535));
   DENDRITE_LAUNCH(grid, kThreads, 0, stream, ce_dlogits_kernel<Out>)
-  (dlogits, logits, lse, targets, weight, denominator, rows, Vloc, v0, real_columns(Vloc, v0, V));
+  (dlogits, logits, lse, targets, weight, denominator, s.rows, s.Vloc, s.v0, real_columns(s));
   check_launch(op);
 }
 
 }  // namespace
 
 void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const float* weight,
-                double denominator, int rows, int Vloc, int v0, int V, cudaStream_t stream) {
-  launch_dlogits(logits, logits, lse, targets, weight, denominator, rows, Vloc, v0, V, stream,
-                 "ce_dlogits");
+                double denominator, const ops::VocabShape& s, cudaStream_t stream) {
+  launch_dlogits(logits, logits, lse, targets, weight, denominator, s, stream, "ce_dlogits");
 }
 
 void ce_dlogits_bf16(bf16* dlogits, const float* logits, const float* lse, const int32_t* targets,
-                     const float* weight, double denominator, int rows, int Vloc, int v0, int V,
+                     const float* weight, double denominator, const ops::VocabShape& s,
                      cudaStream_t stream) {
-  launch_dlogits(dlogits, logits, lse, targets, weight, denominator, rows, Vloc, v0, V, stream,
-                 "ce_dlogits_bf16");
+  launch_dlogits(dlogits, logits, lse, targets, weight, denominator, s, stream, "ce_dlogits_bf16");
 }
 
 }  // namespace dendrite::cuda

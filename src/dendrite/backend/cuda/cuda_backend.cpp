@@ -5,7 +5,9 @@
 // gemm_peak.h), the rest through the kernels of kernels.h. The collectives
 // reach device memory through the staged transport (staged_communicator.h)
 // or NCCL on the backend's streams (comm/nccl/nccl_communicator.h), as
-// transport_choice.h finds them possible.
+// transport_choice.h finds them possible. The ops are Backend's protected do_
+// methods: backend.h has checked their sizes and operand types, so what they
+// check here is the device's own limits (scratch, grids, head size).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -29,12 +31,6 @@ namespace dendrite {
 namespace {
 
 using cuda::check_cuda;
-
-// The two operands of one product are of one type.
-bool both_bf16(Operand a, Operand b, const char* op) {
-  DENDRITE_CHECK(a.is_bf16() == b.is_bf16(), op, ": operands of different precision");
-  return a.is_bf16();
-}
 
 const void* ptr(Operand o) {
   return o.is_bf16() ? static_cast<const void*>(o.b16) : static_cast<const void*>(o.f32);
@@ -128,25 +124,50 @@ class CudaBackend final : public Backend {
                "cudaEventSynchronize (a kernel before it failed)");
   }
 
-  // ---- GEMMs ----
-  void gemm(bool ta, bool tb, int M, int N, int K, float alpha, Operand A, int lda, Operand B,
-            int ldb, float beta, float* C, int ldc) override {
-    const bool low = both_bf16(A, B, "gemm");
-    gemm_->run(ta, tb, M, N, K, alpha, ptr(A), lda, ptr(B), ldb, beta, C, ldc, low, stream_);
+  // ---- GEMM properties and tuning ----
+  bool bf16_gemm_native() const override { return true; }
+  std::string bf16_gemm_missing() const override { return ""; }
+  void set_gemm_tuning(bool) override {}  // cuBLASLt's algorithm is fixed per shape (gemm.h)
+  std::vector<ops::GemmChoice> gemm_choices() const override { return {}; }
+  double gemm_tuning_seconds() const override { return 0; }
+  double measure_peak_gflops(Precision p, int, double seconds) override {
+    return cuda::gemm_peak_gflops(*this, *gemm_, stream_, p, seconds);  // gemm_peak.h
   }
-  void linear_forward(float* y, Operand x, Operand w, const float* b, int m, int k,
-                      int n) override {
+
+  // ---- the loss's chunks: the chunk's buffers in at most 1/64 of the device's memory, 256 to 8192
+  // rows (a multiple of 256): GPT-2's 50304 ids on an H200 (139 GiB) get
+  // 7680 rows in bf16.
+  int lm_head_chunk_rows(int64_t bytes_per_row) const override {
+    const int64_t budget = int64_t(total_) / 64;
+    const int64_t rows = budget / std::max<int64_t>(1, bytes_per_row) / 256 * 256;
+    return int(std::clamp<int64_t>(rows, 256, 8192));
+  }
+
+  cudaStream_t stream() const { return stream_; }
+
+ protected:
+  // ---- the ops; the operands of one product, or of one attention, are of
+  // one precision (backend.h checked it) ----
+
+  // ---- GEMMs ----
+  void do_gemm(bool ta, bool tb, int M, int N, int K, float alpha, Operand A, int lda, Operand B,
+               int ldb, float beta, float* C, int ldc) override {
+    gemm_->run(ta, tb, M, N, K, alpha, ptr(A), lda, ptr(B), ldb, beta, C, ldc, A.is_bf16(),
+               stream_);
+  }
+  void do_linear_forward(float* y, Operand x, Operand w, const float* b,
+                         const ops::LinearShape& s) override {
     ops::LinearEpilogue e;
     e.bias = b;
-    linear_forward_fused(y, x, w, m, k, n, e);
+    do_linear_forward_fused(y, x, w, s, e);
   }
   // The epilogue in the product where cuBLASLt offers it (gemm.h: bias and
   // GELU into fp32, bf16 alone); what it does not, as the kernels the CPU's
   // separate ops mirror.
-  void linear_forward_fused(float* y, Operand x, Operand w, int m, int k, int n,
-                            const ops::LinearEpilogue& e) override {
-    ops::check_epilogue(e, "linear_forward");
-    const bool low = both_bf16(x, w, "linear_forward");
+  void do_linear_forward_fused(float* y, Operand x, Operand w, const ops::LinearShape& s,
+                               const ops::LinearEpilogue& e) override {
+    const int m = s.m, k = s.k, n = s.n;
+    const bool low = x.is_bf16();
     // bf16 out of the product: alone, or after a bias it takes in bf16 (matmul.h)
     const bool low_bias = ops::adds_bf16_bias(e);
     const bool bf16_alone = e.y_bf16 && (!e.bias || low_bias) && !e.gelu && !e.residual;
@@ -178,140 +199,127 @@ class CudaBackend final : public Backend {
     if (e.residual) cuda::add(y, e.residual, y, mn, stream_);
     if (e.y_bf16) cuda::to_bf16(e.y_bf16, y, mn, stream_);
   }
-  void linear_backward_input(float* dx, Operand dy, Operand w, int m, int k, int n,
-                             bool accumulate) override {
-    const bool low = both_bf16(dy, w, "linear_backward_input");
-    gemm_->run(false, false, m, k, n, 1.0f, ptr(dy), n, ptr(w), k, accumulate ? 1.0f : 0.0f, dx, k,
-               low, stream_);
+  void do_linear_backward_input(float* dx, Operand dy, Operand w, const ops::LinearShape& s,
+                                bool accumulate) override {
+    gemm_->run(false, false, s.m, s.k, s.n, 1.0f, ptr(dy), s.n, ptr(w), s.k,
+               accumulate ? 1.0f : 0.0f, dx, s.k, dy.is_bf16(), stream_);
   }
   // cuBLASLt's DGELU epilogue where it offers it, else the product and the
   // gelu_backward kernel.
-  void linear_backward_input_dgelu(float* dx, Operand dy, Operand w, const float* gelu_input, int m,
-                                   int k, int n) override {
-    const bool low = both_bf16(dy, w, "linear_backward_input");
+  void do_linear_backward_input_dgelu(float* dx, Operand dy, Operand w, const float* gelu_input,
+                                      const ops::LinearShape& s) override {
+    const int m = s.m, k = s.k, n = s.n;
+    const bool low = dy.is_bf16();
     cuda::Gemm::Epilogue e;
     e.dgelu_input = gelu_input;
     if (gemm_->run_fused(false, false, m, k, n, ptr(dy), n, ptr(w), k, dx, low, e, stream_)) return;
     gemm_->run(false, false, m, k, n, 1.0f, ptr(dy), n, ptr(w), k, 0.0f, dx, k, low, stream_);
     cuda::gelu_backward(dx, dx, gelu_input, long(m) * k, stream_);
   }
-  void linear_backward_weight(float* dw, Operand dy, Operand x, int m, int k, int n,
-                              bool accumulate) override {
-    const bool low = both_bf16(dy, x, "linear_backward_weight");
-    gemm_->run(true, false, n, k, m, 1.0f, ptr(dy), n, ptr(x), k, accumulate ? 1.0f : 0.0f, dw, k,
-               low, stream_);
+  void do_linear_backward_weight(float* dw, Operand dy, Operand x, const ops::LinearShape& s,
+                                 bool accumulate) override {
+    gemm_->run(true, false, s.n, s.k, s.m, 1.0f, ptr(dy), s.n, ptr(x), s.k,
+               accumulate ? 1.0f : 0.0f, dw, s.k, dy.is_bf16(), stream_);
   }
-  void add_bias(float* y, const float* b, int m, int n) override {
+  void do_add_bias(float* y, const float* b, int m, int n) override {
     cuda::add_bias(y, b, m, n, stream_);
   }
-  void add_column_sums(float* db, const float* dy, int m, int n) override {
+  void do_add_column_sums(float* db, const float* dy, int m, int n) override {
     cuda::add_column_sums(db, dy, m, n, scratch_, stream_);
-  }
-  bool bf16_native() const override { return true; }
-  std::string bf16_missing() const override { return ""; }
-  void set_gemm_tuning(bool) override {}  // cuBLASLt's algorithm is fixed per shape (gemm.h)
-  std::vector<ops::GemmChoice> gemm_choices() const override { return {}; }
-  double gemm_tuning_seconds() const override { return 0; }
-  double peak_gflops(Precision p, int, double seconds) override {
-    return cuda::gemm_peak_gflops(*this, *gemm_, stream_, p, seconds);  // gemm_peak.h
   }
 
   // ---- norms ----
-  void layernorm_row_sums(double* sums, const float* x, int m, int c) override {
-    cuda::layernorm_row_sums(sums, x, m, c, stream_);
+  void do_layernorm_row_sums(double* sums, const float* x, const ops::NormShape& s) override {
+    cuda::layernorm_row_sums(sums, x, s, stream_);
   }
-  void layernorm_apply(float* y, float* mean, float* rstd, const double* sums, const float* x,
-                       const float* gamma, const float* beta, int m, int c, int c_total,
-                       float eps) override {
-    cuda::layernorm_apply(y, mean, rstd, sums, x, gamma, beta, m, c, c_total, eps, stream_);
+  void do_layernorm_apply(float* y, float* mean, float* rstd, const double* sums, const float* x,
+                          const float* gamma, const float* beta, const ops::NormShape& s,
+                          float eps) override {
+    cuda::layernorm_apply(y, mean, rstd, sums, x, gamma, beta, s, eps, stream_);
   }
-  void layernorm_apply_bf16(bf16* y_bf16, float*, float* mean, float* rstd, const double* sums,
-                            const float* x, const float* gamma, const float* beta, int m, int c,
-                            int c_total, float eps) override {
-    cuda::layernorm_apply_bf16(y_bf16, mean, rstd, sums, x, gamma, beta, m, c, c_total, eps,
-                               stream_);
+  void do_layernorm_apply_bf16(bf16* y_bf16, float*, float* mean, float* rstd, const double* sums,
+                               const float* x, const float* gamma, const float* beta,
+                               const ops::NormShape& s, float eps) override {
+    cuda::layernorm_apply_bf16(y_bf16, mean, rstd, sums, x, gamma, beta, s, eps, stream_);
   }
-  void layernorm_rows_bf16(double* sums, bf16* y_bf16, float*, float* mean, float* rstd,
-                           const float* x, const float* gamma, const float* beta, int m, int c,
-                           float eps) override {
-    cuda::layernorm_rows_bf16(sums, y_bf16, mean, rstd, x, gamma, beta, m, c, eps, stream_);
+  void do_layernorm_rows_bf16(double* sums, bf16* y_bf16, float*, float* mean, float* rstd,
+                              const float* x, const float* gamma, const float* beta,
+                              const ops::NormShape& s, float eps) override {
+    cuda::layernorm_rows_bf16(sums, y_bf16, mean, rstd, x, gamma, beta, s, eps, stream_);
   }
-  void layernorm_backward_sums(double* sums, const float* dy, const float* x, const float* mean,
-                               const float* rstd, const float* gamma, int m, int c) override {
-    cuda::layernorm_backward_sums(sums, dy, x, mean, rstd, gamma, m, c, stream_);
+  void do_layernorm_backward_sums(double* sums, const float* dy, const float* x, const float* mean,
+                                  const float* rstd, const float* gamma,
+                                  const ops::NormShape& s) override {
+    cuda::layernorm_backward_sums(sums, dy, x, mean, rstd, gamma, s, stream_);
   }
-  void layernorm_backward_apply(float* dx, float* dgamma, float* dbeta, const double* sums,
-                                const float* dy, const float* x, const float* mean,
-                                const float* rstd, const float* gamma, int m, int c,
-                                int c_total) override {
-    cuda::layernorm_backward_apply(dx, false, dgamma, dbeta, sums, dy, x, mean, rstd, gamma, m, c,
-                                   c_total, scratch_, stream_);
+  void do_layernorm_backward_apply(float* dx, float* dgamma, float* dbeta, const double* sums,
+                                   const float* dy, const float* x, const float* mean,
+                                   const float* rstd, const float* gamma,
+                                   const ops::NormShape& s) override {
+    cuda::layernorm_backward_apply(dx, false, dgamma, dbeta, sums, dy, x, mean, rstd, gamma, s,
+                                   scratch_, stream_);
   }
-  void layernorm_backward_apply_add(float* dres, float*, float* dgamma, float* dbeta,
-                                    const double* sums, const float* dy, const float* x,
-                                    const float* mean, const float* rstd, const float* gamma, int m,
-                                    int c, int c_total) override {
-    cuda::layernorm_backward_apply(dres, true, dgamma, dbeta, sums, dy, x, mean, rstd, gamma, m, c,
-                                   c_total, scratch_, stream_);
+  void do_layernorm_backward_apply_add(float* dres, float*, float* dgamma, float* dbeta,
+                                       const double* sums, const float* dy, const float* x,
+                                       const float* mean, const float* rstd, const float* gamma,
+                                       const ops::NormShape& s) override {
+    cuda::layernorm_backward_apply(dres, true, dgamma, dbeta, sums, dy, x, mean, rstd, gamma, s,
+                                   scratch_, stream_);
   }
-  void rmsnorm_row_sums(double* sums, const float* x, int m, int c) override {
-    cuda::rmsnorm_row_sums(sums, x, m, c, stream_);
+  void do_rmsnorm_row_sums(double* sums, const float* x, const ops::NormShape& s) override {
+    cuda::rmsnorm_row_sums(sums, x, s, stream_);
   }
-  void rmsnorm_apply(float* y, float* rstd, const double* sums, const float* x, const float* gamma,
-                     int m, int c, int c_total, float eps) override {
-    cuda::rmsnorm_apply(y, rstd, sums, x, gamma, m, c, c_total, eps, stream_);
+  void do_rmsnorm_apply(float* y, float* rstd, const double* sums, const float* x,
+                        const float* gamma, const ops::NormShape& s, float eps) override {
+    cuda::rmsnorm_apply(y, rstd, sums, x, gamma, s, eps, stream_);
   }
-  void rmsnorm_backward_sums(double* sums, const float* dy, const float* x, const float* gamma,
-                             int m, int c) override {
-    cuda::rmsnorm_backward_sums(sums, dy, x, gamma, m, c, stream_);
+  void do_rmsnorm_backward_sums(double* sums, const float* dy, const float* x, const float* gamma,
+                                const ops::NormShape& s) override {
+    cuda::rmsnorm_backward_sums(sums, dy, x, gamma, s, stream_);
   }
-  void rmsnorm_backward_apply(float* dx, float* dgamma, const double* sums, const float* dy,
-                              const float* x, const float* rstd, const float* gamma, int m, int c,
-                              int c_total) override {
-    cuda::rmsnorm_backward_apply(dx, dgamma, sums, dy, x, rstd, gamma, m, c, c_total, scratch_,
-                                 stream_);
+  void do_rmsnorm_backward_apply(float* dx, float* dgamma, const double* sums, const float* dy,
+                                 const float* x, const float* rstd, const float* gamma,
+                                 const ops::NormShape& s) override {
+    cuda::rmsnorm_backward_apply(dx, dgamma, sums, dy, x, rstd, gamma, s, scratch_, stream_);
   }
 
   // ---- elementwise ----
-  void gelu_forward(float* y, const float* x, long n) override {
+  void do_gelu_forward(float* y, const float* x, long n) override {
     cuda::gelu_forward(y, x, n, stream_);
   }
-  void gelu_backward(float* dx, const float* dy, const float* x, long n) override {
+  void do_gelu_backward(float* dx, const float* dy, const float* x, long n) override {
     cuda::gelu_backward(dx, dy, x, n, stream_);
   }
-  void swiglu_forward(float* y, const float* gate, const float* up, long n) override {
+  void do_swiglu_forward(float* y, const float* gate, const float* up, long n) override {
     cuda::swiglu_forward(y, gate, up, n, stream_);
   }
-  void swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate,
-                       const float* up, long n) override {
+  void do_swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate,
+                          const float* up, long n) override {
     cuda::swiglu_backward(dgate, dup, dy, gate, up, n, stream_);
   }
-  void add(float* y, const float* a, const float* b, long n) override {
+  void do_add(float* y, const float* a, const float* b, long n) override {
     cuda::add(y, a, b, n, stream_);
   }
-  void add_inplace(float* y, const float* x, long n) override {
+  void do_add_inplace(float* y, const float* x, long n) override {
     cuda::add_inplace(y, x, n, stream_);
   }
 
   // ---- attention ----
-  void attention_forward(float* out, float* lse, Operand q, Operand k, Operand v,
-                         const ops::AttentionShape& s) override {
-    if (both_bf16(q, k, "attention_forward") && both_bf16(k, v, "attention_forward"))
+  void do_attention_forward(float* out, float* lse, Operand q, Operand k, Operand v,
+                            const ops::AttentionShape& s) override {
+    if (q.is_bf16())
       cuda::attention_forward(out, lse, q.b16, k.b16, v.b16, s, stream_);
     else
       cuda::attention_forward(out, lse, q.f32, k.f32, v.f32, s, stream_);
   }
-  void attention_forward_bf16(bf16* out_bf16, float*, float* lse, Operand q, Operand k, Operand v,
-                              const ops::AttentionShape& s) override {
-    DENDRITE_CHECK(q.is_bf16() && k.is_bf16() && v.is_bf16(),
-                   "attention_forward_bf16: q, k and v must be bf16");
+  void do_attention_forward_bf16(bf16* out_bf16, float*, float* lse, Operand q, Operand k,
+                                 Operand v, const ops::AttentionShape& s) override {
     cuda::attention_forward(out_bf16, lse, q.b16, k.b16, v.b16, s, stream_);
   }
-  void attention_backward(float* dq, float* dk, float* dv, const float* dout, Operand out,
-                          const float* lse, Operand q, Operand k, Operand v,
-                          const ops::AttentionShape& s) override {
-    if (both_bf16(q, k, "attention_backward") && both_bf16(v, out, "attention_backward") &&
-        both_bf16(q, v, "attention_backward")) {
+  void do_attention_backward(float* dq, float* dk, float* dv, const float* dout, Operand out,
+                             const float* lse, Operand q, Operand k, Operand v,
+                             const ops::AttentionShape& s) override {
+    if (q.is_bf16()) {
       void* scratch = attention_scratch(s);
       cuda::attention_backward(dq, dk, dv, dout, out.b16, lse, q.b16, k.b16, v.b16, s, scratch,
                                attention_scratch_bytes_, stream_);
@@ -319,6 +327,120 @@ class CudaBackend final : public Backend {
       cuda::attention_backward(dq, dk, dv, dout, out.f32, lse, q.f32, k.f32, v.f32, s, stream_);
     }
   }
+  void do_attention_cached(float* out, const float* q, const float* k_new, const float* v_new,
+                           float* k_cache, float* v_cache,
+                           const ops::CachedAttentionShape& s) override {
+    cuda::attention_cached(out, q, k_new, v_new, k_cache, v_cache, s, stream_);
+  }
+  void do_rope_forward(float* x, const ops::RopeShape& s, const ops::RopeSpec& rope) override {
+    cuda::rope_forward(x, s, rope, stream_);
+  }
+  void do_rope_backward(float* dx, const ops::RopeShape& s, const ops::RopeSpec& rope) override {
+    cuda::rope_backward(dx, s, rope, stream_);
+  }
+
+  // ---- conversions ----
+  void do_to_bf16(bf16* out, const float* in, int64_t n) override {
+    cuda::to_bf16(out, in, n, stream_);
+  }
+  void do_to_float(float* out, const bf16* in, int64_t n) override {
+    cuda::to_float(out, in, n, stream_);
+  }
+  void do_to_bf16_column_sums(bf16* out, float* db, const float* in, int m, int n) override {
+    cuda::to_bf16_column_sums(out, db, in, m, n, scratch_, stream_);
+  }
+
+  // ---- loss ----
+  void do_ce_local_stats(float* stats, const float* logits, const int32_t* targets,
+                         const float* weight, const ops::VocabShape& s) override {
+    cuda::ce_local_stats(stats, logits, targets, weight, s, stream_);
+  }
+  void do_ce_combine(float* lse, const float* gathered, const float* weight, int rows, int parts,
+                     double* total) override {
+    cuda::ce_combine(lse, gathered, weight, rows, parts, total, stream_);
+  }
+  void do_ce_dlogits(float* logits, const float* lse, const int32_t* targets, const float* weight,
+                     double denominator, const ops::VocabShape& s) override {
+    cuda::ce_dlogits(logits, lse, targets, weight, denominator, s, stream_);
+  }
+  void do_ce_dlogits_bf16(bf16* dlogits, float* logits, const float* lse, const int32_t* targets,
+                          const float* weight, double denominator,
+                          const ops::VocabShape& s) override {
+    cuda::ce_dlogits_bf16(dlogits, logits, lse, targets, weight, denominator, s, stream_);
+  }
+
+  // ---- embeddings ----
+  void do_embedding_range_forward(float* out, const int32_t* tokens, Operand w,
+                                  const ops::EmbeddingShape& s) override {
+    if (w.is_bf16())
+      cuda::embedding_range_forward(out, tokens, w.b16, s, stream_);
+    else
+      cuda::embedding_range_forward(out, tokens, w.f32, s, stream_);
+  }
+  void do_embedding_range_backward(float* dw, const float* dout, const int32_t* tokens,
+                                   const ops::EmbeddingShape& s) override {
+    cuda::embedding_range_backward(dw, dout, tokens, s, stream_);
+  }
+  void do_embedding_chunk_forward(float* out, const int32_t* tokens, Operand chunk,
+                                  const ops::TableChunk& piece,
+                                  const ops::EmbeddingShape& s) override {
+    if (chunk.is_bf16())
+      cuda::embedding_chunk_forward(out, tokens, chunk.b16, piece, s, stream_);
+    else
+      cuda::embedding_chunk_forward(out, tokens, chunk.f32, piece, s, stream_);
+  }
+  void do_embedding_chunk_backward(float* dchunk, const float* dout, const int32_t* tokens,
+                                   const ops::TableChunk& piece,
+                                   const ops::EmbeddingShape& s) override {
+    cuda::embedding_chunk_backward(dchunk, dout, tokens, piece, s, stream_);
+  }
+  void do_position_add(float* out, Operand wpe, const ops::PositionShape& s) override {
+    if (wpe.is_bf16())
+      cuda::position_add(out, wpe.b16, s, stream_);
+    else
+      cuda::position_add(out, wpe.f32, s, stream_);
+  }
+  void do_position_backward(float* dwpe, const float* dout, const ops::PositionShape& s) override {
+    cuda::position_backward(dwpe, dout, s, stream_);
+  }
+
+  // ---- optimizer ----
+  void do_adamw_update(float* param, const float* grad, float* m, float* v, long n, float lr,
+                       int step, bool decay, const ops::AdamWConfig& c, float grad_scale,
+                       bf16* param_bf16) override {
+    cuda::adamw_update(param, grad, m, v, n, lr, step, decay, c, grad_scale, param_bf16, stream_);
+  }
+  double do_sum_squares(const float* g, long n) override {
+    return cuda::sum_squares(g, n, scratch_, stream_);
+  }
+  void do_scale(float* g, float s, long n) override { cuda::scale(g, s, n, stream_); }
+  void do_sum_squares_tensors(double* total, const float* base, const ops::FlatTensor* table,
+                              int count, int64_t values) override {
+    cuda::sum_squares_tensors(total, base, table, count, values, scratch_, stream_);
+  }
+  void do_adamw_update_tensors(float* param, const float* grad, float* m, float* v,
+                               const ops::FlatTensor* table, int count, int64_t values, float lr,
+                               int step, const ops::AdamWConfig& c, float grad_scale, bf16* low,
+                               int64_t low_count) override {
+    cuda::adamw_update_tensors(param, grad, m, v, table, count, values, lr, step, c, grad_scale,
+                               low, low_count, stream_);
+  }
+
+  // ---- data movement ----
+  void do_fill(float* x, float value, int64_t n) override { cuda::fill(x, value, n, stream_); }
+  void do_copy_rows(float* dst, const float* src, int64_t rows, int64_t cols,
+                    int64_t src_stride) override {
+    cuda::copy_rows(dst, src, rows, cols, src_stride, stream_);
+  }
+  void do_interleave_vocab_parts(float* out, const float* parts,
+                                 const ops::VocabParts& s) override {
+    cuda::interleave_vocab_parts(out, parts, s, stream_);
+  }
+  int64_t do_count_nonfinite(const float* x, int64_t n) override {
+    return cuda::count_nonfinite(x, n, scratch_, stream_);
+  }
+
+ private:
   // The bf16 backward's scratch, made at its first call and grown only for a
   // larger shape (a run's shape is fixed, so once).
   void* attention_scratch(const ops::AttentionShape& s) {
@@ -333,131 +455,6 @@ class CudaBackend final : public Backend {
     }
     return attention_scratch_;
   }
-  void attention_cached(float* out, const float* q, const float* k_new, const float* v_new,
-                        float* k_cache, float* v_cache,
-                        const ops::CachedAttentionShape& s) override {
-    cuda::attention_cached(out, q, k_new, v_new, k_cache, v_cache, s, stream_);
-  }
-  void rope_forward(float* x, int B, int T, int nheads, int hs, int stride,
-                    const ops::RopeSpec& rope, int pos0) override {
-    cuda::rope_forward(x, B, T, nheads, hs, stride, rope, pos0, stream_);
-  }
-  void rope_backward(float* dx, int B, int T, int nheads, int hs, int stride,
-                     const ops::RopeSpec& rope) override {
-    cuda::rope_backward(dx, B, T, nheads, hs, stride, rope, stream_);
-  }
-
-  // ---- conversions ----
-  void to_bf16(bf16* out, const float* in, int64_t n) override {
-    cuda::to_bf16(out, in, n, stream_);
-  }
-  void to_float(float* out, const bf16* in, int64_t n) override {
-    cuda::to_float(out, in, n, stream_);
-  }
-  void to_bf16_column_sums(bf16* out, float* db, const float* in, int m, int n) override {
-    cuda::to_bf16_column_sums(out, db, in, m, n, scratch_, stream_);
-  }
-
-  // ---- loss ----
-  void ce_local_stats(float* stats, const float* logits, const int32_t* targets,
-                      const float* weight, int rows, int Vloc, int v0, int V) override {
-    cuda::ce_local_stats(stats, logits, targets, weight, rows, Vloc, v0, V, stream_);
-  }
-  void ce_combine(float* lse, const float* gathered, const float* weight, int rows, int parts,
-                  double* total) override {
-    cuda::ce_combine(lse, gathered, weight, rows, parts, total, stream_);
-  }
-  // The chunk's buffers in at most 1/64 of the device's memory, 256 to 8192
-  // rows (a multiple of 256): GPT-2's 50304 ids on an H200 (139 GiB) get
-  // 7680 rows in bf16.
-  int lm_head_chunk_rows(int64_t bytes_per_row) const override {
-    const int64_t budget = int64_t(total_) / 64;
-    const int64_t rows = budget / std::max<int64_t>(1, bytes_per_row) / 256 * 256;
-    return int(std::clamp<int64_t>(rows, 256, 8192));
-  }
-  void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const float* weight,
-                  double denominator, int rows, int Vloc, int v0, int V) override {
-    cuda::ce_dlogits(logits, lse, targets, weight, denominator, rows, Vloc, v0, V, stream_);
-  }
-  void ce_dlogits_bf16(bf16* dlogits, float* logits, const float* lse, const int32_t* targets,
-                       const float* weight, double denominator, int rows, int Vloc, int v0,
-                       int V) override {
-    cuda::ce_dlogits_bf16(dlogits, logits, lse, targets, weight, denominator, rows, Vloc, v0, V,
-                          stream_);
-  }
-
-  // ---- embeddings ----
-  void embedding_range_forward(float* out, const int32_t* tokens, Operand w, int v0, int rows,
-                               int m, int C) override {
-    if (w.is_bf16())
-      cuda::embedding_range_forward(out, tokens, w.b16, v0, rows, m, C, stream_);
-    else
-      cuda::embedding_range_forward(out, tokens, w.f32, v0, rows, m, C, stream_);
-  }
-  void embedding_range_backward(float* dw, const float* dout, const int32_t* tokens, int v0,
-                                int rows, int m, int C) override {
-    cuda::embedding_range_backward(dw, dout, tokens, v0, rows, m, C, stream_);
-  }
-  void embedding_chunk_forward(float* out, const int32_t* tokens, Operand chunk, int64_t c0,
-                               int64_t n, int v0, int rows, int m, int C) override {
-    if (chunk.is_bf16())
-      cuda::embedding_chunk_forward(out, tokens, chunk.b16, c0, n, v0, rows, m, C, stream_);
-    else
-      cuda::embedding_chunk_forward(out, tokens, chunk.f32, c0, n, v0, rows, m, C, stream_);
-  }
-  void embedding_chunk_backward(float* dchunk, const float* dout, const int32_t* tokens, int64_t c0,
-                                int64_t n, int v0, int rows, int m, int C) override {
-    cuda::embedding_chunk_backward(dchunk, dout, tokens, c0, n, v0, rows, m, C, stream_);
-  }
-  void position_add(float* out, Operand wpe, int m, int T, int C) override {
-    if (wpe.is_bf16())
-      cuda::position_add(out, wpe.b16, m, T, C, stream_);
-    else
-      cuda::position_add(out, wpe.f32, m, T, C, stream_);
-  }
-  void position_backward(float* dwpe, const float* dout, int m, int T, int C) override {
-    cuda::position_backward(dwpe, dout, m, T, C, stream_);
-  }
-
-  // ---- optimizer ----
-  void adamw_update(float* param, const float* grad, float* m, float* v, long n, float lr, int step,
-                    bool decay, const ops::AdamWConfig& c, float grad_scale,
-                    bf16* param_bf16) override {
-    cuda::adamw_update(param, grad, m, v, n, lr, step, decay, c, grad_scale, param_bf16, stream_);
-  }
-  double sum_squares(const float* g, long n) override {
-    return cuda::sum_squares(g, n, scratch_, stream_);
-  }
-  void scale(float* g, float s, long n) override { cuda::scale(g, s, n, stream_); }
-  void sum_squares_tensors(double* total, const float* base, const ops::FlatTensor* table,
-                           int count, int64_t values) override {
-    cuda::sum_squares_tensors(total, base, table, count, values, scratch_, stream_);
-  }
-  void adamw_update_tensors(float* param, const float* grad, float* m, float* v,
-                            const ops::FlatTensor* table, int count, int64_t values, float lr,
-                            int step, const ops::AdamWConfig& c, float grad_scale, bf16* low,
-                            int64_t low_count) override {
-    cuda::adamw_update_tensors(param, grad, m, v, table, count, values, lr, step, c, grad_scale,
-                               low, low_count, stream_);
-  }
-
-  // ---- data movement ----
-  void fill(float* x, float value, int64_t n) override { cuda::fill(x, value, n, stream_); }
-  void copy_rows(float* dst, const float* src, int64_t rows, int64_t cols,
-                 int64_t src_stride) override {
-    cuda::copy_rows(dst, src, rows, cols, src_stride, stream_);
-  }
-  void interleave_vocab_parts(float* out, const float* parts, int num_parts, int m, int Vloc,
-                              int V) override {
-    cuda::interleave_vocab_parts(out, parts, num_parts, m, Vloc, V, stream_);
-  }
-  int64_t count_nonfinite(const float* x, int64_t n) override {
-    return cuda::count_nonfinite(x, n, scratch_, stream_);
-  }
-
-  cudaStream_t stream() const { return stream_; }
-
- private:
   void synchronize(const char* after) {
     const cudaError_t e = cudaStreamSynchronize(stream_);
     DENDRITE_CHECK(e == cudaSuccess, "cuda: a kernel before the ", after,

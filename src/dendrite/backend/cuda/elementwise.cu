@@ -4,12 +4,13 @@
 // Flat ops are grid-stride loops over int64 indices that move 4 values per
 // access (16 bytes of fp32) when every pointer is aligned for it, one value
 // per access otherwise; the per-element result is the same either way.
-// The activations use the CPU backend's exponential polynomial
-// (cpu/fast_math.h), so they follow the CPU formulas to the rounding.
+// The activations use the exponential both backends compile
+// (backend/exact_math.h), so they follow the CPU formulas to the rounding.
 #include <algorithm>
 #include <cstdint>
 
 #include "dendrite/backend/cuda/vector.cuh"
+#include "dendrite/backend/exact_math.h"
 #include "dendrite/core/check.h"
 
 namespace dendrite::cuda {
@@ -21,23 +22,7 @@ namespace {
 constexpr float kGeluS = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluA = 0.044715f;
 
-// e^x as cpu::exp_approx (cpu/fast_math.h): the same clamp and polynomial.
-__device__ __forceinline__ float exp_approx(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  x = x > 88.0f ? 88.0f : x;
-  const float t = x * 1.44269504088896341f + 12582912.0f;
-  const int32_t n = __float_as_int(t) - 0x4B400000;
-  const float nf = t - 12582912.0f;
-  const float r = x - nf * 0.693359375f + nf * 2.12194440e-4f;  // x - n ln2, ln2 split in two
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  return p * __int_as_float((n + 127) << 23);
-}
+using exact::exp_approx;  // backend/exact_math.h: the CPU's bits
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + exp_approx(-x)); }
 
@@ -373,13 +358,16 @@ void copy_rows(float* dst, const float* src, int64_t rows, int64_t cols, int64_t
   check_launch("copy_rows");
 }
 
-void interleave_vocab_parts(float* out, const float* parts, int num_parts, int m, int Vloc, int V,
+// The sizes were checked by Backend (backend.h: ops::check_vocab_parts); the
+// parts are the grid's z, whose limit is CUDA's.
+void interleave_vocab_parts(float* out, const float* parts, const ops::VocabParts& s,
                             cudaStream_t stream) {
-  if (num_parts <= 0 || m <= 0 || Vloc <= 0) return;
-  DENDRITE_CHECK(num_parts <= 65535, "interleave_vocab_parts: at most 65535 parts on cuda, got ",
-                 num_parts);
-  const dim3 grid(blocks_for(Vloc), unsigned(m < 65535 ? m : 65535), unsigned(num_parts));
-  DENDRITE_LAUNCH(grid, kThreads, 0, stream, interleave_vocab_parts_kernel)(out, parts, m, Vloc, V);
+  if (s.m == 0) return;
+  DENDRITE_CHECK(s.parts <= 65535, "interleave_vocab_parts: at most 65535 parts on cuda, got ",
+                 s.parts);
+  const dim3 grid(blocks_for(s.Vloc), unsigned(s.m < 65535 ? s.m : 65535), unsigned(s.parts));
+  DENDRITE_LAUNCH(grid, kThreads, 0, stream, interleave_vocab_parts_kernel)
+  (out, parts, s.m, s.Vloc, s.V);
   check_launch("interleave_vocab_parts");
 }
 

@@ -12,21 +12,13 @@
 // - position backward: a thread owns one (position, column) and adds its
 //   rows r = t, t + T, ... in order.
 // Token ids outside the range are skipped; ids are validated by the host, the
-// kernels only never touch memory outside the buffers.
+// kernels only never touch memory outside the buffers. The sizes were checked
+// by Backend (backend.h: ops::check_embedding, check_chunk, check_positions).
 #include "dendrite/backend/cuda/common.cuh"
 #include "dendrite/core/check.h"
 
 namespace dendrite::cuda {
 namespace {
-
-void check_sizes(const char* op, int m, int C) {
-  DENDRITE_CHECK(m >= 0 && C > 0, op, ": need m >= 0 rows and C > 0 channels, got m=", m, " C=", C);
-}
-
-void check_range(const char* op, int v0, int rows) {
-  DENDRITE_CHECK(v0 >= 0 && rows >= 0, op, ": need v0 >= 0 and rows >= 0, got v0=", v0,
-                 " rows=", rows, "; pass this rank's first vocabulary id and block size");
-}
 
 // Threads of a row's block: C rounded up to whole warps, at most kThreads.
 unsigned row_threads(int C) {
@@ -170,8 +162,10 @@ __global__ void __launch_bounds__(kScatterThreads)
 }
 
 // The token backward into dst [n] = floats [c0, c0 + n) of the block [rows, C].
-void scatter_rows(float* dst, const float* dout, const int32_t* tokens, int64_t c0, int64_t n,
-                  int v0, int rows, int m, int C, cudaStream_t stream) {
+void scatter_rows(float* dst, const float* dout, const int32_t* tokens,
+                  const ops::TableChunk& piece, const ops::EmbeddingShape& s, cudaStream_t stream) {
+  const int64_t c0 = piece.c0, n = piece.n;
+  const int v0 = s.v0, rows = s.rows, m = s.m, C = s.C;
   if (m == 0 || n <= 0 || rows == 0) return;
   // Block rows that meet the chunk: [t_lo, t_hi).
   const int64_t lo = c0 > 0 ? c0 / C : 0, hi = (c0 + n + C - 1) / C;
@@ -203,83 +197,75 @@ __global__ void position_backward_kernel(float* __restrict__ dwpe, const float* 
 
 }  // namespace
 
-void embedding_range_forward(float* out, const int32_t* tokens, const float* w, int v0, int rows,
-                             int m, int C, cudaStream_t stream) {
-  check_sizes("embedding_range_forward", m, C);
-  check_range("embedding_range_forward", v0, rows);
-  if (m == 0) return;
-  DENDRITE_LAUNCH(unsigned(m), row_threads(C), 0, stream, range_forward_kernel<float>)(
-      out, tokens, w, v0, rows, C);
+// The launches name each kernel's instance (range_forward_kernel<bf16>, ...):
+// the emulator's counters report the name, which bench/step_roofline.py reads.
+
+void embedding_range_forward(float* out, const int32_t* tokens, const float* w,
+                             const ops::EmbeddingShape& s, cudaStream_t stream) {
+  if (s.m == 0) return;
+  DENDRITE_LAUNCH(unsigned(s.m), row_threads(s.C), 0, stream, range_forward_kernel<float>)
+  (out, tokens, w, s.v0, s.rows, s.C);
   check_launch("embedding_range_forward");
 }
 
-void embedding_range_forward(float* out, const int32_t* tokens, const bf16* w, int v0, int rows,
-                             int m, int C, cudaStream_t stream) {
-  check_sizes("embedding_range_forward", m, C);
-  check_range("embedding_range_forward", v0, rows);
-  if (m == 0) return;
-  DENDRITE_LAUNCH(unsigned(m), row_threads(C), 0, stream, range_forward_kernel<bf16>)(
-      out, tokens, w, v0, rows, C);
+void embedding_range_forward(float* out, const int32_t* tokens, const bf16* w,
+                             const ops::EmbeddingShape& s, cudaStream_t stream) {
+  if (s.m == 0) return;
+  DENDRITE_LAUNCH(unsigned(s.m), row_threads(s.C), 0, stream, range_forward_kernel<bf16>)
+  (out, tokens, w, s.v0, s.rows, s.C);
   check_launch("embedding_range_forward_bf16");
 }
 
-void embedding_range_backward(float* dw, const float* dout, const int32_t* tokens, int v0,
-                              int rows, int m, int C, cudaStream_t stream) {
-  check_sizes("embedding_range_backward", m, C);
-  check_range("embedding_range_backward", v0, rows);
-  scatter_rows(dw, dout, tokens, 0, int64_t(rows) * C, v0, rows, m, C, stream);
+void embedding_range_backward(float* dw, const float* dout, const int32_t* tokens,
+                              const ops::EmbeddingShape& s, cudaStream_t stream) {
+  scatter_rows(dw, dout, tokens, ops::TableChunk{0, int64_t(s.rows) * s.C}, s, stream);
 }
 
-void embedding_chunk_forward(float* out, const int32_t* tokens, const float* chunk, int64_t c0,
-                             int64_t n, int v0, int rows, int m, int C, cudaStream_t stream) {
-  check_sizes("embedding_chunk_forward", m, C);
-  if (m == 0) return;
-  DENDRITE_LAUNCH(unsigned(m), row_threads(C), 0, stream, chunk_forward_kernel<float>)(
-      out, tokens, chunk, c0, n, v0, rows, C);
+void embedding_chunk_forward(float* out, const int32_t* tokens, const float* chunk,
+                             const ops::TableChunk& piece, const ops::EmbeddingShape& s,
+                             cudaStream_t stream) {
+  if (s.m == 0) return;
+  DENDRITE_LAUNCH(unsigned(s.m), row_threads(s.C), 0, stream, chunk_forward_kernel<float>)
+  (out, tokens, chunk, piece.c0, piece.n, s.v0, s.rows, s.C);
   check_launch("embedding_chunk_forward");
 }
 
-void embedding_chunk_forward(float* out, const int32_t* tokens, const bf16* chunk, int64_t c0,
-                             int64_t n, int v0, int rows, int m, int C, cudaStream_t stream) {
-  check_sizes("embedding_chunk_forward", m, C);
-  if (m == 0) return;
-  DENDRITE_LAUNCH(unsigned(m), row_threads(C), 0, stream, chunk_forward_kernel<bf16>)(
-      out, tokens, chunk, c0, n, v0, rows, C);
+void embedding_chunk_forward(float* out, const int32_t* tokens, const bf16* chunk,
+                             const ops::TableChunk& piece, const ops::EmbeddingShape& s,
+                             cudaStream_t stream) {
+  if (s.m == 0) return;
+  DENDRITE_LAUNCH(unsigned(s.m), row_threads(s.C), 0, stream, chunk_forward_kernel<bf16>)
+  (out, tokens, chunk, piece.c0, piece.n, s.v0, s.rows, s.C);
   check_launch("embedding_chunk_forward_bf16");
 }
 
-void embedding_chunk_backward(float* dchunk, const float* dout, const int32_t* tokens, int64_t c0,
-                              int64_t n, int v0, int rows, int m, int C, cudaStream_t stream) {
-  check_sizes("embedding_chunk_backward", m, C);
-  scatter_rows(dchunk, dout, tokens, c0, n, v0, rows, m, C, stream);
+void embedding_chunk_backward(float* dchunk, const float* dout, const int32_t* tokens,
+                              const ops::TableChunk& piece, const ops::EmbeddingShape& s,
+                              cudaStream_t stream) {
+  scatter_rows(dchunk, dout, tokens, piece, s, stream);
 }
 
-void position_add(float* out, const float* wpe, int m, int T, int C, cudaStream_t stream) {
-  check_sizes("position_add", m, C);
-  DENDRITE_CHECK(T > 0, "position_add: need T > 0 positions, got T=", T);
-  if (m == 0) return;
-  DENDRITE_LAUNCH(unsigned(m), row_threads(C), 0, stream, position_add_kernel<float>)(
-      out, wpe, T, C);
+void position_add(float* out, const float* wpe, const ops::PositionShape& s, cudaStream_t stream) {
+  if (s.m == 0) return;
+  DENDRITE_LAUNCH(unsigned(s.m), row_threads(s.C), 0, stream, position_add_kernel<float>)
+  (out, wpe, s.T, s.C);
   check_launch("position_add");
 }
 
-void position_add(float* out, const bf16* wpe, int m, int T, int C, cudaStream_t stream) {
-  check_sizes("position_add", m, C);
-  DENDRITE_CHECK(T > 0, "position_add: need T > 0 positions, got T=", T);
-  if (m == 0) return;
-  DENDRITE_LAUNCH(unsigned(m), row_threads(C), 0, stream, position_add_kernel<bf16>)(
-      out, wpe, T, C);
+void position_add(float* out, const bf16* wpe, const ops::PositionShape& s, cudaStream_t stream) {
+  if (s.m == 0) return;
+  DENDRITE_LAUNCH(unsigned(s.m), row_threads(s.C), 0, stream, position_add_kernel<bf16>)
+  (out, wpe, s.T, s.C);
   check_launch("position_add_bf16");
 }
 
-void position_backward(float* dwpe, const float* dout, int m, int T, int C, cudaStream_t stream) {
-  check_sizes("position_backward", m, C);
-  DENDRITE_CHECK(T > 0, "position_backward: need T > 0 positions, got T=", T);
-  const int positions = m < T ? m : T;
+void position_backward(float* dwpe, const float* dout, const ops::PositionShape& s,
+                       cudaStream_t stream) {
+  const int positions = s.m < s.T ? s.m : s.T;
   if (positions == 0) return;
-  const int64_t total = int64_t(positions) * C;
-  DENDRITE_LAUNCH(blocks_for(total), kThreads, 0, stream, position_backward_kernel)(
-      dwpe, dout, m, T, C, total);
+  const int64_t total = int64_t(positions) * s.C;
+  DENDRITE_LAUNCH(blocks_for(total), kThreads, 0, stream, position_backward_kernel)
+  (dwpe, dout, s.m, s.T, s.C, total);
   check_launch("position_backward");
 }
 

@@ -49,7 +49,7 @@ class Gemm {
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
 
-  // C[M,N] = alpha op(A) op(B) + beta C, row-major, as ops::gemm; A and B are
+  // C[M,N] = alpha op(A) op(B) + beta C, row-major, as Backend::gemm; A and B are
   // both fp32 or both bf16 (bf16: true).
   void run(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const void* A, int lda,
            const void* B, int ldb, float beta, float* C, int ldc, bool bf16, cudaStream_t stream);

@@ -3,9 +3,12 @@
 // at once, except those that return a value to the host, which wait for it.
 // Shapes, layouts and semantics are those of the op of the same name in
 // ops/*.h; bf16 is dendrite::bf16 (the upper half of an fp32), rounded from
-// fp32 to nearest-even as dendrite::to_bf16 does. Every kernel is
-// deterministic: no atomics in sums, reductions in a fixed order, so the
-// same inputs give the same bits on every run.
+// fp32 to nearest-even as dendrite::to_bf16 does. A launcher takes the op's
+// shape struct where the op does, and assumes it valid: Backend's public
+// methods (backend.h) check sizes and operand types before they get here, so
+// the checks here are these kernels' own limits (grids, scratch, head size).
+// Every kernel is deterministic: no atomics in sums, reductions in a fixed
+// order, so the same inputs give the same bits on every run.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,7 +18,11 @@
 
 #include "dendrite/core/bf16.h"
 #include "dendrite/ops/attention.h"
+#include "dendrite/ops/cross_entropy.h"
+#include "dendrite/ops/embedding.h"
+#include "dendrite/ops/norm.h"
 #include "dendrite/ops/optim.h"
+#include "dendrite/ops/tensor.h"
 
 namespace dendrite::cuda {
 
@@ -37,7 +44,7 @@ void to_float(float* out, const bf16* in, int64_t n, cudaStream_t stream);
 void fill(float* x, float value, int64_t n, cudaStream_t stream);
 void copy_rows(float* dst, const float* src, int64_t rows, int64_t cols, int64_t src_stride,
                cudaStream_t stream);
-void interleave_vocab_parts(float* out, const float* parts, int num_parts, int m, int Vloc, int V,
+void interleave_vocab_parts(float* out, const float* parts, const ops::VocabParts& s,
                             cudaStream_t stream);
 void add_bias(float* y, const float* b, int m, int n, cudaStream_t stream);
 // scratch: kScratchBytes of device scratch (above), for the row blocks' partial sums.
@@ -48,36 +55,36 @@ void to_bf16_column_sums(bf16* low, float* db, const float* dy, int m, int n, vo
                          cudaStream_t stream);
 int64_t count_nonfinite(const float* x, int64_t n, void* scratch, cudaStream_t stream);
 
-// ---- norms (norm.cu) ----
-void layernorm_row_sums(double* sums, const float* x, int m, int c, cudaStream_t stream);
+// ---- norms (norm.cu); the row sums read s.m and s.c only ----
+void layernorm_row_sums(double* sums, const float* x, const ops::NormShape& s, cudaStream_t stream);
 void layernorm_apply(float* y, float* mean, float* rstd, const double* sums, const float* x,
-                     const float* gamma, const float* beta, int m, int c, int c_total, float eps,
+                     const float* gamma, const float* beta, const ops::NormShape& s, float eps,
                      cudaStream_t stream);
 // y written in bf16 only (ops/norm.h: layernorm_apply_bf16's scratch is not touched).
 void layernorm_apply_bf16(bf16* y, float* mean, float* rstd, const double* sums, const float* x,
-                          const float* gamma, const float* beta, int m, int c, int c_total,
-                          float eps, cudaStream_t stream);
+                          const float* gamma, const float* beta, const ops::NormShape& s, float eps,
+                          cudaStream_t stream);
 void layernorm_backward_sums(double* sums, const float* dy, const float* x, const float* mean,
-                             const float* rstd, const float* gamma, int m, int c,
+                             const float* rstd, const float* gamma, const ops::NormShape& s,
                              cudaStream_t stream);
-// Whole rows (c_total = c): the row sums and the bf16 apply in one pass
+// Whole rows (s.c_total = s.c): the row sums and the bf16 apply in one pass
 // (ops/norm.h: layernorm_rows_bf16; the scratch y is not touched).
 void layernorm_rows_bf16(double* sums, bf16* y, float* mean, float* rstd, const float* x,
-                         const float* gamma, const float* beta, int m, int c, float eps,
+                         const float* gamma, const float* beta, const ops::NormShape& s, float eps,
                          cudaStream_t stream);
 // accumulate: dx += the gradient (ops/norm.h: layernorm_backward_apply_add), else dx = it.
 void layernorm_backward_apply(float* dx, bool accumulate, float* dgamma, float* dbeta,
                               const double* sums, const float* dy, const float* x,
-                              const float* mean, const float* rstd, const float* gamma, int m,
-                              int c, int c_total, void* scratch, cudaStream_t stream);
-void rmsnorm_row_sums(double* sums, const float* x, int m, int c, cudaStream_t stream);
+                              const float* mean, const float* rstd, const float* gamma,
+                              const ops::NormShape& s, void* scratch, cudaStream_t stream);
+void rmsnorm_row_sums(double* sums, const float* x, const ops::NormShape& s, cudaStream_t stream);
 void rmsnorm_apply(float* y, float* rstd, const double* sums, const float* x, const float* gamma,
-                   int m, int c, int c_total, float eps, cudaStream_t stream);
-void rmsnorm_backward_sums(double* sums, const float* dy, const float* x, const float* gamma, int m,
-                           int c, cudaStream_t stream);
+                   const ops::NormShape& s, float eps, cudaStream_t stream);
+void rmsnorm_backward_sums(double* sums, const float* dy, const float* x, const float* gamma,
+                           const ops::NormShape& s, cudaStream_t stream);
 void rmsnorm_backward_apply(float* dx, float* dgamma, const double* sums, const float* dy,
-                            const float* x, const float* rstd, const float* gamma, int m, int c,
-                            int c_total, void* scratch, cudaStream_t stream);
+                            const float* x, const float* rstd, const float* gamma,
+                            const ops::NormShape& s, void* scratch, cudaStream_t stream);
 
 // ---- sums over the rows in blocks of rows (elementwise.cu) ----
 // Column sums over m rows (bias gradients, the norms' dgamma and dbeta) run
@@ -131,38 +138,43 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
 void attention_cached(float* out, const float* q, const float* k_new, const float* v_new,
                       float* k_cache, float* v_cache, const ops::CachedAttentionShape& s,
                       cudaStream_t stream);
-void rope_forward(float* x, int B, int T, int nheads, int hs, int stride, const ops::RopeSpec& rope,
-                  int pos0, cudaStream_t stream);
-void rope_backward(float* dx, int B, int T, int nheads, int hs, int stride,
-                   const ops::RopeSpec& rope, cudaStream_t stream);
+void rope_forward(float* x, const ops::RopeShape& s, const ops::RopeSpec& rope,
+                  cudaStream_t stream);
+// The inverse rotation, at positions from s.pos0.
+void rope_backward(float* dx, const ops::RopeShape& s, const ops::RopeSpec& rope,
+                   cudaStream_t stream);
 
 // ---- embeddings (embedding.cu) ----
-void embedding_range_forward(float* out, const int32_t* tokens, const float* w, int v0, int rows,
-                             int m, int C, cudaStream_t stream);
-void embedding_range_forward(float* out, const int32_t* tokens, const bf16* w, int v0, int rows,
-                             int m, int C, cudaStream_t stream);
-void embedding_range_backward(float* dw, const float* dout, const int32_t* tokens, int v0,
-                              int rows, int m, int C, cudaStream_t stream);
-void embedding_chunk_forward(float* out, const int32_t* tokens, const float* chunk, int64_t c0,
-                             int64_t n, int v0, int rows, int m, int C, cudaStream_t stream);
-void embedding_chunk_forward(float* out, const int32_t* tokens, const bf16* chunk, int64_t c0,
-                             int64_t n, int v0, int rows, int m, int C, cudaStream_t stream);
-void embedding_chunk_backward(float* dchunk, const float* dout, const int32_t* tokens, int64_t c0,
-                              int64_t n, int v0, int rows, int m, int C, cudaStream_t stream);
-void position_add(float* out, const float* wpe, int m, int T, int C, cudaStream_t stream);
-void position_add(float* out, const bf16* wpe, int m, int T, int C, cudaStream_t stream);
-void position_backward(float* dwpe, const float* dout, int m, int T, int C, cudaStream_t stream);
+void embedding_range_forward(float* out, const int32_t* tokens, const float* w,
+                             const ops::EmbeddingShape& s, cudaStream_t stream);
+void embedding_range_forward(float* out, const int32_t* tokens, const bf16* w,
+                             const ops::EmbeddingShape& s, cudaStream_t stream);
+void embedding_range_backward(float* dw, const float* dout, const int32_t* tokens,
+                              const ops::EmbeddingShape& s, cudaStream_t stream);
+void embedding_chunk_forward(float* out, const int32_t* tokens, const float* chunk,
+                             const ops::TableChunk& piece, const ops::EmbeddingShape& s,
+                             cudaStream_t stream);
+void embedding_chunk_forward(float* out, const int32_t* tokens, const bf16* chunk,
+                             const ops::TableChunk& piece, const ops::EmbeddingShape& s,
+                             cudaStream_t stream);
+void embedding_chunk_backward(float* dchunk, const float* dout, const int32_t* tokens,
+                              const ops::TableChunk& piece, const ops::EmbeddingShape& s,
+                              cudaStream_t stream);
+void position_add(float* out, const float* wpe, const ops::PositionShape& s, cudaStream_t stream);
+void position_add(float* out, const bf16* wpe, const ops::PositionShape& s, cudaStream_t stream);
+void position_backward(float* dwpe, const float* dout, const ops::PositionShape& s,
+                       cudaStream_t stream);
 
 // ---- the vocabulary-parallel loss (cross_entropy.cu) ----
 void ce_local_stats(float* stats, const float* logits, const int32_t* targets, const float* weight,
-                    int rows, int Vloc, int v0, int V, cudaStream_t stream);
+                    const ops::VocabShape& s, cudaStream_t stream);
 void ce_combine(float* lse, const float* gathered, const float* weight, int rows, int parts,
                 double* total, cudaStream_t stream);
 void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const float* weight,
-                double denominator, int rows, int Vloc, int v0, int V, cudaStream_t stream);
+                double denominator, const ops::VocabShape& s, cudaStream_t stream);
 // dlogits written in bf16 only; logits read (ops/cross_entropy.h: ce_dlogits_bf16).
 void ce_dlogits_bf16(bf16* dlogits, const float* logits, const float* lse, const int32_t* targets,
-                     const float* weight, double denominator, int rows, int Vloc, int v0, int V,
+                     const float* weight, double denominator, const ops::VocabShape& s,
                      cudaStream_t stream);
 
 // A kernel launch's error, as an Error naming the kernel: one the launch

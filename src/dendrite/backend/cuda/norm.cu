@@ -25,16 +25,6 @@ namespace dendrite::cuda {
 
 namespace {
 
-void check_shapes(const char* op, int m, int c) {
-  DENDRITE_CHECK(m >= 0 && c > 0, op, ": need m >= 0 rows and c > 0 columns, got m=", m, " c=", c);
-}
-
-void check_split(const char* op, int m, int c, int c_total) {
-  check_shapes(op, m, c);
-  DENDRITE_CHECK(c_total >= c, op, ": c_total=", c_total, " is the full width and must be >= the",
-                 " local width c=", c, "; pass the unsplit model width");
-}
-
 // Rows of c floats at these pointers allow 16-byte accesses.
 template <class... P>
 bool rows_aligned(int c, const P*... p) {
@@ -413,64 +403,65 @@ unsigned tile_blocks(int c) { return unsigned((c + kTileCols - 1) / kTileCols); 
 }  // namespace
 
 // ---------------------------------------------------------------- LayerNorm
+// The shapes were checked by Backend (ops::check_norm, check_whole_rows).
 
-void layernorm_row_sums(double* sums, const float* x, int m, int c, cudaStream_t stream) {
-  check_shapes("layernorm_row_sums", m, c);
-  launch_row_sums<2>(sums, LnSums{x, c}, m, c, rows_aligned(c, x), stream, "layernorm_row_sums");
+void layernorm_row_sums(double* sums, const float* x, const ops::NormShape& s,
+                        cudaStream_t stream) {
+  const int c = s.c;
+  launch_row_sums<2>(sums, LnSums{x, c}, s.m, c, rows_aligned(c, x), stream, "layernorm_row_sums");
 }
 
 void layernorm_apply(float* y, float* mean, float* rstd, const double* sums, const float* x,
-                     const float* gamma, const float* beta, int m, int c, int c_total, float eps,
+                     const float* gamma, const float* beta, const ops::NormShape& s, float eps,
                      cudaStream_t stream) {
-  check_split("layernorm_apply", m, c, c_total);
-  if (m == 0) return;
-  DENDRITE_LAUNCH(apply_blocks(m), kApplyRows * 32, 0, stream, layernorm_apply_kernel<float>)
-  (y, mean, rstd, sums, x, gamma, beta, m, c, c_total, eps, rows_aligned(c, y, x, gamma, beta));
+  if (s.m == 0) return;
+  DENDRITE_LAUNCH(apply_blocks(s.m), kApplyRows * 32, 0, stream, layernorm_apply_kernel<float>)
+  (y, mean, rstd, sums, x, gamma, beta, s.m, s.c, s.c_total, eps,
+   rows_aligned(s.c, y, x, gamma, beta));
   check_launch("layernorm_apply");
 }
 
 void layernorm_apply_bf16(bf16* y, float* mean, float* rstd, const double* sums, const float* x,
-                          const float* gamma, const float* beta, int m, int c, int c_total,
-                          float eps, cudaStream_t stream) {
-  check_split("layernorm_apply_bf16", m, c, c_total);
-  if (m == 0) return;
-  const bool vec = rows_aligned(c, x, gamma, beta) && aligned_to(8, y);
-  DENDRITE_LAUNCH(apply_blocks(m), kApplyRows * 32, 0, stream, layernorm_apply_kernel<bf16>)
-  (y, mean, rstd, sums, x, gamma, beta, m, c, c_total, eps, vec);
+                          const float* gamma, const float* beta, const ops::NormShape& s, float eps,
+                          cudaStream_t stream) {
+  if (s.m == 0) return;
+  const bool vec = rows_aligned(s.c, x, gamma, beta) && aligned_to(8, y);
+  DENDRITE_LAUNCH(apply_blocks(s.m), kApplyRows * 32, 0, stream, layernorm_apply_kernel<bf16>)
+  (y, mean, rstd, sums, x, gamma, beta, s.m, s.c, s.c_total, eps, vec);
   check_launch("layernorm_apply_bf16");
 }
 
 void layernorm_rows_bf16(double* sums, bf16* y, float* mean, float* rstd, const float* x,
-                         const float* gamma, const float* beta, int m, int c, float eps,
+                         const float* gamma, const float* beta, const ops::NormShape& s, float eps,
                          cudaStream_t stream) {
-  check_shapes("layernorm_rows_bf16", m, c);
-  if (m == 0) return;
-  const bool vec = rows_aligned(c, x, gamma, beta) && aligned_to(8, y);
-  DENDRITE_LAUNCH(unsigned(m), row_threads(c), 32 * sizeof(double), stream, layernorm_rows_kernel)
-  (sums, y, mean, rstd, x, gamma, beta, c, eps, vec);
+  if (s.m == 0) return;
+  const bool vec = rows_aligned(s.c, x, gamma, beta) && aligned_to(8, y);
+  DENDRITE_LAUNCH(unsigned(s.m), row_threads(s.c), 32 * sizeof(double), stream,
+                  layernorm_rows_kernel)
+  (sums, y, mean, rstd, x, gamma, beta, s.c, eps, vec);
   check_launch("layernorm_rows_bf16");
 }
 
 void layernorm_backward_sums(double* sums, const float* dy, const float* x, const float* mean,
-                             const float* rstd, const float* gamma, int m, int c,
+                             const float* rstd, const float* gamma, const ops::NormShape& s,
                              cudaStream_t stream) {
-  check_shapes("layernorm_backward_sums", m, c);
-  launch_row_sums<2>(sums, LnBackwardSums{dy, x, mean, rstd, gamma, c}, m, c,
+  const int c = s.c;
+  launch_row_sums<2>(sums, LnBackwardSums{dy, x, mean, rstd, gamma, c}, s.m, c,
                      rows_aligned(c, dy, x, gamma), stream, "layernorm_backward_sums");
 }
 
 void layernorm_backward_apply(float* dx, bool accumulate, float* dgamma, float* dbeta,
                               const double* sums, const float* dy, const float* x,
-                              const float* mean, const float* rstd, const float* gamma, int m,
-                              int c, int c_total, void* scratch, cudaStream_t stream) {
-  check_split("layernorm_backward_apply", m, c, c_total);
+                              const float* mean, const float* rstd, const float* gamma,
+                              const ops::NormShape& s, void* scratch, cudaStream_t stream) {
+  const int m = s.m, c = s.c;
   if (m == 0) return;
   const RowBlocks b = row_blocks(m, c, 2, kBatch, "layernorm_backward_apply");
   float* part_g = dgamma ? static_cast<float*>(scratch) : nullptr;  // [b.count, c]
   float* part_b = dbeta ? static_cast<float*>(scratch) + int64_t(b.count) * c : nullptr;  // same
   DENDRITE_LAUNCH(dim3(tile_blocks(c), unsigned(b.count)), dim3(kTileCols, kRowGroups), 0, stream,
                   layernorm_backward_apply_kernel)
-  (dx, accumulate, part_g, part_b, sums, dy, x, mean, rstd, gamma, m, c, c_total, b.rows);
+  (dx, accumulate, part_g, part_b, sums, dy, x, mean, rstd, gamma, m, c, s.c_total, b.rows);
   check_launch("layernorm_backward_apply");
   if (dgamma) add_row_block_partials(dgamma, part_g, b.count, c, stream);
   if (dbeta) add_row_block_partials(dbeta, part_b, b.count, c, stream);
@@ -478,37 +469,36 @@ void layernorm_backward_apply(float* dx, bool accumulate, float* dgamma, float* 
 
 // ---------------------------------------------------------------- RMSNorm
 
-void rmsnorm_row_sums(double* sums, const float* x, int m, int c, cudaStream_t stream) {
-  check_shapes("rmsnorm_row_sums", m, c);
-  launch_row_sums<1>(sums, RmsSums{x, c}, m, c, rows_aligned(c, x), stream, "rmsnorm_row_sums");
+void rmsnorm_row_sums(double* sums, const float* x, const ops::NormShape& s, cudaStream_t stream) {
+  const int c = s.c;
+  launch_row_sums<1>(sums, RmsSums{x, c}, s.m, c, rows_aligned(c, x), stream, "rmsnorm_row_sums");
 }
 
 void rmsnorm_apply(float* y, float* rstd, const double* sums, const float* x, const float* gamma,
-                   int m, int c, int c_total, float eps, cudaStream_t stream) {
-  check_split("rmsnorm_apply", m, c, c_total);
-  if (m == 0) return;
-  DENDRITE_LAUNCH(apply_blocks(m), kApplyRows * 32, 0, stream, rmsnorm_apply_kernel)(
-      y, rstd, sums, x, gamma, m, c, c_total, eps, rows_aligned(c, y, x, gamma));
+                   const ops::NormShape& s, float eps, cudaStream_t stream) {
+  if (s.m == 0) return;
+  DENDRITE_LAUNCH(apply_blocks(s.m), kApplyRows * 32, 0, stream, rmsnorm_apply_kernel)
+  (y, rstd, sums, x, gamma, s.m, s.c, s.c_total, eps, rows_aligned(s.c, y, x, gamma));
   check_launch("rmsnorm_apply");
 }
 
-void rmsnorm_backward_sums(double* sums, const float* dy, const float* x, const float* gamma, int m,
-                           int c, cudaStream_t stream) {
-  check_shapes("rmsnorm_backward_sums", m, c);
-  launch_row_sums<1>(sums, RmsBackwardSums{dy, x, gamma, c}, m, c, rows_aligned(c, dy, x, gamma),
+void rmsnorm_backward_sums(double* sums, const float* dy, const float* x, const float* gamma,
+                           const ops::NormShape& s, cudaStream_t stream) {
+  const int c = s.c;
+  launch_row_sums<1>(sums, RmsBackwardSums{dy, x, gamma, c}, s.m, c, rows_aligned(c, dy, x, gamma),
                      stream, "rmsnorm_backward_sums");
 }
 
 void rmsnorm_backward_apply(float* dx, float* dgamma, const double* sums, const float* dy,
-                            const float* x, const float* rstd, const float* gamma, int m, int c,
-                            int c_total, void* scratch, cudaStream_t stream) {
-  check_split("rmsnorm_backward_apply", m, c, c_total);
+                            const float* x, const float* rstd, const float* gamma,
+                            const ops::NormShape& s, void* scratch, cudaStream_t stream) {
+  const int m = s.m, c = s.c;
   if (m == 0) return;
   const RowBlocks b = row_blocks(m, c, 1, kBatch, "rmsnorm_backward_apply");
   float* part_g = dgamma ? static_cast<float*>(scratch) : nullptr;  // [b.count, c]
   DENDRITE_LAUNCH(dim3(tile_blocks(c), unsigned(b.count)), dim3(kTileCols, kRowGroups), 0, stream,
                   rmsnorm_backward_apply_kernel)
-  (dx, part_g, sums, dy, x, rstd, gamma, m, c, c_total, b.rows);
+  (dx, part_g, sums, dy, x, rstd, gamma, m, c, s.c_total, b.rows);
   check_launch("rmsnorm_backward_apply");
   if (dgamma) add_row_block_partials(dgamma, part_g, b.count, c, stream);
 }

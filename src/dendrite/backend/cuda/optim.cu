@@ -169,7 +169,7 @@ __global__ void adamw_tensors_kernel(AdamW op, const ops::FlatTensor* table, int
 
 AdamW adamw_op(float* param, const float* grad, float* m, float* v, float lr, int step, bool decay,
                const ops::AdamWConfig& c, float grad_scale, bf16* param_bf16) {
-  DENDRITE_CHECK(step >= 1, "adamw_update: step counts from 1, got step=", step);
+  // step >= 1: checked by Backend (backend.h: ops::check_step)
   // As torch.optim.AdamW: p *= 1 - lr wd;  p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps)
   const double bc1 = 1.0 - std::pow(static_cast<double>(c.beta1), step);
   const double bc2 = 1.0 - std::pow(static_cast<double>(c.beta2), step);
@@ -184,14 +184,13 @@ AdamW adamw_op(float* param, const float* grad, float* m, float* v, float lr, in
 }
 
 // A table's `values` in parts of `per` values over at most `cap` blocks,
-// 4 values a thread; the grid depends only on `values`.
+// 4 values a thread; the grid depends only on `values`. count >= 1 (the
+// callers return on an empty table) and values >= 0 (ops::check_table).
 struct TableGrid {
   unsigned blocks;
   int64_t per;
 };
-TableGrid table_grid(int count, int64_t values, int64_t cap) {
-  DENDRITE_CHECK(count >= 1 && values >= 0, "optimizer tables: need at least one tensor, got ",
-                 count, " with ", values, " values");
+TableGrid table_grid(int64_t values, int64_t cap) {
   const int64_t groups = std::max<int64_t>(1, (values + 3) / 4);
   const unsigned blocks = blocks_for(groups, kThreads, cap);
   return {blocks, 4 * ((groups + blocks - 1) / blocks)};
@@ -232,7 +231,7 @@ void sum_squares_tensors(double* total, const float* base, const ops::FlatTensor
     return;
   }
   auto* partial = static_cast<double*>(scratch);  // [blocks] block sums
-  const TableGrid g = table_grid(count, values, kReduceBlocks);
+  const TableGrid g = table_grid(values, kReduceBlocks);
   DENDRITE_LAUNCH(g.blocks, kThreads, 0, stream, sum_squares_tensors_kernel)(
       partial, base, table, count, g.per, aligned_to(16, base));
   check_launch("sum_squares_tensors");
@@ -247,7 +246,7 @@ void adamw_update_tensors(float* param, const float* grad, float* m, float* v,
   if (count == 0) return;
   const AdamW op = adamw_op(param, grad, m, v, lr, step, true, c, grad_scale, low);
   const bool vec = aligned_to(16, param, grad, m, v) && aligned_to(8, low);
-  const TableGrid g = table_grid(count, values, 65535);
+  const TableGrid g = table_grid(values, 65535);
   DENDRITE_LAUNCH(g.blocks, kThreads, 0, stream, adamw_tensors_kernel)(
       op, table, count, g.per, low_count, vec);
   check_launch("adamw_update_tensors");

@@ -59,12 +59,18 @@ dnnl::matmul make(const Key& k, const dnnl::engine& engine) {
   }
 }
 
+// out[n] = in[n] widened, in parallel where n is large (as to_float).
+void widen(float* out, const bf16* in, int64_t n) {
+#pragma omp parallel for schedule(static) if (n >= (int64_t(1) << 16))
+  for (int64_t i = 0; i < n; ++i) out[i] = to_float(in[i]);
+}
+
 // Without native bf16: widen, then the fp32 product.
 void widened(bool ta, bool tb, int M, int N, int K, float alpha, const bf16* A, int lda,
              const bf16* B, int ldb, float beta, float* C, int ldc, GemmCache* cache) {
   std::vector<float> a(size_t(ta ? K : M) * lda), b(size_t(tb ? N : K) * ldb);
-  for (size_t i = 0; i < a.size(); ++i) a[i] = to_float(A[i]);
-  for (size_t i = 0; i < b.size(); ++i) b[i] = to_float(B[i]);
+  widen(a.data(), A, int64_t(a.size()));
+  widen(b.data(), B, int64_t(b.size()));
   gemm(ta, tb, M, N, K, alpha, a.data(), lda, b.data(), ldb, beta, C, ldc, cache);
 }
 

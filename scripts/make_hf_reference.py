@@ -2,7 +2,7 @@
 """Hugging Face interoperability reference data: tiny checkpoints and tokenizers
 written by the real `transformers`, `tokenizers` and `sentencepiece` libraries.
 
-Writes under tests/data/hf/ (about 2.3 MB in all):
+Writes under tests/data/hf/ (about 2.5 MB in all):
 
   versions.json              exact library versions used (and the Debian text packages)
   gpt2-tiny/                 random GPT2LMHeadModel, float32, one model.safetensors
@@ -48,6 +48,21 @@ Writes under tests/data/hf/ (about 2.3 MB in all):
     below 1e-3, so that rounding cannot change the tokens, and whose continuation has at
     least 8 distinct tokens). Weights are drawn with initializer_range 0.2 (not 0.02),
     so that the continuations vary rather than repeat the prompt's last token.
+  exports/NAME/              transformers' reading of Dendrite's export of the folder NAME
+                             (gpt2-tiny, llama-tiny and the five above): the export that
+                             hf_test makes (the folder loaded into a Dendrite model, saved as
+                             a checkpoint, exported; made twice here by the test program
+                             hf_export and checked byte-identical), loaded back with
+                             AutoModelForCausalLM.from_pretrained(dtype=float32,
+                             attn_implementation="eager"), which must choose the folder's
+                             architecture:
+      reference.json         {"tokens", "logits_file", "shape", "dtype"} as a model folder's
+                             (the tokens NAME's own), "transformers_class", and "export":
+                             {"source": NAME, "sha256": {file name: hex digest}} of every
+                             file of the export
+      logits.bin             transformers' logits of the export on those tokens
+    hf_test makes the same export, checks its files' digests and its own logits of it
+    against these (within 1e-5, as the folders' own).
   bpe/                       byte-level BPE (GPT-2 style: ByteLevel pre-tokenizer, decoder
                              and post-processor, vocab 512, special "<|endoftext|>"),
                              trained by `tokenizers`: vocab.json, merges.txt, tokenizer.json
@@ -77,8 +92,12 @@ How to run (from the repository root; needs the Debian packages bible-kjv and
 jargon-text, and a venv outside the repository):
   python3 -m venv /opt/hfref-venv
   /opt/hfref-venv/bin/pip install torch transformers tokenizers sentencepiece safetensors numpy
-  /opt/hfref-venv/bin/python scripts/make_hf_reference.py [FOLDER ...]
-With folder names (e.g. qwen3-tiny), only those folders (and versions.json) are rewritten.
+  cmake --build build --target hf_export
+  /opt/hfref-venv/bin/python scripts/make_hf_reference.py --hf-export build/tests/hf_export \
+      [FOLDER ...]
+With folder names (e.g. qwen3-tiny), only those folders (and versions.json) are rewritten;
+--hf-export (Dendrite's test program that writes the export) is needed for `exports`, which
+a change to the model folders or to Dendrite's export calls for again.
 
 Deterministic: fixed seeds, one CPU thread, single-threaded tokenizer training and
 sorted-key JSON, so a rerun with the same library versions rewrites byte-identical files.
@@ -94,7 +113,9 @@ os.environ["RAYON_NUM_THREADS"] = "1"
 os.environ["OMP_NUM_THREADS"] = "1"
 os.environ["MKL_NUM_THREADS"] = "1"
 
+import argparse
 import gzip
+import hashlib
 import io
 import json
 import platform
@@ -102,6 +123,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import safetensors
@@ -110,7 +132,7 @@ import tokenizers
 import torch
 import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
+from transformers import (AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
                           MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
                           Qwen3Config, Qwen3ForCausalLM)
 
@@ -482,9 +504,69 @@ def make_sp(train, heldout):
     write_json(os.path.join(d, "reference.json"), ref)
 
 
+# ---------------------------------------------------------------- exports
+
+EXPORTED = ["gpt2-tiny", "llama-tiny", "llama3-tiny", "llama-linear-tiny", "mistral-tiny",
+            "qwen2-tiny", "qwen3-tiny"]
+
+
+def sha256_files(folder):
+    digests = {}
+    for name in sorted(os.listdir(folder)):
+        with open(os.path.join(folder, name), "rb") as f:
+            digests[name] = hashlib.sha256(f.read()).hexdigest()
+    return digests
+
+
+def make_exports(hf_export):
+    """Dendrite's export of each folder of EXPORTED (module docstring), as transformers reads it."""
+    root = fresh_dir("exports")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in EXPORTED:
+            src = os.path.join(OUT, name)
+            made = []
+            for attempt in range(2):
+                out = os.path.join(tmp, f"{name}-{attempt}")
+                subprocess.run([hf_export, src, out], check=True)
+                made.append(sha256_files(out))
+            assert made[0] == made[1], f"{name}: two exports of one folder differ: {made}"
+            with open(os.path.join(src, "reference.json"), encoding="utf-8") as f:
+                source_ref = json.load(f)
+            with open(os.path.join(src, "config.json"), encoding="utf-8") as f:
+                arch = json.load(f)["architectures"][0]
+            model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32,
+                                                         attn_implementation="eager")
+            model.eval()
+            assert type(model).__name__ == arch, f"{name}: {type(model).__name__}, not {arch}"
+            tokens = torch.tensor(source_ref["tokens"], dtype=torch.long)
+            with torch.no_grad():
+                logits = model(input_ids=tokens).logits
+            shape = list(logits.shape)
+            assert logits.dtype == torch.float32 and shape == source_ref["shape"], shape
+            d = os.path.join(root, name)
+            os.makedirs(d)
+            with open(os.path.join(d, "logits.bin"), "wb") as f:
+                f.write(logits.numpy().astype("<f4", copy=False).tobytes(order="C"))
+            write_json(os.path.join(d, "reference.json"), {
+                "tokens": source_ref["tokens"], "logits_file": "logits.bin", "shape": shape,
+                "dtype": "float32", "transformers_class": arch,
+                "export": {"source": name, "sha256": made[0]}})
+            source = np.fromfile(os.path.join(src, "logits.bin"), dtype="<f4").reshape(shape)
+            diff = float(np.max(np.abs(logits.numpy() - source)))
+            print(f"exports/{name}: {arch}; transformers' logits of the export differ from its "
+                  f"logits of {name} by {diff:.2e} at most")
+
+
 # ---------------------------------------------------------------- main
 
-def main(only):
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("folders", nargs="*", metavar="FOLDER", help="only these (default: all)")
+    ap.add_argument("--hf-export", help="Dendrite's test program hf_export (for exports)")
+    args = ap.parse_args()
+    only = args.folders
+    if (not only or "exports" in only) and not args.hf_export:
+        ap.error("exports needs --hf-export BUILD/tests/hf_export")
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     transformers.logging.set_verbosity_error()
@@ -506,6 +588,7 @@ def main(only):
         "qwen2-tiny": lambda: make_qwen2(family),
         "qwen3-tiny": lambda: make_qwen3(family),
         "tokenizers": lambda: (make_bpe(*corpus()), make_sp(*corpus())),
+        "exports": lambda: make_exports(os.path.abspath(args.hf_export)),  # after the models
     }
     unknown = [n for n in only if n not in makers]
     assert not unknown, f"unknown folders {unknown}; known: {sorted(makers)}"
@@ -524,4 +607,4 @@ def main(only):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

@@ -31,6 +31,14 @@ inline std::vector<const char*> llama_family_folders() {
   return {"llama3-tiny", "llama-linear-tiny", "mistral-tiny", "qwen2-tiny", "qwen3-tiny"};
 }
 
+// The reference folders hf_test exports and reads back; transformers' reading
+// of each export is kept in tests/data/hf/exports/ (make_hf_reference.py).
+inline std::vector<const char*> exported_folders() {
+  std::vector<const char*> names = llama_family_folders();
+  names.insert(names.begin(), {"gpt2-tiny", "llama-tiny"});
+  return names;
+}
+
 inline HfReference load_hf_reference(const std::string& name) {
   std::ifstream in(hf_dir(name) + "/reference.json");
   const nlohmann::json j = nlohmann::json::parse(in);

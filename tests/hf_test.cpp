@@ -6,8 +6,9 @@
 // rounded weights that both sides widen exactly). The Llama family's other
 // members (Llama 3's and linear rope scaling, Mistral, Qwen2, Qwen3) also
 // continue a prompt greedily with transformers' tokens, and export back to
-// their own architecture. Bad folders are refused naming the file and the
-// tensor or key.
+// their own architecture; transformers reads those exports as Dendrite does
+// (its logits of them kept in tests/data/hf/exports/). Bad folders are
+// refused naming the file and the tensor or key.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -25,8 +26,11 @@
 #include "dendrite/model/transformer.h"
 #include "dendrite/train/checkpoint.h"
 #include "dendrite/train/export.h"
+#include "file_support.h"
 #include "generate_support.h"
+#include "hf_export_support.h"
 #include "hf_support.h"
+#include "sha256.h"
 
 namespace dendrite {
 namespace {
@@ -355,21 +359,18 @@ TEST_F(BrokenFolder, TensorsOfTheWrongShapeOrDtypeAreNamed) {
 // `dendrite export` (train/export.h): a checkpoint becomes a folder that
 // reads back as the same model with the same logits (bit for bit: the same
 // fp32 weights), whose config.json is transformers'; an existing folder is
-// refused and left alone. (scripts/check_hf_export.py loads such folders in
-// transformers itself.)
+// refused and left alone. (HfExports below checks that transformers reads
+// these folders as Dendrite does.)
 TEST_F(BrokenFolder, ExportedCheckpointsReadBackAsTheSameModel) {
-  std::vector<const char*> names = test::llama_family_folders();
-  names.insert(names.begin(), {"gpt2-tiny", "llama-tiny"});
-  for (const char* name : names) {
+  for (const char* name : test::exported_folders()) {
     const HfFolder src(test::hf_dir(name));
     const test::HfReference ref = test::load_hf_reference(name);
     auto grid = ProcessGrid::single();
     Transformer model(src.config(), *grid, test::cpu_backend(), ref.B, ref.T);
     load_hf_folder(src, model);
-    const CheckpointContents contents{{{"model", to_json(src.config())}}, {{"step", 1}}, ""};
-    const std::string ckpt = save_checkpoint((dir_ / name).string(), 1, model, nullptr, contents);
     const fs::path out = dir_ / (std::string(name) + "-hf");
-    export_hf(ckpt, out.string());
+    const std::string ckpt =
+        test::export_through_checkpoint(src.dir(), (dir_ / name).string(), out.string()).checkpoint;
     const HfFolder back(out.string());
     EXPECT_EQ(to_json(back.config()), to_json(src.config())) << name;
     EXPECT_EQ(back.raw_config().at("architectures")[0], src.raw_config().at("architectures")[0]);
@@ -384,6 +385,44 @@ TEST_F(BrokenFolder, ExportedCheckpointsReadBackAsTheSameModel) {
     EXPECT_TRUE(fs::exists(out / "model.safetensors"));
   }
 }
+
+// transformers reads Dendrite's export as Dendrite does. For each folder,
+// scripts/make_hf_reference.py had hf_export (hf_export_main.cpp) make the
+// export above, loaded it with transformers' AutoModelForCausalLM and kept,
+// in tests/data/hf/exports/NAME/, the logits transformers computed on the
+// folder's reference tokens and the sha256 of every file of the export. The
+// export made here must be those files, and Dendrite's logits of it must be
+// transformers' within 1e-5.
+class HfExports : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(HfExports, ReadInTransformersAsInDendrite) {
+  ASSERT_EQ(test::sha256_hex("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  const std::string name = GetParam(), stored = test::hf_dir("exports/" + name);
+  const test::HfReference ref = test::load_hf_reference("exports/" + name);
+  std::ifstream in(stored + "/reference.json");
+  const nlohmann::json want = nlohmann::json::parse(in).at("export").at("sha256");
+  const test::TempDir dir("dendrite_hf_export");
+  const std::string out = dir.file("hf");
+  test::export_through_checkpoint(test::hf_dir(name), dir.file("run"), out);
+  nlohmann::json got = nlohmann::json::object();
+  for (const auto& e : fs::directory_iterator(out))
+    got[e.path().filename().string()] = test::sha256_hex(test::read_bytes(e.path().string()));
+  EXPECT_EQ(got, want) << name << ": not the export transformers read; if the export changed "
+                       << "on purpose, rerun scripts/make_hf_reference.py --hf-export "
+                       << "build/tests/hf_export exports";
+  const HfFolder folder(out);
+  ASSERT_EQ(folder.config().vocab_size, ref.V);
+  auto grid = ProcessGrid::single();
+  Transformer model(folder.config(), *grid, test::cpu_backend(), ref.B, ref.T);
+  load_hf_folder(folder, model);
+  std::vector<float> logits(size_t(ref.B) * ref.T * ref.V);
+  model.logits(ref.tokens.data(), ref.B, ref.T, logits.data());
+  EXPECT_LE(test::worst_logit_error(logits, ref, 0, ref.B * ref.T, 1e-5), 1.0) << name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Reference, HfExports, ::testing::ValuesIn(test::exported_folders()),
+                         param_name);
 
 }  // namespace
 }  // namespace dendrite

@@ -3,8 +3,9 @@
 // synchronisations, device allocations and frees, copies and memsets), each
 // attributed to the Backend op that issued it (counting_backend.h) and to the
 // part of the training step it ran in (the step's trace spans, core/trace.h).
-// Tests only: the emulator (emulator.cpp, cublas_lt.cpp) calls the hooks; a
-// step's anatomy is read from start() to stop().
+// Tests only: the emulator (runtime.cpp, scheduler.cpp, streams.cpp,
+// cublas_lt.cpp) calls the hooks; a step's anatomy is read from start() to
+// stop().
 //
 // Host synchronisations counted (the CUDA runtime's API synchronisation
 // rules): cudaStreamSynchronize, cudaEventSynchronize, cudaDeviceSynchronize

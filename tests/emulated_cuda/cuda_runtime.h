@@ -35,7 +35,7 @@
 // A static __shared__ variable is a function's static, in a section of its
 // own: before each block the emulator fills the section with 0x7f bytes, as
 // it does dynamic shared memory, and swaps it between blocks that run
-// interleaved (emulator.cpp), so that each block has its own.
+// interleaved (scheduler.cpp), so that each block has its own.
 #define __shared__ static __attribute__((section("emu_static_shared")))
 
 #define threadIdx (::emu::thread_idx())

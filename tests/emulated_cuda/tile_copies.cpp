@@ -44,7 +44,7 @@ struct ThreadCopies {
   std::deque<std::vector<Copy>> groups;
 };
 
-// Kernels run one at a time (emulator.cpp), so one table serves them all,
+// Kernels run one at a time (scheduler.cpp), so one table serves them all,
 // a row per thread of the blocks running together.
 ThreadCopies& thread_copies() {
   static std::vector<ThreadCopies>& all = *new std::vector<ThreadCopies>;

@@ -240,15 +240,6 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   return text;
 }
 
-std::string Tokenizer::piece_text(int32_t id) const {
-  DENDRITE_CHECK(id >= 0 && id < vocab_size(), "Tokenizer::piece_text: id ", id,
-                 " is outside the vocabulary [0, ", vocab_size(), ")");
-  if (sp_->IsControl(id)) return "";
-  if (sp_->IsUnknown(id)) return unk_surface_;
-  if (sp_->IsByte(id)) return std::string(1, byte_of_piece(sp_->IdToPiece(id)));
-  return with_spaces(sp_->IdToPiece(id));
-}
-
 // SentencePiece's Decode, one id at a time (see the comment at the top).
 class SentencePieceStream : public TokenStream {
  public:

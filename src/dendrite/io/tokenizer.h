@@ -96,8 +96,6 @@ class Tokenizer : public TextTokenizer {
   std::string format() const override;
   std::vector<std::string> files() const override { return files_; }
 
-  // Decoded text of one piece, without the byte holding of stream().
-  std::string piece_text(int32_t id) const;
   // The id of a piece, -1 if the model has no such piece.
   int piece_id(const std::string& piece) const;
   // For open_tokenizer: the eos id a Hugging Face folder's config names, and

@@ -1,0 +1,428 @@
+// The CUDA emulator's scheduler (emulator.h): the threads of the blocks being
+// run, each a fiber (fiber.h), their barriers and warp collectives, and the
+// launch of a kernel: its checks, the order of its blocks, and the 0x7f
+// bytes each block's shared memory starts with.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "counters.h"
+#include "cuda_runtime.h"
+#include "emulated_backend.h"
+#include "emulator.h"
+#include "emulator_internal.h"
+#include "fiber.h"
+
+namespace emu {
+namespace {
+
+constexpr int kMaxThreads = 1024;
+
+enum class State { kRunnable, kAtBlockBarrier, kAtWarpBarrier, kDone };
+
+struct Fiber {
+  Context ctx;
+  char* stack = nullptr;  // mapped once, reused by every launch
+  uint3 idx{};
+  int lane = 0, warp = 0;
+  int block = 0;  // which of the blocks running together it belongs to
+  State state = State::kRunnable;
+  int phase = 0;               // which exchange set the lane's next warp collective uses
+  void* fake_stack = nullptr;  // ASan's, while the fiber is switched out
+};
+
+struct Warp {
+  // Two sets: collective n uses set n % 2, so a lane writes set n % 2 again
+  // only after every lane has left collective n + 1, having read n's.
+  unsigned char exchange[2][32][32];
+  unsigned alive = 0;    // lanes that exist and have not exited
+  unsigned waiting = 0;  // lanes at the warp's current collective
+  unsigned mask = 0;     // the mask the first of them passed
+  bool masks_differ = false;
+  int first_fiber = 0;  // the fiber of lane 0
+};
+
+// A block being run: its coordinates, its shared memory and its barrier.
+struct Block {
+  uint3 idx{};
+  std::vector<unsigned char> shared;   // dynamic shared memory
+  std::vector<unsigned char> statics;  // its static shared memory while another block's is in place
+  int live = 0, at_barrier = 0;        // threads not exited, and those at __syncthreads
+  uint64_t serial = 0;                 // which block this is, of all run (block_serial)
+};
+
+// Static __shared__ variables (cuda_runtime.h) live in the section
+// emu_static_shared; the linker marks its ends.
+extern "C" unsigned char __start_emu_static_shared[] __attribute__((weak));
+extern "C" unsigned char __stop_emu_static_shared[] __attribute__((weak));
+size_t static_shared_bytes() {
+  return __start_emu_static_shared ? size_t(__stop_emu_static_shared - __start_emu_static_shared)
+                                   : 0;
+}
+
+// The blocks being run (one, or several interleaved). Fibers switch to one
+// another directly: one that stops at a barrier (or exits) resumes the next
+// runnable fiber, and the home context (run_blocks) gets control back only
+// when none is left.
+struct Scheduler {
+  Context home;
+  void* home_fake = nullptr;
+  const void* home_bottom = nullptr;
+  size_t home_size = 0;
+  std::vector<Fiber> fibers;  // block b's thread t: fiber b * threads + t
+  std::vector<Warp> warps;    // block b's warp w: b * warps of a block + w
+  std::vector<Block> blocks;  // those running together
+  int statics_owner = 0;      // the block whose static shared memory is in place
+  std::vector<int> ready;     // runnable fibers, in order, from `head` on
+  size_t head = 0;
+  Fiber* current = nullptr;
+  int threads = 0;       // a block's
+  bool reverse = false;  // run threads, lanes and blocks from the last (set_reverse_order)
+  int interleave = 1;    // blocks run together at most (set_interleaved_blocks)
+  uint64_t serial = 0;   // blocks started so far (block_serial)
+  dim3 grid, block_dim;
+  const std::function<void()>* body = nullptr;
+  std::string error;    // the first failure of the blocks
+  uint3 error_block{};  // the block it names
+};
+
+// Never destroyed: a static backend's destructor may still free memory at exit.
+Scheduler& sched() {
+  static Scheduler& s = *new Scheduler;
+  return s;
+}
+
+// Puts block b's static shared memory in place of the running block's.
+void enter_block(int b) {
+  Scheduler& s = sched();
+  const size_t n = static_shared_bytes();
+  if (b == s.statics_owner || n == 0) return;
+  std::memcpy(s.blocks[size_t(s.statics_owner)].statics.data(), __start_emu_static_shared, n);
+  std::memcpy(__start_emu_static_shared, s.blocks[size_t(b)].statics.data(), n);
+  s.statics_owner = b;
+}
+
+// The running fiber has stopped (at a barrier, or at its end): run the next.
+void switch_away() {
+  Scheduler& s = sched();
+  Fiber& f = *s.current;
+  void** fake = f.state == State::kDone ? nullptr : &f.fake_stack;
+  if (s.head < s.ready.size() && s.error.empty()) {
+    Fiber& next = s.fibers[size_t(s.ready[s.head++])];
+    enter_block(next.block);
+    s.current = &next;
+    transfer(f.ctx, fake, next.ctx, next.stack, kStackBytes);
+  } else {
+    transfer(f.ctx, fake, s.home, s.home_bottom, s.home_size);
+  }
+}
+
+void make_ready(int t) {
+  Scheduler& s = sched();
+  s.fibers[size_t(t)].state = State::kRunnable;
+  s.ready.push_back(t);
+}
+
+// Thread (or lane) i of n in the order the fibers run.
+int in_order(int i, int n) { return sched().reverse ? n - 1 - i : i; }
+
+void release_block(int b) {
+  Scheduler& s = sched();
+  for (int i = 0; i < s.threads; ++i) {
+    const int t = b * s.threads + in_order(i, s.threads);
+    if (s.fibers[size_t(t)].state == State::kAtBlockBarrier) make_ready(t);
+  }
+  s.blocks[size_t(b)].at_barrier = 0;
+}
+
+void set_error(const std::string& e) {
+  Scheduler& s = sched();
+  if (s.error.empty()) s.error = e;
+}
+
+void release_warp(Warp& w) {
+  Scheduler& s = sched();
+  const size_t index = size_t(&w - s.warps.data());
+  if (w.masks_differ)
+    set_error("warp " + std::to_string(index) +
+              ": lanes of one warp passed different masks to a collective");
+  else if (w.mask != w.alive)
+    set_error("warp " + std::to_string(index) +
+              ": a warp collective's mask names lanes that do not exist or have exited, or "
+              "leaves out lanes that wait with it");
+  for (int i = 0; i < 32; ++i) {
+    const int l = in_order(i, 32);
+    if (w.waiting >> l & 1u) make_ready(w.first_fiber + l);
+  }
+  w.waiting = 0;
+  w.masks_differ = false;
+}
+
+void fiber_main() {
+#ifdef EMU_ASAN
+  __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
+#endif
+  Scheduler& s = sched();
+  (*s.body)();
+  Fiber& f = *s.current;
+  f.state = State::kDone;
+  Block& b = s.blocks[size_t(f.block)];
+  --b.live;
+  Warp& w = s.warps[size_t(f.warp)];
+  w.alive &= ~(1u << f.lane);
+  if (w.waiting != 0 && w.waiting == w.alive) release_warp(w);
+  if (b.at_barrier > 0 && b.at_barrier == b.live) release_block(f.block);
+  switch_away();
+  std::abort();  // a finished fiber is never resumed
+}
+
+// Runs blocks[0, n) to their end, their threads interleaved at barriers
+// (each block's from the first fiber, or the last); returns "" or what went
+// wrong, and in error_block the block that failed.
+std::string run_blocks(Scheduler& s, int n) {
+  s.ready.clear();
+  s.head = 0;
+  const int warps = (s.threads + 31) / 32;
+  for (int i = 0; i < n * s.threads; ++i) {
+    Fiber& f = s.fibers[size_t(i)];
+    const int t = i % s.threads;
+    const unsigned bx = s.block_dim.x, by = s.block_dim.y;
+    f.idx = uint3{unsigned(t) % bx, unsigned(t) / bx % by, unsigned(t) / (bx * by)};
+    f.block = i / s.threads;
+    f.lane = t % 32, f.warp = f.block * warps + t / 32;
+    f.phase = 0;
+    f.fake_stack = nullptr;
+    // Stack tops staggered by 4160 bytes a thread (up to 128 KB): tops a
+    // power of two apart would share cache sets and miss on every switch.
+    new_context(f.ctx, f.stack, kStackBytes - size_t(i) * 4160 % (size_t(128) << 10), fiber_main);
+  }
+  for (int b = 0; b < n; ++b) {
+    for (int i = 0; i < s.threads; ++i) make_ready(b * s.threads + in_order(i, s.threads));
+    for (int w = 0; w < warps; ++w) {
+      Warp& wp = s.warps[size_t(b * warps + w)];
+      const int lanes = std::min(32, s.threads - 32 * w);
+      wp.alive = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1;
+      wp.waiting = 0;
+      wp.masks_differ = false;
+      wp.first_fiber = b * s.threads + 32 * w;
+    }
+    s.blocks[size_t(b)].live = s.threads;
+    s.blocks[size_t(b)].at_barrier = 0;
+    s.blocks[size_t(b)].serial = ++s.serial;
+  }
+  s.error.clear();
+  Fiber& first = s.fibers[size_t(s.ready[s.head++])];
+  enter_block(first.block);
+  s.current = &first;
+  transfer(s.home, &s.home_fake, first.ctx, first.stack, kStackBytes);
+  s.error_block = s.blocks[size_t(s.current->block)].idx;
+  if (!s.error.empty()) return s.error;
+  int live = 0;
+  for (int b = 0; b < n; ++b) live += s.blocks[size_t(b)].live;
+  if (live == 0) return "";
+  return "deadlock: the block's threads wait at barriers that none can pass (a __syncthreads "
+         "some threads skip, or a warp collective inside a divergent branch)";
+}
+
+}  // namespace
+
+const uint3& thread_idx() { return sched().current->idx; }
+const uint3& block_idx() {
+  Scheduler& s = sched();
+  return s.blocks[size_t(s.current->block)].idx;
+}
+const dim3& grid_dim() { return sched().grid; }
+const dim3& block_dim() { return sched().block_dim; }
+void* dynamic_shared() {
+  Scheduler& s = sched();
+  return s.blocks[size_t(s.current->block)].shared.data();
+}
+size_t dynamic_shared_bytes() {
+  Scheduler& s = sched();
+  return s.blocks[size_t(s.current->block)].shared.size();
+}
+uint64_t block_serial() {
+  Scheduler& s = sched();
+  return s.blocks[size_t(s.current->block)].serial;
+}
+size_t thread_slot() { return size_t(sched().current - sched().fibers.data()); }
+int lane() { return sched().current->lane; }
+
+void block_barrier() {
+  Scheduler& s = sched();
+  s.current->state = State::kAtBlockBarrier;
+  Block& b = s.blocks[size_t(s.current->block)];
+  if (++b.at_barrier == b.live) release_block(s.current->block);
+  switch_away();
+}
+
+const unsigned char* warp_exchange(unsigned mask, const void* data, size_t bytes) {
+  Scheduler& s = sched();
+  Fiber& f = *s.current;
+  if (!(mask >> f.lane & 1u)) kernel_error("a lane called a warp collective outside its own mask");
+  Warp& w = s.warps[size_t(f.warp)];
+  const int set = f.phase;
+  f.phase ^= 1;
+  std::memcpy(w.exchange[set][f.lane], data, bytes);
+  if (w.waiting == 0)
+    w.mask = mask;
+  else if (w.mask != mask)
+    w.masks_differ = true;
+  w.waiting |= 1u << f.lane;
+  f.state = State::kAtWarpBarrier;
+  if (w.waiting == w.alive) release_warp(w);
+  switch_away();
+  return &w.exchange[set][0][0];
+}
+
+void kernel_error(const std::string& why) {
+  Scheduler& s = sched();
+  set_error(why);
+  s.current->state = State::kDone;  // the launch stops: switch_away goes home
+  switch_away();
+  std::abort();  // not resumed
+}
+
+void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  uint32_t mine[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
+  const unsigned char* all = warp_exchange(0xffffffffu, mine, sizeof mine);
+  auto reg = [&](int lane, int r) {
+    uint32_t v;
+    std::memcpy(&v, all + 32 * lane + 4 * r, 4);
+    return v;
+  };
+  auto bf = [](uint32_t r, int half) { return __uint_as_float(half ? r & 0xffff0000u : r << 16); };
+  // A[row][k]: lane 4 (row % 8) + (k % 8) / 2, register row / 8 + 2 (k / 8), half k % 2.
+  auto A = [&](int row, int k) {
+    return bf(reg(4 * (row % 8) + (k % 8) / 2, row / 8 + 2 * (k / 8)), k % 2);
+  };
+  // B[k][n]: lane 4 n + (k % 8) / 2, register 4 + k / 8, half k % 2.
+  auto B = [&](int k, int n) { return bf(reg(4 * n + (k % 8) / 2, 4 + k / 8), k % 2); };
+  const int g = lane() / 4, t = lane() % 4;
+  for (int e = 0; e < 4; ++e) {
+    const int row = g + 8 * (e / 2), col = 2 * t + e % 2;
+    float sum = 0.0f;
+    for (int k = 0; k < 16; ++k) sum += A(row, k) * B(k, col);
+    d[e] += sum;
+  }
+}
+
+namespace {
+
+// Runs the blocks of a launch that passed its checks (run).
+// Blocks run together at most this many threads in all (set_interleaved_blocks).
+constexpr uint64_t kInterleavedThreads = 4096;
+
+// Makes the fibers, warps and blocks for `together` blocks of `block`'s threads.
+void prepare(Scheduler& s, dim3 block, size_t shared, int together) {
+  const int threads = int(block.x * block.y * block.z);
+  while (s.fibers.size() < size_t(together) * size_t(threads)) {
+    s.fibers.emplace_back();
+    s.fibers.back().stack = map_stack();
+  }
+  s.threads = threads;
+  s.block_dim = block;
+  s.warps.resize(size_t(together) * size_t((threads + 31) / 32));
+  s.blocks.resize(size_t(together));
+  for (Block& b : s.blocks) {
+    b.shared.resize(shared);
+    b.statics.resize(static_shared_bytes());
+  }
+}
+
+// Runs the blocks of a launch that passed its checks (run): `together` at a
+// time, each with its shared memory, dynamic and static, filled with 0x7f
+// bytes (what a block reads before writing it shows in the results).
+void execute(dim3 grid, dim3 block, size_t shared, const char* name,
+             const std::function<void()>& body) {
+  std::lock_guard<std::mutex> lock(rt().launch);
+  Scheduler& s = sched();
+  const uint64_t total = uint64_t(grid.x) * grid.y * grid.z;
+  const uint64_t threads = uint64_t(block.x) * block.y * block.z;
+  const int together = int(std::min<uint64_t>(
+      total, std::max<uint64_t>(
+                 1, std::min<uint64_t>(uint64_t(s.interleave), kInterleavedThreads / threads))));
+  prepare(s, block, shared, together);
+  s.grid = grid;
+  s.body = &body;
+  // The stack of the thread running the launch: switches back to it are
+  // announced to ASan with it.
+  thread_local const void* bottom = nullptr;
+  thread_local size_t size = 0;
+  if (!bottom) home_stack(&bottom, &size);
+  s.home_bottom = bottom, s.home_size = size;
+  {
+    std::unique_lock<std::mutex> lock(rt().memory);
+    if (!rt().fault.empty() && std::string(name).find(rt().fault) != std::string::npos) {
+      rt().fault.clear();
+      lock.unlock();
+      fail(cudaErrorIllegalAddress,
+           std::string("kernel ") + name + ": an illegal address (fault_next_launch)");
+      return;
+    }
+  }
+  const size_t statics = static_shared_bytes();
+  for (uint64_t first = 0; first < total; first += uint64_t(together)) {
+    const int n = int(std::min<uint64_t>(uint64_t(together), total - first));
+    for (int b = 0; b < n; ++b) {
+      const uint64_t i = s.reverse ? total - 1 - (first + uint64_t(b)) : first + uint64_t(b);
+      Block& blk = s.blocks[size_t(b)];
+      blk.idx = uint3{unsigned(i % grid.x), unsigned(i / grid.x % grid.y),
+                      unsigned(i / (uint64_t(grid.x) * grid.y))};
+      std::fill(blk.shared.begin(), blk.shared.end(), 0x7f);
+      if (b > 0) std::fill(blk.statics.begin(), blk.statics.end(), 0x7f);  // block 0's: in place
+    }
+    if (statics > 0) std::memset(__start_emu_static_shared, 0x7f, statics);
+    s.statics_owner = 0;
+    const std::string e = run_blocks(s, n);
+    if (!e.empty()) {
+      const uint3 at = s.error_block;
+      fail(cudaErrorLaunchFailure, std::string("kernel ") + name + ", block (" +
+                                       std::to_string(at.x) + ", " + std::to_string(at.y) + ", " +
+                                       std::to_string(at.z) + "): " + e);
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+bool run(EmulatedStream* stream, dim3 grid, dim3 block, size_t shared, const void* kernel,
+         const char* name, std::function<void()> body) {
+  const uint64_t threads = uint64_t(block.x) * block.y * block.z;
+  auto config = [&](const std::string& why) {
+    fail(cudaErrorInvalidConfiguration, std::string("launch of ") + name + ": " + why);
+    return false;
+  };
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || threads == 0)
+    return config("an empty grid or block");
+  if (grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535)
+    return config("grid (" + std::to_string(grid.x) + ", " + std::to_string(grid.y) + ", " +
+                  std::to_string(grid.z) + ") past the limits (2^31 - 1, 65535, 65535)");
+  if (block.x > 1024 || block.y > 1024 || block.z > 64 || threads > kMaxThreads)
+    return config(std::to_string(threads) + " threads a block, past 1024");
+  size_t limit = kDefaultSharedLimit;
+  {
+    std::lock_guard<std::mutex> lock(rt().memory);
+    if (auto it = rt().shared_limit.find(kernel); it != rt().shared_limit.end()) limit = it->second;
+  }
+  if (shared > limit)
+    return config(std::to_string(shared) + " bytes of dynamic shared memory, past the " +
+                  std::to_string(limit) + " the kernel is allowed" +
+                  (limit == kDefaultSharedLimit ? " (cudaFuncSetAttribute raises it)" : ""));
+  counters::launch(name, grid, block);
+  if (counters::count_only()) return true;
+  submit(stream, [grid, block, shared, name, body = std::move(body)] {
+    execute(grid, block, shared, name, body);
+  });
+  return true;
+}
+
+void set_reverse_order(bool reverse) { sched().reverse = reverse; }
+void set_interleaved_blocks(int blocks) { sched().interleave = std::max(1, blocks); }
+
+}  // namespace emu

@@ -1,0 +1,298 @@
+// The CUDA emulator's streams and events (emulator.h, cuda_runtime.h): each
+// stream a queue of work, run at once on the calling thread or by a thread
+// of its own (set_streams), and events that mark a point of a queue.
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "counters.h"
+#include "cuda_runtime.h"
+#include "emulated_backend.h"
+#include "emulator.h"
+#include "emulator_internal.h"
+
+namespace emu {
+
+// A stream's work, in order. A concurrent stream has a worker thread; the
+// work of the others runs on the thread that enqueues it.
+struct Queue {
+  std::deque<std::function<void()>> work;
+  uint64_t submitted = 0, finished = 0;  // pieces of work
+  bool collectives = false;              // it has carried a collective
+  bool stop = false;
+  std::thread worker;
+};
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct StreamState {
+  std::mutex mu;                    // guards every queue and event
+  std::condition_variable changed;  // work enqueued or finished
+  bool mode_set = false;
+  Streams mode = Streams::kAtOnce;
+  std::set<std::shared_ptr<Queue>> live;  // the concurrent queues
+  std::shared_ptr<Queue> default_queue = std::make_shared<Queue>();
+};
+StreamState& streams() {
+  static StreamState& s = *new StreamState;  // never destroyed, as sched()
+  return s;
+}
+
+// Called with the lock held.
+Streams mode_locked() {
+  StreamState& st = streams();
+  if (!st.mode_set) {
+    st.mode_set = true;
+    const char* v = std::getenv("DENDRITE_EMULATED_STREAMS");
+    const std::string m = v ? v : "";
+    if (m.empty() || m == "at-once")
+      st.mode = Streams::kAtOnce;
+    else if (m == "concurrent")
+      st.mode = Streams::kConcurrent;
+    else if (m == "collectives-late")
+      st.mode = Streams::kCollectivesLate;
+    else if (m == "compute-late")
+      st.mode = Streams::kComputeLate;
+    else {
+      std::fprintf(stderr,
+                   "cuda emulator: DENDRITE_EMULATED_STREAMS=%s is not one of at-once, "
+                   "concurrent, collectives-late, compute-late\n",
+                   m.c_str());
+      std::abort();
+    }
+  }
+  return st.mode;
+}
+
+// How long a concurrent stream sleeps before each piece of work.
+Clock::duration lateness(const Queue& q, Streams m) {
+  if (m == Streams::kCollectivesLate && q.collectives) return std::chrono::microseconds(1000);
+  if (m == Streams::kComputeLate && !q.collectives) return std::chrono::microseconds(200);
+  return Clock::duration::zero();
+}
+
+void work_loop(Queue* q) {
+  t_stream_worker = true;
+  StreamState& st = streams();
+  std::unique_lock<std::mutex> lock(st.mu);
+  for (;;) {
+    st.changed.wait(lock, [&] { return q->stop || !q->work.empty(); });
+    if (q->work.empty()) return;
+    std::function<void()> w = std::move(q->work.front());
+    q->work.pop_front();
+    const Clock::duration late = lateness(*q, st.mode);
+    lock.unlock();
+    if (late > Clock::duration::zero()) std::this_thread::sleep_for(late);
+    w();
+    w = nullptr;  // what it holds is released before the work counts as done
+    lock.lock();
+    ++q->finished;
+    st.changed.notify_all();
+  }
+}
+
+std::shared_ptr<Queue> make_queue() {
+  StreamState& st = streams();
+  auto q = std::make_shared<Queue>();
+  std::lock_guard<std::mutex> lock(st.mu);
+  const char* blocking = std::getenv("CUDA_LAUNCH_BLOCKING");
+  const bool launches_block = blocking && std::string(blocking) == "1";
+  if (mode_locked() != Streams::kAtOnce && !launches_block) {
+    st.live.insert(q);
+    q->worker = std::thread(work_loop, q.get());
+  }
+  return q;
+}
+
+}  // namespace
+
+// Enqueues work on q; returns its ticket (q has run it once finished reaches it).
+uint64_t enqueue(const std::shared_ptr<Queue>& q, std::function<void()> work) {
+  StreamState& st = streams();
+  uint64_t ticket;
+  if (!q->worker.joinable()) {  // at once
+    {
+      std::lock_guard<std::mutex> lock(st.mu);
+      ticket = ++q->submitted;
+    }
+    work();
+    std::lock_guard<std::mutex> lock(st.mu);
+    ++q->finished;
+    st.changed.notify_all();
+    return ticket;
+  }
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    q->work.push_back(std::move(work));
+    ticket = ++q->submitted;
+  }
+  st.changed.notify_all();
+  return ticket;
+}
+
+void wait_for(const Queue& q, uint64_t ticket) {
+  StreamState& st = streams();
+  std::unique_lock<std::mutex> lock(st.mu);
+  st.changed.wait(lock, [&] { return q.finished >= ticket; });
+}
+
+namespace {
+void drain(const Queue& q) {
+  uint64_t last;
+  {
+    std::lock_guard<std::mutex> lock(streams().mu);
+    last = q.submitted;
+  }
+  wait_for(q, last);
+}
+}  // namespace
+
+// Every stream's work enqueued so far has run (what cudaFree waits for).
+void drain_all() {
+  std::vector<std::pair<std::shared_ptr<Queue>, uint64_t>> all;
+  {
+    std::lock_guard<std::mutex> lock(streams().mu);
+    for (const auto& q : streams().live) all.emplace_back(q, q->submitted);
+  }
+  for (const auto& [q, last] : all) wait_for(*q, last);
+}
+
+void set_streams(Streams m) {
+  std::lock_guard<std::mutex> lock(streams().mu);
+  streams().mode = m;
+  streams().mode_set = true;
+}
+
+}  // namespace emu
+
+struct EmulatedStream {
+  std::shared_ptr<emu::Queue> q;
+};
+struct EmulatedEvent {
+  std::shared_ptr<emu::Queue> q;  // of the latest record (none: never recorded)
+  uint64_t ticket = 0;            // the record's work on q
+  std::shared_ptr<std::chrono::steady_clock::time_point> at =
+      std::make_shared<std::chrono::steady_clock::time_point>();
+};
+
+namespace emu {
+
+const std::shared_ptr<Queue>& queue_of(EmulatedStream* s) {
+  return s ? s->q : streams().default_queue;
+}
+namespace {
+// Whether e's latest record has run (one never recorded has).
+bool done(const EmulatedEvent& e) {
+  std::lock_guard<std::mutex> lock(streams().mu);
+  return !e.q || e.q->finished >= e.ticket;
+}
+}  // namespace
+
+void submit(EmulatedStream* s, std::function<void()> work) {
+  enqueue(queue_of(s), std::move(work));
+}
+
+void carries_collectives(EmulatedStream* s) {
+  std::lock_guard<std::mutex> lock(streams().mu);
+  queue_of(s)->collectives = true;
+}
+
+}  // namespace emu
+
+namespace {
+
+// What a synchronisation returns: a stream's failure, else the thread's last error.
+cudaError_t synchronised() {
+  const cudaError_t sticky = emu::sticky_error();
+  return sticky != cudaSuccess ? sticky : cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t cudaStreamCreate(cudaStream_t* s) {
+  *s = new EmulatedStream{emu::make_queue()};
+  return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return cudaStreamCreate(s); }
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  if (!s) return cudaSuccess;
+  emu::drain(*s->q);
+  if (s->q->worker.joinable()) {
+    emu::StreamState& st = emu::streams();
+    {
+      std::lock_guard<std::mutex> lock(st.mu);
+      s->q->stop = true;
+    }
+    st.changed.notify_all();
+    s->q->worker.join();
+    std::lock_guard<std::mutex> lock(st.mu);
+    st.live.erase(s->q);
+  }
+  delete s;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  emu::counters::sync("cudaStreamSynchronize");
+  emu::drain(*emu::queue_of(s));
+  return synchronised();
+}
+cudaError_t cudaEventCreate(cudaEvent_t* e) {
+  *e = new EmulatedEvent{};
+  return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete e;  // a record still queued keeps its time stamp alive
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  const auto& q = emu::queue_of(s);
+  auto at = e->at;
+  const uint64_t ticket = emu::enqueue(q, [at] { *at = std::chrono::steady_clock::now(); });
+  std::lock_guard<std::mutex> lock(emu::streams().mu);
+  e->q = q;
+  e->ticket = ticket;
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  emu::counters::sync("cudaEventSynchronize");
+  std::shared_ptr<emu::Queue> q;
+  uint64_t ticket;
+  {
+    std::lock_guard<std::mutex> lock(emu::streams().mu);
+    q = e->q, ticket = e->ticket;
+  }
+  if (q) emu::wait_for(*q, ticket);
+  return synchronised();
+}
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+  const cudaError_t sticky = emu::sticky_error();
+  if (sticky != cudaSuccess) return sticky;
+  return emu::done(*e) ? cudaSuccess : cudaErrorNotReady;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
+  std::shared_ptr<emu::Queue> q;
+  uint64_t ticket;
+  {
+    std::lock_guard<std::mutex> lock(emu::streams().mu);
+    q = e->q, ticket = e->ticket;
+  }
+  if (q) emu::submit(s, [q, ticket] { emu::wait_for(*q, ticket); });
+  return cudaSuccess;
+}
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (!emu::done(*start) || !emu::done(*end)) return cudaErrorNotReady;
+  *ms = std::chrono::duration<float, std::milli>(*end->at - *start->at).count();
+  return cudaSuccess;
+}

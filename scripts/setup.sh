@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(g++ cmake ninja-build pkg-config git openmpi-bin libopenmpi-dev libdnnl-dev
           libsentencepiece-dev libpcre2-dev libicu-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
           bible-kjv python3-matplotlib python3-numpy
+          libssl-dev  # the tests' SHA-256 of exported files (tests/sha256.h)
           fortunes-min jargon-text  # canary text: experiments/memorization/make_canaries.py
           clang libclang-rt-14-dev  # clang: libFuzzer targets (scripts/fuzz.sh)
           ccache)  # rebuilds reuse compiled objects (CMakeLists.txt)

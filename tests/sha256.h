@@ -1,64 +1,22 @@
-// SHA-256 (FIPS 180-4), for tests that check a file is the one a reference
-// script hashed with Python's hashlib.
+// SHA-256 through OpenSSL's libcrypto, for tests that check a file is the one
+// a reference script hashed with Python's hashlib.
 #pragma once
 
-#include <array>
-#include <bit>
-#include <cstdint>
+#include <openssl/evp.h>
+
 #include <cstdio>
 #include <string>
 #include <string_view>
 
 namespace dendrite::test {
 
-// The digest of data, as 64 lowercase hex digits.
+// The digest of data, as 64 lowercase hex digits ("" if OpenSSL fails).
 inline std::string sha256_hex(std::string_view data) {
-  static constexpr uint32_t k[64] = {
-      0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
-      0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
-      0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
-      0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7,
-      0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc,
-      0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
-      0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116,
-      0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-      0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
-      0xc67178f2};
-  std::array<uint32_t, 8> h = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                               0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-  // The message, a 1 bit, zeros, and its length in bits: whole 64-byte blocks.
-  std::string msg(data);
-  msg += char(0x80);
-  while (msg.size() % 64 != 56) msg += char(0);
-  for (int i = 7; i >= 0; --i) msg += char(uint64_t(data.size()) * 8 >> (8 * i));
-  for (size_t block = 0; block < msg.size(); block += 64) {
-    uint32_t w[64];
-    for (int i = 0; i < 16; ++i) {
-      w[i] = 0;
-      for (int j = 0; j < 4; ++j) w[i] = w[i] << 8 | uint8_t(msg[block + 4 * i + j]);
-    }
-    for (int i = 16; i < 64; ++i) {
-      const uint32_t s0 = std::rotr(w[i - 15], 7) ^ std::rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
-      const uint32_t s1 = std::rotr(w[i - 2], 17) ^ std::rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
-      w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-    }
-    auto [a, b, c, d, e, f, g, hh] = h;
-    for (int i = 0; i < 64; ++i) {
-      const uint32_t t1 = hh + (std::rotr(e, 6) ^ std::rotr(e, 11) ^ std::rotr(e, 25)) +
-                          ((e & f) ^ (~e & g)) + k[i] + w[i];
-      const uint32_t t2 =
-          (std::rotr(a, 2) ^ std::rotr(a, 13) ^ std::rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-      hh = g, g = f, f = e, e = d + t1, d = c, c = b, b = a, a = t1 + t2;
-    }
-    const std::array<uint32_t, 8> add = {a, b, c, d, e, f, g, hh};
-    for (int i = 0; i < 8; ++i) h[i] += add[i];
-  }
-  std::string hex;
-  char digits[9];
-  for (uint32_t v : h) {
-    std::snprintf(digits, sizeof digits, "%08x", v);
-    hex += digits;
-  }
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  if (!EVP_Digest(data.data(), data.size(), digest, &size, EVP_sha256(), nullptr)) return "";
+  std::string hex(2 * size, '0');
+  for (unsigned int i = 0; i < size; ++i) std::snprintf(&hex[2 * i], 3, "%02x", digest[i]);
   return hex;
 }
 

@@ -128,7 +128,9 @@ Runner add_calibrate(CLI::App& app, MpiEnv& env) {
                  "beside its choice")
       ->capture_default_str();
   app.add_option("--threads", o->threads, "Threads per rank (default: OMP_NUM_THREADS)");
-  app.add_flag("--quick", o->quick, "Fewer GEMM shapes (tests)");
+  app.add_flag("--quick", o->quick,
+               "Fewer GEMM shapes and collective sizes, each timed a quarter as long (tests, a "
+               "first look)");
   app.add_option("--device", o->device,
                  "cpu, cuda or auto (as train --device): the node described is one of this "
                  "device's, its GEMMs, memory bandwidth and collectives (NCCL on GPUs) measured")

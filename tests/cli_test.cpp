@@ -77,16 +77,18 @@ fs::path Cli::dir_;
 test::BookData Cli::genesis_;
 
 TEST_F(Cli, TrainingLowersValidationLoss) {
-  // ln(512) = 6.24 at the start; this model reaches about 3.7 after 150 steps.
+  // ln(512) = 6.24 at the start; this model reaches about 4.16 after 80 steps
+  // (4.40 after 60): below 4.4 it has learned more than the tokens' frequencies
+  // (their entropy is 5.0 nats).
   const fs::path metrics = dir_ / "learn.jsonl";
-  Result r = dendrite("train" + model("gpt2.json") + data() + " --steps 150 --batch 8 --seq 64" +
-                   " --lr 3e-3 --eval-every 150 --log-every 50 --metrics " + metrics.string());
+  Result r = dendrite("train" + model("gpt2.json") + data() + " --steps 80 --batch 8 --seq 64" +
+                      " --lr 3e-3 --eval-every 80 --log-every 40 --metrics " + metrics.string());
   ASSERT_EQ(r.rc, 0) << r.out;
   std::ifstream in(metrics);
   std::string line, last;
   while (std::getline(in, line)) last = line;
   double val = nlohmann::json::parse(last).at("val_loss");
-  EXPECT_LT(val, 4.2) << r.out;
+  EXPECT_LT(val, 4.4) << r.out;
 }
 
 TEST_F(Cli, ResumedRunHasBitIdenticalLosses) {

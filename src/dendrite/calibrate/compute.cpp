@@ -68,25 +68,25 @@ std::vector<GemmRate> calibrate_gemm(Communicator& world, Backend& be, bool quic
 }
 
 // Bytes/s one rank streams in c[i] = a[i] + b[i] over arrays far larger than cache.
-double calibrate_bandwidth(Communicator& world) {
+double calibrate_bandwidth(Communicator& world, double seconds) {
   const int64_t n = 8 << 20;  // 32 MB per array
   std::vector<float> a(n, 1.0f), b(n, 2.0f), c(n);
   auto fn = [&] {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) c[i] = a[i] + b[i];
   };
-  return 12.0 * n / time_call(world, fn, 0.3, 3);
+  return 12.0 * n / time_call(world, fn, seconds, 3);
 }
 
 // Bytes/s of a device copy far larger than cache (read and write counted).
-double calibrate_device_bandwidth(Communicator& world, Backend& be) {
+double calibrate_device_bandwidth(Communicator& world, Backend& be, double seconds) {
   const int64_t n = 64 << 20;  // 256 MB per array
   Buffer<float> a = be.alloc<float>(n), c = be.alloc<float>(n);
   auto fn = [&] {
     be.copy(c.data(), a.data(), size_t(n) * sizeof(float));
     be.ready_for_host();
   };
-  return 8.0 * n / time_call(world, fn, 0.3, 3);
+  return 8.0 * n / time_call(world, fn, seconds, 3);
 }
 
 // Seconds per parameter of the optimizer step as the trainer runs it: zero the
@@ -94,7 +94,7 @@ double calibrate_device_bandwidth(Communicator& world, Backend& be) {
 // their 512 MB of state, as a model's, come from memory, not from a last-level
 // cache (4M parameters, 64 MB, stayed in a 260 MB one: 1.6 ns per parameter
 // where a GPT-2 124M step spent about 2.8).
-double calibrate_optimizer(Communicator& world, Backend& be) {
+double calibrate_optimizer(Communicator& world, Backend& be, double seconds) {
   const long n = 32 << 20;
   Buffer<float> p = be.alloc<float>(n), g = be.alloc<float>(n), m = be.alloc<float>(n),
                 v = be.alloc<float>(n);
@@ -110,7 +110,7 @@ double calibrate_optimizer(Communicator& world, Backend& be) {
                     ops::AdamWConfig{}, 1.0f, nullptr);
     be.wait(be.record());
   };
-  return time_call(world, fn, 0.5, 3) / n;
+  return time_call(world, fn, seconds, 3) / n;
 }
 
 }  // namespace
@@ -120,9 +120,11 @@ void calibrate_compute(Communicator& world, Backend& be, bool quick, Machine& ma
   mach.memory_per_rank_bytes = gpu ? double(be.device_capacity_bytes())
                                    : double(sysconf(_SC_PHYS_PAGES)) *
                                          double(sysconf(_SC_PAGE_SIZE)) / world.ranks_on_node();
-  mach.peak_gflops = mean_over(world, be.measure_peak_gflops(Precision::kF32, 0, 0.3));
-  mach.memory_bandwidth = gpu ? calibrate_device_bandwidth(world, be) : calibrate_bandwidth(world);
-  mach.optimizer_seconds_per_param = calibrate_optimizer(world, be);
+  const double scale = quick ? 0.25 : 1.0;  // --quick times each figure a quarter as long
+  mach.peak_gflops = mean_over(world, be.measure_peak_gflops(Precision::kF32, 0, 0.3 * scale));
+  mach.memory_bandwidth = gpu ? calibrate_device_bandwidth(world, be, 0.3 * scale)
+                              : calibrate_bandwidth(world, 0.3 * scale);
+  mach.optimizer_seconds_per_param = calibrate_optimizer(world, be, 0.5 * scale);
   mach.gemm = calibrate_gemm(world, be, quick, Precision::kF32);
   // Where bf16 would only be widened to fp32, its rates are the fp32 ones: none written.
   if (be.bf16_gemm_native()) mach.gemm_bf16 = calibrate_gemm(world, be, quick, Precision::kBF16);

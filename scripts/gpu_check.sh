@@ -129,7 +129,11 @@ if [[ ! -f /usr/local/cuda/include/nccl.h ]]; then
     export LD_LIBRARY_PATH=$wheel/lib:$LD_LIBRARY_PATH
   fi
 fi
-targets=(dendrite backend_ops_test cuda_model_test)
+# The op harness is a program per op family (tests/backend_ops_*_test.cpp).
+ops_tests=(tests/backend_ops_*_test.cpp)
+ops_tests=("${ops_tests[@]##*/}")
+ops_tests=("${ops_tests[@]%.cpp}")
+targets=(dendrite "${ops_tests[@]}" cuda_model_test)
 ((stage == 2)) && targets+=(parallel_mpi_test grad_accum_mpi_test kill_test attention_bench)
 # Builds at -j of the machine's cores; on 2 cores here the rehearsal takes minutes.
 if ! part configure 180 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
@@ -200,7 +204,10 @@ PY
 }
 
 if ((stage == 1)); then
-  gpu_part gpu_tests_ops 150 build-gpu/tests/backend_ops_test --gtest_filter='Cuda/*' --gtest_brief=1
+  # shellcheck disable=SC2016  # the loop's variables are its own
+  gpu_part gpu_tests_ops 150 bash -c 'rc=0
+    for t; do echo "== $t"; "build-gpu/tests/$t" --gtest_filter="Cuda/*" --gtest_brief=1 || rc=1; done
+    exit $rc' _ "${ops_tests[@]}"
   gpu_part gpu_tests_model 150 build-gpu/tests/cuda_model_test --gtest_filter='Gpu/*' --gtest_brief=1
   [[ -n $warm_pid ]] && { wait "$warm_pid"; note "[$(elapsed) s] torch.compile warm-up done"; }
   for m in gpt2-124m gpt2-350m; do

@@ -27,8 +27,8 @@
 // dQ) in device memory, which grows with T^2 (docs/cuda.md). Every sum runs
 // in a fixed order and nothing is atomic, so results are deterministic; the
 // rounding of P, dS and dO to bf16 puts the outputs within about 2^-8
-// (relative) of the fp32 SIMT path's, the bound tests/backend_ops_test.cpp
-// holds them to.
+// (relative) of the fp32 SIMT path's, the bound
+// tests/backend_ops_attention_test.cpp holds them to.
 //
 // Fragments (PTX ISA, mma.m16n8k16 with .bf16): lane = 4 g + t; A [16 x 16]
 // holds rows g, g+8 at columns 2t, 2t+1 (registers 0, 1) and 2t+8, 2t+9

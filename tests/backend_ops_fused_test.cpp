@@ -1,0 +1,114 @@
+// The op harness (backend_ops_support.h) on the fused ops: each against the
+// separate ops it stands for on the same backend, to the bit (LayerNorm with
+// its bf16 output and its backward added to a residual's gradient, the bias
+// gradient with a bf16 copy, the loss's bf16 gradient, attention's bf16 output).
+// Letters: m rows, c channels, V vocabulary.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend_ops_support.h"
+
+namespace dendrite::test {
+namespace {
+
+// The fused ops against the separate ops they stand for, on the same
+// backend: the same bits (the separate ops are checked against the oracles
+// in the harness's other programs). c = 20 takes the GPU's 4-wide path, 22
+// the scalar one; 1100 rows span three blocks of a column sum.
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+TEST_P(BackendOps, FusedOpsGiveTheBitsOfTheSeparateOps) {
+  const int m = 1100;
+  for (int c : {20, 22}) {
+    const std::string p = str(" c=", c);
+    const Vf x = randn(m * c, 71, 2.0, 0.5), g = randn(c, 72, 0.2, 1.0), b = randn(c, 73, 0.1);
+    const Vf dy = randn(m * c, 74), res = randn(m * c, 75), ones(c, 1.0f);
+    Buffer<float> X = put(x), G = put(g), Bt = put(b), DY = put(dy), Mean = zeros<float>(m),
+                  Rstd = zeros<float>(m), Y = zeros<float>(m * c), Scratch = zeros<float>(m * c);
+    Buffer<double> S = zeros<double>(2 * m);
+    Buffer<bf16> Yh = zeros<bf16>(m * c), Want = zeros<bf16>(m * c);
+    be().layernorm_row_sums(S.data(), X.data(), {m, c, c});
+    be().layernorm_apply(Y.data(), Mean.data(), Rstd.data(), S.data(), X.data(), G.data(),
+                         Bt.data(), {m, c, c}, 1e-5f);
+    be().to_bf16(Want.data(), Y.data(), int64_t(m) * c);
+    be().layernorm_apply_bf16(Yh.data(), Scratch.data(), Mean.data(), Rstd.data(), S.data(),
+                              X.data(), G.data(), Bt.data(), {m, c, c}, 1e-5f);
+    EXPECT_TRUE(same_bits(get(Yh), get(Want))) << "layernorm_apply_bf16" << p;
+    Buffer<double> RowS = zeros<double>(2 * m);
+    Buffer<float> RMean = zeros<float>(m), RRstd = zeros<float>(m);
+    be().layernorm_rows_bf16(RowS.data(), Yh.data(), Scratch.data(), RMean.data(), RRstd.data(),
+                             X.data(), G.data(), Bt.data(), {m, c, c}, 1e-5f);
+    EXPECT_TRUE(same_bits(get(Yh), get(Want))) << "layernorm_rows_bf16 y" << p;
+    EXPECT_TRUE(same_bits(get(RowS), get(S))) << "layernorm_rows_bf16 sums" << p;
+    EXPECT_TRUE(same_bits(get(RMean), get(Mean))) << "layernorm_rows_bf16 mean" << p;
+    EXPECT_TRUE(same_bits(get(RRstd), get(Rstd))) << "layernorm_rows_bf16 rstd" << p;
+
+    // the backward added to a residual's gradient, gain and bias gradients from ones
+    be().layernorm_backward_sums(S.data(), DY.data(), X.data(), Mean.data(), Rstd.data(), G.data(),
+                                 {m, c, c});
+    Buffer<float> DX = zeros<float>(m * c), Res = put(res), Fused = put(res);
+    Buffer<float> DG = put(ones), DB = put(ones), FDG = put(ones), FDB = put(ones);
+    be().layernorm_backward_apply(DX.data(), DG.data(), DB.data(), S.data(), DY.data(), X.data(),
+                                  Mean.data(), Rstd.data(), G.data(), {m, c, c});
+    be().add_inplace(Res.data(), DX.data(), long(m) * c);
+    be().layernorm_backward_apply_add(Fused.data(), Scratch.data(), FDG.data(), FDB.data(),
+                                      S.data(), DY.data(), X.data(), Mean.data(), Rstd.data(),
+                                      G.data(), {m, c, c});
+    EXPECT_TRUE(same_bits(get(Fused), get(Res))) << "layernorm_backward_apply_add dres" << p;
+    EXPECT_TRUE(same_bits(get(FDG), get(DG))) << "layernorm_backward_apply_add dgamma" << p;
+    EXPECT_TRUE(same_bits(get(FDB), get(DB))) << "layernorm_backward_apply_add dbeta" << p;
+
+    // a bias gradient with its output gradient rounded
+    Buffer<float> Col = put(ones), FCol = put(ones);
+    be().to_bf16(Want.data(), DY.data(), int64_t(m) * c);
+    be().add_column_sums(Col.data(), DY.data(), m, c);
+    be().to_bf16_column_sums(Yh.data(), FCol.data(), DY.data(), m, c);
+    EXPECT_TRUE(same_bits(get(Yh), get(Want))) << "to_bf16_column_sums out" << p;
+    EXPECT_TRUE(same_bits(get(FCol), get(Col))) << "to_bf16_column_sums db" << p;
+  }
+  // dlogits rounded to bf16, over a vocabulary part with padding ids and a zero weight
+  const int rows = 19, V = 61, Vloc = 32, v0 = 32;
+  const Vf logits = randn(rows * Vloc, 76, 3.0), lse = randn(rows, 77, 0.5, 4.0);
+  Vf weight(rows, 1.0f);
+  weight[3] = 0.0f, weight[7] = 0.5f;
+  Buffer<float> Lg = put(logits), Lf = put(logits), Lse = put(lse), Wt = put(weight);
+  Buffer<int32_t> Tg = put(random_tokens(rows, V, 78));
+  Buffer<bf16> Dh = zeros<bf16>(rows * Vloc), Want = zeros<bf16>(rows * Vloc);
+  be().ce_dlogits(Lg.data(), Lse.data(), Tg.data(), Wt.data(), 17.5, {rows, Vloc, v0, V});
+  be().to_bf16(Want.data(), Lg.data(), int64_t(rows) * Vloc);
+  be().ce_dlogits_bf16(Dh.data(), Lf.data(), Lse.data(), Tg.data(), Wt.data(), 17.5,
+                       {rows, Vloc, v0, V});
+  EXPECT_TRUE(same_bits(get(Dh), get(Want))) << "ce_dlogits_bf16";
+
+  // attention's output in bf16: 2 sequences of 37 (a partial tile), 4 heads of 16 over 2 kv heads
+  const ops::AttentionShape s{2, 37, 4, 2, 16, 64, 32, 64};
+  const int qkv_rows = s.B * s.T;
+  Buffer<bf16> Q = put(rounded(randn(qkv_rows * s.q_stride, 79))),
+               K = put(rounded(randn(qkv_rows * s.kv_stride, 80))),
+               Vv = put(rounded(randn(qkv_rows * s.kv_stride, 81)));
+  Buffer<float> O = zeros<float>(qkv_rows * s.out_stride),
+                Os = zeros<float>(qkv_rows * s.out_stride), L = zeros<float>(s.B * s.NH * s.T),
+                Ls = zeros<float>(s.B * s.NH * s.T);
+  Buffer<bf16> Oh = zeros<bf16>(qkv_rows * s.out_stride),
+               OWant = zeros<bf16>(qkv_rows * s.out_stride);
+  be().attention_forward(O.data(), L.data(), Q.data(), K.data(), Vv.data(), s);
+  be().to_bf16(OWant.data(), O.data(), int64_t(qkv_rows) * s.out_stride);
+  be().attention_forward_bf16(Oh.data(), Os.data(), Ls.data(), Q.data(), K.data(), Vv.data(), s);
+  EXPECT_TRUE(same_bits(get(Oh), get(OWant))) << "attention_forward_bf16 out";
+  EXPECT_TRUE(same_bits(get(Ls), get(L))) << "attention_forward_bf16 lse";
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, BackendOps, ::testing::Values(kCpuTarget), target_name);
+INSTANTIATE_TEST_SUITE_P(Emulated, BackendOps, ::testing::ValuesIn(kEmulatedTargets), target_name);
+#ifdef DENDRITE_HAVE_CUDA
+INSTANTIATE_TEST_SUITE_P(Cuda, BackendOps, ::testing::Values(kCudaTarget), target_name);
+#endif
+
+}  // namespace
+}  // namespace dendrite::test

@@ -18,5 +18,9 @@ scripts/build.sh
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(nproc)}"
 cd build
 labels=$(IFS='|' && echo "${exclude[*]}")
-ctest --output-on-failure --timeout 600 -j "$(nproc)" "${include[@]}" \
+# Two tests per core: most of them wait on the processes they start (mpirun,
+# dendrite) for much of their time. The MPI tests ask for more slots than
+# that (PROCESSORS) and so run alone. On 2 cores the suite took 147 s so,
+# 184 s with one test per core.
+ctest --output-on-failure --timeout 600 -j "$((2 * $(nproc)))" "${include[@]}" \
   ${labels:+-LE "($labels)"} "$@"

@@ -367,8 +367,19 @@ TEST(ExactMath, TheGpuExponentialHasTheCpuBits) {
   for (long i = 0; i < n; ++i) host[i] = exact::exp_approx(x[i]);
   for (long i = 0; i < n; ++i) rounded[i] = exact::exp_approx_rounded(x[i]);
   long differ = 0;
-  for (long i = 0; i < n; ++i) differ += std::memcmp(&host[i], &rounded[i], sizeof(float)) != 0;
+  double worst = 0;
+  for (long i = 0; i < n; ++i) {
+    differ += std::memcmp(&host[i], &rounded[i], sizeof(float)) != 0;
+    worst = std::max(worst, std::fabs(double(host[i]) / rounded[i] - 1.0));
+  }
+#if defined(__FMA__)
+  // The product's build (-march=native: FMA, contracted as the device form says).
   EXPECT_EQ(differ, 0) << "of " << n << " values";
+#else
+  // A build without FMA (the sanitizers'): each product rounded apart, so the
+  // host form may differ from the device form by an ulp or two.
+  EXPECT_LE(worst, 0x1p-22) << differ << " of " << n << " values differ";
+#endif
   EXPECT_NEAR(host[n / 2 + 1000] / std::exp(x[n / 2 + 1000]), 1.0, 1e-6);
 }
 

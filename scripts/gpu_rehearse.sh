@@ -67,7 +67,7 @@ if chroot "$root" /bin/sh -c 'test -e /usr/include/unicode/utypes.h || test -e /
 fi
 
 # ---- the working tree, as the device tool sends it ----
-[[ -d .gpu-debs ]] || scripts/gpu_deps.sh
+scripts/gpu_deps.sh  # fetches what the list has and .gpu-debs lacks
 repo=$root/lease/repo
 tree() { git ls-files -co --exclude-standard; find .gpu-debs -type f; }
 if ((keep_build)) && [[ -d $repo/build-gpu ]]; then

@@ -74,6 +74,19 @@ def partials(m, n):
     return f32(row_blocks(m) * n + 2 * n), row_blocks(m) * n
 
 
+def whole_row_blocks(m):
+    """The blocks of rows of layernorm_backward_rows_add (norm.cu: whole_rows_per_block)."""
+    rows = max(3, -(-m // 1024))
+    return -(-m // rows)
+
+
+def ln_backward_rows(a):
+    """layernorm_backward_rows_kernel: bytes and flops."""
+    return (f32(4 * a["m"] * a["c"] + 2 * a["m"] + a["c"]
+                + 2 * whole_row_blocks(a["m"]) * a["c"]) + 16.0 * a["m"],
+            13 * a["m"] * a["c"])
+
+
 def tensor_attention(fn):
     return lambda a: fn(a) + ("tensor" if a.get("q_bf16", 0) else "simt",)
 
@@ -147,6 +160,16 @@ KERNELS = {
     ("layernorm_backward_apply_add", "layernorm_backward_apply_kernel"):
         lambda a: (f32(4 * a["m"] * a["c"] + 3 * a["m"] + 5 * a["c"]) + 16.0 * a["m"],
                    11 * a["m"] * a["c"]),
+    # whole rows in one pass: dy and x read once (the apply rereads the row
+    # the block has just summed, from cache), the residual's gradient read and
+    # written, the row sums and each block of rows' gain and bias partials written
+    # (<1>: a group of 4 columns a thread, up to 2048 columns; wider, up to 4)
+    ("layernorm_backward_rows_add", "layernorm_backward_rows_kernel<1>"): ln_backward_rows,
+    ("layernorm_backward_rows_add", "layernorm_backward_rows_kernel<kOwnGroups>"):
+        ln_backward_rows,
+    ("layernorm_backward_rows_add", "add_row_block_partials_kernel"):
+        lambda a: (f32(whole_row_blocks(a["m"]) * a["c"] + 2 * a["c"]),
+                   whole_row_blocks(a["m"]) * a["c"]),
     ("rmsnorm_row_sums", "row_sums_kernel<NS, Terms>"):
         lambda a: (f32(a["m"] * a["c"]) + 8.0 * a["m"], 2 * a["m"] * a["c"]),
     ("rmsnorm_apply", "rmsnorm_apply_kernel"):

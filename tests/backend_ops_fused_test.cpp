@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend_ops_support.h"
@@ -64,6 +65,26 @@ TEST_P(BackendOps, FusedOpsGiveTheBitsOfTheSeparateOps) {
     EXPECT_TRUE(same_bits(get(FDG), get(DG))) << "layernorm_backward_apply_add dgamma" << p;
     EXPECT_TRUE(same_bits(get(FDB), get(DB))) << "layernorm_backward_apply_add dbeta" << p;
 
+    // the same in one pass over whole rows: the sums and dres to the bit,
+    // dgamma and dbeta the same sums in the device's order (twice alike)
+    std::vector<Vf> one_pass;
+    for (int run = 0; run < 2; ++run) {
+      Buffer<double> RowS = zeros<double>(2 * m);
+      Buffer<float> Rows = put(res), RDG = put(ones), RDB = put(ones);
+      be().layernorm_backward_rows_add(RowS.data(), Rows.data(), Scratch.data(), RDG.data(),
+                                       RDB.data(), DY.data(), X.data(), Mean.data(), Rstd.data(),
+                                       G.data(), {m, c, c});
+      EXPECT_TRUE(same_bits(get(RowS), get(S))) << "layernorm_backward_rows_add sums" << p;
+      EXPECT_TRUE(same_bits(get(Rows), get(Res))) << "layernorm_backward_rows_add dres" << p;
+      expect_close(get(RDG), to_d(get(DG)), 1e-6, "layernorm_backward_rows_add dgamma" + p);
+      expect_close(get(RDB), to_d(get(DB)), 1e-6, "layernorm_backward_rows_add dbeta" + p);
+      Vf both = get(RDG);
+      const Vf db = get(RDB);
+      both.insert(both.end(), db.begin(), db.end());
+      one_pass.push_back(both);
+    }
+    EXPECT_TRUE(same_bits(one_pass[0], one_pass[1])) << "layernorm_backward_rows_add runs" << p;
+
     // a bias gradient with its output gradient rounded
     Buffer<float> Col = put(ones), FCol = put(ones);
     be().to_bf16(Want.data(), DY.data(), int64_t(m) * c);
@@ -72,6 +93,37 @@ TEST_P(BackendOps, FusedOpsGiveTheBitsOfTheSeparateOps) {
     EXPECT_TRUE(same_bits(get(Yh), get(Want))) << "to_bf16_column_sums out" << p;
     EXPECT_TRUE(same_bits(get(FCol), get(Col))) << "to_bf16_column_sums db" << p;
   }
+  // a width past what a GPU block of the one-pass backward keeps (4 groups of 4
+  // columns for each of 512 threads), and one row (its gain and bias partials
+  // would not fit in scratch): the two kernels, the same sums and dres
+  for (const auto [mw, cw] : {std::pair{3, 8200}, std::pair{1, 64}}) {
+    const Vf x = randn(mw * cw, 82, 2.0, 0.5), g = randn(cw, 83, 0.2, 1.0), dy = randn(mw * cw, 84),
+             res = randn(mw * cw, 85);
+    Buffer<float> X = put(x), G = put(g), Bt = put(g), DY = put(dy), Mean = zeros<float>(mw),
+                  Rstd = zeros<float>(mw), Y = zeros<float>(mw * cw),
+                  Scratch = zeros<float>(mw * cw), Res = put(res), Fused = put(res);
+    Buffer<double> S = zeros<double>(2 * mw), RowS = zeros<double>(2 * mw);
+    be().layernorm_row_sums(S.data(), X.data(), {mw, cw, cw});
+    be().layernorm_apply(Y.data(), Mean.data(), Rstd.data(), S.data(), X.data(), G.data(),
+                         Bt.data(), {mw, cw, cw}, 1e-5f);
+    be().layernorm_backward_sums(S.data(), DY.data(), X.data(), Mean.data(), Rstd.data(), G.data(),
+                                 {mw, cw, cw});
+    Buffer<float> DG = zeros<float>(cw), DB = zeros<float>(cw), FDG = zeros<float>(cw),
+                  FDB = zeros<float>(cw);
+    be().layernorm_backward_apply_add(Res.data(), Scratch.data(), DG.data(), DB.data(), S.data(),
+                                      DY.data(), X.data(), Mean.data(), Rstd.data(), G.data(),
+                                      {mw, cw, cw});
+    be().layernorm_backward_rows_add(RowS.data(), Fused.data(), Scratch.data(), FDG.data(),
+                                     FDB.data(), DY.data(), X.data(), Mean.data(), Rstd.data(),
+                                     G.data(), {mw, cw, cw});
+    EXPECT_TRUE(same_bits(get(FDG), get(DG))) << "layernorm_backward_rows_add dgamma, " << mw;
+    EXPECT_TRUE(same_bits(get(FDB), get(DB))) << "layernorm_backward_rows_add dbeta, " << mw;
+    EXPECT_TRUE(same_bits(get(RowS), get(S)))
+        << "layernorm_backward_rows_add sums, " << mw << "x" << cw;
+    EXPECT_TRUE(same_bits(get(Fused), get(Res)))
+        << "layernorm_backward_rows_add dres, " << mw << "x" << cw;
+  }
+
   // dlogits rounded to bf16, over a vocabulary part with padding ids and a zero weight
   const int rows = 19, V = 61, Vloc = 32, v0 = 32;
   const Vf logits = randn(rows * Vloc, 76, 3.0), lse = randn(rows, 77, 0.5, 4.0);

@@ -228,6 +228,14 @@ class CountingBackend final : public Backend {
     inner_->layernorm_backward_apply_add(dres, scratch, dgamma, dbeta, sums, dy, x, mean, rstd,
                                          gamma, s);
   }
+  void do_layernorm_backward_rows_add(double* sums, float* dres, float* scratch, float* dgamma,
+                                      float* dbeta, const float* dy, const float* x,
+                                      const float* mean, const float* rstd, const float* gamma,
+                                      const ops::NormShape& s) override {
+    const counters::OpScope op("layernorm_backward_rows_add", row_sums_args(s));
+    inner_->layernorm_backward_rows_add(sums, dres, scratch, dgamma, dbeta, dy, x, mean, rstd,
+                                        gamma, s);
+  }
   void do_rmsnorm_row_sums(double* sums, const float* x, const ops::NormShape& s) override {
     const counters::OpScope op("rmsnorm_row_sums", row_sums_args(s));
     inner_->rmsnorm_row_sums(sums, x, s);

@@ -101,9 +101,28 @@ inline float __uint_as_float(uint32_t u) {
 inline int __float_as_int(float f) { return int(__float_as_uint(f)); }
 inline float __int_as_float(int i) { return __uint_as_float(uint32_t(i)); }
 inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
-inline float __fmul_rn(float a, float b) { return a * b; }
-inline float __fadd_rn(float a, float b) { return a + b; }
-inline float __fsub_rn(float a, float b) { return a - b; }
+// One rounding each, as on the device, where nvcc never contracts these into
+// a fused multiply-add: the value passes through an empty asm, which GCC
+// (-ffp-contract=fast) cannot see through, so no product fuses into the add
+// and the product is not fused into what reads it.
+inline float exact_barrier(float v) {
+#if defined(__x86_64__)
+  __asm__("" : "+x"(v));
+#elif defined(__aarch64__)
+  __asm__("" : "+w"(v));
+#else
+  volatile float held = v;
+  v = held;
+#endif
+  return v;
+}
+inline float __fmul_rn(float a, float b) { return exact_barrier(a * b); }
+inline float __fadd_rn(float a, float b) {
+  return exact_barrier(exact_barrier(a) + exact_barrier(b));
+}
+inline float __fsub_rn(float a, float b) {
+  return exact_barrier(exact_barrier(a) - exact_barrier(b));
+}
 using std::isfinite;
 using std::isinf;
 using std::isnan;

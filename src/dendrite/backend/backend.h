@@ -201,6 +201,14 @@ class Backend : public Allocator {
     do_layernorm_backward_apply_add(dres, scratch, dgamma, dbeta, sums, dy, x, mean, rstd, gamma,
                                     s);
   }
+  // Whole rows (c == c_total): layernorm_backward_sums then
+  // layernorm_backward_apply_add in one pass where the device can.
+  void layernorm_backward_rows_add(double* sums, float* dres, float* scratch, float* dgamma,
+                                   float* dbeta, const float* dy, const float* x, const float* mean,
+                                   const float* rstd, const float* gamma, const ops::NormShape& s) {
+    ops::check_whole_rows(s, "layernorm_backward_rows_add");
+    do_layernorm_backward_rows_add(sums, dres, scratch, dgamma, dbeta, dy, x, mean, rstd, gamma, s);
+  }
   void rmsnorm_row_sums(double* sums, const float* x, const ops::NormShape& s) {
     ops::check_norm(s, "rmsnorm_row_sums");
     do_rmsnorm_row_sums(sums, x, s);
@@ -451,6 +459,10 @@ class Backend : public Allocator {
                                                float* dbeta, const double* sums, const float* dy,
                                                const float* x, const float* mean, const float* rstd,
                                                const float* gamma, const ops::NormShape& s) = 0;
+  virtual void do_layernorm_backward_rows_add(double* sums, float* dres, float* scratch,
+                                              float* dgamma, float* dbeta, const float* dy,
+                                              const float* x, const float* mean, const float* rstd,
+                                              const float* gamma, const ops::NormShape& s) = 0;
   virtual void do_rmsnorm_row_sums(double* sums, const float* x, const ops::NormShape& s) = 0;
   virtual void do_rmsnorm_apply(float* y, float* rstd, const double* sums, const float* x,
                                 const float* gamma, const ops::NormShape& s, float eps) = 0;

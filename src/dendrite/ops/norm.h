@@ -44,6 +44,12 @@ void check_whole_rows(const NormShape& s, const char* op);
 //   added to the residual stream's gradient: dres [m, c] += dx
 //   (layernorm_backward_apply into scratch [m, c], then add_inplace: the same
 //   bits; a GPU adds in the kernel and leaves scratch untouched).
+// layernorm_backward_rows_add(sums, dres, scratch, dgamma, dbeta, dy, x, mean,
+//   rstd, gamma, s): whole rows (c_total = c) in one pass where the device can:
+//   layernorm_backward_sums, then layernorm_backward_apply_add (scratch
+//   [m, c]). sums and dres get the bits those give; dgamma and dbeta the same
+//   sums in a fixed order of the device's own (a GPU adds each block of rows'
+//   columns in row order, then the blocks in order, partials in scratch).
 // rmsnorm_row_sums(sums, x, s): sums[r] = sum_i x[r,i]^2 (double, [m]).
 // rmsnorm_apply(y, rstd, sums, x, gamma, s, eps): rstd [m] = 1 / sqrt(S /
 //   c_total + eps) from the summed sums; y = x * rstd * gamma.

@@ -72,6 +72,14 @@ void ParallelNorm::backward_add(float* dres, float* scratch, const float* dy, co
     return;
   }
   const float* g = params + gain_->offset;
+  if (grid_->X().size() == 1) {  // whole rows: one pass
+    be_->layernorm_backward_rows_add(sums.data(), dres, scratch, grads + gain_->offset,
+                                     grads + bias_->offset, dy, x, mean, rstd, g,
+                                     {m, c_, c_total_});
+    be_->before_collective();
+    grid_->X().all_reduce(sums.data(), 2 * int64_t(m));  // a group of one: counted, sums nothing
+    return;
+  }
   be_->layernorm_backward_sums(sums.data(), dy, x, mean, rstd, g, {m, c_, c_total_});
   be_->before_collective();
   grid_->X().all_reduce(sums.data(), 2 * int64_t(m));

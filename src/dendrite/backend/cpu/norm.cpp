@@ -333,4 +333,13 @@ void CpuBackend::do_layernorm_backward_apply_add(float* dres, float* scratch, fl
   do_add_inplace(dres, scratch, long(s.m) * s.c);
 }
 
+void CpuBackend::do_layernorm_backward_rows_add(double* sums, float* dres, float* scratch,
+                                                float* dgamma, float* dbeta, const float* dy,
+                                                const float* x, const float* mean,
+                                                const float* rstd, const float* gamma,
+                                                const NormShape& s) {
+  do_layernorm_backward_sums(sums, dy, x, mean, rstd, gamma, s);
+  do_layernorm_backward_apply_add(dres, scratch, dgamma, dbeta, sums, dy, x, mean, rstd, gamma, s);
+}
+
 }  // namespace dendrite::cpu

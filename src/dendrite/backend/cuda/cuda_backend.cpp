@@ -266,6 +266,13 @@ class CudaBackend final : public Backend {
     cuda::layernorm_backward_apply(dres, true, dgamma, dbeta, sums, dy, x, mean, rstd, gamma, s,
                                    scratch_, stream_);
   }
+  void do_layernorm_backward_rows_add(double* sums, float* dres, float* scratch, float* dgamma,
+                                      float* dbeta, const float* dy, const float* x,
+                                      const float* mean, const float* rstd, const float* gamma,
+                                      const ops::NormShape& s) override {
+    cuda::layernorm_backward_rows_add(sums, dres, scratch, dgamma, dbeta, dy, x, mean, rstd, gamma,
+                                      s, scratch_, stream_);
+  }
   void do_rmsnorm_row_sums(double* sums, const float* x, const ops::NormShape& s) override {
     cuda::rmsnorm_row_sums(sums, x, s, stream_);
   }

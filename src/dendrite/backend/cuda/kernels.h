@@ -77,6 +77,14 @@ void layernorm_backward_apply(float* dx, bool accumulate, float* dgamma, float* 
                               const double* sums, const float* dy, const float* x,
                               const float* mean, const float* rstd, const float* gamma,
                               const ops::NormShape& s, void* scratch, cudaStream_t stream);
+// Whole rows (s.c_total = s.c): the backward's row sums and dres += dx in one
+// pass, dgamma and dbeta from each block of rows' partials in scratch [m, c]
+// (ops/norm.h: layernorm_backward_rows_add); op_scratch is the backend's, for
+// widths past what a block keeps (then the two kernels run).
+void layernorm_backward_rows_add(double* sums, float* dres, float* scratch, float* dgamma,
+                                 float* dbeta, const float* dy, const float* x, const float* mean,
+                                 const float* rstd, const float* gamma, const ops::NormShape& s,
+                                 void* op_scratch, cudaStream_t stream);
 void rmsnorm_row_sums(double* sums, const float* x, const ops::NormShape& s, cudaStream_t stream);
 void rmsnorm_apply(float* y, float* rstd, const double* sums, const float* x, const float* gamma,
                    const ops::NormShape& s, float eps, cudaStream_t stream);

@@ -16,6 +16,7 @@
 // pass adds the blocks' partials into dgamma/dbeta in block order. Each
 // batch of rows has its row scalars (which divide in double) computed once
 // into shared memory.
+#include <algorithm>
 #include <cstdint>
 
 #include "dendrite/backend/cuda/vector.cuh"
@@ -142,13 +143,23 @@ struct RmsBackwardSums {
   }
 };
 
+// Threads of a block that sums whole rows: one for each group of 4 columns,
+// in whole warps, at most row_threads(c). A thread adds the groups q, q +
+// blockDim.x, ... in turn and block_sum adds the warps' totals, the missing
+// warps' zeros included, so every width gets the bits of row_threads(c)
+// threads (whose threads past the groups add nothing) without idle warps.
+unsigned sum_threads(int c) {
+  const unsigned groups = unsigned((c + 3) / 4), in_warps = (groups + 31) / 32 * 32;
+  return std::min(row_threads(c), std::max(32u, in_warps));
+}
+
 template <int NS, class Terms>
 void launch_row_sums(double* sums, const Terms& terms, int m, int c, bool vec,
                      cudaStream_t stream, const char* name) {
   if (m == 0) return;
-  DENDRITE_LAUNCH(unsigned(m), row_threads(c), 32 * sizeof(double), stream,
-                  row_sums_kernel<NS, Terms>)(
-      sums, terms, c, vec);
+  DENDRITE_LAUNCH(unsigned(m), sum_threads(c), 32 * sizeof(double), stream,
+                  row_sums_kernel<NS, Terms>)
+  (sums, terms, c, vec);
   check_launch(name);
 }
 
@@ -290,6 +301,14 @@ __device__ __forceinline__ float column_total(float v, float (*shared)[kTileCols
   return shared[0][tx];
 }
 
+// LayerNorm's input gradient at one value: rstd (dy gamma - S1 / c_total -
+// xhat S2 / c_total), s1 and s2 the sums already divided. One function, so
+// the kernels over columns and over whole rows compute it alike.
+__device__ __forceinline__ float ln_backward_dx(float vd, float gj, float xhat, float rs, float s1,
+                                                float s2) {
+  return rs * (vd * gj - s1 - xhat * s2);
+}
+
 // dx = rstd (dy gamma - S1 / c_total - xhat S2 / c_total) for the rows of
 // block blockIdx.y (`rows` a block), or added to dx (accumulate: dx + that,
 // rounded as add_inplace after it would); part_g, part_b [gridDim.y, c] = that
@@ -332,7 +351,7 @@ __global__ void __launch_bounds__(kTileCols* kRowGroups)
         const float xhat = (vx[k] - s.x) * s.y;
         acc_g += vd[k] * xhat;
         acc_b += vd[k];
-        const float v = s.y * (vd[k] * gj - s.z - xhat * s.w);
+        const float v = ln_backward_dx(vd[k], gj, xhat, s.y, s.z, s.w);
         float* out = dx + int64_t(r) * c + j;
         *out = accumulate ? __fadd_rn(*out, v) : v;  // no contraction into v's products
       }
@@ -400,6 +419,95 @@ __global__ void __launch_bounds__(kTileCols* kRowGroups)
 
 unsigned tile_blocks(int c) { return unsigned((c + kTileCols - 1) / kTileCols); }
 
+// ---- backward over whole rows in one pass
+
+// A thread keeps the gain and bias gradients of at most this many groups of 4
+// columns: sum_threads gives every width up to 2048 one group a thread, and
+// every width up to 8192 at most 4.
+constexpr int kOwnGroups = 4;
+constexpr int kWholeRowBlocks = 1024;  // blocks of rows, at most
+
+// Rows per block of layernorm_backward_rows_kernel, from m alone (so the
+// order of the gain and bias sums is fixed): at least 3, so that the
+// partials [blocks, c] of dgamma and of dbeta fit in the op's scratch [m, c]
+// for every m but 1 (2 ceil(m / 3) <= m).
+int whole_rows_per_block(int m) { return std::max(3, (m + kWholeRowBlocks - 1) / kWholeRowBlocks); }
+
+bool whole_rows_fit(int c) { return (c + 3) / 4 <= kOwnGroups * int(sum_threads(c)); }
+
+// Each block takes `rows` rows in turn. Per row: the sums of g and g xhat as
+// row_sums_kernel forms them (the same groups, the same tree: the bits of
+// layernorm_backward_sums), then dres += dx as layernorm_backward_apply_kernel
+// computes it, on the columns the thread has just read; the thread adds dy
+// xhat and dy of its columns over the block's rows in order, and writes them
+// as the block's partials part_g, part_b [gridDim.x, c] (each column is one
+// thread's: no tree), which add_row_block_partials adds in block order.
+template <int Own>  // groups of 4 columns a thread keeps: 1 or kOwnGroups
+__global__ void layernorm_backward_rows_kernel(
+    double* sums, float* __restrict__ dres, float* part_g, float* part_b,
+    const float* __restrict__ dy, const float* __restrict__ x, const float* __restrict__ mean,
+    const float* __restrict__ rstd, const float* __restrict__ gamma, int m, int c, int rows,
+    bool vec) {
+  const int groups = (c + 3) / 4;
+  const LnBackwardSums terms{dy, x, mean, rstd, gamma, c};
+  float acc_g[4 * Own] = {}, acc_b[4 * Own] = {};
+  DENDRITE_DYNAMIC_SHARED(double, warp_sums);  // [32]
+  const int begin = int(blockIdx.x) * rows, end = min(m, begin + rows);
+  for (int r = begin; r < end; ++r) {
+    double a = 0.0, b = 0.0;
+    for (int q = threadIdx.x; q < groups; q += blockDim.x) {
+      const int j = 4 * q;
+      if (vec && j + 4 <= c) {
+        terms.add<4>(r, j, a, b);
+      } else {
+        for (int k = 0; k < 4 && j + k < c; ++k) terms.add<1>(r, j + k, a, b);
+      }
+    }
+    a = block_sum(a, warp_sums);
+    b = block_sum(b, warp_sums);
+    if (threadIdx.x == 0) sums[2 * int64_t(r)] = a, sums[2 * int64_t(r) + 1] = b;
+    const float mu = mean[r], rs = rstd[r], s1 = float(a / c), s2 = float(b / c);
+    const int64_t off = int64_t(r) * c;
+#pragma unroll
+    for (int k = 0; k < Own; ++k) {
+      const int j = 4 * (int(threadIdx.x) + k * int(blockDim.x));
+      if (j >= c) break;
+      const int w = min(4, c - j);
+      float vd[4], vx[4], vg[4];
+      if (vec && w == 4) {
+        load(vd, dy + off + j);
+        load(vx, x + off + j);
+        load(vg, gamma + j);
+      } else {
+        for (int i = 0; i < w; ++i)
+          vd[i] = dy[off + j + i], vx[i] = x[off + j + i], vg[i] = gamma[j + i];
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        if (i < w) {
+          const float xhat = (vx[i] - mu) * rs;
+          acc_g[4 * k + i] += vd[i] * xhat;
+          acc_b[4 * k + i] += vd[i];
+          float* out = dres + off + j + i;
+          *out = __fadd_rn(*out, ln_backward_dx(vd[i], vg[i], xhat, rs, s1, s2));
+        }
+      }
+    }
+  }
+  const int64_t at = int64_t(blockIdx.x) * c;
+#pragma unroll
+  for (int k = 0; k < Own; ++k) {
+    const int j = 4 * (int(threadIdx.x) + k * int(blockDim.x));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if (j + i < c) {
+        if (part_g) part_g[at + j + i] = acc_g[4 * k + i];
+        if (part_b) part_b[at + j + i] = acc_b[4 * k + i];
+      }
+    }
+  }
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- LayerNorm
@@ -436,7 +544,7 @@ void layernorm_rows_bf16(double* sums, bf16* y, float* mean, float* rstd, const 
                          cudaStream_t stream) {
   if (s.m == 0) return;
   const bool vec = rows_aligned(s.c, x, gamma, beta) && aligned_to(8, y);
-  DENDRITE_LAUNCH(unsigned(s.m), row_threads(s.c), 32 * sizeof(double), stream,
+  DENDRITE_LAUNCH(unsigned(s.m), sum_threads(s.c), 32 * sizeof(double), stream,
                   layernorm_rows_kernel)
   (sums, y, mean, rstd, x, gamma, beta, s.c, eps, vec);
   check_launch("layernorm_rows_bf16");
@@ -465,6 +573,40 @@ void layernorm_backward_apply(float* dx, bool accumulate, float* dgamma, float* 
   check_launch("layernorm_backward_apply");
   if (dgamma) add_row_block_partials(dgamma, part_g, b.count, c, stream);
   if (dbeta) add_row_block_partials(dbeta, part_b, b.count, c, stream);
+}
+
+void layernorm_backward_rows_add(double* sums, float* dres, float* scratch, float* dgamma,
+                                 float* dbeta, const float* dy, const float* x, const float* mean,
+                                 const float* rstd, const float* gamma, const ops::NormShape& s,
+                                 void* op_scratch, cudaStream_t stream) {
+  const int m = s.m, c = s.c;
+  if (m == 0) return;
+  const int rows = whole_rows_per_block(m);
+  const int blocks = (m + rows - 1) / rows;
+  // wider than a block keeps, or one row (its partials would not fit in
+  // scratch): the row sums, then the apply
+  if (!whole_rows_fit(c) || 2 * blocks > m) {
+    layernorm_backward_sums(sums, dy, x, mean, rstd, gamma, s, stream);
+    layernorm_backward_apply(dres, true, dgamma, dbeta, sums, dy, x, mean, rstd, gamma, s,
+                             op_scratch, stream);
+    return;
+  }
+  float* part_g = dgamma ? scratch : nullptr;                       // [blocks, c]
+  float* part_b = dbeta ? scratch + int64_t(blocks) * c : nullptr;  // [blocks, c]
+  const bool vec = rows_aligned(c, dres, dy, x, gamma);
+  const unsigned threads = sum_threads(c);
+  if ((c + 3) / 4 <= int(threads)) {
+    DENDRITE_LAUNCH(unsigned(blocks), threads, 32 * sizeof(double), stream,
+                    layernorm_backward_rows_kernel<1>)
+    (sums, dres, part_g, part_b, dy, x, mean, rstd, gamma, m, c, rows, vec);
+  } else {
+    DENDRITE_LAUNCH(unsigned(blocks), threads, 32 * sizeof(double), stream,
+                    layernorm_backward_rows_kernel<kOwnGroups>)
+    (sums, dres, part_g, part_b, dy, x, mean, rstd, gamma, m, c, rows, vec);
+  }
+  check_launch("layernorm_backward_rows_add");
+  if (dgamma) add_row_block_partials(dgamma, part_g, blocks, c, stream);
+  if (dbeta) add_row_block_partials(dbeta, part_b, blocks, c, stream);
 }
 
 // ---------------------------------------------------------------- RMSNorm

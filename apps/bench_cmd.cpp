@@ -44,6 +44,7 @@ struct BenchOptions {
   bool json = false;
   std::string trace;  // a timeline of the timed steps (core/trace.h)
   bool anatomy = false;
+  bool no_gemm_epilogues = false;  // the GPU's fused products' steps as kernels
   StepCounter* counter = nullptr;  // the program's, if it counts its device's work
 };
 
@@ -271,7 +272,7 @@ int run_bench_step(const BenchOptions& o, MpiEnv& env) {
   DENDRITE_CHECK(!o.anatomy || o.trace.empty(),
                  "bench step: --anatomy records the steps' trace itself; leave out --trace");
   ModelConfig mc = model_config_of(r.model);
-  std::unique_ptr<Backend> backend = make_rank_backend(r.device, env);
+  std::unique_ptr<Backend> backend = make_rank_backend(r.device, env, !o.no_gemm_epilogues);
   ProcessGrid grid = make_grid(backend->transport(env.world()), r.grid);
   if (!o.trace.empty() && grid.rank() == 0) check_trace_path(o.trace);
   std::unique_ptr<Transformer> model = make_model(mc, grid, *backend, r);
@@ -474,6 +475,9 @@ Runner add_bench(CLI::App& app, MpiEnv& env, StepCounter* counter) {
                  "with the same bits, and report the choices");
   step->add_flag("--keep-gathered", r.keep_gathered,
                  "Keep Z-gathered weights from the forward for the backward");
+  step->add_flag("--no-gemm-epilogues", o->no_gemm_epilogues,
+                 "GPU: run the bias, GELU, residual add and bf16 rounding that cuBLASLt's "
+                 "epilogues take as kernels after bare products (to time the two side by side)");
   step->add_option("--grid", r.grid, "Process grid under mpirun, e.g. x=2,y=2 (default: data-parallel)");
   auto g = std::make_shared<GenerateBenchOptions>();
   CLI::App* gen = app.add_subcommand(

@@ -48,7 +48,8 @@ ProcessGrid make_grid(Communicator& world, const std::string& text);
 // This rank's backend for a --device text (cpu, cuda, auto), its GPU picked
 // by the rank's index on its node and its GPU transport by env's options.
 // Collective over env's world.
-std::unique_ptr<Backend> make_rank_backend(const std::string& device, MpiEnv& env);
+std::unique_ptr<Backend> make_rank_backend(const std::string& device, MpiEnv& env,
+                                           bool gemm_epilogues = true);
 
 // The model a command plans or times: a Hugging Face folder's (a folder that
 // holds config.json, read as --init-from reads it), else a preset or a model

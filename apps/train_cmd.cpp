@@ -26,9 +26,11 @@ std::string find_config_arg(int argc, char** argv) {
   return "";
 }
 
-std::unique_ptr<Backend> make_rank_backend(const std::string& device, MpiEnv& env) {
+std::unique_ptr<Backend> make_rank_backend(const std::string& device, MpiEnv& env,
+                                           bool gemm_epilogues) {
   const Device d = resolve_device(device);
   BackendOptions o;
+  o.gemm_epilogues = gemm_epilogues;
   if (d == Device::kCuda) {
     const NodePlace place = node_place(env.world());
     o.node_rank = place.rank;

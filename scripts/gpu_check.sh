@@ -158,11 +158,14 @@ one=("$mpirun" -np 1 --bind-to none)
 # Full fp32 in the tests' GEMMs (docs/cuda.md): TF32 must not be forced on.
 unset NVIDIA_TF32_OVERRIDE
 
-# bench_dendrite MODEL: its JSON line in dendrite_MODEL.json.
+# bench_dendrite MODEL [LABEL extra...]: its JSON line in dendrite[_LABEL]_MODEL.json.
 bench_dendrite() {
-  gpu_part "dendrite_$1" 120 "${one[@]}" build-gpu/dendrite bench step --device cuda --model "$1" \
-    --batch 16 --seq 1024 --precision bf16 --steps 10 --warmup 2 --json
-  grep -s '^{' "$out/dendrite_$1.log" | tail -1 > "$out/dendrite_$1.json"
+  local model=$1 name=dendrite_$1
+  [[ $# -gt 1 ]] && name=dendrite_${2}_$1 && shift
+  shift
+  gpu_part "$name" 120 "${one[@]}" build-gpu/dendrite bench step --device cuda --model "$model" \
+    --batch 16 --seq 1024 --precision bf16 --steps 10 --warmup 2 --json "$@"
+  grep -s '^{' "$out/$name.log" | tail -1 > "$out/$name.json"
 }
 # bench_torch MODE MODEL [extra...]
 bench_torch() {
@@ -193,6 +196,12 @@ d, p = load(f"dendrite_{m}.json"), load(f"plan_{m}.json")
 if d:
     row.append(f"dendrite {d['tokens_per_s']:.0f} tok/s, MFU {100 * d['mfu']:.1f}% of a "
                f"{d['peak_gflops'] / 1e3:.0f} TFLOP/s bf16 GEMM, {d.get('device_peak_mb', 0):.0f} MB")
+b = load(f"dendrite_bare_{m}.json")
+if b:
+    row.append(f"dendrite without cuBLASLt epilogues {b['tokens_per_s']:.0f} tok/s")
+a = load(f"dendrite_again_{m}.json")
+if a:
+    row.append(f"dendrite with them again {a['tokens_per_s']:.0f} tok/s")
 if p:
     row.append(f"planner {p['ranked'][0]['memory_mb']:.0f} MB")
 for mode in ("eager", "compile"):
@@ -220,6 +229,13 @@ if ((stage == 1)); then
   for m in gpt2-124m gpt2-350m; do
     (($(elapsed) < 420)) && bench_torch eager $m && row $m
   done
+  # The step with cuBLASLt's epilogues against their steps as kernels, the
+  # same build alternated (the model: 22.7 against 29.3 ms at 124M).
+  if (($(elapsed) < 450)); then
+    bench_dendrite gpt2-124m bare --no-gemm-epilogues
+    bench_dendrite gpt2-124m again
+    row gpt2-124m
+  fi
 else
   # In order of what a GPU can show and the emulator cannot: the GPU
   # transports first, then the figures.

@@ -26,12 +26,13 @@ namespace {
 using nlohmann::json;
 
 // bench step's JSON for a tiny model (three steps: the first, then two alike).
-json bench_anatomy(const std::string& model, bool count_only) {
+json bench_anatomy(const std::string& model, bool count_only, const std::string& extra = "") {
   const std::string env = count_only ? "DENDRITE_EMULATED_COUNT_ONLY=1 " : "";
   const test::CommandResult r = test::run_command(
       "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + env +
       "timeout 120 " + DENDRITE_EMULATED_BINARY + " bench step --device cuda --model " + model +
-      " --batch 3 --seq 16 --precision bf16 --warmup 1 --steps 2 --anatomy --json 2>/dev/null");
+      " --batch 3 --seq 16 --precision bf16 --warmup 1 --steps 2 --anatomy --json " + extra +
+      " 2>/dev/null");
   EXPECT_EQ(r.rc, 0) << r.out;
   const size_t at = r.out.rfind("\n{");
   return json::parse(at == std::string::npos ? r.out : r.out.substr(at + 1));
@@ -180,6 +181,21 @@ TEST(StepAnatomy, CountingWithoutRunningFindsTheSameWork) {
     a.erase("count_only"), b.erase("count_only");
     EXPECT_EQ(a, b) << step;
   }
+}
+
+// --no-gemm-epilogues: the same products, bare, and the epilogues' steps as
+// kernels after them (more launches); the loss as with the epilogues but for
+// cuBLASLt's GELU and the bf16 bias's rounding (docs/cuda.md).
+TEST(StepAnatomy, WithoutGemmEpiloguesTheProductsRunBareAndKernelsTakeTheirSteps) {
+  const json bare = bench_anatomy("gpt2-tiny", false, "--no-gemm-epilogues");
+  const json& fused = gpt2_run();
+  const json &b = bare["anatomy"]["later_step"]["total"],
+             &f = fused["anatomy"]["later_step"]["total"];
+  EXPECT_EQ(b["matmuls"], f["matmuls"]);
+  EXPECT_GT(b["kernels"].get<int64_t>(), f["kernels"].get<int64_t>());
+  EXPECT_NE(bare["device"].get<std::string>().find("no cuBLASLt epilogues"), std::string::npos);
+  EXPECT_NEAR(bare["loss"].get<double>(), fused["loss"].get<double>(), 1e-4);
+  EXPECT_NE(bare["loss"].get<double>(), 0.0);
 }
 
 // Runs bench/step_roofline.py on an anatomy; its output and exit code.

@@ -551,6 +551,10 @@ struct BackendOptions {
   // GPUs: fp32 products on the tensor cores in TF32 (--precision fp32), or in
   // full fp32 (the tests).
   bool tf32 = true;
+  // GPUs: bias, GELU, the residual and bf16 outputs inside cuBLASLt's
+  // products where it offers them; false runs those steps as kernels after a
+  // bare product (bench step --no-gemm-epilogues: the two side by side).
+  bool gemm_epilogues = true;
 };
 
 // The backend of `device` for this rank. A device this build has no backend

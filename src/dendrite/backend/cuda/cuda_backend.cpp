@@ -44,10 +44,11 @@ class CudaBackend final : public Backend {
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     for (cudaEvent_t& e : events_)
       check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
-    gemm_ = std::make_unique<cuda::Gemm>(o.tf32);
+    gemm_ = std::make_unique<cuda::Gemm>(o.tf32, o.gemm_epilogues);
     // Counted with what the run holds.
     memory_ = std::make_unique<cuda::DeviceMemory>(gemm_->workspace_bytes());
     tf32_ = o.tf32;
+    epilogues_ = o.gemm_epilogues;
     scratch_ = allocate(cuda::kScratchBytes);
     staging_ = std::make_unique<cuda::PinnedStaging>(kStagingBytes);
   }
@@ -66,6 +67,7 @@ class CudaBackend final : public Backend {
   std::string describe() const override {
     return str("cuda:", gpu_.device, " (", gpu_.name, ", ", total_ >> 20, " MiB; fp32 GEMMs ",
                tf32_ ? "in TF32" : "in full fp32",
+               epilogues_ ? std::string() : "; no cuBLASLt epilogues",
                gpu_.shared_by > 1 ? str("; shared by ", gpu_.shared_by, " ranks") : std::string(),
                !transports_.made()        ? ""
                : transports_.on_streams() ? "; collectives over NCCL"
@@ -472,6 +474,7 @@ class CudaBackend final : public Backend {
   cuda::TransportChoice transports_;
   size_t total_ = 0;  // the GPU's memory
   bool tf32_ = true;
+  bool epilogues_ = true;
   cudaStream_t stream_ = nullptr;
   std::array<cudaEvent_t, 64> events_{};
   uint64_t issued_ = 0;

@@ -48,7 +48,7 @@ std::string epilogue_name(int epilogue, bool out_bf16) {
 
 }  // namespace
 
-Gemm::Gemm(bool tf32) : tf32_(tf32) {
+Gemm::Gemm(bool tf32, bool epilogues) : tf32_(tf32), epilogues_(epilogues) {
   check(cublasLtCreate(&handle_), "cublasLtCreate");
   const cudaError_t e = cudaMalloc(&workspace_, workspace_bytes_);
   DENDRITE_CHECK(e == cudaSuccess, "cuda: cudaMalloc of the ", workspace_bytes_ >> 20,
@@ -212,6 +212,7 @@ bool Gemm::run_fused(bool trans_a, bool trans_b, int M, int N, int K, const void
                      const void* B, int ldb, void* D, bool bf16, const Epilogue& e,
                      cudaStream_t stream) {
   if (M == 0 || N == 0) return true;
+  if (!epilogues_) return false;
   // Only what cuBLASLt documents for these types: bias and GELU input take
   // D's type, a bf16 D needs bf16 operands, and the GELU input's leading
   // dimension is a multiple of 8.

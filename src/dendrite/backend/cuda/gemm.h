@@ -43,8 +43,9 @@ class Gemm {
   using Epilogue = GemmEpilogue;
 
   // tf32: fp32 products on the tensor cores in TF32 (--precision fp32 on a
-  // GPU); else in full fp32 (the tests).
-  explicit Gemm(bool tf32);
+  // GPU); else in full fp32 (the tests). epilogues false: run_fused declines
+  // every epilogue (BackendOptions::gemm_epilogues).
+  Gemm(bool tf32, bool epilogues);
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
@@ -97,6 +98,7 @@ class Gemm {
   void set_epilogue_pointers(const Plan& p, const Key& k, const Epilogue& e) const;
 
   bool tf32_;
+  bool epilogues_;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = size_t(32) << 20;

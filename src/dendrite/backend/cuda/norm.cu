@@ -41,12 +41,13 @@ unsigned row_threads(int c) {
   return unsigned(t < 32 ? 32 : t > 512 ? 512 : t);
 }
 
-// sums[NS r .. NS r + NS - 1] = the row's sums; terms.add<W>(r, j, a, b)
-// adds the terms of columns j .. j + W - 1 in column order.
-template <int NS, class Terms>
-__global__ void row_sums_kernel(double* sums, Terms terms, int c, bool vec) {
-  const int r = blockIdx.x;
-  double a = 0.0, b = 0.0;
+// This thread's share of row r's sums: the groups of 4 columns q = threadIdx.x,
+// + blockDim.x, ..., each added in column order (4 wide where vec). One
+// function, so every kernel that sums whole rows forms the same partial sums
+// (and, through block_sum, the same bits).
+template <class Terms>
+__device__ __forceinline__ void add_row_terms(const Terms& terms, int r, int c, bool vec,
+                                              double& a, double& b) {
   const int groups = (c + 3) / 4;
   for (int q = threadIdx.x; q < groups; q += blockDim.x) {
     const int j = 4 * q;
@@ -56,6 +57,15 @@ __global__ void row_sums_kernel(double* sums, Terms terms, int c, bool vec) {
       for (int k = 0; k < 4 && j + k < c; ++k) terms.template add<1>(r, j + k, a, b);
     }
   }
+}
+
+// sums[NS r .. NS r + NS - 1] = the row's sums; terms.add<W>(r, j, a, b)
+// adds the terms of columns j .. j + W - 1 in column order.
+template <int NS, class Terms>
+__global__ void row_sums_kernel(double* sums, Terms terms, int c, bool vec) {
+  const int r = blockIdx.x;
+  double a = 0.0, b = 0.0;
+  add_row_terms(terms, r, c, vec, a, b);
   // [32], dynamic: a kernel template's static __shared__ escapes the CPU
   // emulator's poisoning under GCC (tests/emulated_cuda).
   DENDRITE_DYNAMIC_SHARED(double, warp_sums);
@@ -237,15 +247,7 @@ __global__ void layernorm_rows_kernel(double* sums, bf16* y, float* mean, float*
   const int r = blockIdx.x;
   const LnSums terms{x, c};
   double a = 0.0, b = 0.0;
-  const int groups = (c + 3) / 4;
-  for (int q = threadIdx.x; q < groups; q += blockDim.x) {
-    const int j = 4 * q;
-    if (vec && j + 4 <= c) {
-      terms.add<4>(r, j, a, b);
-    } else {
-      for (int k = 0; k < 4 && j + k < c; ++k) terms.add<1>(r, j + k, a, b);
-    }
-  }
+  add_row_terms(terms, r, c, vec, a, b);
   DENDRITE_DYNAMIC_SHARED(double, warp_sums);  // [32]
   a = block_sum(a, warp_sums);
   b = block_sum(b, warp_sums);
@@ -254,6 +256,7 @@ __global__ void layernorm_rows_kernel(double* sums, bf16* y, float* mean, float*
   const float mu_f = float(mu);
   const float rs = float(1.0 / sqrt((var > 0.0 ? var : 0.0) + eps));
   const int64_t off = int64_t(r) * c;
+  const int groups = (c + 3) / 4;
   for (int q = threadIdx.x; q < groups; q += blockDim.x) {
     const int j = 4 * q;
     if (vec && j + 4 <= c) {
@@ -448,21 +451,13 @@ __global__ void layernorm_backward_rows_kernel(
     const float* __restrict__ dy, const float* __restrict__ x, const float* __restrict__ mean,
     const float* __restrict__ rstd, const float* __restrict__ gamma, int m, int c, int rows,
     bool vec) {
-  const int groups = (c + 3) / 4;
   const LnBackwardSums terms{dy, x, mean, rstd, gamma, c};
   float acc_g[4 * Own] = {}, acc_b[4 * Own] = {};
   DENDRITE_DYNAMIC_SHARED(double, warp_sums);  // [32]
   const int begin = int(blockIdx.x) * rows, end = min(m, begin + rows);
   for (int r = begin; r < end; ++r) {
     double a = 0.0, b = 0.0;
-    for (int q = threadIdx.x; q < groups; q += blockDim.x) {
-      const int j = 4 * q;
-      if (vec && j + 4 <= c) {
-        terms.add<4>(r, j, a, b);
-      } else {
-        for (int k = 0; k < 4 && j + k < c; ++k) terms.add<1>(r, j + k, a, b);
-      }
-    }
+    add_row_terms(terms, r, c, vec, a, b);
     a = block_sum(a, warp_sums);
     b = block_sum(b, warp_sums);
     if (threadIdx.x == 0) sums[2 * int64_t(r)] = a, sums[2 * int64_t(r) + 1] = b;

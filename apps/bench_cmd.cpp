@@ -17,6 +17,7 @@
 #include "apps/commands.h"
 #include "dendrite/backend/backend.h"
 #include "dendrite/core/check.h"
+#include "dendrite/core/device_profile.h"
 #include "dendrite/core/rng.h"
 #include "dendrite/core/trace.h"
 #include "dendrite/eval/generate.h"
@@ -43,6 +44,7 @@ struct BenchOptions {
   int steps = 5, warmup = 2;
   bool json = false;
   std::string trace;  // a timeline of the timed steps (core/trace.h)
+  std::string profile;  // where the device's time went in the timed steps (core/device_profile.h)
   bool anatomy = false;
   bool no_gemm_epilogues = false;  // the GPU's fused products' steps as kernels
   StepCounter* counter = nullptr;  // the program's, if it counts its device's work
@@ -91,7 +93,21 @@ struct StepTimes {
   double cpu[3] = {};  // user ms, system ms, context switches per step, summed over the ranks
   double loss = 0;
   std::vector<std::string> anatomy;  // each step's, warm-up first (--anatomy)
+  nlohmann::json profile;            // rank 0's device profile (--profile)
 };
+
+// The device's activities as spans of the trace's device lane, on the
+// device's clock moved onto the host's (core/device_profile.h).
+void add_device_spans(const std::vector<DeviceActivity>& activities) {
+  for (const DeviceActivity& a : activities) {
+    const bool kernel = a.kind == DeviceActivity::Kind::kKernel;
+    trace::add({kernel                                  ? "kernel"
+                : a.kind == DeviceActivity::Kind::kCopy ? "copy"
+                                                        : "memset",
+                kernel ? short_kernel_name(a.name) : a.name, a.begin, a.end, trace::Lane::kDevice,
+                kernel ? -1 : a.bytes, -1, -1});
+  }
+}
 
 // Warms up, then times o.steps training steps on random tokens.
 StepTimes time_steps(const BenchOptions& o, const ModelConfig& mc, Transformer& model, AdamW& adam) {
@@ -131,7 +147,10 @@ StepTimes time_steps(const BenchOptions& o, const ModelConfig& mc, Transformer& 
   };
   for (int i = 0; i < o.warmup; ++i) step();
   model.grid().reset_stats();
-  if (!o.trace.empty()) start_trace(model.grid());
+  const bool profiling = !o.profile.empty();
+  // The profile names each activity's part of the step from the trace's spans.
+  if (!o.trace.empty() || profiling) start_trace(model.grid());
+  if (profiling) model.backend().start_device_profile();
   rusage u0{}, u1{};
   getrusage(RUSAGE_SELF, &u0);
   auto t0 = std::chrono::steady_clock::now();
@@ -148,6 +167,12 @@ StepTimes time_steps(const BenchOptions& o, const ModelConfig& mc, Transformer& 
   t.cpu[1] = ms(u0.ru_stime, u1.ru_stime) / o.steps;
   t.cpu[2] = double(u1.ru_nvcsw - u0.ru_nvcsw + u1.ru_nivcsw - u0.ru_nivcsw) / o.steps;
   model.grid().world().all_reduce(t.cpu, 3);
+  if (profiling) {
+    const std::vector<DeviceActivity> activities = model.backend().stop_device_profile();
+    t.profile = device_profile_report(activities, trace::spans(), o.steps, t.secs);
+    add_device_spans(activities);
+  }
+  if (o.trace.empty()) trace::stop();
   if (!o.trace.empty()) {
     const int64_t spans = write_trace(model.grid(), o.trace);
     if (model.grid().rank() == 0)
@@ -271,10 +296,18 @@ int run_bench_step(const BenchOptions& o, MpiEnv& env) {
                  "build/tests/dendrite_emulated counts the emulated GPU's");
   DENDRITE_CHECK(!o.anatomy || o.trace.empty(),
                  "bench step: --anatomy records the steps' trace itself; leave out --trace");
+  DENDRITE_CHECK(!o.anatomy || o.profile.empty(),
+                 "bench step: --anatomy counts the device's work and --profile times it; run them ",
+                 "one at a time");
   ModelConfig mc = model_config_of(r.model);
   std::unique_ptr<Backend> backend = make_rank_backend(r.device, env, !o.no_gemm_epilogues);
   ProcessGrid grid = make_grid(backend->transport(env.world()), r.grid);
   if (!o.trace.empty() && grid.rank() == 0) check_trace_path(o.trace);
+  if (!o.profile.empty()) {
+    const std::string missing = backend->device_profile_missing();
+    DENDRITE_CHECK(missing.empty(), "bench step --profile on --device ", r.device, ": ", missing);
+    if (grid.rank() == 0) check_trace_path(o.profile, "--profile");
+  }
   std::unique_ptr<Transformer> model = make_model(mc, grid, *backend, r);
   model->init(1);
   AdamW adam(*backend, model->table(), ops::AdamWConfig{});
@@ -336,6 +369,14 @@ int run_bench_step(const BenchOptions& o, MpiEnv& env) {
     j["device_peak_mb"] = device_peak_mb;
   if (r.gemm_tune) j["gemm"] = gemm_report(*backend, o.steps + o.warmup);
   if (o.anatomy) j["anatomy"] = anatomy_report(mc, r, t.anatomy);
+  if (!o.profile.empty()) {
+    nlohmann::json p = t.profile;
+    p["model"] = r.model, p["batch"] = r.batch, p["seq"] = r.seq, p["precision"] = r.precision;
+    p["device"] = backend->describe();
+    p["note"] = "measured with the profiler recording, so the step is a little slower than without";
+    write_file_whole(o.profile, p.dump(1) + "\n", "--profile");
+    std::fprintf(stderr, "%s(written to %s)\n", device_profile_table(p).c_str(), o.profile.c_str());
+  }
   if (o.json) {
     std::printf("%s\n", j.dump().c_str());
   } else {
@@ -460,6 +501,11 @@ Runner add_bench(CLI::App& app, MpiEnv& env, StepCounter* counter) {
   step->add_option("--trace", o->trace,
                    "Write a timeline of every rank's timed steps and collectives to this file "
                    "(Trace Event JSON: ui.perfetto.dev or chrome://tracing)");
+  step->add_option("--profile", o->profile,
+                   "GPU: record what the device ran in the timed steps (CUPTI: every kernel, "
+                   "copy and memset with its device time) and write where the time went, by "
+                   "kernel and part of the step, to this JSON file (rank 0's device; a table on "
+                   "stderr). With --trace, the trace gets a lane of the device's work");
   step->add_flag("--anatomy", o->anatomy,
                  "Count the device's work in every step (launches, synchronisations, "
                  "allocations, copies, by op and part of the step) and print the first and the "

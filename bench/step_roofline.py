@@ -21,7 +21,12 @@ anatomy) x tokens / (step time x the dense bf16 peak).
 Letters: B batch, T sequence, C width, NH heads, NKV key/value heads, hs head
 size, V vocabulary (Vp padded), L layers; m rows, n elements.
 
+With --measured PROFILE.json (`dendrite bench step --profile` of the same
+model and shape on a GPU: CUPTI's record of what the device ran), the model
+at the measured rates is set beside the measurement, part by part.
+
 Usage: bench/step_roofline.py ANATOMY.json [...] [--overhead-us 3] [--sync-us 10]
+       [--measured PROFILE.json]
 """
 import argparse
 import json
@@ -388,18 +393,60 @@ def report(path, o):
     return out
 
 
+def compare(a, path, o):
+    """The model at the measured rates beside a GPU's profile, by part."""
+    with open(path) as f:
+        prof = json.load(f)
+    cfg = a["config"]
+    shape = (prof.get("batch"), prof.get("seq"), prof.get("precision"))
+    if shape != (cfg["B"], cfg["T"], cfg["precision"]):
+        print(f"\n (the profile's batch, sequence and precision {shape} differ from the "
+              f"anatomy's: the parts below do not compare)")
+    name, peak, bw, _ = MACHINES[1]
+    _, parts = model(a, name, peak, bw, o)
+    measured = {p["part"]: p for p in prof["parts"]}
+    print(f"\n the model at {name} rates against {path} ({prof.get('device', '?')}, "
+          f"{prof['steps']} steps measured), per step (launches: kernels, products, copies and "
+          f"memsets):")
+    print(f"  {'part':<40} {'launches':>8} {'measured':>8} {'model ms':>9} {'measured':>9} "
+          f"{'ratio':>6}")
+    keys = sorted(set(parts) | set(measured), key=lambda k: -(parts[k].seconds if k in parts else 0))
+    total_model = 0.0
+    for k in keys:
+        r = parts.get(k, Row())
+        mp = measured.get(k, {"launches": 0, "ms": 0.0})
+        issued = mp["launches"] + mp.get("copies", 0) + mp.get("memsets", 0)
+        ms = r.seconds * 1e3
+        total_model += ms
+        ratio = f"{mp['ms'] / ms:6.2f}" if ms > 0 else "     -"
+        print(f"  {k[:40]:<40} {r.launches:8.0f} {issued:8.0f} {ms:9.3f} "
+              f"{mp['ms']:9.3f} {ratio}")
+    print(f"  step: model {total_model:.2f} ms; measured {prof['step_ms']:.2f} ms, the device "
+          f"busy {prof['device_busy_ms']:.2f} ms of it (kernels {prof['kernel_ms']:.2f} ms)")
+    return {"model_ms": total_model, "measured_ms": prof["step_ms"],
+            "device_busy_ms": prof["device_busy_ms"]}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("anatomy", nargs="+", help="bench step --anatomy --json output")
     p.add_argument("--overhead-us", type=float, default=3.0, help="per launch or copy (assumed)")
     p.add_argument("--sync-us", type=float, default=10.0, help="per host synchronisation (assumed)")
     p.add_argument("--json", help="also write the step times and MFU here")
+    p.add_argument("--measured", help="a GPU's bench step --profile of the same model and shape "
+                   "(one anatomy only)")
     o = p.parse_args()
+    if o.measured and len(o.anatomy) != 1:
+        sys.exit("step_roofline: --measured compares with one anatomy; give one")
     results = {}
     for i, path in enumerate(o.anatomy):
         if i:
             print()
         results[path] = report(path, o)
+        if o.measured:
+            with open(path) as f:
+                bench = json.load(f)
+            results[path]["measured"] = compare(bench.get("anatomy", bench), o.measured, o)
     if o.json:
         with open(o.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -5,7 +5,9 @@
 #   stage 1 (about 5 minutes; docs/cuda.md gives the estimate by part): the
 #     build of what it needs, the tests labelled gpu, then GPT-2 124M and 350M
 #     at B16 T1024 bf16 with Dendrite and with compiled PyTorch, the planner's
-#     memory figure beside each (eager PyTorch only if time is left);
+#     memory figure beside each; if time is left, the 124M step's profile
+#     (CUPTI: where its time goes by kernel and part), eager PyTorch, and the
+#     step without cuBLASLt's epilogues;
 #   stage 2 (what the lease has left: 8 minutes by default), in this order:
 #     every grid on the GPU (fp32 and bf16, kept gathers, recomputation,
 #     overlap off), NCCL on one rank, the kill test, eager PyTorch, calibrate
@@ -18,8 +20,10 @@
 # into .gpu-debs/ (carry it) into a private prefix, check that the MPI
 # launcher starts, and build into build-gpu/ (kept when the machine is still
 # warm for stage 2). Every command runs under a timeout and the summary
-# ($OUT/summary-stage<N>.txt, or /tmp/gpu_check) is written as each part ends,
-# so a run cut short still reports what it did.
+# ($OUT/summary-stage<N>.txt, or under /tmp/gpu_check) is written as each part
+# ends, so a run cut short still reports what it did. The parts' logs and
+# files are packed into $OUT/logs-stage<N>.tar.gz as each part ends: the
+# device tool brings back at most 8 files from $OUT.
 # On a machine without a GPU (scripts/gpu_rehearse.sh runs it so) the parts
 # that need one are listed as skipped and the rest runs: the rehearsal of
 # everything up to the first GPU call.
@@ -40,10 +44,14 @@ while (($#)); do
 done
 [[ $stage == 1 || $stage == 2 ]] || { echo "gpu_check: say which stage: $usage"; exit 2; }
 cd "$(dirname "$0")/.."
-out=${OUT:-/tmp/gpu_check}
-mkdir -p "$out"
-summary=$out/summary-stage$stage.txt
+results=${OUT:-/tmp/gpu_check}
+out=/tmp/gpu_check-work/stage$stage  # the parts' logs and files, packed into $results
+rm -rf "$out"
+mkdir -p "$results" "$out"
+summary=$results/summary-stage$stage.txt
 : > "$summary"
+pack() { tar -czf "$results/logs-stage$stage.tar.gz" -C "$out" . 2> /dev/null; }
+trap pack EXIT
 t0=$(date +%s)
 elapsed() { echo $(($(date +%s) - t0)); }
 note() { echo "$*" | tee -a "$summary"; }
@@ -54,7 +62,7 @@ note() { echo "$*" | tee -a "$summary"; }
 budget=${DENDRITE_STAGE_SECONDS:-$((stage == 1 ? 540 : 480))}
 
 # part NAME SECONDS COMMAND...: runs COMMAND under a timeout, its output in
-# $OUT/NAME.log, and notes how it ended and how long it took.
+# $out/NAME.log, and notes how it ended and how long it took.
 part() {
   local name=$1 limit=$2 start rc
   shift 2
@@ -69,6 +77,7 @@ part() {
   ((rc == 124 || rc == 137)) && how="TIMED OUT after ${limit} s"
   ((rc != 0 && rc != 124 && rc != 137)) && how="FAILED (exit $rc)"
   note "[$(elapsed) s] $name: $how in $took s"
+  pack
   return $rc
 }
 gpu=0
@@ -225,6 +234,16 @@ if ((stage == 1)); then
     ((no_compile)) || bench_torch compile $m --compile
     row $m
   done
+  # Where the 124M step's time goes on the GPU: CUPTI's record of every
+  # kernel, copy and memset of 3 steps, by kernel and part of the step
+  # (bench step --profile; its trace has the GPU's lane), for
+  # bench/step_roofline.py --measured to set beside the model's.
+  if (($(elapsed) < 420)); then
+    gpu_part profile_gpt2-124m 90 "${one[@]}" build-gpu/dendrite bench step --device cuda \
+      --model gpt2-124m --batch 16 --seq 1024 --precision bf16 --steps 3 --warmup 2 \
+      --profile "$out/profile_gpt2-124m.json" --trace "$out/trace_gpt2-124m.json"
+    grep -s -A 40 '^device profile' "$out/profile_gpt2-124m.log" | grep -v '^(written' | tee -a "$summary"
+  fi
   # Eager PyTorch when the stage has time left (each about 20 s).
   for m in gpt2-124m gpt2-350m; do
     (($(elapsed) < 420)) && bench_torch eager $m && row $m

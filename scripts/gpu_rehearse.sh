@@ -119,6 +119,14 @@ NS
     cp -r "/tmp/gpu_rehearse_stage$s.out/." "$out/stage$s/" && rm -rf "/tmp/gpu_rehearse_stage$s.out"
   fi
   summary=$out/stage$s/summary-stage$s.txt
+  # The device tool brings back at most 8 files from $OUT, 16 MiB each.
+  files=$(find "$out/stage$s" -type f | wc -l)
+  big=$(find "$out/stage$s" -type f -size +16M | wc -l)
+  if ((files > 8 || big > 0)); then
+    echo "gpu_rehearse: stage $s left $files files in \$OUT ($big over 16 MiB): the device tool brings back 8 at most"
+    status=1
+  fi
+  [[ -f $out/stage$s/logs-stage$s.tar.gz ]] && tar -xzf "$out/stage$s/logs-stage$s.tar.gz" -C "$out/stage$s"
   if [[ ! -f $summary ]] || ! grep -q "stage $s done" "$summary"; then
     echo "gpu_rehearse: stage $s did not finish; its logs are in $out/stage$s"
     status=1

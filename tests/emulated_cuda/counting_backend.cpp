@@ -104,6 +104,11 @@ class CountingBackend final : public Backend {
                                                        {"threads", double(threads)}});
     return inner_->measure_peak_gflops(p, threads, seconds);
   }
+  std::string device_profile_missing() const override { return inner_->device_profile_missing(); }
+  void start_device_profile() override { inner_->start_device_profile(); }
+  std::vector<DeviceActivity> stop_device_profile() override {
+    return inner_->stop_device_profile();
+  }
   int lm_head_chunk_rows(int64_t bytes_per_row) const override {
     return inner_->lm_head_chunk_rows(bytes_per_row);
   }

@@ -9,6 +9,7 @@
 
 #include "counters.h"
 #include "cublasLt.h"
+#include "cupti.h"
 
 struct EmulatedLtHandle {
   int unused;
@@ -473,12 +474,18 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
                   " its algorithm needs");
   emu::counters::matmul(m, n, k, a->type == CUDA_R_16BF ? 2 : 4, b->type == CUDA_R_16BF ? 2 : 4,
                         d->type == CUDA_R_16BF ? 2 : 4, be != 0.0f);
-  if (emu::counters::count_only()) return CUBLAS_STATUS_SUCCESS;
+  constexpr const char* kName = "emulated_cublasLt_matmul";  // as CUPTI names the kernel
+  if (emu::counters::count_only()) {
+    emu::activity::issue(emu::activity::Work::kKernel, kName, 0, 0, nullptr)();
+    return CUBLAS_STATUS_SUCCESS;
+  }
   // The product runs in the stream's order, on copies of the descriptors.
-  emu::submit(stream, [op = *op, a = *a, b = *b, c = *c, d = *d, A, B, C, D, al, be, split] {
-    g_last_splits = split.slices;
-    product(op, a, b, c, d, A, B, C, D, al, be, split);
-  });
+  emu::submit(stream, emu::activity::issue(
+                          emu::activity::Work::kKernel, kName, 0, 0,
+                          [op = *op, a = *a, b = *b, c = *c, d = *d, A, B, C, D, al, be, split] {
+                            g_last_splits = split.slices;
+                            product(op, a, b, c, d, A, B, C, D, al, be, split);
+                          }));
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulAlgoConfigGetAttribute(const cublasLtMatmulAlgo_t* algo,

@@ -13,6 +13,7 @@
 
 #include "counters.h"
 #include "cuda_runtime.h"
+#include "cupti.h"
 #include "emulated_backend.h"
 #include "emulator.h"
 #include "emulator_internal.h"
@@ -214,7 +215,9 @@ cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s) {
   if (!on_device(p, bytes))
     return emu::fail(cudaErrorInvalidValue, "cudaMemsetAsync: the range is not device memory");
   emu::counters::memset(bytes);
-  if (!emu::counters::count_only()) emu::submit(s, [=] { std::memset(p, value, bytes); });
+  auto work = emu::activity::issue(emu::activity::Work::kMemset, "memset", bytes, 0,
+                                   [=] { std::memset(p, value, bytes); });
+  if (!emu::counters::count_only()) emu::submit(s, std::move(work));
   return cudaSuccess;
 }
 // Host memory is pageable unless cudaMallocHost made it, with the GPU's rules
@@ -238,20 +241,27 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
           ? (src_dev ? emu::counters::Copy::kDeviceToDevice : emu::counters::Copy::kHostToDevice)
           : (src_dev ? emu::counters::Copy::kDeviceToHost : emu::counters::Copy::kHostToHost),
       bytes);
+  // A copy the GPU runs (CUPTI's record of it, when profiling).
+  auto traced = [&](uint8_t kind, std::function<void()> work) {
+    return emu::activity::issue(emu::activity::Work::kCopy, "copy", bytes, kind, std::move(work));
+  };
   if (!dst_dev && !src_dev) {
     std::memmove(dst, src, bytes);
   } else if (dst_dev && src_dev) {
-    if (!emu::counters::count_only()) emu::submit(s, [=] { std::memmove(dst, src, bytes); });
+    auto work = traced(CUPTI_ACTIVITY_MEMCPY_KIND_DTOD, [=] { std::memmove(dst, src, bytes); });
+    if (!emu::counters::count_only()) emu::submit(s, std::move(work));
   } else if (dst_dev && pinned(src, bytes)) {
-    emu::submit(s, [=] { std::memcpy(dst, src, bytes); });
+    emu::submit(s, traced(CUPTI_ACTIVITY_MEMCPY_KIND_HTOD, [=] { std::memcpy(dst, src, bytes); }));
   } else if (dst_dev) {
     const auto* from = static_cast<const unsigned char*>(src);
     auto staged = std::make_shared<std::vector<unsigned char>>(from, from + bytes);
-    emu::submit(s, [=] { std::memcpy(dst, staged->data(), bytes); });
+    emu::submit(s, traced(CUPTI_ACTIVITY_MEMCPY_KIND_HTOD,
+                          [=] { std::memcpy(dst, staged->data(), bytes); }));
   } else {
     emu::counters::sync("cudaMemcpyAsync to pageable host memory");
     const auto& q = emu::queue_of(s);
-    emu::wait_for(*q, emu::enqueue(q, [=] { std::memmove(dst, src, bytes); }));
+    emu::wait_for(*q, emu::enqueue(q, traced(CUPTI_ACTIVITY_MEMCPY_KIND_DTOH,
+                                             [=] { std::memmove(dst, src, bytes); })));
   }
   return emu::sticky_error();
 }

@@ -12,6 +12,7 @@
 
 #include "counters.h"
 #include "cuda_runtime.h"
+#include "cupti.h"
 #include "emulated_backend.h"
 #include "emulator.h"
 #include "emulator_internal.h"
@@ -415,10 +416,14 @@ bool run(EmulatedStream* stream, dim3 grid, dim3 block, size_t shared, const voi
                   std::to_string(limit) + " the kernel is allowed" +
                   (limit == kDefaultSharedLimit ? " (cudaFuncSetAttribute raises it)" : ""));
   counters::launch(name, grid, block);
-  if (counters::count_only()) return true;
-  submit(stream, [grid, block, shared, name, body = std::move(body)] {
-    execute(grid, block, shared, name, body);
-  });
+  if (counters::count_only()) {
+    activity::issue(activity::Work::kKernel, name, 0, 0, nullptr)();
+    return true;
+  }
+  submit(stream, activity::issue(activity::Work::kKernel, name, 0, 0,
+                                 [grid, block, shared, name, body = std::move(body)] {
+                                   execute(grid, block, shared, name, body);
+                                 }));
   return true;
 }
 

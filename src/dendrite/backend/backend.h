@@ -28,7 +28,9 @@
 #include "dendrite/comm/options.h"
 #include "dendrite/core/bf16.h"
 #include "dendrite/core/buffer.h"
+#include "dendrite/core/check.h"
 #include "dendrite/core/device.h"
+#include "dendrite/core/device_profile.h"
 #include "dendrite/core/operand.h"
 #include "dendrite/core/precision.h"
 #include "dendrite/ops/attention.h"
@@ -155,6 +157,18 @@ class Backend : public Allocator {
   // The peak rate MFU divides by (GFLOP/s; the CPU: FMA chains on the pool, twice
   // that for bf16 with AVX512_BF16; a GPU: its GEMM peak); threads 0: all of the backend's.
   virtual double measure_peak_gflops(Precision p, int threads = 0, double seconds = 0.2) = 0;
+  // What the device runs between start_device_profile and
+  // stop_device_profile (which waits for it): each kernel, copy and memset,
+  // with its device times and when the host issued it (core/device_profile.h;
+  // CUPTI on a GPU). Empty where the backend can; else why not and the fix
+  // (then start_device_profile refuses with it): the CPU has no device to
+  // profile, a CUDA build may lack CUPTI.
+  virtual std::string device_profile_missing() const {
+    return "the CPU runs its ops as they are called, so it has no device work to profile; "
+           "time the steps without --profile, or use --trace for the host's timeline";
+  }
+  virtual void start_device_profile() { fail("profile: ", device_profile_missing()); }
+  virtual std::vector<DeviceActivity> stop_device_profile() { return {}; }
 
   // ---- norms (ops/norm.h) ----
   void layernorm_row_sums(double* sums, const float* x, const ops::NormShape& s) {

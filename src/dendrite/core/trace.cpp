@@ -1,8 +1,8 @@
 #include "dendrite/core/trace.h"
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
-
 #include <nlohmann/json.hpp>
 
 namespace dendrite::trace {
@@ -76,6 +76,12 @@ std::string events_json(int rank, const std::string& process) {
           {"args", {{"name", "rank"}}}});
   append({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", 1},
           {"args", {{"name", "progress engine"}}}});
+  if (std::any_of(all.begin(), all.end(), [](const Span& s) { return s.lane == Lane::kDevice; }))
+    append({{"name", "thread_name"},
+            {"ph", "M"},
+            {"pid", rank},
+            {"tid", 2},
+            {"args", {{"name", "device (its kernels, copies and memsets)"}}}});
   return out;
 }
 

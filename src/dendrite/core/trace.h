@@ -18,7 +18,8 @@ namespace dendrite::trace {
 
 // The thread a span ran on: the rank's own (the one that calls the
 // collectives and runs the steps) or its progress engine's.
-enum class Lane { kRank = 0, kEngine = 1 };
+// The device's work (bench step --profile: core/device_profile.h) is a third.
+enum class Lane { kRank = 0, kEngine = 1, kDevice = 2 };
 
 struct Span {
   const char* category;  // "step", "collective", "wait", "engine"

@@ -13,17 +13,31 @@ namespace dendrite {
 
 namespace fs = std::filesystem;
 
-void check_trace_path(const std::string& path) {
+void check_trace_path(const std::string& path, const char* option) {
   const fs::path folder = fs::path(path).parent_path();
   std::error_code ec;
   if (!folder.empty()) fs::create_directories(folder, ec);
   const std::string tmp = path + ".tmp";
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    DENDRITE_CHECK(f.is_open(), "--trace: cannot write ", tmp,
+    DENDRITE_CHECK(f.is_open(), option, ": cannot write ", tmp,
                    "; give a path in a folder you can write to");
   }
   fs::remove(tmp, ec);
+}
+
+void write_file_whole(const std::string& path, const std::string& text, const char* option) {
+  check_trace_path(path, option);
+  const fs::path tmp = fs::path(path + ".tmp");
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    DENDRITE_CHECK(f.is_open(), option, ": cannot write ", tmp.string(),
+                   "; give a path in a folder you can write to");
+    f << text;
+    f.close();
+    DENDRITE_CHECK(!f.fail(), option, ": writing ", tmp.string(), " failed (disk full?)");
+  }
+  fs::rename(tmp, path);
 }
 
 void start_trace(ProcessGrid& grid) {
@@ -58,17 +72,7 @@ int64_t write_trace(ProcessGrid& grid, const std::string& path) {
   for (int r = 0; r < P; ++r)
     pieces[r].assign(reinterpret_cast<const char*>(all.data() + size_t(r) * words),
                      size_t(lens[2 * r]));
-  check_trace_path(path);
-  const fs::path tmp = fs::path(path + ".tmp");
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    DENDRITE_CHECK(f.is_open(), "--trace: cannot write ", tmp.string(),
-                   "; give a path in a folder you can write to");
-    f << trace::file_json(pieces);
-    f.close();
-    DENDRITE_CHECK(!f.fail(), "--trace: writing ", tmp.string(), " failed (disk full?)");
-  }
-  fs::rename(tmp, path);
+  write_file_whole(path, trace::file_json(pieces), "--trace");
   return total;
 }
 

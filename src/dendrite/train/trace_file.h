@@ -13,10 +13,14 @@ namespace dendrite {
 // world. Returns the number of spans written (on rank 0; 0 elsewhere).
 int64_t write_trace(ProcessGrid& grid, const std::string& path);
 
-// Fails, naming the path and the fix, unless `path` can be written (its
-// folder is created): checked before a run so that it does not fail at its
-// end.
-void check_trace_path(const std::string& path);
+// Fails, naming the option, the path and the fix, unless `path` can be
+// written (its folder is created): checked before a run so that it does not
+// fail at its end.
+void check_trace_path(const std::string& path, const char* option = "--trace");
+
+// Writes `text` to `path` whole: into a temporary file beside it, renamed
+// over it at the end, so that a failed write leaves the earlier file.
+void write_file_whole(const std::string& path, const std::string& text, const char* option);
 
 // Starts a recording on every rank with a common origin (after a barrier).
 // Collective over the world.

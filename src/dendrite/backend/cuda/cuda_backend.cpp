@@ -18,6 +18,7 @@
 
 #include "dendrite/backend/backend.h"
 #include "dendrite/backend/cuda/device_memory.h"
+#include "dendrite/backend/cuda/device_profile.h"
 #include "dendrite/backend/cuda/device_setup.h"
 #include "dendrite/backend/cuda/gemm.h"
 #include "dendrite/backend/cuda/gemm_peak.h"
@@ -127,6 +128,22 @@ class CudaBackend final : public Backend {
   }
 
   // ---- GEMM properties and tuning ----
+  std::string device_profile_missing() const override { return cuda::device_profile_missing(); }
+  void start_device_profile() override {
+    DENDRITE_CHECK(!profile_, "profile: start_device_profile was called twice");
+    const std::string missing = device_profile_missing();
+    DENDRITE_CHECK(missing.empty(), "profile: ", missing);
+    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    profile_ = std::make_unique<cuda::DeviceProfile>();
+  }
+  std::vector<DeviceActivity> stop_device_profile() override {
+    DENDRITE_CHECK(profile_, "profile: stop_device_profile without start_device_profile");
+    // The collectives' streams end before the compute stream's work that reads them.
+    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    std::vector<DeviceActivity> got = profile_->finish();
+    profile_.reset();
+    return got;
+  }
   bool bf16_gemm_native() const override { return true; }
   std::string bf16_gemm_missing() const override { return ""; }
   void set_gemm_tuning(bool) override {}  // cuBLASLt's algorithm is fixed per shape (gemm.h)
@@ -485,6 +502,7 @@ class CudaBackend final : public Backend {
   static constexpr size_t kStagingBytes = size_t(8) << 20;
   std::unique_ptr<cuda::PinnedStaging> staging_;
   std::unique_ptr<cuda::DeviceMemory> memory_;
+  std::unique_ptr<cuda::DeviceProfile> profile_;  // between start_ and stop_device_profile
 };
 
 }  // namespace

@@ -174,7 +174,7 @@ std::function<void()> issue(Work kind, const char* name, uint64_t bytes, uint8_t
   const CUpti_ActivityKind k = kind == Work::kKernel ? CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL
                                : kind == Work::kCopy ? CUPTI_ACTIVITY_KIND_MEMCPY
                                                      : CUPTI_ACTIVITY_KIND_MEMSET;
-  if (!enabled(k)) return work;
+  if (!enabled(k)) return work ? std::move(work) : [] {};
   const uint32_t id = ++state().correlation;
   const uint64_t t = now_ns();
   if (enabled(CUPTI_ACTIVITY_KIND_RUNTIME)) {

@@ -95,7 +95,8 @@ namespace emu::activity {
 // The emulator's hook where it issues device work (a launch, a product, a
 // copy, a memset): while a kind is enabled, an API record at the host's time
 // now and a correlation id; the work returned records its own start and end
-// when it runs. Otherwise `work` comes back as it was.
+// when it runs. Otherwise `work` comes back as it was (a null one as work
+// that does nothing: count-only mode issues without running).
 enum class Work { kKernel, kCopy, kMemset };
 std::function<void()> issue(Work kind, const char* name, uint64_t bytes, uint8_t copy_kind,
                             std::function<void()> work);

@@ -171,6 +171,7 @@ void Transformer::build_layers() {
     L.q = ParallelLinear(grid_, be_, *spec(p + "q.weight"), maybe(p + "q.bias"), opt_.keep_gathered, opt_.oar);
     L.k = ParallelLinear(grid_, be_, *spec(p + "k.weight"), maybe(p + "k.bias"), opt_.keep_gathered, opt_.oar);
     L.v = ParallelLinear(grid_, be_, *spec(p + "v.weight"), maybe(p + "v.bias"), opt_.keep_gathered, opt_.oar);
+    fuse_qkv(L, p);
     L.o = ParallelLinear(grid_, be_, *spec(p + "o.weight"), maybe(p + "o.bias"), opt_.keep_gathered, opt_.oar);
     L.up = ParallelLinear(grid_, be_, *spec(p + "up.weight"), maybe(p + "up.bias"), opt_.keep_gathered, opt_.oar);
     if (!cfg_.gpt2()) L.gate = ParallelLinear(grid_, be_, *spec(p + "gate.weight"), nullptr, opt_.keep_gathered, opt_.oar);
@@ -195,6 +196,36 @@ void Transformer::build_layers() {
   norm_tensors_ = make_tensor_table(be_, table_, /*norm_only=*/true);
   AllocationPurpose totals("the step's loss and gradient norm");
   totals_ = be_.alloc<double>(1 + kLossSlots);
+}
+
+// q, k and v as one product (Layer::qkv) where the layout allows it: GPT-2
+// under bf16 (nothing between the products and attention, which reads the
+// bf16 rows with their stride), X of one rank (the product goes straight to
+// its epilogue: no sum over X, so the collectives stay as they were) and Z of
+// one (the product reads the stored blocks, and adds dW into the gradients),
+// with the three weight blocks end to end in the parameters, and the three
+// biases. Elsewhere q, k and v stay three products.
+void Transformer::fuse_qkv(Layer& L, const std::string& p) {
+  if (!cfg_.gpt2() || !low_precision() || grid_.shape().x != 1 || grid_.shape().z != 1) return;
+  const ParamSpec &q = table_.find(p + "q.weight"), &k = table_.find(p + "k.weight"),
+                  &v = table_.find(p + "v.weight");
+  const ParamSpec &qb = table_.find(p + "q.bias"), &kb = table_.find(p + "k.bias"),
+                  &vb = table_.find(p + "v.bias");
+  auto end_to_end = [](const ParamSpec& a, const ParamSpec& b, const ParamSpec& c) {
+    return b.offset == a.offset + a.numel && c.offset == b.offset + b.numel;
+  };
+  if (!end_to_end(q, k, v) || !end_to_end(qb, kb, vb)) return;
+  auto span = [&](const ParamSpec& a, const ParamSpec& b, const ParamSpec& c, const char* name) {
+    auto s = std::make_unique<ParamSpec>(a);
+    s->name = p + name;
+    s->shape[0] = a.shape[0] + b.shape[0] + c.shape[0];
+    s->block_rows = a.block_rows + b.block_rows + c.block_rows;
+    s->numel = a.numel + b.numel + c.numel;
+    return s;
+  };
+  L.qkv_w = span(q, k, v, "q, k and v.weight");
+  L.qkv_b = span(qb, kb, vb, "q, k and v.bias");
+  L.qkv = ParallelLinear(grid_, be_, *L.qkv_w, L.qkv_b.get(), opt_.keep_gathered, opt_.oar);
 }
 
 void Transformer::find_gradient_ranges() {
@@ -252,7 +283,8 @@ void Transformer::allocate(int m, int B_loc) {
     }
     if (low) {
       b16(a.norm1h, m * C), b16(a.norm2h, m * C), b16(a.acth, m * F);
-      b16(a.qh, m * long(qd_)), b16(a.kh, m * long(kvd_)), b16(a.vh, m * long(kvd_));
+      b16(a.qkvh, m * long(qkv_width()));
+      a.qh = a.qkvh.data(), a.kh = a.qh + m * long(qd_), a.vh = a.kh + m * long(kvd_);
       b16(a.atth, m * long(qd_));
     } else {
       f32(a.norm1, m * C), f32(a.norm2, m * C), f32(a.act, m * F);
@@ -262,12 +294,14 @@ void Transformer::allocate(int m, int B_loc) {
   }
   f32(normf_, m * C), f32(meanf_, m), f32(rstdf_, m);
   f32(tmp_c_, m * C), f32(dnorm_, m * C), f32(dres_, m * C);
-  f32(dq_, m * long(qd_)), f32(dk_, m * long(kvd_)), f32(dv_, m * long(kvd_));
+  f32(dqkv_, m * long(qkv_width()));
+  dq_ = dqkv_.data(), dk_ = dq_ + m * long(qd_), dv_ = dk_ + m * long(kvd_);
   f32(datt_, m * long(qd_)), f32(dup_, m * F), f32(dact_, m * F);
   if (!cfg_.gpt2()) f32(dgate_, m * F);
   if (low) {
     b16(normf_h_, m * C), b16(dres_h_, m * C);
-    b16(dq_h_, m * long(qd_)), b16(dk_h_, m * long(kvd_)), b16(dv_h_, m * long(kvd_));
+    b16(dqkv_h_, m * long(qkv_width()));
+    dq_h_ = dqkv_h_.data(), dk_h_ = dq_h_ + m * long(qd_), dv_h_ = dk_h_ + m * long(kvd_);
     b16(dup_h_, m * F);
     if (!cfg_.gpt2()) b16(dgate_h_, m * F);
   }
@@ -314,16 +348,16 @@ size_t Transformer::activation_bytes() const {
           &a.mean2, &a.rstd2, &a.up, &a.gate, &a.act, &a.qpre, &a.kpre, &a.qrstd, &a.krstd})
       n += b->size();
   for (const Buffer<float>* b :
-       {&normf_, &meanf_, &rstdf_, &tmp_c_, &dnorm_, &dres_, &dq_, &dk_, &dv_, &datt_, &dup_,
-        &dgate_, &dact_, &recompute_out_, &dqn_, &dkn_, &head_dgain_})
+       {&normf_, &meanf_, &rstdf_, &tmp_c_, &dnorm_, &dres_, &dqkv_, &datt_, &dup_, &dgate_, &dact_,
+        &recompute_out_, &dqn_, &dkn_, &head_dgain_})
     n += b->size();
   n += head_sums_.size() * 2;  // doubles
   for (size_t l = 0; l < k_cache_.size(); ++l) n += k_cache_[l].size() + v_cache_[l].size();
   size_t low = 0;  // bf16 elements
   for (auto& a : acts_)
-    for (const Buffer<bf16>* b : {&a.norm1h, &a.qh, &a.kh, &a.vh, &a.atth, &a.norm2h, &a.acth})
+    for (const Buffer<bf16>* b : {&a.norm1h, &a.qkvh, &a.atth, &a.norm2h, &a.acth})
       low += b->size();
-  for (const Buffer<bf16>* b : {&normf_h_, &dres_h_, &dq_h_, &dk_h_, &dv_h_, &dup_h_, &dgate_h_})
+  for (const Buffer<bf16>* b : {&normf_h_, &dres_h_, &dqkv_h_, &dup_h_, &dgate_h_})
     low += b->size();
   const size_t ids = tokens_.size() + targets_.size() + weights_.size();  // 4 bytes each
   return n * sizeof(float) + low * sizeof(bf16) + stream_.bytes() + sums_.size() * sizeof(double) +

@@ -165,13 +165,24 @@ class Transformer {
     ParallelLinear q, k, v, o, up, gate, down;
     const ParamSpec* q_norm = nullptr;  // Qwen3's per-head gains [hs], or null
     const ParamSpec* k_norm = nullptr;
+    // q, k and v as one product, where the layout allows (build_layers):
+    // their weight blocks, and their biases, lie end to end in the
+    // parameters, so [Wq; Wk; Wv] is one [qd/Gy + 2 kvd/Gy, C/Gx] block (and
+    // its gradient one block of the gradients). qkv's specs span the three.
+    ParallelLinear qkv;
+    std::unique_ptr<ParamSpec> qkv_w, qkv_b;  // null: q, k and v run apart
   };
   // Saved for the backward. The inputs of GEMMs (norm1, q, k, v, att, norm2,
   // act) are kept in the run's precision: fp32, or bf16 (the *h buffers; the
   // fp32 ones are then not allocated).
   struct LayerActs {
     Buffer<float> norm1, mean1, rstd1, q, k, v, att, lse, mid, norm2, mean2, rstd2, up, gate, act;
-    Buffer<bf16> norm1h, qh, kh, vh, atth, norm2h, acth;
+    Buffer<bf16> norm1h, atth, norm2h, acth;
+    // bf16: q, k and v [m, qd/Gy], [m, kvd/Gy] in one buffer, either as three
+    // blocks (qh, kh, vh at their starts) or, written by the one product of
+    // a layer with qkv, interleaved as rows [m, qd/Gy + 2 kvd/Gy].
+    Buffer<bf16> qkvh;
+    bf16 *qh = nullptr, *kh = nullptr, *vh = nullptr;
     // Qwen3: q and k before their per-head norms [m, qd/Gy], [m, kvd/Gy],
     // and the norms' rstd [m * NH/Gy], [m * NKV/Gy].
     Buffer<float> qpre, kpre, qrstd, krstd;
@@ -179,7 +190,7 @@ class Transformer {
   bool low_precision() const { return opt_.precision == Precision::kBF16; }
   // The GEMM operand of an fp32 activation x [n]: x itself, or under bf16
   // precision its rounding written to low.
-  Operand operand(const float* x, Buffer<bf16>& low, int64_t n) const;
+  Operand operand(const float* x, bf16* low, int64_t n) const;
   // A linear layer's epilogue that writes its output as bf16 to `low` (none:
   // fp32 only), the bias taken in bf16 as the product's epilogue takes it.
   ops::LinearEpilogue bf16_output(const ParallelLinear& layer, bf16* low) const {
@@ -193,12 +204,18 @@ class Transformer {
   Operand saved(const Buffer<float>& f32, const Buffer<bf16>& b16) const {
     return low_precision() ? Operand(b16.data()) : Operand(f32.data());
   }
+  Operand saved(const Buffer<float>& f32, const bf16* b16) const {
+    return low_precision() ? Operand(b16) : Operand(f32.data());
+  }
+  // The width of q, k and v's rows together on this rank.
+  int qkv_width() const { return qd_ + 2 * kvd_; }
   // The parameters as the weight stream and lookups read them: fp32, or the
   // bf16 copy (rounded from the fp32 values first when they changed).
   Operand stored_params();
   void check_grid() const;
   void build_table();
   void build_layers();
+  void fuse_qkv(Layer& L, const std::string& prefix);
   void allocate(int m_max, int B_loc_max);
   void check_batch(const int32_t* inputs, int B_loc, int T) const;
   // Copies this rank's m token ids (host) into the backend's memory (tokens_,
@@ -239,8 +256,7 @@ class Transformer {
   struct LinearGrad;
   // A layer's part given its output gradient dy [m, out_local]: under bf16
   // precision dy is rounded into low with the bias gradient summed in that pass.
-  LinearGrad grad_of(const ParallelLinear& layer, const float* dy, Buffer<bf16>& low, Operand x,
-                     int m);
+  LinearGrad grad_of(const ParallelLinear& layer, const float* dy, bf16* low, Operand x, int m);
   struct LinearGrad {
     const ParallelLinear* layer = nullptr;  // null: none (gate of GPT-2)
     const float* dy_f32 = nullptr;          // [m, out_local] (its bias gradient)
@@ -299,9 +315,15 @@ class Transformer {
   std::vector<Buffer<float>> residual_;  // L+1 of [m, C/Gx]: each layer's input, then the output
   std::vector<LayerActs> acts_;
   Buffer<float> normf_, meanf_, rstdf_;
-  Buffer<float> tmp_c_, dnorm_, dres_, dq_, dk_, dv_, datt_, dup_, dgate_, dact_;
+  Buffer<float> tmp_c_, dnorm_, dres_, datt_, dup_, dgate_, dact_;
+  // dq, dk, dv [m, qd/Gy], [m, kvd/Gy]: three blocks of dqkv_, or its rows
+  // interleaved (as LayerActs::qkvh).
+  Buffer<float> dqkv_;
+  float *dq_ = nullptr, *dk_ = nullptr, *dv_ = nullptr;
   // bf16 precision: the final norm's output and the gradients that feed GEMMs.
-  Buffer<bf16> normf_h_, dres_h_, dq_h_, dk_h_, dv_h_, dup_h_, dgate_h_;
+  Buffer<bf16> normf_h_, dres_h_, dup_h_, dgate_h_;
+  Buffer<bf16> dqkv_h_;  // as dqkv_
+  bf16 *dq_h_ = nullptr, *dk_h_ = nullptr, *dv_h_ = nullptr;
   Buffer<double> sums_;
   Buffer<double> head_sums_;              // Qwen3: [m * NH/Gy] per-head row sums
   Buffer<float> dqn_, dkn_, head_dgain_;  // Qwen3: dq, dk before the head norms; a gain's [hs]

@@ -36,16 +36,16 @@ Transformer::Writable Transformer::params_and_copy() {
   return {params_->data(), params_low_->data_as<bf16>(), table_.replicated_begin()};
 }
 
-Operand Transformer::operand(const float* x, Buffer<bf16>& low, int64_t n) const {
+Operand Transformer::operand(const float* x, bf16* low, int64_t n) const {
   if (!low_precision()) return x;
-  be_.to_bf16(low.data(), x, n);
-  return low.data();
+  be_.to_bf16(low, x, n);
+  return low;
 }
 
 Transformer::LinearGrad Transformer::grad_of(const ParallelLinear& layer, const float* dy,
-                                             Buffer<bf16>& low, Operand x, int m) {
+                                             bf16* low, Operand x, int m) {
   if (!low_precision()) return {&layer, dy, dy, x};
-  return {&layer, nullptr, layer.dy_bf16(low.data(), dy, m, grads_->data()), x};
+  return {&layer, nullptr, layer.dy_bf16(low, dy, m, grads_->data()), x};
 }
 
 void Transformer::forward(const int32_t* inputs, int B_loc, int T, int pass, int pos,
@@ -75,7 +75,9 @@ void Transformer::forward(const int32_t* inputs, int B_loc, int T, int pass, int
 // x, out [m, C/Gx]. Under bf16 precision the inputs of GEMMs (attention's
 // q, k, v included) are rounded to bf16 where they are made and saved so
 // (LayerActs); their fp32 values then pass through the backward's scratch
-// (tmp_c_, dq_, dk_, dv_, datt_, dact_: free until this layer's backward).
+// (tmp_c_, dqkv_, datt_, dact_: free until this layer's backward). A layer
+// with qkv (Layer) computes q, k and v in one product, into rows of qkvh that
+// attention reads with their stride.
 void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, int T, int pos,
                                 bool caching) {
   Layer& L = layers_[l];
@@ -85,9 +87,9 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
   // Where the fp32 outputs go: saved, or (bf16 saves only their rounding) scratch.
   const bool low = low_precision();
   float* n1 = low ? tmp_c_.data() : a.norm1.data();
-  float* q = low ? dq_.data() : a.q.data();
-  float* k = low ? dk_.data() : a.k.data();
-  float* v = low ? dv_.data() : a.v.data();
+  float* q = low ? dq_ : a.q.data();
+  float* k = low ? dk_ : a.k.data();
+  float* v = low ? dv_ : a.v.data();
   float* att = low ? datt_.data() : a.att.data();
   float* n2 = low ? tmp_c_.data() : a.norm2.data();
   float* act = low ? dact_.data() : a.act.data();
@@ -100,11 +102,16 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
   // nothing comes between (RoPE turns q and k, the cache reads fp32).
   const bool v_low = low && !caching, qk_low = v_low && cfg_.gpt2();
   const bool qk_norm = cfg_.qk_norm;
-  L.q.forward(qk_norm ? a.qpre.data() : q, h1, m, P, stream_,
-              bf16_output(L.q, qk_low ? a.qh.data() : nullptr));
-  L.k.forward(qk_norm ? a.kpre.data() : k, h1, m, P, stream_,
-              bf16_output(L.k, qk_low ? a.kh.data() : nullptr));
-  L.v.forward(v, h1, m, P, stream_, bf16_output(L.v, v_low ? a.vh.data() : nullptr));
+  const bool fused = L.qkv_w && !caching;  // then qk_low: GPT-2 under bf16
+  if (fused) {  // [m, qd/Gy + 2 kvd/Gy], its fp32 values (the CPU's) in dqkv_'s scratch
+    L.qkv.forward(dq_, h1, m, P, stream_, bf16_output(L.qkv, a.qkvh.data()));
+  } else {
+    L.q.forward(qk_norm ? a.qpre.data() : q, h1, m, P, stream_,
+                bf16_output(L.q, qk_low ? a.qh : nullptr));
+    L.k.forward(qk_norm ? a.kpre.data() : k, h1, m, P, stream_,
+                bf16_output(L.k, qk_low ? a.kh : nullptr));
+    L.v.forward(v, h1, m, P, stream_, bf16_output(L.v, v_low ? a.vh : nullptr));
+  }
   if (qk_norm) {
     head_norm_forward(q, a.qrstd.data(), a.qpre.data(), m * nh_, *L.q_norm);
     head_norm_forward(k, a.krstd.data(), a.kpre.data(), m * nkv_, *L.k_norm);
@@ -117,26 +124,35 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
     // The cache is fp32; under bf16 precision q, k and v take the values the
     // training forward's attention reads (their bf16 rounding).
     if (low) {
-      for (auto [x, h, n] : {std::tuple{q, &a.qh, long(m) * qd_}, std::tuple{k, &a.kh, long(m) * kvd_},
-                             std::tuple{v, &a.vh, long(m) * kvd_}}) {
-        be_.to_bf16(h->data(), x, n);
-        be_.to_float(x, h->data(), n);
+      for (auto [x, h, n] :
+           {std::tuple{q, a.qh, long(m) * qd_}, std::tuple{k, a.kh, long(m) * kvd_},
+            std::tuple{v, a.vh, long(m) * kvd_}}) {
+        be_.to_bf16(h, x, n);
+        be_.to_float(x, h, n);
       }
     }
     const ops::CachedAttentionShape s{B_loc, T, pos, max_T_, nh_, nkv_, hs_, qd_, kvd_, qd_};
     be_.attention_cached(att, q, k, v, k_cache_[l].data(), v_cache_[l].data(), s);
   } else {
-    const ops::AttentionShape s{B_loc, T, nh_, nkv_, hs_, qd_, kvd_, qd_};
-    const Operand qo = qk_low ? Operand(a.qh.data()) : operand(q, a.qh, long(m) * qd_);
-    const Operand ko = qk_low ? Operand(a.kh.data()) : operand(k, a.kh, long(m) * kvd_);
-    const Operand vo = v_low ? Operand(a.vh.data()) : operand(v, a.vh, long(m) * kvd_);
+    const int w = fused ? qkv_width() : 0;  // the rows' stride in qkvh
+    const ops::AttentionShape s{B_loc, T, nh_, nkv_, hs_, fused ? w : qd_, fused ? w : kvd_, qd_};
+    const bf16* qkv = a.qkvh.data();
+    const Operand qo = fused    ? Operand(qkv)
+                       : qk_low ? Operand(a.qh)
+                                : operand(q, a.qh, long(m) * qd_);
+    const Operand ko = fused    ? Operand(qkv + qd_)
+                       : qk_low ? Operand(a.kh)
+                                : operand(k, a.kh, long(m) * kvd_);
+    const Operand vo = fused   ? Operand(qkv + qd_ + kvd_)
+                       : v_low ? Operand(a.vh)
+                               : operand(v, a.vh, long(m) * kvd_);
     if (low)  // the output in bf16 alone: o's operand
       be_.attention_forward_bf16(a.atth.data(), att, a.lse.data(), qo, ko, vo, s);
     else
       be_.attention_forward(att, a.lse.data(), qo, ko, vo, s);
   }
   const Operand att_in =
-      low && !caching ? Operand(a.atth.data()) : operand(att, a.atth, long(m) * qd_);
+      low && !caching ? Operand(a.atth.data()) : operand(att, a.atth.data(), long(m) * qd_);
   ops::LinearEpilogue plus_x;  // mid = x + o(att), the residual added in the product
   plus_x.residual = x;
   L.o.forward(a.mid.data(), att_in, m, P, stream_, plus_x);
@@ -156,7 +172,7 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
     be_.swiglu_forward(act, a.gate.data(), a.up.data(), long(m) * f_);
   }
   const Operand act_in =
-      low && cfg_.gpt2() ? Operand(a.acth.data()) : operand(act, a.acth, long(m) * f_);
+      low && cfg_.gpt2() ? Operand(a.acth.data()) : operand(act, a.acth.data(), long(m) * f_);
   ops::LinearEpilogue plus_mid;  // out = mid + down(act)
   plus_mid.residual = a.mid.data();
   L.down.forward(out, act_in, m, P, stream_, plus_mid);
@@ -177,41 +193,53 @@ void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
   // GPT-2: dup = gelu'(up) * (the dx of down), GELU's backward in dup itself
   const bool gelu = cfg_.gpt2();
   linear_backward(gelu ? dup_.data() : dact_.data(), m,
-                  {grad_of(L.down, dres, dres_h_, saved(a.act, a.acth), m)}, {}, &down_dw,
+                  {grad_of(L.down, dres, dres_h_.data(), saved(a.act, a.acth), m)}, {}, &down_dw,
                   gelu ? a.up.data() : nullptr);
   if (!gelu) {
     be_.swiglu_backward(dgate_.data(), dup_.data(), dact_.data(), a.gate.data(), a.up.data(), mF);
   }
   const Operand h2 = saved(a.norm2, a.norm2h);
   const LinearGrad gate =
-      cfg_.gpt2() ? LinearGrad{} : grad_of(L.gate, dgate_.data(), dgate_h_, h2, m);
-  linear_backward(dnorm_.data(), m, {gate, grad_of(L.up, dup_.data(), dup_h_, h2, m)}, down_dw,
-                  nullptr);
+      cfg_.gpt2() ? LinearGrad{} : grad_of(L.gate, dgate_.data(), dgate_h_.data(), h2, m);
+  linear_backward(dnorm_.data(), m, {gate, grad_of(L.up, dup_.data(), dup_h_.data(), h2, m)},
+                  down_dw, nullptr);
   L.norm2.backward_add(dres, tmp_c_.data(), dnorm_.data(), a.mid.data(), a.mean2.data(),
                        a.rstd2.data(), m, P, G, sums_);  // now dLoss/d(mid)
 
   // attention: mid = x + o(att): [m, C/Gx] -> q [m, qd/Gy], k, v [m, kvd/Gy] -> [m, C/Gx]
   LinearGrad o_dw;  // o's dW, when it runs behind the dx sum of q, k, v
-  linear_backward(datt_.data(), m, {grad_of(L.o, dres, dres_h_, saved(a.att, a.atth), m)}, {},
-                  &o_dw);
-  const ops::AttentionShape s{B_loc, T, nh_, nkv_, hs_, qd_, kvd_, qd_};
-  be_.attention_backward(dq_.data(), dk_.data(), dv_.data(), datt_.data(), saved(a.att, a.atth),
-                         a.lse.data(), saved(a.q, a.qh), saved(a.k, a.kh), saved(a.v, a.vh), s);
-  if (!cfg_.gpt2()) {
-    be_.rope_backward(dq_.data(), {B_loc, T, nh_, hs_, qd_}, cfg_.rope());
-    be_.rope_backward(dk_.data(), {B_loc, T, nkv_, hs_, kvd_}, cfg_.rope());
+  linear_backward(datt_.data(), m, {grad_of(L.o, dres, dres_h_.data(), saved(a.att, a.atth), m)},
+                  {}, &o_dw);
+  const Operand h1 = saved(a.norm1, a.norm1h);
+  if (L.qkv_w) {  // q, k and v's rows interleaved, and their gradients so in dqkv_
+    const int w = qkv_width();
+    const ops::AttentionShape s{B_loc, T, nh_, nkv_, hs_, w, w, qd_};
+    const bf16* qkv = a.qkvh.data();
+    be_.attention_backward(dq_, dq_ + qd_, dq_ + qd_ + kvd_, datt_.data(), saved(a.att, a.atth),
+                           a.lse.data(), Operand(qkv), Operand(qkv + qd_),
+                           Operand(qkv + qd_ + kvd_), s);
+    linear_backward(dnorm_.data(), m, {grad_of(L.qkv, dq_, dq_h_, h1, m)}, o_dw, nullptr);
+    L.norm1.backward_add(dres, tmp_c_.data(), dnorm_.data(), residual_[l].data(), a.mean1.data(),
+                         a.rstd1.data(), m, P, G, sums_);
+    return;
   }
-  float* dq = dq_.data();  // the gradients of q's and k's products
-  float* dk = dk_.data();
+  const ops::AttentionShape s{B_loc, T, nh_, nkv_, hs_, qd_, kvd_, qd_};
+  be_.attention_backward(dq_, dk_, dv_, datt_.data(), saved(a.att, a.atth), a.lse.data(),
+                         saved(a.q, a.qh), saved(a.k, a.kh), saved(a.v, a.vh), s);
+  if (!cfg_.gpt2()) {
+    be_.rope_backward(dq_, {B_loc, T, nh_, hs_, qd_}, cfg_.rope());
+    be_.rope_backward(dk_, {B_loc, T, nkv_, hs_, kvd_}, cfg_.rope());
+  }
+  float* dq = dq_;  // the gradients of q's and k's products
+  float* dk = dk_;
   if (cfg_.qk_norm) {
     head_norm_backward(dqn_.data(), dq, a.qpre.data(), a.qrstd.data(), m * nh_, *L.q_norm);
     head_norm_backward(dkn_.data(), dk, a.kpre.data(), a.krstd.data(), m * nkv_, *L.k_norm);
     dq = dqn_.data(), dk = dkn_.data();
   }
-  const Operand h1 = saved(a.norm1, a.norm1h);
   linear_backward(dnorm_.data(), m,
                   {grad_of(L.q, dq, dq_h_, h1, m), grad_of(L.k, dk, dk_h_, h1, m),
-                   grad_of(L.v, dv_.data(), dv_h_, h1, m)},
+                   grad_of(L.v, dv_, dv_h_, h1, m)},
                   o_dw, nullptr);
   L.norm1.backward_add(dres, tmp_c_.data(), dnorm_.data(), residual_[l].data(), a.mean1.data(),
                        a.rstd1.data(), m, P, G, sums_);
@@ -343,7 +371,7 @@ void Transformer::forward_backward_unread(const int32_t* inputs, const int32_t* 
   const int B_loc = local_batch(B), m = B_loc * T;
   forward(inputs, B_loc, T, kPassStep);
   float* G = grads_->data();
-  const Operand xf = operand(normf_.data(), normf_h_, int64_t(m) * c_);
+  const Operand xf = operand(normf_.data(), normf_h_.data(), int64_t(m) * c_);
   {
     trace::Scope part("step", "head and loss");
     head_.forward_backward(dnorm_.data(), xf, upload_targets(targets, m),
@@ -375,7 +403,7 @@ double Transformer::forward_loss(const int32_t* inputs, const int32_t* targets,
                                  const float* weights, double denominator, int B, int T) {
   const int B_loc = local_batch(B), m = B_loc * T;
   forward(inputs, B_loc, T, kPassLoss);
-  const Operand xf = operand(normf_.data(), normf_h_, int64_t(m) * c_);
+  const Operand xf = operand(normf_.data(), normf_h_.data(), int64_t(m) * c_);
   head_.forward_backward(nullptr, xf, upload_targets(targets, m), upload_weights(weights, m),
                          denominator, m, grads_->data(), stream_, loss_slot(denominator),
                          tied_head());
@@ -434,7 +462,7 @@ void Transformer::logits(const int32_t* inputs, int B, int T, float* out) {
   const int m = B_loc * T;
   AllocationPurpose purpose("the logits of every position");
   Buffer<float> logits = be_.alloc<float>(int64_t(m) * cfg_.vocab_size);
-  head_.logits(logits.data(), operand(normf_.data(), normf_h_, int64_t(m) * c_), m, stream_,
+  head_.logits(logits.data(), operand(normf_.data(), normf_h_.data(), int64_t(m) * c_), m, stream_,
                tied_head());
   end_pass();
   be_.download(out, logits.data(), logits.size() * sizeof(float));
@@ -450,8 +478,8 @@ void Transformer::finish_last_positions(int B_loc, int T, float* out) {
   Buffer<float> last = be_.alloc<float>(int64_t(B_loc) * c_);  // [B_loc, C/Gx]
   be_.copy_rows(last.data(), normf_.data() + int64_t(T - 1) * c_, B_loc, c_, int64_t(T) * c_);
   Buffer<float> logits = be_.alloc<float>(int64_t(B_loc) * cfg_.vocab_size);
-  head_.logits(logits.data(), operand(last.data(), normf_h_, int64_t(B_loc) * c_), B_loc, stream_,
-               tied_head());
+  head_.logits(logits.data(), operand(last.data(), normf_h_.data(), int64_t(B_loc) * c_), B_loc,
+               stream_, tied_head());
   end_pass();
   be_.download(out, logits.data(), logits.size() * sizeof(float));
 }

@@ -249,7 +249,7 @@ if ((stage == 1)); then
     (($(elapsed) < 420)) && bench_torch eager $m && row $m
   done
   # The step with cuBLASLt's epilogues against their steps as kernels, the
-  # same build alternated (the model: 22.7 against 29.3 ms at 124M).
+  # same build alternated (the model: 22.2 against 28.5 ms at 124M).
   if (($(elapsed) < 450)); then
     bench_dendrite gpt2-124m bare --no-gemm-epilogues
     bench_dendrite gpt2-124m again

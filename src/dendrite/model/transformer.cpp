@@ -198,23 +198,30 @@ void Transformer::build_layers() {
   totals_ = be_.alloc<double>(1 + kLossSlots);
 }
 
-// q, k and v as one product (Layer::qkv) where the layout allows it: GPT-2
-// under bf16 (nothing between the products and attention, which reads the
-// bf16 rows with their stride), X of one rank (the product goes straight to
-// its epilogue: no sum over X, so the collectives stay as they were) and Z of
-// one (the product reads the stored blocks, and adds dW into the gradients),
-// with the three weight blocks end to end in the parameters, and the three
+// q, k and v as one product (Layer::qkv) where the layout allows it: under
+// bf16, where attention reads the bf16 rows of the three with their stride,
+// and what comes between the products and attention can run on those rows
+// (GPT-2: nothing, the product writes bf16; Llama: RoPE on q and k in fp32,
+// then one rounding of the rows, which are the bits of the three products';
+// not Qwen2, whose v bias the epilogue adds in bf16, nor Qwen3's head
+// norms); X of one rank (the product goes straight to its epilogue: no sum
+// over X, so the collectives stay as they were) and Z of one (the product
+// reads the stored blocks, and adds dW into the gradients); the three weight
+// blocks end to end in the parameters, and the three biases where there are
 // biases. Elsewhere q, k and v stay three products.
 void Transformer::fuse_qkv(Layer& L, const std::string& p) {
-  if (!cfg_.gpt2() || !low_precision() || grid_.shape().x != 1 || grid_.shape().z != 1) return;
+  const bool rows_allow = cfg_.gpt2() || (!cfg_.qkv_bias && !cfg_.qk_norm);
+  if (!rows_allow || !low_precision() || grid_.shape().x != 1 || grid_.shape().z != 1) return;
   const ParamSpec &q = table_.find(p + "q.weight"), &k = table_.find(p + "k.weight"),
                   &v = table_.find(p + "v.weight");
-  const ParamSpec &qb = table_.find(p + "q.bias"), &kb = table_.find(p + "k.bias"),
-                  &vb = table_.find(p + "v.bias");
   auto end_to_end = [](const ParamSpec& a, const ParamSpec& b, const ParamSpec& c) {
     return b.offset == a.offset + a.numel && c.offset == b.offset + b.numel;
   };
-  if (!end_to_end(q, k, v) || !end_to_end(qb, kb, vb)) return;
+  if (!end_to_end(q, k, v)) return;
+  const bool biased = cfg_.gpt2();
+  if (biased &&
+      !end_to_end(table_.find(p + "q.bias"), table_.find(p + "k.bias"), table_.find(p + "v.bias")))
+    return;
   auto span = [&](const ParamSpec& a, const ParamSpec& b, const ParamSpec& c, const char* name) {
     auto s = std::make_unique<ParamSpec>(a);
     s->name = p + name;
@@ -224,7 +231,9 @@ void Transformer::fuse_qkv(Layer& L, const std::string& p) {
     return s;
   };
   L.qkv_w = span(q, k, v, "q, k and v.weight");
-  L.qkv_b = span(qb, kb, vb, "q, k and v.bias");
+  if (biased)
+    L.qkv_b = span(table_.find(p + "q.bias"), table_.find(p + "k.bias"), table_.find(p + "v.bias"),
+                   "q, k and v.bias");
   L.qkv = ParallelLinear(grid_, be_, *L.qkv_w, L.qkv_b.get(), opt_.keep_gathered, opt_.oar);
 }
 

@@ -102,9 +102,15 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
   // nothing comes between (RoPE turns q and k, the cache reads fp32).
   const bool v_low = low && !caching, qk_low = v_low && cfg_.gpt2();
   const bool qk_norm = cfg_.qk_norm;
-  const bool fused = L.qkv_w && !caching;  // then qk_low: GPT-2 under bf16
-  if (fused) {  // [m, qd/Gy + 2 kvd/Gy], its fp32 values (the CPU's) in dqkv_'s scratch
+  const bool fused = L.qkv_w && !caching;  // then under bf16
+  if (fused && cfg_.gpt2()) {  // [m, qd/Gy + 2 kvd/Gy] in bf16 (the CPU's fp32 values in dqkv_)
     L.qkv.forward(dq_, h1, m, P, stream_, bf16_output(L.qkv, a.qkvh.data()));
+  } else if (fused) {  // RoPE turns q and k in fp32, then the rows are rounded together
+    const int w = qkv_width();
+    L.qkv.forward(dq_, h1, m, P, stream_);
+    be_.rope_forward(dq_, {B_loc, T, nh_, hs_, w, pos}, cfg_.rope());
+    be_.rope_forward(dq_ + qd_, {B_loc, T, nkv_, hs_, w, pos}, cfg_.rope());
+    be_.to_bf16(a.qkvh.data(), dq_, long(m) * w);
   } else {
     L.q.forward(qk_norm ? a.qpre.data() : q, h1, m, P, stream_,
                 bf16_output(L.q, qk_low ? a.qh : nullptr));
@@ -116,7 +122,7 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
     head_norm_forward(q, a.qrstd.data(), a.qpre.data(), m * nh_, *L.q_norm);
     head_norm_forward(k, a.krstd.data(), a.kpre.data(), m * nkv_, *L.k_norm);
   }
-  if (!cfg_.gpt2()) {
+  if (!cfg_.gpt2() && !fused) {
     be_.rope_forward(q, {B_loc, T, nh_, hs_, qd_, pos}, cfg_.rope());
     be_.rope_forward(k, {B_loc, T, nkv_, hs_, kvd_, pos}, cfg_.rope());
   }
@@ -218,6 +224,10 @@ void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
     be_.attention_backward(dq_, dq_ + qd_, dq_ + qd_ + kvd_, datt_.data(), saved(a.att, a.atth),
                            a.lse.data(), Operand(qkv), Operand(qkv + qd_),
                            Operand(qkv + qd_ + kvd_), s);
+    if (!cfg_.gpt2()) {
+      be_.rope_backward(dq_, {B_loc, T, nh_, hs_, w}, cfg_.rope());
+      be_.rope_backward(dq_ + qd_, {B_loc, T, nkv_, hs_, w}, cfg_.rope());
+    }
     linear_backward(dnorm_.data(), m, {grad_of(L.qkv, dq_, dq_h_, h1, m)}, o_dw, nullptr);
     L.norm1.backward_add(dres, tmp_c_.data(), dnorm_.data(), residual_[l].data(), a.mean1.data(),
                          a.rstd1.data(), m, P, G, sums_);

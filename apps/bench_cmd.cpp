@@ -521,6 +521,10 @@ Runner add_bench(CLI::App& app, MpiEnv& env, StepCounter* counter) {
                  "with the same bits, and report the choices");
   step->add_flag("--keep-gathered", r.keep_gathered,
                  "Keep Z-gathered weights from the forward for the backward");
+  step->add_flag(
+      "--no-fused-qkv", [r = &o->run](int64_t) { r->fuse_qkv = false; },
+      "Run q, k and v as three products where they would run as one (bf16, X and Z "
+      "of one rank), to time the two side by side");
   step->add_flag("--no-gemm-epilogues", o->no_gemm_epilogues,
                  "GPU: run the bias, GELU, residual add and bf16 rounding that cuBLASLt's "
                  "epilogues take as kernels after bare products (to time the two side by side)");

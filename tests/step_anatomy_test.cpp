@@ -57,6 +57,22 @@ std::vector<json> entries_of(const json& step, const std::string& part) {
 }
 
 int64_t sum_syncs(const json& e, const std::string& call) { return e["syncs"].value(call, 0); }
+// q, k and v as one product (GPT-2 under bf16 on one rank): per layer 4
+// products forward and 8 backward, where three products make them 6 and 12;
+// the same model (--no-fused-qkv runs the three).
+TEST(StepAnatomy, QkvIsOneProductWhereTheLayoutAllows) {
+  const json three = bench_anatomy("gpt2-tiny", false, "--no-fused-qkv");
+  const json& one = gpt2_run();
+  for (const char* dir : {"forward", "backward"}) {
+    const std::string part = std::string("layer 0 ") + dir;
+    const int64_t fused = one["anatomy"]["later_step"]["by_part"][part]["matmuls"].get<int64_t>();
+    const int64_t apart = three["anatomy"]["later_step"]["by_part"][part]["matmuls"].get<int64_t>();
+    EXPECT_EQ(fused, dir == std::string("forward") ? 4 : 8) << part;
+    EXPECT_EQ(apart, dir == std::string("forward") ? 6 : 12) << part;
+  }
+  EXPECT_NEAR(three["loss"].get<double>(), one["loss"].get<double>(), 1e-4);
+  EXPECT_NE(three["loss"].get<double>(), 0.0);
+}
 
 TEST(StepAnatomy, EveryLayerIssuesTheSameWork) {
   const json& a = gpt2_run()["anatomy"];

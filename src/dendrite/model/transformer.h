@@ -55,6 +55,9 @@ struct ModelOptions {
   // accumulation, statistics, gradients and master weights (DESIGN.md
   // section 10; core/precision.h).
   Precision precision = Precision::kF32;
+  // q, k and v as one product where the layout allows (Transformer::fuse_qkv);
+  // off: three, to time the two side by side (bench step --no-fused-qkv).
+  bool fuse_qkv = true;
   // Sets the overlaps from "none", "all" or a list such as "oar,ors"; an
   // unknown one is an error naming it.
   void set_overlap(const std::string& list);

@@ -46,6 +46,7 @@ struct TrainOptions {
   bool keep_gathered = false;  // keep Z-gathered weights from forward to backward
   bool recompute = false;      // activation recomputation
   bool gemm_tune = false;      // time each GEMM shape's ways at its first call, keep the fastest
+  bool fuse_qkv = true;        // q, k and v as one product where the layout allows (ModelOptions)
   std::string precision = "fp32";  // fp32 or bf16 (core/precision.h)
   std::string device = "auto";     // cpu, cuda or auto (backend/backend.h: resolve_device)
   // Communication to hide: oar, ors, oag, dp, all, none (ModelOptions), or

@@ -229,6 +229,11 @@ KERNELS = {
     ("ce_dlogits_bf16", "ce_dlogits_kernel<Out>"):
         lambda a: (f32(a["rows"] * a["Vloc"] + 3 * a["rows"]) + 2.0 * a["rows"] * a["Vloc"],
                    4 * a["rows"] * a["V"]),
+    # the statistics and the bf16 dlogits in one pass: each row read from memory
+    # once (its re-reads hit the caches, as the statistics' two passes assume)
+    ("ce_stats_dlogits_bf16", "ce_stats_dlogits_kernel"):
+        lambda a: (f32(a["rows"] * a["Vloc"] + 6 * a["rows"]) + 2.0 * a["rows"] * a["Vloc"],
+                   8 * a["rows"] * a["V"]),
     # reductions returning a value to the host: a pass over n, then one block
     ("sum_squares_tensors", "sum_squares_tensors_kernel"): lambda a: (f32(a["n"]), 2 * a["n"]),
     ("sum_squares_tensors", "sum_partials_kernel"): lambda a: (8.0 * 1024, 0),

@@ -138,6 +138,41 @@ TEST_P(BackendOps, FusedOpsGiveTheBitsOfTheSeparateOps) {
                        {rows, Vloc, v0, V});
   EXPECT_TRUE(same_bits(get(Dh), get(Want))) << "ce_dlogits_bf16";
 
+  // The statistics and the bf16 dlogits in one pass, over the whole vocabulary
+  // of 61 ids in 64 columns (3 padding); 1500 columns take several strides of
+  // a row block. Against ce_local_stats, ce_combine over one part and
+  // ce_dlogits_bf16: the same stats, lse, loss and dlogits.
+  for (const auto& [Vw, Vp] : {std::pair{61, 64}, std::pair{1500, 1500}}) {
+    const std::string p = str(" V=", Vw, " Vloc=", Vp);
+    const Vf lw = randn(rows * Vp, 82, 3.0);
+    Buffer<float> A = put(lw), B = put(lw), St = zeros<float>(2 * rows),
+                  FSt = zeros<float>(2 * rows), L1 = zeros<float>(rows), L2 = zeros<float>(rows);
+    Buffer<int32_t> T = put(random_tokens(rows, Vw, 83));
+    Buffer<bf16> Sep = zeros<bf16>(rows * Vp), One = zeros<bf16>(rows * Vp);
+    Buffer<double> Tot1 = put(std::vector<double>{1.5}), Tot2 = put(std::vector<double>{1.5});
+    const ops::VocabShape vs{rows, Vp, 0, Vw};
+    be().ce_local_stats(St.data(), A.data(), T.data(), Wt.data(), vs);
+    be().ce_combine(L1.data(), St.data(), Wt.data(), rows, 1, Tot1.data());
+    be().ce_dlogits_bf16(Sep.data(), A.data(), L1.data(), T.data(), Wt.data(), 17.5, vs);
+    be().ce_stats_dlogits_bf16(FSt.data(), One.data(), B.data(), T.data(), Wt.data(), 17.5, vs);
+    be().ce_combine(L2.data(), FSt.data(), Wt.data(), rows, 1, Tot2.data());
+    EXPECT_TRUE(same_bits(get(FSt), get(St))) << "ce_stats_dlogits_bf16 stats" << p;
+    EXPECT_TRUE(same_bits(get(One), get(Sep))) << "ce_stats_dlogits_bf16 dlogits" << p;
+    EXPECT_TRUE(same_bits(get(L2), get(L1))) << "ce_stats_dlogits_bf16 lse" << p;
+    EXPECT_TRUE(same_bits(get(Tot2), get(Tot1))) << "ce_stats_dlogits_bf16 loss" << p;
+  }
+  // A split vocabulary is refused, naming the op and the way that works.
+  Buffer<float> Stats = zeros<float>(2 * rows);
+  try {
+    be().ce_stats_dlogits_bf16(Stats.data(), Dh.data(), Lf.data(), Tg.data(), Wt.data(), 17.5,
+                               {rows, Vloc, v0, V});
+    ADD_FAILURE() << "ce_stats_dlogits_bf16 took a vocabulary part";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ce_stats_dlogits_bf16: needs the whole vocabulary"),
+              std::string::npos)
+        << e.what();
+  }
+
   // attention's output in bf16: 2 sequences of 37 (a partial tile), 4 heads of 16 over 2 kv heads
   const ops::AttentionShape s{2, 37, 4, 2, 16, 64, 32, 64};
   const int qkv_rows = s.B * s.T;

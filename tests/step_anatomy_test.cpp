@@ -5,7 +5,8 @@
 // products reach cuBLASLt with the op's shape; uploads, downloads and
 // allocations are counted once each with their bytes; the host synchronises
 // only where an op hands data from the device to the host; counting without
-// running finds the same work as running; and bench/step_roofline.py models
+// running finds the same work as running; the loss is one pass over each
+// chunk of logits where one rank holds the vocabulary; and bench/step_roofline.py models
 // the step, refusing a kernel it has no formula for. Prints the counts per
 // step and per layer.
 #include <gtest/gtest.h>
@@ -125,6 +126,30 @@ void expect_products(const json& e) {
     EXPECT_EQ(p["d"], bf16_out ? 2 : 4) << "fp32 results, or bf16 where fused: " << e.dump();
   }
   EXPECT_EQ(products, e["calls"].get<int64_t>()) << e.dump();
+}
+
+// The whole vocabulary on one rank under bf16: the loss is one kernel a chunk
+// (statistics and dlogits in one pass) and the loss's sum; the separate
+// statistics, their gathered copy and the dlogits kernel do not run.
+TEST(StepAnatomy, TheLossIsOnePassOverEachChunkOfLogits) {
+  int64_t one_pass = 0, combines = 0, heads = 0;
+  for (const json& e : gpt2_run()["anatomy"]["later_step"]["ops"]) {
+    if (e["part"] != "head and loss") continue;
+    const std::string op = e["op"];
+    const int64_t calls = e["calls"];
+    EXPECT_TRUE(op != "ce_local_stats" && op != "ce_dlogits_bf16" && op != "ce_dlogits") << op;
+    EXPECT_FALSE(e["copies"].contains("d2d")) << "a device copy in the loss: " << e.dump();
+    if (op == "linear_forward") heads += calls;
+    if (op == "ce_combine") combines += calls;
+    if (op == "ce_stats_dlogits_bf16") {
+      one_pass += calls;
+      EXPECT_EQ(e["kernels"].value("ce_stats_dlogits_kernel", 0), calls) << e.dump();
+      EXPECT_EQ(e["kernels"].size(), 1u) << e.dump();
+    }
+  }
+  EXPECT_GT(heads, 0);
+  EXPECT_EQ(one_pass, heads) << "one pass for each chunk of logits";
+  EXPECT_EQ(combines, heads);
 }
 
 TEST(StepAnatomy, EachOpCountsWhatItIssues) {

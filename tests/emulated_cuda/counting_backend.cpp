@@ -364,6 +364,12 @@ class CountingBackend final : public Backend {
     const counters::OpScope op("ce_dlogits_bf16", vocab_args(s));
     inner_->ce_dlogits_bf16(dlogits, logits, lse, targets, weight, denominator, s);
   }
+  void do_ce_stats_dlogits_bf16(float* stats, bf16* dlogits, float* logits, const int32_t* targets,
+                                const float* weight, double denominator,
+                                const ops::VocabShape& s) override {
+    const counters::OpScope op("ce_stats_dlogits_bf16", vocab_args(s));
+    inner_->ce_stats_dlogits_bf16(stats, dlogits, logits, targets, weight, denominator, s);
+  }
   void do_embedding_range_forward(float* out, const int32_t* tokens, Operand w,
                                   const ops::EmbeddingShape& s) override {
     const counters::OpScope op("embedding_range_forward", {{"w_bf16", double(w.is_bf16())},

@@ -352,6 +352,14 @@ class Backend : public Allocator {
     ops::check_denominator(denominator, "ce_dlogits_bf16");
     do_ce_dlogits_bf16(dlogits, logits, lse, targets, weight, denominator, s);
   }
+  // ce_local_stats and ce_dlogits_bf16 in one pass, where one rank holds the
+  // whole vocabulary; logits are scratch afterwards.
+  void ce_stats_dlogits_bf16(float* stats, bf16* dlogits, float* logits, const int32_t* targets,
+                             const float* weight, double denominator, const ops::VocabShape& s) {
+    ops::check_whole_vocab(s, "ce_stats_dlogits_bf16");
+    ops::check_denominator(denominator, "ce_stats_dlogits_bf16");
+    do_ce_stats_dlogits_bf16(stats, dlogits, logits, targets, weight, denominator, s);
+  }
 
   // ---- embeddings (ops/embedding.h); tables as operands ----
   void embedding_range_forward(float* out, const int32_t* tokens, Operand w,
@@ -520,6 +528,9 @@ class Backend : public Allocator {
   virtual void do_ce_dlogits_bf16(bf16* dlogits, float* logits, const float* lse,
                                   const int32_t* targets, const float* weight, double denominator,
                                   const ops::VocabShape& s) = 0;
+  virtual void do_ce_stats_dlogits_bf16(float* stats, bf16* dlogits, float* logits,
+                                        const int32_t* targets, const float* weight,
+                                        double denominator, const ops::VocabShape& s) = 0;
 
   virtual void do_embedding_range_forward(float* out, const int32_t* tokens, Operand w,
                                           const ops::EmbeddingShape& s) = 0;

@@ -110,6 +110,15 @@ void check_vocab(const VocabShape& s, const char* op) {
                  " Vloc=", s.Vloc, " v0=", s.v0, " V=", s.V);
 }
 
+void check_whole_vocab(const VocabShape& s, const char* op) {
+  check_vocab(s, op);
+  DENDRITE_CHECK(
+      s.v0 == 0 && s.Vloc >= s.V, op,
+      ": needs the whole vocabulary on one rank (v0=0, Vloc >= V), got v0=", s.v0, " Vloc=", s.Vloc,
+      " V=", s.V,
+      "; with the vocabulary split over Y use ce_local_stats, ce_combine and ce_dlogits_bf16");
+}
+
 void check_combine(int rows, int parts) {
   DENDRITE_CHECK(rows >= 0 && parts >= 1,
                  "ce_combine: need rows >= 0 and parts >= 1, got rows=", rows, " parts=", parts,

@@ -25,6 +25,8 @@ struct VocabShape {
 };
 // Throws, naming the op, unless rows >= 0, Vloc > 0, v0 >= 0 and V > 0.
 void check_vocab(const VocabShape& s, const char* op);
+// check_vocab, and the rank holds every real id: v0 = 0 and Vloc >= V.
+void check_whole_vocab(const VocabShape& s, const char* op);
 // ce_combine's sizes: rows >= 0, parts >= 1.
 void check_combine(int rows, int parts);
 // A positive, finite count of supervised tokens.
@@ -52,5 +54,14 @@ void check_denominator(double denominator, const char* op);
 //   of the head's backward under bf16 precision): ce_dlogits, then to_bf16
 //   (convert.h), the same bits. logits are scratch afterwards (the CPU
 //   computes in them; a GPU only reads them).
+// ce_stats_dlogits_bf16(stats, dlogits, logits, targets, weight, denominator,
+//   s): where one rank holds the whole vocabulary (v0 = 0, Vloc >= V: no
+//   split, so a row's local log-sum-exp is its lse), the statistics and the
+//   bf16 dlogits in one pass over the logits: the bits of ce_local_stats, then
+//   ce_combine over one part (whose lse[r] is stats[2r]), then
+//   ce_dlogits_bf16. ce_combine(lse, stats, weight, rows, 1, total) still adds
+//   the loss. A GPU reads each row of logits from memory once (the re-reads
+//   of a row a block holds come from its cache), where the separate ops read
+//   the whole chunk twice.
 
 }  // namespace dendrite::ops

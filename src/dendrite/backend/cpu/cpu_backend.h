@@ -134,6 +134,9 @@ class CpuBackend final : public Backend {
   void do_ce_dlogits_bf16(bf16* dlogits, float* logits, const float* lse, const int32_t* targets,
                           const float* weight, double denominator,
                           const ops::VocabShape& s) override;
+  void do_ce_stats_dlogits_bf16(float* stats, bf16* dlogits, float* logits, const int32_t* targets,
+                                const float* weight, double denominator,
+                                const ops::VocabShape& s) override;
 
   // ---- embedding.cpp ----
   void do_embedding_range_forward(float* out, const int32_t* tokens, Operand w,

@@ -5,7 +5,8 @@
 //
 // ce_local_stats works in parallel over rows (each row's log-sum-exp and
 // target logit); ce_combine sums the row losses in row order; ce_dlogits
-// turns the same buffer into dlogits, in parallel over rows. No reduction
+// turns the same buffer into dlogits, in parallel over rows;
+// ce_stats_dlogits_bf16 runs the first and the last. No reduction
 // depends on the thread count, so the result is the same on every run.
 #include <algorithm>
 #include <cmath>
@@ -38,6 +39,28 @@ double row_logsumexp(const float* row, int n) {
 int real_columns(int Vloc, int v0, int V) {
   const long n = static_cast<long>(V) - v0;
   return static_cast<int>(std::clamp(n, 0L, static_cast<long>(Vloc)));
+}
+
+// logits -> dlogits (ops/cross_entropy.h: ce_dlogits), row r's lse at lse[r * lse_stride].
+void dlogits_in_place(float* logits, const float* lse, int lse_stride, const int32_t* targets,
+                      const float* weight, double denominator, const ops::VocabShape& s) {
+  const int rows = s.rows, Vloc = s.Vloc, v0 = s.v0;
+  const int n = real_columns(Vloc, v0, s.V);
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < rows; ++r) {
+    float* row = logits + static_cast<long>(r) * Vloc;
+    const double wt = weight ? weight[r] : 1.0;
+    if (wt == 0.0) {
+      std::fill(row, row + Vloc, 0.0f);
+      continue;
+    }
+    const float scale = static_cast<float>(wt / denominator), l = lse[long(r) * lse_stride];
+#pragma omp simd
+    for (int j = 0; j < n; ++j) row[j] = exact::exp_approx(row[j] - l) * scale;
+    std::fill(row + n, row + Vloc, 0.0f);  // padding ids
+    const int t = targets[r] - v0;
+    if (t >= 0 && t < n) row[t] -= scale;
+  }
 }
 
 }  // namespace
@@ -90,29 +113,23 @@ void CpuBackend::do_ce_combine(float* lse, const float* gathered, const float* w
 
 void CpuBackend::do_ce_dlogits(float* logits, const float* lse, const int32_t* targets,
                                const float* weight, double denominator, const ops::VocabShape& s) {
-  const int rows = s.rows, Vloc = s.Vloc, v0 = s.v0, V = s.V;
-  const int n = real_columns(Vloc, v0, V);
-#pragma omp parallel for schedule(static)
-  for (int r = 0; r < rows; ++r) {
-    float* row = logits + static_cast<long>(r) * Vloc;
-    const double wt = weight ? weight[r] : 1.0;
-    if (wt == 0.0) {
-      std::fill(row, row + Vloc, 0.0f);
-      continue;
-    }
-    const float scale = static_cast<float>(wt / denominator), l = lse[r];
-#pragma omp simd
-    for (int j = 0; j < n; ++j) row[j] = exact::exp_approx(row[j] - l) * scale;
-    std::fill(row + n, row + Vloc, 0.0f);  // padding ids
-    const int t = targets[r] - v0;
-    if (t >= 0 && t < n) row[t] -= scale;
-  }
+  dlogits_in_place(logits, lse, 1, targets, weight, denominator, s);
 }
 
 void CpuBackend::do_ce_dlogits_bf16(bf16* dlogits, float* logits, const float* lse,
                                     const int32_t* targets, const float* weight, double denominator,
                                     const ops::VocabShape& s) {
   do_ce_dlogits(logits, lse, targets, weight, denominator, s);
+  do_to_bf16(dlogits, logits, int64_t(s.rows) * s.Vloc);
+}
+
+// The separate ops' passes, in the same order: on the CPU one pass gained
+// nothing to measure (the loss is a small share of a CPU step).
+void CpuBackend::do_ce_stats_dlogits_bf16(float* stats, bf16* dlogits, float* logits,
+                                          const int32_t* targets, const float* weight,
+                                          double denominator, const ops::VocabShape& s) {
+  do_ce_local_stats(stats, logits, targets, weight, s);
+  dlogits_in_place(logits, stats, 2, targets, weight, denominator, s);
   do_to_bf16(dlogits, logits, int64_t(s.rows) * s.Vloc);
 }
 

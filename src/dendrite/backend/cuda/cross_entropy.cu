@@ -10,6 +10,10 @@
 //   to the caller's accumulator in device memory (no copy to the host).
 // - ce_dlogits: elementwise, with the CPU's exp polynomial and its roundings
 //   spelled out, so equal lse gives the CPU's bits.
+// - ce_stats_dlogits_bf16 (the whole vocabulary on this rank): one block per
+//   row, ce_local_stats' passes and then the row's bf16 dlogits with the
+//   same arithmetic, so the bits of the separate ops; the chunk's logits come
+//   from memory once instead of twice.
 #include <cmath>
 
 #include "dendrite/backend/cuda/common.cuh"
@@ -30,6 +34,28 @@ int real_columns(const ops::VocabShape& s) {
   return int(n < 0 ? 0 : n > s.Vloc ? s.Vloc : n);
 }
 
+// The block's row: its max, then the sum of exp(x - max) (float per thread,
+// double across threads), both known to every thread; the log-sum-exp as
+// stats[0] holds it.
+__device__ __forceinline__ float row_logsumexp(const float* __restrict__ row, int n, float* smax,
+                                               double* ssum) {
+  float mx = -INFINITY;
+#pragma unroll 4
+  for (int j = threadIdx.x; j < n; j += blockDim.x) mx = fmaxf(mx, row[j]);
+  mx = block_max(mx, smax);
+  float part = 0.0f;
+#pragma unroll 4
+  for (int j = threadIdx.x; j < n; j += blockDim.x) part += exp_approx(row[j] - mx);
+  const double sum = block_sum<double>(double(part), ssum);
+  return n > 0 ? float(double(mx) + log(sum)) : -INFINITY;
+}
+
+// One dlogit: (exp(x - lse) - [target]) * scale, with the roundings spelled out.
+__device__ __forceinline__ float dlogit(float x, float lse, float scale, bool target) {
+  const float v = __fmul_rn(exp_approx(__fsub_rn(x, lse)), scale);
+  return target ? __fsub_rn(v, scale) : v;
+}
+
 // stats[r] = {logsumexp over the row's n real columns (-inf if none), the target's logit or 0}.
 __global__ void __launch_bounds__(kRowThreads)
     ce_local_stats_kernel(float* __restrict__ stats, const float* __restrict__ logits,
@@ -44,19 +70,42 @@ __global__ void __launch_bounds__(kRowThreads)
     return;
   }
   const float* __restrict__ row = logits + int64_t(r) * Vloc;
-  float mx = -INFINITY;
-#pragma unroll 4
-  for (int j = threadIdx.x; j < n; j += blockDim.x) mx = fmaxf(mx, row[j]);
-  mx = block_max(mx, smax);
-  float part = 0.0f;
-#pragma unroll 4
-  for (int j = threadIdx.x; j < n; j += blockDim.x) part += exp_approx(row[j] - mx);
-  const double sum = block_sum<double>(double(part), ssum);
+  const float lse = row_logsumexp(row, n, smax, ssum);
   if (threadIdx.x == 0) {
     const int64_t t = int64_t(targets[r]) - v0;  // column of the target, if held here
-    st[0] = n > 0 ? float(double(mx) + log(sum)) : -INFINITY;
+    st[0] = lse;
     st[1] = t >= 0 && t < Vloc ? row[t] : 0.0f;
   }
+}
+
+// The whole vocabulary on this rank (v0 = 0): ce_local_stats_kernel's
+// statistics, and then, with the row's lse already in hand, its bf16
+// dlogits; the row's second and third reads find it in the caches.
+__global__ void __launch_bounds__(kRowThreads)
+    ce_stats_dlogits_kernel(float* __restrict__ stats, bf16* __restrict__ dlogits,
+                            const float* __restrict__ logits, const int32_t* __restrict__ targets,
+                            const float* __restrict__ weight, double denominator, int Vloc, int n) {
+  __shared__ float smax[32];
+  __shared__ double ssum[32];
+  const int r = blockIdx.x;
+  float* st = stats + 2 * int64_t(r);
+  bf16* out = dlogits + int64_t(r) * Vloc;
+  const double wt = weight ? double(weight[r]) : 1.0;
+  if (wt == 0.0) {  // uniform over the block
+    if (threadIdx.x == 0) st[0] = st[1] = 0.0f;
+    for (int j = threadIdx.x; j < Vloc; j += blockDim.x) out[j] = round_bf16(0.0f);
+    return;
+  }
+  const float* __restrict__ row = logits + int64_t(r) * Vloc;
+  const float lse = row_logsumexp(row, n, smax, ssum);
+  const int t = targets[r];
+  if (threadIdx.x == 0) {
+    st[0] = lse;
+    st[1] = t >= 0 && t < Vloc ? row[t] : 0.0f;
+  }
+  const float scale = float(wt / denominator);
+  for (int j = threadIdx.x; j < Vloc; j += blockDim.x)
+    out[j] = round_bf16(j < n ? dlogit(row[j], lse, scale, j == t) : 0.0f);
 }
 
 // lse[r] = logsumexp over the parts; *total += sum_r weight[r] * (lse[r] - target[r]) in row order.
@@ -113,11 +162,7 @@ __global__ void ce_dlogits_kernel(Out* dlogits, const float* logits, const float
     const float scale = wt != 0.0 ? float(wt / denominator) : 0.0f, l = lse[r];
     const int64_t t = int64_t(targets[r]) - v0;
     for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < Vloc; j += gridDim.x * blockDim.x) {
-      float v = 0.0f;
-      if (wt != 0.0 && j < n) {
-        v = __fmul_rn(exp_approx(__fsub_rn(row[j], l)), scale);
-        if (j == t) v = __fsub_rn(v, scale);
-      }
+      const float v = wt != 0.0 && j < n ? dlogit(row[j], l, scale, j == t) : 0.0f;
       if constexpr (sizeof(Out) == 2)
         out[j] = round_bf16(v);
       else
@@ -171,6 +216,15 @@ void ce_dlogits_bf16(bf16* dlogits, const float* logits, const float* lse, const
                      const float* weight, double denominator, const ops::VocabShape& s,
                      cudaStream_t stream) {
   launch_dlogits(dlogits, logits, lse, targets, weight, denominator, s, stream, "ce_dlogits_bf16");
+}
+
+void ce_stats_dlogits_bf16(float* stats, bf16* dlogits, const float* logits, const int32_t* targets,
+                           const float* weight, double denominator, const ops::VocabShape& s,
+                           cudaStream_t stream) {
+  if (s.rows == 0) return;
+  DENDRITE_LAUNCH(unsigned(s.rows), kRowThreads, 0, stream, ce_stats_dlogits_kernel)
+  (stats, dlogits, logits, targets, weight, denominator, s.Vloc, real_columns(s));
+  check_launch("ce_stats_dlogits_bf16");
 }
 
 }  // namespace dendrite::cuda

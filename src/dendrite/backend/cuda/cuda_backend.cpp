@@ -394,6 +394,11 @@ class CudaBackend final : public Backend {
                           const ops::VocabShape& s) override {
     cuda::ce_dlogits_bf16(dlogits, logits, lse, targets, weight, denominator, s, stream_);
   }
+  void do_ce_stats_dlogits_bf16(float* stats, bf16* dlogits, float* logits, const int32_t* targets,
+                                const float* weight, double denominator,
+                                const ops::VocabShape& s) override {
+    cuda::ce_stats_dlogits_bf16(stats, dlogits, logits, targets, weight, denominator, s, stream_);
+  }
 
   // ---- embeddings ----
   void do_embedding_range_forward(float* out, const int32_t* tokens, Operand w,

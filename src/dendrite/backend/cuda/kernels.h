@@ -184,6 +184,11 @@ void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const f
 void ce_dlogits_bf16(bf16* dlogits, const float* logits, const float* lse, const int32_t* targets,
                      const float* weight, double denominator, const ops::VocabShape& s,
                      cudaStream_t stream);
+// The statistics and the bf16 dlogits in one pass over a row (ops/cross_entropy.h:
+// ce_stats_dlogits_bf16; the whole vocabulary on this rank).
+void ce_stats_dlogits_bf16(float* stats, bf16* dlogits, const float* logits, const int32_t* targets,
+                           const float* weight, double denominator, const ops::VocabShape& s,
+                           cudaStream_t stream);
 
 // A kernel launch's error, as an Error naming the kernel: one the launch
 // itself met, or, when every launch waits for its kernel

@@ -287,8 +287,9 @@ def cost_entry(e, rows, peak, bw, o):
     for m in e["matmuls"]:
         n = m["count"]
         fl = 2.0 * m["m"] * m["n"] * m["k"]
+        # an epilogue's aux buffer [m, n]: GELU's input written, or DGELU's read
         b = (m["m"] * m["k"] * m["a"] + m["k"] * m["n"] * m["b"] +
-             m["m"] * m["n"] * m["d"] * (2 if m["accumulate"] else 1))
+             m["m"] * m["n"] * (m["d"] * (2 if m["accumulate"] else 1) + m.get("aux", 0)))
         engine = "tensor" if m["a"] == 2 else "tf32"
         r = row(family(e["op"], "cuBLASLt"))
         r.launches += n

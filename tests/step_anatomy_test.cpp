@@ -124,6 +124,12 @@ void expect_products(const json& e) {
     EXPECT_EQ(p["a"], 2) << "bf16 operands: " << e.dump();
     EXPECT_EQ(p["b"], 2) << e.dump();
     EXPECT_EQ(p["d"], bf16_out ? 2 : 4) << "fp32 results, or bf16 where fused: " << e.dump();
+    // GELU's input is the product's aux (written; DGELU's read) only where
+    // the product applies GELU into fp32; with a bf16 output it stops at
+    // GELU's input, and a kernel writes GELU's bf16 output.
+    const bool aux = op == "linear_backward_input_dgelu" ||
+                     (op == "linear_forward_fused" && a["gelu"] == 1 && a["y_bf16"] == 0);
+    EXPECT_EQ(p["aux"], aux ? 4 : 0) << "GELU's input in fp32, D's type: " << e.dump();
   }
   EXPECT_EQ(products, e["calls"].get<int64_t>()) << e.dump();
 }

@@ -9,7 +9,8 @@
 //     "step N" is "step"; work outside every span is "outside the step");
 //   "ops": one entry per part, op and sizes: "part", "op", "args" (the op's
 //     sizes), "calls", "kernels" ({name: launches}), "matmuls" ([{m, n, k,
-//     a, b, d (bytes per element), accumulate, count}]), "syncs" ({call:
+//     a, b, d, aux (bytes per element; aux 0 without an epilogue buffer),
+//     accumulate, count}]), "syncs" ({call:
 //     count}), "allocations", "allocation_bytes", "frees", "free_bytes",
 //     "copies" ({"h2d"|"d2h"|"d2d"|"h2h": {count, bytes}}), "memsets"
 //     ({count, bytes}); work outside every op (a collective's own copies, say)
@@ -37,7 +38,7 @@ struct Event {
   Kind kind;
   const char* name;              // kernel or call
   uint64_t a = 0, b = 0, c = 0;  // m, n, k; or bytes in a
-  int elem[3] = {};              // a matmul's bytes per element of A, B, D
+  int elem[4] = {};              // a matmul's bytes per element of A, B, D and the aux
   bool accumulate = false;
   Copy copy = Copy::kHostToDevice;
   int op = -1;  // index in State::ops
@@ -111,13 +112,9 @@ void add_event(nlohmann::json& j, const Event& e) {
       break;
     case Kind::kMatmul: {
       nlohmann::json& list = j["matmuls"];
-      const nlohmann::json key = {{"m", e.a},
-                                  {"n", e.b},
-                                  {"k", e.c},
-                                  {"a", e.elem[0]},
-                                  {"b", e.elem[1]},
-                                  {"d", e.elem[2]},
-                                  {"accumulate", e.accumulate}};
+      const nlohmann::json key = {
+          {"m", e.a},       {"n", e.b},       {"k", e.c},         {"a", e.elem[0]},
+          {"b", e.elem[1]}, {"d", e.elem[2]}, {"aux", e.elem[3]}, {"accumulate", e.accumulate}};
       bool found = false;
       for (auto& m : list) {
         nlohmann::json bare = m;
@@ -194,9 +191,9 @@ nlohmann::json totals(const nlohmann::json& entries) {
 
 void launch(const char* kernel, const dim3&, const dim3&) { add({Kind::kLaunch, kernel}); }
 void matmul(uint64_t m, uint64_t n, uint64_t k, int a_bytes, int b_bytes, int d_bytes,
-            bool accumulate) {
+            bool accumulate, int aux_bytes) {
   Event e{Kind::kMatmul, "cublasLtMatmul", m, n, k};
-  e.elem[0] = a_bytes, e.elem[1] = b_bytes, e.elem[2] = d_bytes;
+  e.elem[0] = a_bytes, e.elem[1] = b_bytes, e.elem[2] = d_bytes, e.elem[3] = aux_bytes;
   e.accumulate = accumulate;
   add(e);
 }

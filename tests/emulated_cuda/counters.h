@@ -36,9 +36,11 @@ namespace emu::counters {
 
 // ---- hooks the emulator calls (cheap when not recording)
 void launch(const char* kernel, const dim3& grid, const dim3& block);
-// A cuBLASLt product D[m, n] = op(A) op(B) (+ C): column-major m, n, k as cuBLASLt sees them.
+// A cuBLASLt product D[m, n] = op(A) op(B) (+ C): column-major m, n, k as cuBLASLt sees them;
+// aux_bytes per element of an [m, n] auxiliary buffer the epilogue writes
+// (GELU's input) or reads (DGELU's), 0 without one.
 void matmul(uint64_t m, uint64_t n, uint64_t k, int a_bytes, int b_bytes, int d_bytes,
-            bool accumulate);
+            bool accumulate, int aux_bytes);
 void sync(const char* call);
 void allocation(size_t bytes);
 void free(size_t bytes);

@@ -472,8 +472,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
     return refuse("cublasLtMatmul: a workspace of " + std::to_string(workspace_bytes) +
                   " bytes, less than the " + std::to_string(split.workspace) +
                   " its algorithm needs");
+  const int d_bytes = d->type == CUDA_R_16BF ? 2 : 4;  // the aux takes D's type
   emu::counters::matmul(m, n, k, a->type == CUDA_R_16BF ? 2 : 4, b->type == CUDA_R_16BF ? 2 : 4,
-                        d->type == CUDA_R_16BF ? 2 : 4, be != 0.0f);
+                        d_bytes, be != 0.0f, has_aux(op->epilogue) ? d_bytes : 0);
   constexpr const char* kName = "emulated_cublasLt_matmul";  // as CUPTI names the kernel
   if (emu::counters::count_only()) {
     emu::activity::issue(emu::activity::Work::kKernel, kName, 0, 0, nullptr)();

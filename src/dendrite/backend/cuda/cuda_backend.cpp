@@ -181,12 +181,28 @@ class CudaBackend final : public Backend {
     do_linear_forward_fused(y, x, w, s, e);
   }
   // The epilogue in the product where cuBLASLt offers it (gemm.h: bias and
-  // GELU into fp32, bf16 alone); what it does not, as the kernels the CPU's
-  // separate ops mirror.
+  // GELU into fp32, bf16 alone; for GELU with a bf16 output, the bias, then
+  // one kernel); what it does not, as the kernels the CPU's separate ops mirror.
   void do_linear_forward_fused(float* y, Operand x, Operand w, const ops::LinearShape& s,
                                const ops::LinearEpilogue& e) override {
     const int m = s.m, k = s.k, n = s.n;
     const bool low = x.is_bf16();
+    const int64_t mn = int64_t(m) * n;
+    if (e.gelu && e.y_bf16) {
+      // cuBLASLt keeps GELU's input in D's type, and the backward reads it in
+      // fp32: the product stops at GELU's input (with the bias), and one
+      // kernel writes GELU's output in bf16 alone (y is scratch: matmul.h).
+      cuda::Gemm::Epilogue biased;
+      biased.bias = e.bias;
+      if (!gemm_->run_fused(false, true, m, n, k, ptr(x), k, ptr(w), k, e.pre_gelu, low, biased,
+                            stream_)) {
+        gemm_->run(false, true, m, n, k, 1.0f, ptr(x), k, ptr(w), k, 0.0f, e.pre_gelu, n, low,
+                   stream_);
+        if (e.bias) cuda::add_bias(e.pre_gelu, e.bias, m, n, stream_);
+      }
+      cuda::gelu_forward_bf16(e.y_bf16, e.pre_gelu, mn, stream_);
+      return;
+    }
     // bf16 out of the product: alone, or after a bias it takes in bf16 (matmul.h)
     const bool low_bias = ops::adds_bf16_bias(e);
     const bool bf16_alone = e.y_bf16 && (!e.bias || low_bias) && !e.gelu && !e.residual;
@@ -198,7 +214,6 @@ class CudaBackend final : public Backend {
     fused.gelu_input = e.pre_gelu;
     fused.out_bf16 = bf16_alone;
     void* d = bf16_alone ? static_cast<void*>(e.y_bf16) : static_cast<void*>(y);  // [m, n]
-    const int64_t mn = int64_t(m) * n;
     if (gemm_->run_fused(false, true, m, n, k, ptr(x), k, ptr(w), k, d, low, fused, stream_)) {
       if (e.y_bf16 && !bf16_alone) cuda::to_bf16(e.y_bf16, y, mn, stream_);
       return;

@@ -26,8 +26,9 @@ using exact::exp_approx;  // backend/exact_math.h: the CPU's bits
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + exp_approx(-x)); }
 
+template <class Out>  // float, or bf16: the fp32 value rounded as to_bf16 rounds it
 struct GeluForward {
-  float* y;
+  Out* y;
   const float* x;
   template <int W>
   __device__ void apply(int64_t i) const {
@@ -307,7 +308,12 @@ __global__ void sum_counts_kernel(long long* total, const long long* partial, in
 }  // namespace
 
 void gelu_forward(float* y, const float* x, long n, cudaStream_t stream) {
-  launch_map(GeluForward{y, x}, n, aligned_to(16, y, x), stream, "gelu_forward");
+  launch_map(GeluForward<float>{y, x}, n, aligned_to(16, y, x), stream, "gelu_forward");
+}
+
+void gelu_forward_bf16(bf16* y, const float* x, long n, cudaStream_t stream) {
+  launch_map(GeluForward<bf16>{y, x}, n, aligned_to(8, y) && aligned_to(16, x), stream,
+             "gelu_forward_bf16");
 }
 
 void gelu_backward(float* dx, const float* dy, const float* x, long n, cudaStream_t stream) {

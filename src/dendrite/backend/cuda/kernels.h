@@ -33,6 +33,8 @@ constexpr size_t kScratchBytes = size_t(1) << 20;
 
 // ---- elementwise (elementwise.cu) ----
 void gelu_forward(float* y, const float* x, long n, cudaStream_t stream);
+// gelu_forward's values rounded to bf16 (to_bf16's rounding), the fp32 values not written.
+void gelu_forward_bf16(bf16* y, const float* x, long n, cudaStream_t stream);
 void gelu_backward(float* dx, const float* dy, const float* x, long n, cudaStream_t stream);
 void swiglu_forward(float* y, const float* gate, const float* up, long n, cudaStream_t stream);
 void swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate, const float* up,

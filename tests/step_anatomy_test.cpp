@@ -231,8 +231,8 @@ TEST(StepAnatomy, CountingWithoutRunningFindsTheSameWork) {
 }
 
 // --no-gemm-epilogues: the same products, bare, and the epilogues' steps as
-// kernels after them (more launches); the loss as with the epilogues but for
-// cuBLASLt's GELU and the bf16 bias's rounding (docs/cuda.md).
+// kernels after them (more launches); the loss as with the epilogues, to
+// the last bits the fused steps round in their own way (docs/cuda.md).
 TEST(StepAnatomy, WithoutGemmEpiloguesTheProductsRunBareAndKernelsTakeTheirSteps) {
   const json bare = bench_anatomy("gpt2-tiny", false, "--no-gemm-epilogues");
   const json& fused = gpt2_run();

@@ -193,8 +193,7 @@ void VocabCrossEntropy::forward_backward(float* dx, Operand x, const int32_t* ta
     const ops::VocabShape vs{rows, Vloc, v0, V_};
     // dlogits as a GEMM operand: in place, or rounded into bf16 under bf16 precision
     Operand dl = logits;
-    const bool one_pass = dx && x.is_bf16() && gy == 1;  // the whole vocabulary on this rank
-    if (one_pass) {  // the statistics and the bf16 dlogits in one pass over the logits
+    if (dx && x.is_bf16() && gy == 1) {  // the whole vocabulary here: one pass over the logits
       be_->ce_stats_dlogits_bf16(stats_.data(), dlogits_.data(), logits, targets + r0, wc,
                                  denominator, vs);
       be_->ce_combine(lse_.data(), stats_.data(), wc, rows, 1, loss_sum);
@@ -204,13 +203,14 @@ void VocabCrossEntropy::forward_backward(float* dx, Operand x, const int32_t* ta
       be_->before_collective();
       grid_->Y().all_gather(stats_.data(), gathered_.data(), 2 * int64_t(rows), DType::kF32);
       be_->ce_combine(lse_.data(), gathered_.data(), wc, rows, gy, loss_sum);
-    }
-    if (!dx) continue;
-    if (!one_pass && x.is_bf16()) {
-      be_->ce_dlogits_bf16(dlogits_.data(), logits, lse_.data(), targets + r0, wc, denominator, vs);
-      dl = dlogits_.data();
-    } else if (!one_pass) {
-      be_->ce_dlogits(logits, lse_.data(), targets + r0, wc, denominator, vs);
+      if (!dx) continue;
+      if (x.is_bf16()) {
+        be_->ce_dlogits_bf16(dlogits_.data(), logits, lse_.data(), targets + r0, wc, denominator,
+                             vs);
+        dl = dlogits_.data();
+      } else {
+        be_->ce_dlogits(logits, lse_.data(), targets + r0, wc, denominator, vs);
+      }
     }
     // The block scratch starts fresh with the first chunk; the gradient itself accumulates.
     const bool accumulate = direct || r0 > 0;

@@ -92,6 +92,15 @@ def ln_backward_rows(a):
             13 * a["m"] * a["c"])
 
 
+def attention_runs(a):
+    """The runs of 64 rows whose bias sums attention_backward_bf16's blocks write."""
+    return a["B"] * ((a["T"] + 63) // 64)
+
+
+def plus_bytes(cost, extra):
+    return (cost[0] + extra,) + tuple(cost[1:])
+
+
 def tensor_attention(fn):
     return lambda a: fn(a) + ("tensor" if a.get("q_bf16", 0) else "simt",)
 
@@ -199,10 +208,22 @@ KERNELS = {
     ("attention_backward", "prepare_kernel"):
         lambda a: (f32(a["B"] * a["T"] * a["NH"] * a["hs"]) * (1 + elem(a, "out_bf16") / 4 + 0.5)
                    + f32(a["B"] * a["NH"] * a["T"]), 2 * a["B"] * a["T"] * a["NH"] * a["hs"]),
-    ("attention_backward", "dq_kernel<D>"): tensor_attention(lambda a: attention(a, 3, 2, 4)),
+    ("attention_backward", "dq_kernel<D, Out>"): tensor_attention(lambda a: attention(a, 3, 2, 4)),
     ("attention_backward", "dq_kernel<D, In>"): tensor_attention(lambda a: attention(a, 3, 2, 4)),
-    ("attention_backward", "dkv_kernel<D>"): tensor_attention(lambda a: attention(a, 4, 3, 4)),
+    ("attention_backward", "dkv_kernel<D, Out>"): tensor_attention(lambda a: attention(a, 4, 3, 4)),
     ("attention_backward", "dkv_kernel<D, In>"): tensor_attention(lambda a: attention(a, 4, 3, 4)),
+    # the same with the gradients written in bf16 (half an fp32 output's
+    # bytes each) and each block's bias sums; then the runs of 64 rows added
+    # in order
+    ("attention_backward_bf16", "prepare_kernel"):
+        lambda a: KERNELS[("attention_backward", "prepare_kernel")](a),
+    ("attention_backward_bf16", "dq_kernel<D, Out>"):
+        tensor_attention(lambda a: plus_bytes(attention(a, 3, 1.5, 4), f32(attention_runs(a) * a["NH"] * a["hs"]))),
+    ("attention_backward_bf16", "dkv_kernel<D, Out>"):
+        tensor_attention(lambda a: plus_bytes(attention(a, 4, 2, 4), f32(2 * attention_runs(a) * a["NKV"] * a["hs"]))),
+    ("attention_backward_bf16", "add_run_sums_kernel"):
+        lambda a: (f32((attention_runs(a) + 2) * (a["NH"] + 2 * a["NKV"]) * a["hs"]),
+                   attention_runs(a) * (a["NH"] + 2 * a["NKV"]) * a["hs"]),
     ("rope_forward", "rope_kernel"): lambda a: rope(a),
     ("rope_backward", "rope_kernel"): lambda a: rope(a),
     # embeddings: rows gathered from the table; the backward adds dout's rows into it

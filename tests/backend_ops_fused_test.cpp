@@ -1,12 +1,15 @@
 // The op harness (backend_ops_support.h) on the fused ops: each against the
 // separate ops it stands for on the same backend, to the bit (LayerNorm with
 // its bf16 output and its backward added to a residual's gradient, the bias
-// gradient with a bf16 copy, the loss's bf16 gradient, attention's bf16 output).
+// gradient with a bf16 copy, the loss's bf16 gradient, attention's bf16 output,
+// and its bf16 gradients with their bias gradients).
 // Letters: m rows, c channels, V vocabulary.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -189,6 +192,69 @@ TEST_P(BackendOps, FusedOpsGiveTheBitsOfTheSeparateOps) {
   be().attention_forward_bf16(Oh.data(), Os.data(), Ls.data(), Q.data(), K.data(), Vv.data(), s);
   EXPECT_TRUE(same_bits(get(Oh), get(OWant))) << "attention_forward_bf16 out";
   EXPECT_TRUE(same_bits(get(Ls), get(L))) << "attention_forward_bf16 lse";
+}
+
+// The columns [c0, c0 + n) of x [B*T rows of w] summed in ops/attention.h's
+// order for the bias gradients: runs of kAttentionSumRows rows of each
+// sequence, each row by row, then the runs one after another.
+Vf run_sums(const Vf& x, int w, int c0, int n, int B, int T) {
+  Vf total(n);
+  bool first = true;
+  for (int b = 0; b < B; ++b)
+    for (int t0 = 0; t0 < T; t0 += ops::kAttentionSumRows) {
+      for (int j = 0; j < n; ++j) {
+        float run = x[size_t(b * T + t0) * w + c0 + j];
+        for (int t = t0 + 1; t < std::min(T, t0 + ops::kAttentionSumRows); ++t)
+          run += x[size_t(b * T + t) * w + c0 + j];
+        total[j] = first ? run : total[j] + run;
+      }
+      first = false;
+    }
+  return total;
+}
+
+// attention's backward into the bf16 operand of q, k and v's one product
+// (rows of q | k | v), with that product's bias gradient: against
+// attention_backward, to_bf16 and the sums in the op's order. 2 sequences of
+// 150 rows (runs of 64, 64 and 22) with 4 heads of 16 over 2 KV heads; one
+// sequence of 70 with 2 heads of 80 (a block's head padded to 128).
+TEST_P(BackendOps, AttentionBackwardInBf16GivesTheBitsOfTheSeparateOps) {
+  for (const auto& [B, T, NH, NKV, hs] :
+       {std::tuple{2, 150, 4, 2, 16}, std::tuple{1, 70, 2, 2, 80}}) {
+    const std::string p = str(" B=", B, " T=", T, " NH=", NH, " NKV=", NKV, " hs=", hs);
+    const int qd = NH * hs, kvd = NKV * hs, w = qd + 2 * kvd, rows = B * T;
+    const ops::AttentionShape s{B, T, NH, NKV, hs, w, w, qd};
+    Buffer<bf16> QKV = put(rounded(randn(rows * w, 91)));
+    const bf16* q = QKV.data();
+    Buffer<float> O = zeros<float>(rows * qd), L = zeros<float>(B * NH * T),
+                  DO = put(randn(rows * qd, 92));
+    Buffer<bf16> Oh = zeros<bf16>(rows * qd);
+    be().attention_forward_bf16(Oh.data(), O.data(), L.data(), q, q + qd, q + qd + kvd, s);
+
+    Buffer<float> F = zeros<float>(rows * w);
+    be().attention_backward(F.data(), F.data() + qd, F.data() + qd + kvd, DO.data(), Oh.data(),
+                            L.data(), q, q + qd, q + qd + kvd, s);
+    Buffer<bf16> Want = zeros<bf16>(rows * w);
+    be().to_bf16(Want.data(), F.data(), int64_t(rows) * w);
+    const Vf f = get(F), db0 = randn(w, 93);
+    Vf want_db = db0;
+    for (const auto& [c0, n] : {std::pair{0, qd}, std::pair{qd, kvd}, std::pair{qd + kvd, kvd}}) {
+      const Vf sums = run_sums(f, w, c0, n, B, T);
+      for (int j = 0; j < n; ++j) want_db[c0 + j] += sums[j];
+    }
+
+    for (const bool bias : {true, false}) {
+      Buffer<bf16> D = zeros<bf16>(rows * w);
+      Buffer<float> Scratch = zeros<float>(rows * w), Db = put(db0);
+      ops::AttentionGradsBf16 g{D.data(),       D.data() + qd,       D.data() + qd + kvd,
+                                Scratch.data(), Scratch.data() + qd, Scratch.data() + qd + kvd};
+      if (bias) g.db_q = Db.data(), g.db_k = Db.data() + qd, g.db_v = Db.data() + qd + kvd;
+      be().attention_backward_bf16(g, DO.data(), Oh.data(), L.data(), q, q + qd, q + qd + kvd, s);
+      const std::string how = p + (bias ? " with the bias" : " without a bias");
+      EXPECT_TRUE(same_bits(get(D), get(Want))) << "attention_backward_bf16 gradients" << how;
+      EXPECT_TRUE(same_bits(get(Db), bias ? want_db : db0)) << "attention_backward_bf16 db" << how;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cpu, BackendOps, ::testing::Values(kCpuTarget), target_name);

@@ -158,6 +158,31 @@ TEST(StepAnatomy, TheLossIsOnePassOverEachChunkOfLogits) {
   EXPECT_EQ(combines, heads);
 }
 
+// GPT-2 under bf16 (no RoPE between attention and qkv): each layer's
+// attention backward writes qkv's output gradient as its bf16 operand and
+// adds the bias gradient's sums itself; no later pass rounds that gradient,
+// so a layer's backward rounds three output gradients (o, up, down), not four.
+TEST(StepAnatomy, AttentionsBackwardWritesQkvsOperandWithItsBiasSums) {
+  std::map<std::string, int64_t> fused, split, rounded;
+  for (const json& e : gpt2_run()["anatomy"]["later_step"]["ops"]) {
+    const std::string part = e["part"], op = e["op"];
+    if (part.rfind("layer ", 0) != 0 || part.find(" backward") == std::string::npos) continue;
+    const int64_t calls = e["calls"];
+    if (op == "attention_backward") split[part] += calls;
+    if (op == "to_bf16_column_sums") rounded[part] += calls;
+    if (op != "attention_backward_bf16") continue;
+    fused[part] += calls;
+    for (const char* bias : {"bias_q", "bias_k", "bias_v"}) EXPECT_EQ(e["args"][bias], 1) << bias;
+    EXPECT_EQ(e["kernels"].value("add_run_sums_kernel", 0), calls) << e.dump();
+  }
+  EXPECT_EQ(fused.size(), 2u) << "gpt2-tiny's two layers";
+  EXPECT_TRUE(split.empty());
+  for (const auto& [part, calls] : fused) {
+    EXPECT_EQ(calls, 1) << part;
+    EXPECT_EQ(rounded[part], 3) << part;
+  }
+}
+
 TEST(StepAnatomy, EachOpCountsWhatItIssues) {
   // The step's loss and norm reach the host in one download; uploads go
   // through a pinned ring and do not wait.

@@ -310,6 +310,21 @@ class CountingBackend final : public Backend {
                                                       {"hs", double(s.hs)}});
     inner_->attention_backward(dq, dk, dv, dout, out, lse, q, k, v, s);
   }
+  void do_attention_backward_bf16(const ops::AttentionGradsBf16& g, const float* dout, Operand out,
+                                  const float* lse, Operand q, Operand k, Operand v,
+                                  const ops::AttentionShape& s) override {
+    const counters::OpScope op("attention_backward_bf16", {{"out_bf16", double(out.is_bf16())},
+                                                           {"q_bf16", double(q.is_bf16())},
+                                                           {"B", double(s.B)},
+                                                           {"T", double(s.T)},
+                                                           {"NH", double(s.NH)},
+                                                           {"NKV", double(s.NKV)},
+                                                           {"hs", double(s.hs)},
+                                                           {"bias_q", double(g.db_q != nullptr)},
+                                                           {"bias_k", double(g.db_k != nullptr)},
+                                                           {"bias_v", double(g.db_v != nullptr)}});
+    inner_->attention_backward_bf16(g, dout, out, lse, q, k, v, s);
+  }
   void do_attention_cached(float* out, const float* q, const float* k_new, const float* v_new,
                            float* k_cache, float* v_cache,
                            const ops::CachedAttentionShape& s) override {

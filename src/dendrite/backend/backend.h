@@ -290,6 +290,14 @@ class Backend : public Allocator {
     ops::check_attention(s, q, k, v, out, "attention_backward");
     do_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, s);
   }
+  // The gradients in bf16 with their bias gradients (ops::AttentionGradsBf16).
+  void attention_backward_bf16(const ops::AttentionGradsBf16& g, const float* dout, Operand out,
+                               const float* lse, Operand q, Operand k, Operand v,
+                               const ops::AttentionShape& s) {
+    ops::check_attention(s, q, k, v, out, "attention_backward_bf16");
+    ops::check_bf16(q, "attention_backward_bf16");
+    do_attention_backward_bf16(g, dout, out, lse, q, k, v, s);
+  }
   // Generation: writes the new keys and values into the caches, then attends (fp32).
   void attention_cached(float* out, const float* q, const float* k_new, const float* v_new,
                         float* k_cache, float* v_cache, const ops::CachedAttentionShape& s) {
@@ -509,6 +517,9 @@ class Backend : public Allocator {
   virtual void do_attention_backward(float* dq, float* dk, float* dv, const float* dout,
                                      Operand out, const float* lse, Operand q, Operand k, Operand v,
                                      const ops::AttentionShape& s) = 0;
+  virtual void do_attention_backward_bf16(const ops::AttentionGradsBf16& g, const float* dout,
+                                          Operand out, const float* lse, Operand q, Operand k,
+                                          Operand v, const ops::AttentionShape& s) = 0;
   virtual void do_attention_cached(float* out, const float* q, const float* k_new,
                                    const float* v_new, float* k_cache, float* v_cache,
                                    const ops::CachedAttentionShape& s) = 0;

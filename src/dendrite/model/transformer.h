@@ -262,7 +262,9 @@ class Transformer {
   LinearGrad grad_of(const ParallelLinear& layer, const float* dy, bf16* low, Operand x, int m);
   struct LinearGrad {
     const ParallelLinear* layer = nullptr;  // null: none (gate of GPT-2)
-    const float* dy_f32 = nullptr;          // [m, out_local] (its bias gradient)
+    // [m, out_local], for its bias gradient; null under bf16, where that was
+    // summed as dy was rounded (grad_of) or made (attention_backward_bf16).
+    const float* dy_f32 = nullptr;
     Operand dy;                             // the same as a GEMM operand
     Operand x;                              // [m, in_local], its forward input
   };

@@ -221,14 +221,30 @@ void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
     const int w = qkv_width();
     const ops::AttentionShape s{B_loc, T, nh_, nkv_, hs_, w, w, qd_};
     const bf16* qkv = a.qkvh.data();
-    be_.attention_backward(dq_, dq_ + qd_, dq_ + qd_ + kvd_, datt_.data(), saved(a.att, a.atth),
-                           a.lse.data(), Operand(qkv), Operand(qkv + qd_),
-                           Operand(qkv + qd_ + kvd_), s);
-    if (!cfg_.gpt2()) {
-      be_.rope_backward(dq_, {B_loc, T, nh_, hs_, w}, cfg_.rope());
-      be_.rope_backward(dq_ + qd_, {B_loc, T, nkv_, hs_, w}, cfg_.rope());
+    if (low_precision() && cfg_.gpt2()) {
+      // No RoPE between: attention writes the bf16 operand of qkv's backward
+      // and adds its columns' sums into qkv's bias gradient itself.
+      ops::AttentionGradsBf16 g{dq_h_, dq_h_ + qd_, dq_h_ + qd_ + kvd_,
+                                dq_,   dq_ + qd_,   dq_ + qd_ + kvd_};
+      if (const ParamSpec* b = L.qkv.bias()) {
+        g.db_q = G + b->offset;
+        g.db_k = g.db_q + qd_;
+        g.db_v = g.db_k + kvd_;
+      }
+      be_.attention_backward_bf16(g, datt_.data(), saved(a.att, a.atth), a.lse.data(), Operand(qkv),
+                                  Operand(qkv + qd_), Operand(qkv + qd_ + kvd_), s);
+      linear_backward(dnorm_.data(), m, {LinearGrad{&L.qkv, nullptr, Operand(dq_h_), h1}}, o_dw,
+                      nullptr);
+    } else {
+      be_.attention_backward(dq_, dq_ + qd_, dq_ + qd_ + kvd_, datt_.data(), saved(a.att, a.atth),
+                             a.lse.data(), Operand(qkv), Operand(qkv + qd_),
+                             Operand(qkv + qd_ + kvd_), s);
+      if (!cfg_.gpt2()) {
+        be_.rope_backward(dq_, {B_loc, T, nh_, hs_, w}, cfg_.rope());
+        be_.rope_backward(dq_ + qd_, {B_loc, T, nkv_, hs_, w}, cfg_.rope());
+      }
+      linear_backward(dnorm_.data(), m, {grad_of(L.qkv, dq_, dq_h_, h1, m)}, o_dw, nullptr);
     }
-    linear_backward(dnorm_.data(), m, {grad_of(L.qkv, dq_, dq_h_, h1, m)}, o_dw, nullptr);
     L.norm1.backward_add(dres, tmp_c_.data(), dnorm_.data(), residual_[l].data(), a.mean1.data(),
                          a.rstd1.data(), m, P, G, sums_);
     return;

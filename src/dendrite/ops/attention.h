@@ -16,6 +16,25 @@ struct AttentionShape {
   int B, T, NH, NKV, hs;
   int q_stride, kv_stride, out_stride;  // floats between consecutive rows
 };
+// Where attention_backward_bf16 writes. dq, dk, dv [B*T rows, the shape's
+// q_stride / kv_stride] = attention_backward's, rounded to bf16 (to_bf16,
+// convert.h); fq, fk, fv (the same layouts) are scratch afterwards: the CPU
+// computes attention_backward in them, a GPU writes only the bf16. db_q
+// [NH*hs], db_k and db_v [NKV*hs] (each may be null) += the column sums of the
+// fp32 dq, dk, dv, in a fixed order: each sequence's rows in runs of
+// kAttentionSumRows from its first row (the last run may be shorter), each
+// run summed row by row from its first, then the runs' sums added one after
+// another in row order, starting from the first run's, and that total added
+// to db. A GPU's blocks each own one run; the CPU sums in the same order,
+// so on each backend the op has the bits of its attention_backward,
+// to_bf16 and those sums.
+struct AttentionGradsBf16 {
+  bf16 *dq, *dk, *dv;
+  float *fq, *fk, *fv;
+  float *db_q = nullptr, *db_k = nullptr, *db_v = nullptr;
+};
+constexpr int kAttentionSumRows = 64;
+
 // Throws, naming the op, unless the shape is valid (positive sizes, NH a
 // multiple of NKV, strides that hold the heads) and q, k, v and out are of
 // one precision.
@@ -33,6 +52,9 @@ void check_bf16(Operand a, const char* op);
 //   kv_stride layouts).
 // q, k, v and the saved output are operands: fp32, or all bf16 (bf16
 // precision: widened as they are read, computed in fp32); out, dq, dk, dv stay fp32.
+// attention_backward_bf16(g, dout, out, lse, q, k, v, s): attention_backward's
+//   gradients as the q, k and v products' bf16 operands, with their bias
+//   gradients beside (AttentionGradsBf16). q, k, v and out bf16.
 // attention_forward_bf16(out_bf16, out, lse, q, k, v, s): the forward's output
 //   rounded to bf16 into out_bf16 [B*T, out_stride], the heads' columns (the
 //   output projection's bf16 operand): attention_forward into out, then

@@ -386,6 +386,61 @@ void CpuBackend::do_attention_backward(float* dq, float* dk, float* dv, const fl
     backward_all(dq, dk, dv, dout, out.f32, lse, q.f32, k.f32, v.f32, s);
 }
 
+namespace {
+
+// db [n] += the column sums of x [B*T rows of `stride`] in
+// ops::AttentionGradsBf16's order: runs of kAttentionSumRows rows of each
+// sequence, each summed row by row, then the runs one after another.
+// Columns split over threads; each thread keeps its columns' order.
+void add_run_sums(float* db, const float* x, int64_t stride, int n, int B, int T) {
+  if (!db) return;
+  constexpr int kRun = ops::kAttentionSumRows;
+#pragma omp parallel for schedule(static)
+  for (int j0 = 0; j0 < n; j0 += 64) {
+    const int j1 = std::min(n, j0 + 64);
+    float total[64], run[64];
+    bool first = true;
+    for (int b = 0; b < B; ++b)
+      for (int t0 = 0; t0 < T; t0 += kRun) {
+        const float* row = x + (int64_t(b) * T + t0) * stride;
+        for (int j = j0; j < j1; ++j) run[j - j0] = row[j];
+        for (int t = t0 + 1; t < std::min(T, t0 + kRun); ++t) {
+          row += stride;
+          for (int j = j0; j < j1; ++j) run[j - j0] += row[j];
+        }
+        for (int j = j0; j < j1; ++j)
+          total[j - j0] = first ? run[j - j0] : total[j - j0] + run[j - j0];
+        first = false;
+      }
+    for (int j = j0; j < j1; ++j) db[j] += total[j - j0];
+  }
+}
+
+// x [B*T rows of `stride`, n columns] rounded into low (the same layout).
+void rows_to_bf16(bf16* low, const float* x, int64_t stride, int n, int64_t rows) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int j = 0; j < n; ++j) low[r * stride + j] = dendrite::to_bf16(x[r * stride + j]);
+}
+
+}  // namespace
+
+// attention_backward into the fp32 scratch, then each gradient rounded and
+// its bias gradient summed (ops/attention.h).
+void CpuBackend::do_attention_backward_bf16(const ops::AttentionGradsBf16& g, const float* dout,
+                                            Operand out, const float* lse, Operand q, Operand k,
+                                            Operand v, const AttentionShape& s) {
+  do_attention_backward(g.fq, g.fk, g.fv, dout, out, lse, q, k, v, s);
+  const int64_t rows = int64_t(s.B) * s.T;
+  const int qd = s.NH * s.hs, kvd = s.NKV * s.hs;
+  rows_to_bf16(g.dq, g.fq, s.q_stride, qd, rows);
+  rows_to_bf16(g.dk, g.fk, s.kv_stride, kvd, rows);
+  rows_to_bf16(g.dv, g.fv, s.kv_stride, kvd, rows);
+  add_run_sums(g.db_q, g.fq, s.q_stride, qd, s.B, s.T);
+  add_run_sums(g.db_k, g.fk, s.kv_stride, kvd, s.B, s.T);
+  add_run_sums(g.db_v, g.fv, s.kv_stride, kvd, s.B, s.T);
+}
+
 void CpuBackend::do_attention_cached(float* out, const float* q, const float* k_new,
                                      const float* v_new, float* k_cache, float* v_cache,
                                      const CachedAttentionShape& s) {

@@ -113,6 +113,9 @@ class CpuBackend final : public Backend {
   void do_attention_backward(float* dq, float* dk, float* dv, const float* dout, Operand out,
                              const float* lse, Operand q, Operand k, Operand v,
                              const ops::AttentionShape& s) override;
+  void do_attention_backward_bf16(const ops::AttentionGradsBf16& g, const float* dout, Operand out,
+                                  const float* lse, Operand q, Operand k, Operand v,
+                                  const ops::AttentionShape& s) override;
   void do_attention_cached(float* out, const float* q, const float* k_new, const float* v_new,
                            float* k_cache, float* v_cache,
                            const ops::CachedAttentionShape& s) override;

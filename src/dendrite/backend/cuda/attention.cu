@@ -686,6 +686,18 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
   flash::backward(dq, dk, dv, dout, out, lse, q, k, v, s, scratch, stream);
 }
 
+void attention_backward(const ops::AttentionGradsBf16& g, const float* dout, const bf16* out,
+                        const float* lse, const bf16* q, const bf16* k, const bf16* v,
+                        const ops::AttentionShape& s, void* scratch, size_t scratch_bytes,
+                        cudaStream_t stream) {
+  check_limits(s, "attention_backward_bf16");
+  DENDRITE_CHECK(scratch_bytes >= flash::backward_scratch_bytes(s),
+                 "attention_backward_bf16: the scratch holds ", scratch_bytes, " bytes; B=", s.B,
+                 " T=", s.T, " NH=", s.NH, " hs=", s.hs, " need ", flash::backward_scratch_bytes(s),
+                 " (attention_backward_scratch_bytes)");
+  flash::backward(g, dout, out, lse, q, k, v, s, scratch, stream);
+}
+
 void attention_cached(float* out, const float* q, const float* k_new, const float* v_new,
                       float* k_cache, float* v_cache, const ops::CachedAttentionShape& s,
                       cudaStream_t stream) {

@@ -368,6 +368,13 @@ class CudaBackend final : public Backend {
       cuda::attention_backward(dq, dk, dv, dout, out.f32, lse, q.f32, k.f32, v.f32, s, stream_);
     }
   }
+  void do_attention_backward_bf16(const ops::AttentionGradsBf16& g, const float* dout, Operand out,
+                                  const float* lse, Operand q, Operand k, Operand v,
+                                  const ops::AttentionShape& s) override {
+    void* scratch = attention_scratch(s);
+    cuda::attention_backward(g, dout, out.b16, lse, q.b16, k.b16, v.b16, s, scratch,
+                             attention_scratch_bytes_, stream_);
+  }
   void do_attention_cached(float* out, const float* q, const float* k_new, const float* v_new,
                            float* k_cache, float* v_cache,
                            const ops::CachedAttentionShape& s) override {
@@ -495,7 +502,8 @@ class CudaBackend final : public Backend {
       release(attention_scratch_);
       attention_scratch_ = nullptr;
       attention_scratch_bytes_ = 0;
-      AllocationPurpose purpose("the attention backward's scratch (dO in bf16, rowsum(dO * O))");
+      AllocationPurpose purpose(
+          "the attention backward's scratch (dO in bf16, rowsum(dO * O), bias sums)");
       attention_scratch_ = allocate(need);
       attention_scratch_bytes_ = need;
     }

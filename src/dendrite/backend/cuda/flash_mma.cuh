@@ -21,6 +21,10 @@
 //   dk, dv   per key tile, for each query head of its KV head in order and
 //            each query tile from the diagonal on: S^T = K Q^T, dP^T = V dO^T,
 //            dV += P^T dO, dK += dS^T Q.
+//   bf16     (attention_backward_bf16) both kernels write their outputs in
+//            bf16, and each block the column sums of its fp32 outputs (its
+//            run of 64 rows, summed row by row) for the bias gradients; a
+//            last kernel adds the runs in row order (attention_mma.cu).
 // Products per (query tile, key tile) pair of the backward: seven, where a
 // backward summing dQ across key tiles with atomics needs five: S and dP run
 // in both kernels. Five without atomics needs dS (or per-key-tile partial
@@ -376,11 +380,47 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// ---- dq: grid (B*NH, query tiles), the last tile first.
+// The bias gradients' first pass (ops::AttentionGradsBf16's order), after a
+// kernel's loop: the block's fp32 outputs (rows r0 + g and r0 + g + 8 of
+// each warp's accumulator times mul, the values store_rows rounds) staged in
+// shared memory as [kRows][D + 1] floats over the tiles the loop read, then
+// sums[c] = rows 0 .. n - 1 of column c added row by row (c < hs, a thread a
+// column). The barrier first lets the stage reuse the tiles (or the last
+// stage) once every warp is done with them.
 template <int D>
+__device__ __forceinline__ void run_sums(float* sums, float* stage, const float (&acc)[D / 8][4],
+                                         int r0, int n, int hs, float mul, int g, int t) {
+  constexpr int LD = D + 1;
+  __syncthreads();
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = r0 + g + 8 * half;
+    if (r >= n) continue;
+#pragma unroll
+    for (int nd = 0; nd < D / 8; ++nd) {
+      const int c = nd * 8 + 2 * t;
+      if (c < hs) stage[r * LD + c] = acc[nd][2 * half] * mul;
+      if (c + 1 < hs) stage[r * LD + c + 1] = acc[nd][2 * half + 1] * mul;
+    }
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < hs; c += kThreads) {
+    float total = stage[c];
+    for (int r = 1; r < n; ++r) total += stage[r * LD + c];
+    sums[c] = total;
+  }
+}
+template <int D>
+constexpr size_t stage_bytes = size_t(kRows) * (D + 1) * 4;
+
+// ---- dq: grid (B*NH, query tiles), the last tile first.
+// Out: fp32, or bf16 with the bias gradient's run sums into sums (or null):
+// rows of sums_ld floats, row b * gridDim.y + the tile's index, q's columns
+// as in a row of dq.
+template <int D, class Out>
 __global__ void __launch_bounds__(kThreads)
-    dq_kernel(float* dq, const bf16* dob, const float* Dg, const float* lse, const bf16* q,
-              const bf16* k, const bf16* v, ops::AttentionShape s, bool vec) {
+    dq_kernel(Out* dq, float* sums, int sums_ld, const bf16* dob, const float* Dg, const float* lse,
+              const bf16* q, const bf16* k, const bf16* v, ops::AttentionShape s, bool vec) {
   constexpr int T_ = Tile<D>::elems;
   DENDRITE_DYNAMIC_SHARED(uint4, smem4);
   uint16_t* Qs = reinterpret_cast<uint16_t*>(smem4);
@@ -435,18 +475,28 @@ __global__ void __launch_bounds__(kThreads)
     accumulate<D, true>(acc, sc, Ks, lane);
   }
   store_rows<D>(dq + q_at, s.q_stride, acc, r0, nq, s.hs, scale, scale, g, t);
+  if (sizeof(Out) == 2 && sums) {
+    float* at = sums + (int64_t(b) * gridDim.y + q0 / kRows) * sums_ld + h * s.hs;
+    run_sums<D>(at, reinterpret_cast<float*>(smem4), acc, r0, nq, s.hs, scale, g, t);
+  }
 }
 
 // ---- dk, dv: grid (B*NKV, key tiles), the first keys (most queries) first.
 // Its two [16 x D] accumulators and two score tiles leave few registers
-// (ptxas aims at 168 for D = 64, three blocks a multiprocessor, and has 255
-// for D = 128): B fragments come by ldmatrix.x2 (with .x4, D = 64 took 174
-// registers, two blocks a multiprocessor), dV is summed before dP^T is
-// computed, and the tile copies' loops stay rolled.
-template <int D>
-__global__ void __launch_bounds__(kThreads)
-    dkv_kernel(float* dk, float* dv, const bf16* dob, const float* Dg, const float* lse,
-               const bf16* q, const bf16* k, const bf16* v, ops::AttentionShape s, bool vec) {
+// (168 at most for D = 64, three blocks a multiprocessor, which the launch
+// bounds ask of ptxas; 255 for D = 128): B fragments come by ldmatrix.x2
+// (with .x4, D = 64 took 174 registers, two blocks a multiprocessor), dV is
+// summed before dP^T is computed, and the tile copies' loops stay rolled.
+// Without the bound, the bias sums after the loop (bf16) led ptxas to 238
+// registers for D = 64 (two blocks); with it, 168 and one 4-byte spill, its
+// reload once a pair of tiles (ptxas 13, sm_90).
+// Out, sums_k and sums_v as dq_kernel's (row b * gridDim.y + the key tile's
+// index); the fp32 form has no sums.
+template <int D, class Out>
+__global__ void __launch_bounds__(kThreads, D == 64 ? 3 : 1)
+    dkv_kernel(Out* dk, Out* dv, float* sums_k, float* sums_v, int sums_ld, const bf16* dob,
+               const float* Dg, const float* lse, const bf16* q, const bf16* k, const bf16* v,
+               ops::AttentionShape s, bool vec) {
   constexpr int T_ = Tile<D>::elems;
   DENDRITE_DYNAMIC_SHARED(uint4, smem4);
   uint16_t* Ks = reinterpret_cast<uint16_t*>(smem4);
@@ -518,6 +568,12 @@ __global__ void __launch_bounds__(kThreads)
   }
   store_rows<D>(dk + kv_at, s.kv_stride, dk_acc, r0, nk, s.hs, scale, scale, g, t);
   store_rows<D>(dv + kv_at, s.kv_stride, dv_acc, r0, nk, s.hs, 1.0f, 1.0f, g, t);
+  if constexpr (sizeof(Out) == 2) {
+    const int64_t run = (int64_t(b) * gridDim.y + blockIdx.y) * sums_ld + kvh * s.hs;
+    float* stage = reinterpret_cast<float*>(smem4);
+    if (sums_k) run_sums<D>(sums_k + run, stage, dk_acc, r0, nk, s.hs, scale, g, t);
+    if (sums_v) run_sums<D>(sums_v + run, stage, dv_acc, r0, nk, s.hs, 1.0f, g, t);
+  }
 }
 
 // The launches (attention_mma.cu), after attention.cu's shape checks.
@@ -530,5 +586,10 @@ size_t backward_scratch_bytes(const ops::AttentionShape& s);
 void backward(float* dq, float* dk, float* dv, const float* dout, const bf16* out, const float* lse,
               const bf16* q, const bf16* k, const bf16* v, const ops::AttentionShape& s,
               void* scratch, cudaStream_t stream);
+// The gradients in bf16 with their bias gradients' sums (ops/attention.h:
+// attention_backward_bf16); g's fp32 scratch is not touched.
+void backward(const ops::AttentionGradsBf16& g, const float* dout, const bf16* out,
+              const float* lse, const bf16* q, const bf16* k, const bf16* v,
+              const ops::AttentionShape& s, void* scratch, cudaStream_t stream);
 
 }  // namespace dendrite::cuda::flash

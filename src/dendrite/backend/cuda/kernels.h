@@ -138,10 +138,18 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                         const float* lse, const float* q, const float* k, const float* v,
                         const ops::AttentionShape& s, cudaStream_t stream);
 // The bf16 backward's scratch: dO rounded to bf16 and D = rowsum(dO * O),
-// written by its pre-pass and read by its two kernels; device memory of at
+// written by its pre-pass and read by its two kernels, and the bias
+// gradients' run sums of the bf16 form; device memory of at
 // least attention_backward_scratch_bytes(s) bytes, 256-byte aligned.
 size_t attention_backward_scratch_bytes(const ops::AttentionShape& s);
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const bf16* out,
+                        const float* lse, const bf16* q, const bf16* k, const bf16* v,
+                        const ops::AttentionShape& s, void* scratch, size_t scratch_bytes,
+                        cudaStream_t stream);
+// The gradients in bf16 with their bias gradients (ops/attention.h:
+// attention_backward_bf16), with the same scratch; g's fp32 scratch is not
+// touched.
+void attention_backward(const ops::AttentionGradsBf16& g, const float* dout, const bf16* out,
                         const float* lse, const bf16* q, const bf16* k, const bf16* v,
                         const ops::AttentionShape& s, void* scratch, size_t scratch_bytes,
                         cudaStream_t stream);

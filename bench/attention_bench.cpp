@@ -3,7 +3,9 @@
 // heads sharing NKV key/value heads of size hs). Checks the device's results
 // against the CPU backend's first (the first sequence, same inputs), then
 // times each pass (median of several, after a warm-up; the host waits for the
-// device before reading the clock) and prints milliseconds and TFLOP/s.
+// device before reading the clock) and prints milliseconds and TFLOP/s; with
+// bf16 operands, the backward again writing bf16 gradients with their bias
+// sums (attention_backward_bf16, the model's form).
 // FLOPs count the causal half of the products: forward 2 (Q K^T and P V),
 // backward 5 (S and dP recomputed with dQ, dK and dV), each 2 B NH T^2 hs / 2.
 //   attention_bench [device] [precision] [B] [T] [NH] [NKV] [hs]
@@ -54,6 +56,20 @@ struct Inputs {  // one backend's copies of q, k, v, dout, the output and the gr
     DQ = be.alloc<float>(int64_t(q.size())), DK = be.alloc<float>(int64_t(k.size()));
     DV = be.alloc<float>(int64_t(v.size()));
   }
+  // bf16 only: the gradients as the products' bf16 operands with their bias
+  // sums (attention_backward_bf16), the model's form under bf16 (GPT-2).
+  void backward_bf16() {
+    if (!DQh.size()) {
+      DQh = be.alloc<bf16>(int64_t(DQ.size())), DKh = be.alloc<bf16>(int64_t(DK.size()));
+      DVh = be.alloc<bf16>(int64_t(DV.size()));
+      Db = be.alloc<float>(int64_t(s.NH + 2 * s.NKV) * s.hs);
+      be.fill(Db.data(), 0.0f, int64_t(Db.size()));
+    }
+    ops::AttentionGradsBf16 g{DQh.data(), DKh.data(), DVh.data(), DQ.data(), DK.data(), DV.data()};
+    g.db_q = Db.data(), g.db_k = g.db_q + s.NH * s.hs, g.db_v = g.db_k + s.NKV * s.hs;
+    be.attention_backward_bf16(g, DO.data(), Oh.data(), L.data(), Qh.data(), Kh.data(), Vh.data(),
+                               s);
+  }
   Buffer<float> put(const std::vector<float>& h) {
     Buffer<float> b = be.alloc<float>(int64_t(h.size()));
     be.upload(b.data(), h.data(), h.size() * sizeof(float));
@@ -81,7 +97,8 @@ struct Inputs {  // one backend's copies of q, k, v, dout, the output and the gr
   ops::AttentionShape s;
   bool low;
   Buffer<float> Q, K, V, DO, O, L, DQ, DK, DV;
-  Buffer<bf16> Qh, Kh, Vh, Oh;
+  Buffer<bf16> Qh, Kh, Vh, Oh, DQh, DKh, DVh;
+  Buffer<float> Db;
 };
 
 std::vector<float> random(size_t n, uint64_t stream) {
@@ -154,4 +171,9 @@ int main(int argc, char** argv) {
   const double bwd = median_seconds(*be, [&] { x.backward(); });
   std::printf("forward  %8.3f ms  %8.3f TFLOP/s\n", fwd * 1e3, 2 * unit / fwd / 1e12);
   std::printf("backward %8.3f ms  %8.3f TFLOP/s\n", bwd * 1e3, 5 * unit / bwd / 1e12);
+  if (low) {
+    const double b16 = median_seconds(*be, [&] { x.backward_bf16(); });
+    std::printf("backward, bf16 gradients with bias sums %8.3f ms  %8.3f TFLOP/s\n", b16 * 1e3,
+                5 * unit / b16 / 1e12);
+  }
 }

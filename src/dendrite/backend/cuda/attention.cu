@@ -674,15 +674,23 @@ size_t attention_backward_scratch_bytes(const ops::AttentionShape& s) {
   return flash::backward_scratch_bytes(s);
 }
 
+namespace {
+
+// The tensor-core backward's limits and scratch, checked before its launches.
+void check_backward_scratch(const ops::AttentionShape& s, size_t scratch_bytes, const char* op) {
+  check_limits(s, op);
+  DENDRITE_CHECK(scratch_bytes >= flash::backward_scratch_bytes(s), op, ": the scratch holds ",
+                 scratch_bytes, " bytes; B=", s.B, " T=", s.T, " NH=", s.NH, " hs=", s.hs, " need ",
+                 flash::backward_scratch_bytes(s), " (attention_backward_scratch_bytes)");
+}
+
+}  // namespace
+
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const bf16* out,
                         const float* lse, const bf16* q, const bf16* k, const bf16* v,
                         const ops::AttentionShape& s, void* scratch, size_t scratch_bytes,
                         cudaStream_t stream) {
-  check_limits(s, "attention_backward");
-  DENDRITE_CHECK(scratch_bytes >= flash::backward_scratch_bytes(s),
-                 "attention_backward: the scratch holds ", scratch_bytes, " bytes; B=", s.B,
-                 " T=", s.T, " NH=", s.NH, " hs=", s.hs, " need ",
-                 flash::backward_scratch_bytes(s), " (attention_backward_scratch_bytes)");
+  check_backward_scratch(s, scratch_bytes, "attention_backward");
   flash::backward(dq, dk, dv, dout, out, lse, q, k, v, s, scratch, stream);
 }
 
@@ -690,11 +698,7 @@ void attention_backward(const ops::AttentionGradsBf16& g, const float* dout, con
                         const float* lse, const bf16* q, const bf16* k, const bf16* v,
                         const ops::AttentionShape& s, void* scratch, size_t scratch_bytes,
                         cudaStream_t stream) {
-  check_limits(s, "attention_backward_bf16");
-  DENDRITE_CHECK(scratch_bytes >= flash::backward_scratch_bytes(s),
-                 "attention_backward_bf16: the scratch holds ", scratch_bytes, " bytes; B=", s.B,
-                 " T=", s.T, " NH=", s.NH, " hs=", s.hs, " need ", flash::backward_scratch_bytes(s),
-                 " (attention_backward_scratch_bytes)");
+  check_backward_scratch(s, scratch_bytes, "attention_backward_bf16");
   flash::backward(g, dout, out, lse, q, k, v, s, scratch, stream);
 }
 

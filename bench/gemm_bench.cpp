@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
   if (argc > 2) omp_set_num_threads(std::atoi(argv[2]));
   const std::unique_ptr<Backend> cpu = make_backend(Device::kCpu);
   std::printf("bf16 GEMM native: %s%s; %d threads, m = %d\n",
-              cpu->bf16_gemm_native() ? "yes" : "no, missing ", cpu->bf16_gemm_missing(),
+              cpu->bf16_gemm_native() ? "yes" : "no, missing ", cpu->bf16_gemm_missing().c_str(),
               omp_get_max_threads(), m);
   std::printf("%-33s %6s %6s %6s %10s %10s %6s\n", "product", "M", "N", "K", "fp32 GF/s", "bf16 GF/s",
               "ratio");

@@ -85,11 +85,29 @@ def whole_row_blocks(m):
     return -(-m // rows)
 
 
+def whole_row_partials(a):
+    """One sum of layernorm_backward_rows_add's partials: bytes and flops."""
+    return f32(whole_row_blocks(a["m"]) * a["c"] + 2 * a["c"]), whole_row_blocks(a["m"]) * a["c"]
+
+
+def times(k, cost):
+    """k sums of the same cost in one launch."""
+    return tuple(k * x for x in cost)
+
+
 def ln_backward_rows(a):
     """layernorm_backward_rows_kernel: bytes and flops."""
     return (f32(4 * a["m"] * a["c"] + 2 * a["m"] + a["c"]
                 + 2 * whole_row_blocks(a["m"]) * a["c"]) + 16.0 * a["m"],
             13 * a["m"] * a["c"])
+
+
+def ln_backward_rows_bf16(a):
+    """The same pass writing the new residual gradient in bf16 too, and with a
+    bias its column sums as a third set of partials."""
+    moved, flops = ln_backward_rows(a)
+    extra = 2.0 * a["m"] * a["c"] + (f32(whole_row_blocks(a["m"]) * a["c"]) if a["bias"] else 0.0)
+    return moved + extra, flops + 2 * a["m"] * a["c"]
 
 
 def attention_runs(a):
@@ -134,10 +152,11 @@ KERNELS = {
         lambda a: (f32(a["m"] * a["n"] + row_blocks(a["m"]) * a["n"]) + 2.0 * a["m"] * a["n"],
                    a["m"] * a["n"]),
     ("to_bf16_column_sums", "add_row_block_partials_kernel"): lambda a: partials(a["m"], a["n"]),
+    # the gain's and the norm bias's sums in one launch (the model gives both)
     ("layernorm_backward_apply", "add_row_block_partials_kernel"):
-        lambda a: partials(a["m"], a["c"]),
+        lambda a: times(2, partials(a["m"], a["c"])),
     ("layernorm_backward_apply_add", "add_row_block_partials_kernel"):
-        lambda a: partials(a["m"], a["c"]),
+        lambda a: times(2, partials(a["m"], a["c"])),
     ("rmsnorm_backward_apply", "add_row_block_partials_kernel"): lambda a: partials(a["m"], a["c"]),
     # what cuBLASLt's epilogues leave to kernels (gemm.h): the bias, the bf16
     # rounding of a biased output (counted as that), GELU's backward
@@ -182,8 +201,14 @@ KERNELS = {
     ("layernorm_backward_rows_add", "layernorm_backward_rows_kernel<kOwnGroups>"):
         ln_backward_rows,
     ("layernorm_backward_rows_add", "add_row_block_partials_kernel"):
-        lambda a: (f32(whole_row_blocks(a["m"]) * a["c"] + 2 * a["c"]),
-                   whole_row_blocks(a["m"]) * a["c"]),
+        lambda a: times(2, whole_row_partials(a)),
+    # ... and the new residual gradient as the bf16 operand of the product
+    # below, its bias sums a third set of partials (in the same launch)
+    ("layernorm_backward_rows_add_bf16", "layernorm_backward_rows_kernel<1>"): ln_backward_rows_bf16,
+    ("layernorm_backward_rows_add_bf16", "layernorm_backward_rows_kernel<kOwnGroups>"):
+        ln_backward_rows_bf16,
+    ("layernorm_backward_rows_add_bf16", "add_row_block_partials_kernel"):
+        lambda a: times(2 + a["bias"], whole_row_partials(a)),
     ("rmsnorm_row_sums", "row_sums_kernel<NS, Terms>"):
         lambda a: (f32(a["m"] * a["c"]) + 8.0 * a["m"], 2 * a["m"] * a["c"]),
     ("rmsnorm_apply", "rmsnorm_apply_kernel"):

@@ -99,7 +99,7 @@ TEST_P(BackendOps, FusedOpsGiveTheBitsOfTheSeparateOps) {
   // a width past what a GPU block of the one-pass backward keeps (4 groups of 4
   // columns for each of 512 threads), and one row (its gain and bias partials
   // would not fit in scratch): the two kernels, the same sums and dres
-  for (const auto [mw, cw] : {std::pair{3, 8200}, std::pair{1, 64}}) {
+  for (const auto& [mw, cw] : {std::pair{3, 8200}, std::pair{1, 64}}) {
     const Vf x = randn(mw * cw, 82, 2.0, 0.5), g = randn(cw, 83, 0.2, 1.0), dy = randn(mw * cw, 84),
              res = randn(mw * cw, 85);
     Buffer<float> X = put(x), G = put(g), Bt = put(g), DY = put(dy), Mean = zeros<float>(mw),
@@ -218,6 +218,65 @@ Vf run_sums(const Vf& x, int w, int c0, int n, int B, int T) {
 // attention_backward, to_bf16 and the sums in the op's order. 2 sequences of
 // 150 rows (runs of 64, 64 and 22) with 4 heads of 16 over 2 KV heads; one
 // sequence of 70 with 2 heads of 80 (a block's head padded to 128).
+// The backward over whole rows that also writes the new residual gradient as
+// the bf16 operand of the product below, with that product's bias sums:
+// against layernorm_backward_rows_add, to_bf16 and add_column_sums. The sums,
+// dres and the bf16 copy to the bit; the gain, norm bias and bias gradients
+// the same sums in the device's order (twice alike). 600 rows of 20 and 22 columns take a GPU's
+// one pass in 4-wide and scalar forms; 4 rows fit the gain's and bias's
+// partials in scratch but not the third set, so where a bias is given the
+// separate kernels run (as they do for widths past what a block keeps).
+TEST_P(BackendOps, NormBackwardWritesTheNextProductsBf16Operand) {
+  for (const auto& [m, c] : {std::pair{600, 20}, std::pair{600, 22}, std::pair{4, 24}}) {
+    const Vf x = randn(m * c, 91, 2.0, 0.5), g = randn(c, 92, 0.2, 1.0), b = randn(c, 93, 0.1);
+    const Vf dy = randn(m * c, 94), res = randn(m * c, 95), ones(c, 1.0f);
+    Buffer<float> X = put(x), G = put(g), Bt = put(b), DY = put(dy), Mean = zeros<float>(m),
+                  Rstd = zeros<float>(m), Y = zeros<float>(m * c), Scratch = zeros<float>(m * c);
+    Buffer<double> S = zeros<double>(2 * m);
+    be().layernorm_row_sums(S.data(), X.data(), {m, c, c});
+    be().layernorm_apply(Y.data(), Mean.data(), Rstd.data(), S.data(), X.data(), G.data(),
+                         Bt.data(), {m, c, c}, 1e-5f);
+    // the separate ops
+    Buffer<double> WantS = zeros<double>(2 * m);
+    Buffer<float> Res = put(res), DG = put(ones), DB = put(ones), Col = put(ones);
+    Buffer<bf16> Want = zeros<bf16>(m * c);
+    be().layernorm_backward_rows_add(WantS.data(), Res.data(), Scratch.data(), DG.data(), DB.data(),
+                                     DY.data(), X.data(), Mean.data(), Rstd.data(), G.data(),
+                                     {m, c, c});
+    be().to_bf16(Want.data(), Res.data(), int64_t(m) * c);
+    be().add_column_sums(Col.data(), Res.data(), m, c);
+    std::vector<Vf> runs;  // with a bias twice, then without
+    for (const bool bias : {true, true, false}) {
+      {
+        const std::string p =
+            str(" ", m, "x", c, bias ? " with" : " without", " a bias, run ", runs.size());
+        Buffer<double> FS = zeros<double>(2 * m);
+        Buffer<float> FRes = put(res), FDG = put(ones), FDB = put(ones), FCol = put(ones);
+        Buffer<bf16> Low = zeros<bf16>(m * c);
+        be().layernorm_backward_rows_add_bf16({Low.data(), bias ? FCol.data() : nullptr}, FS.data(),
+                                              FRes.data(), Scratch.data(), FDG.data(), FDB.data(),
+                                              DY.data(), X.data(), Mean.data(), Rstd.data(),
+                                              G.data(), {m, c, c});
+        EXPECT_TRUE(same_bits(get(FS), get(WantS))) << "sums" << p;
+        EXPECT_TRUE(same_bits(get(FRes), get(Res))) << "dres" << p;
+        EXPECT_TRUE(same_bits(get(Low), get(Want))) << "bf16 operand" << p;
+        expect_close(get(FDG), to_d(get(DG)), 1e-6, "dgamma" + p);
+        expect_close(get(FDB), to_d(get(DB)), 1e-6, "dbeta" + p);
+        if (bias)
+          expect_close(get(FCol), to_d(get(Col)), 1e-6, "the bias gradient" + p);
+        else
+          EXPECT_TRUE(same_bits(get(FCol), ones)) << "no bias given, none written" << p;
+        Vf sums = get(FDG);
+        for (const Vf& more : {get(FDB), get(FCol)})
+          sums.insert(sums.end(), more.begin(), more.end());
+        runs.push_back(sums);
+      }
+    }
+    EXPECT_TRUE(same_bits(runs[0], runs[1]))
+        << "the gain, norm bias and bias gradients, run to run, " << m << "x" << c;
+  }
+}
+
 TEST_P(BackendOps, AttentionBackwardInBf16GivesTheBitsOfTheSeparateOps) {
   for (const auto& [B, T, NH, NKV, hs] :
        {std::tuple{2, 150, 4, 2, 16}, std::tuple{1, 70, 2, 2, 80}}) {

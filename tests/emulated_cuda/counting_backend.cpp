@@ -241,6 +241,17 @@ class CountingBackend final : public Backend {
     inner_->layernorm_backward_rows_add(sums, dres, scratch, dgamma, dbeta, dy, x, mean, rstd,
                                         gamma, s);
   }
+  void do_layernorm_backward_rows_add_bf16(const ops::ResidualGradBf16& next, double* sums,
+                                           float* dres, float* scratch, float* dgamma, float* dbeta,
+                                           const float* dy, const float* x, const float* mean,
+                                           const float* rstd, const float* gamma,
+                                           const ops::NormShape& s) override {
+    const counters::OpScope op(
+        "layernorm_backward_rows_add_bf16",
+        {{"m", double(s.m)}, {"c", double(s.c)}, {"bias", double(next.db != nullptr)}});
+    inner_->layernorm_backward_rows_add_bf16(next, sums, dres, scratch, dgamma, dbeta, dy, x, mean,
+                                             rstd, gamma, s);
+  }
   void do_rmsnorm_row_sums(double* sums, const float* x, const ops::NormShape& s) override {
     const counters::OpScope op("rmsnorm_row_sums", row_sums_args(s));
     inner_->rmsnorm_row_sums(sums, x, s);

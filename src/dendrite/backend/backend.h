@@ -223,6 +223,18 @@ class Backend : public Allocator {
     ops::check_whole_rows(s, "layernorm_backward_rows_add");
     do_layernorm_backward_rows_add(sums, dres, scratch, dgamma, dbeta, dy, x, mean, rstd, gamma, s);
   }
+  // The same, and the new dres as the next product's bf16 operand, its bias
+  // sums beside (ops/norm.h: layernorm_backward_rows_add_bf16).
+  void layernorm_backward_rows_add_bf16(const ops::ResidualGradBf16& next, double* sums,
+                                        float* dres, float* scratch, float* dgamma, float* dbeta,
+                                        const float* dy, const float* x, const float* mean,
+                                        const float* rstd, const float* gamma,
+                                        const ops::NormShape& s) {
+    ops::check_whole_rows(s, "layernorm_backward_rows_add_bf16");
+    DENDRITE_CHECK(next.low, "layernorm_backward_rows_add_bf16: no bf16 output given");
+    do_layernorm_backward_rows_add_bf16(next, sums, dres, scratch, dgamma, dbeta, dy, x, mean, rstd,
+                                        gamma, s);
+  }
   void rmsnorm_row_sums(double* sums, const float* x, const ops::NormShape& s) {
     ops::check_norm(s, "rmsnorm_row_sums");
     do_rmsnorm_row_sums(sums, x, s);
@@ -493,6 +505,11 @@ class Backend : public Allocator {
                                               float* dgamma, float* dbeta, const float* dy,
                                               const float* x, const float* mean, const float* rstd,
                                               const float* gamma, const ops::NormShape& s) = 0;
+  virtual void do_layernorm_backward_rows_add_bf16(const ops::ResidualGradBf16& next, double* sums,
+                                                   float* dres, float* scratch, float* dgamma,
+                                                   float* dbeta, const float* dy, const float* x,
+                                                   const float* mean, const float* rstd,
+                                                   const float* gamma, const ops::NormShape& s) = 0;
   virtual void do_rmsnorm_row_sums(double* sums, const float* x, const ops::NormShape& s) = 0;
   virtual void do_rmsnorm_apply(float* y, float* rstd, const double* sums, const float* x,
                                 const float* gamma, const ops::NormShape& s, float eps) = 0;

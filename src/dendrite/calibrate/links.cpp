@@ -81,10 +81,10 @@ struct StepContext {
   double time_scale = 1.0;
   StepContext(Backend& backend, double scale)
       : be(&backend),
-        time_scale(scale),
         A(backend.alloc<float>(m * k)),
         B(backend.alloc<float>(n * k)),
-        C(backend.alloc<float>(m * n)) {
+        C(backend.alloc<float>(m * n)),
+        time_scale(scale) {
     be->fill(A.data(), 0.01f, A.size());
     be->fill(B.data(), 0.02f, B.size());
   }

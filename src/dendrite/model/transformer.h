@@ -260,6 +260,8 @@ class Transformer {
   // A layer's part given its output gradient dy [m, out_local]: under bf16
   // precision dy is rounded into low with the bias gradient summed in that pass.
   LinearGrad grad_of(const ParallelLinear& layer, const float* dy, bf16* low, Operand x, int m);
+  // Its bias's gradient (null where it has none).
+  float* bias_grad(const ParallelLinear& layer);
   struct LinearGrad {
     const ParallelLinear* layer = nullptr;  // null: none (gate of GPT-2)
     // [m, out_local], for its bias gradient; null under bf16, where that was

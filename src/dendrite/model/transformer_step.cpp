@@ -42,6 +42,11 @@ Operand Transformer::operand(const float* x, bf16* low, int64_t n) const {
   return low;
 }
 
+float* Transformer::bias_grad(const ParallelLinear& layer) {
+  const ParamSpec* b = layer.bias();
+  return b ? grads_->data() + b->offset : nullptr;
+}
+
 Transformer::LinearGrad Transformer::grad_of(const ParallelLinear& layer, const float* dy,
                                              bf16* low, Operand x, int m) {
   if (!low_precision()) return {&layer, dy, dy, x};
@@ -194,13 +199,22 @@ void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
   const int m = B_loc * T;
   const long mF = long(m) * f_;
 
+  // Under bf16 each norm's backward writes the residual's new gradient as the
+  // bf16 operand of the product below it, with that product's bias sums: o's
+  // from norm2, and the next layer down's down from norm1. The top layer's
+  // down takes the final norm's gradient and rounds it itself.
+  const bool low = low_precision();
+  const bool dres_rounded = low && l + 1 < cfg_.n_layer;  // by the layer above's norm1
+  const Operand act = saved(a.act, a.acth);
+
   // MLP: out = mid + down(act): [m, C/Gx] -> [m, F/Gy] -> [m, C/Gx]
   LinearGrad down_dw;  // down's dW, when it runs behind the MLP's dx sum
   // GPT-2: dup = gelu'(up) * (the dx of down), GELU's backward in dup itself
   const bool gelu = cfg_.gpt2();
   linear_backward(gelu ? dup_.data() : dact_.data(), m,
-                  {grad_of(L.down, dres, dres_h_.data(), saved(a.act, a.acth), m)}, {}, &down_dw,
-                  gelu ? a.up.data() : nullptr);
+                  {dres_rounded ? LinearGrad{&L.down, nullptr, Operand(dres_h_.data()), act}
+                                : grad_of(L.down, dres, dres_h_.data(), act, m)},
+                  {}, &down_dw, gelu ? a.up.data() : nullptr);
   if (!gelu) {
     be_.swiglu_backward(dgate_.data(), dup_.data(), dact_.data(), a.gate.data(), a.up.data(), mF);
   }
@@ -209,13 +223,21 @@ void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
       cfg_.gpt2() ? LinearGrad{} : grad_of(L.gate, dgate_.data(), dgate_h_.data(), h2, m);
   linear_backward(dnorm_.data(), m, {gate, grad_of(L.up, dup_.data(), dup_h_.data(), h2, m)},
                   down_dw, nullptr);
+  const ops::ResidualGradBf16 o_dy{dres_h_.data(), bias_grad(L.o)};
   L.norm2.backward_add(dres, tmp_c_.data(), dnorm_.data(), a.mid.data(), a.mean2.data(),
-                       a.rstd2.data(), m, P, G, sums_);  // now dLoss/d(mid)
+                       a.rstd2.data(), m, P, G, sums_, low ? &o_dy : nullptr);  // dLoss/d(mid)
 
   // attention: mid = x + o(att): [m, C/Gx] -> q [m, qd/Gy], k, v [m, kvd/Gy] -> [m, C/Gx]
   LinearGrad o_dw;  // o's dW, when it runs behind the dx sum of q, k, v
-  linear_backward(datt_.data(), m, {grad_of(L.o, dres, dres_h_.data(), saved(a.att, a.atth), m)},
+  const Operand att = saved(a.att, a.atth);
+  linear_backward(datt_.data(), m,
+                  {low ? LinearGrad{&L.o, nullptr, Operand(dres_h_.data()), att}
+                       : grad_of(L.o, dres, dres_h_.data(), att, m)},
                   {}, &o_dw);
+  // norm1's backward: the gradient of layer l - 1's output, rounded for its down
+  const ops::ResidualGradBf16 down_dy{dres_h_.data(),
+                                      l > 0 ? bias_grad(layers_[l - 1].down) : nullptr};
+  const ops::ResidualGradBf16* below = low && l > 0 ? &down_dy : nullptr;
   const Operand h1 = saved(a.norm1, a.norm1h);
   if (L.qkv_w) {  // q, k and v's rows interleaved, and their gradients so in dqkv_
     const int w = qkv_width();
@@ -246,7 +268,7 @@ void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
       linear_backward(dnorm_.data(), m, {grad_of(L.qkv, dq_, dq_h_, h1, m)}, o_dw, nullptr);
     }
     L.norm1.backward_add(dres, tmp_c_.data(), dnorm_.data(), residual_[l].data(), a.mean1.data(),
-                         a.rstd1.data(), m, P, G, sums_);
+                         a.rstd1.data(), m, P, G, sums_, below);
     return;
   }
   const ops::AttentionShape s{B_loc, T, nh_, nkv_, hs_, qd_, kvd_, qd_};
@@ -268,7 +290,7 @@ void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
                    grad_of(L.v, dv_, dv_h_, h1, m)},
                   o_dw, nullptr);
   L.norm1.backward_add(dres, tmp_c_.data(), dnorm_.data(), residual_[l].data(), a.mean1.data(),
-                       a.rstd1.data(), m, P, G, sums_);
+                       a.rstd1.data(), m, P, G, sums_, below);
 }
 
 void Transformer::head_norm_forward(float* y, float* rstd, const float* x, int rows,

@@ -9,11 +9,21 @@
 // parameter gradients and overwrites dx.
 #pragma once
 
+#include "dendrite/core/bf16.h"
+
 namespace dendrite::ops {
 
 // m rows of c columns, c of the full width c_total (c == c_total unsplit).
 struct NormShape {
   int m, c, c_total;
+};
+
+// Where layernorm_backward_rows_add_bf16 writes the residual's gradient as the
+// next product's operand: low [m, c], and that product's bias gradient db [c]
+// (null where it has no bias).
+struct ResidualGradBf16 {
+  bf16* low;
+  float* db;
 };
 // Throws, naming the op, unless m >= 0, c > 0 and c_total >= c.
 void check_norm(const NormShape& s, const char* op);
@@ -50,6 +60,14 @@ void check_whole_rows(const NormShape& s, const char* op);
 //   [m, c]). sums and dres get the bits those give; dgamma and dbeta the same
 //   sums in a fixed order of the device's own (a GPU adds each block of rows'
 //   columns in row order, then the blocks in order, partials in scratch).
+// layernorm_backward_rows_add_bf16(next, sums, dres, scratch, dgamma, dbeta,
+//   dy, x, mean, rstd, gamma, s): layernorm_backward_rows_add, then the new
+//   dres as the operand of the product below it (o's or down's output
+//   gradient): next.low [m, c] = dres rounded to bf16 (to_bf16), and, where
+//   next.db is given, next.db [c] += dres's column sums (add_column_sums) in
+//   a fixed order of the device's own (a GPU sums them with dgamma and dbeta,
+//   in the same blocks of rows). sums, dres and low get the bits of the
+//   separate ops.
 // rmsnorm_row_sums(sums, x, s): sums[r] = sum_i x[r,i]^2 (double, [m]).
 // rmsnorm_apply(y, rstd, sums, x, gamma, s, eps): rstd [m] = 1 / sqrt(S /
 //   c_total + eps) from the summed sums; y = x * rstd * gamma.

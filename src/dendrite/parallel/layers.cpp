@@ -65,26 +65,37 @@ void ParallelNorm::backward(float* dx, const float* dy, const float* x, const fl
 
 void ParallelNorm::backward_add(float* dres, float* scratch, const float* dy, const float* x,
                                 const float* mean, const float* rstd, int m, const float* params,
-                                float* grads, Buffer<double>& sums) const {
-  if (!layernorm_) {
-    backward(scratch, dy, x, mean, rstd, m, params, grads, sums);
-    be_->add_inplace(dres, scratch, int64_t(m) * c_);
-    return;
-  }
+                                float* grads, Buffer<double>& sums,
+                                const ops::ResidualGradBf16* next) const {
   const float* g = params + gain_->offset;
-  if (grid_->X().size() == 1) {  // whole rows: one pass
-    be_->layernorm_backward_rows_add(sums.data(), dres, scratch, grads + gain_->offset,
-                                     grads + bias_->offset, dy, x, mean, rstd, g,
-                                     {m, c_, c_total_});
+  if (layernorm_ && grid_->X().size() == 1) {  // whole rows: one pass
+    if (next)
+      be_->layernorm_backward_rows_add_bf16(*next, sums.data(), dres, scratch,
+                                            grads + gain_->offset, grads + bias_->offset, dy, x,
+                                            mean, rstd, g, {m, c_, c_total_});
+    else
+      be_->layernorm_backward_rows_add(sums.data(), dres, scratch, grads + gain_->offset,
+                                       grads + bias_->offset, dy, x, mean, rstd, g,
+                                       {m, c_, c_total_});
     be_->before_collective();
     grid_->X().all_reduce(sums.data(), 2 * int64_t(m));  // a group of one: counted, sums nothing
     return;
   }
-  be_->layernorm_backward_sums(sums.data(), dy, x, mean, rstd, g, {m, c_, c_total_});
-  be_->before_collective();
-  grid_->X().all_reduce(sums.data(), 2 * int64_t(m));
-  be_->layernorm_backward_apply_add(dres, scratch, grads + gain_->offset, grads + bias_->offset,
-                                    sums.data(), dy, x, mean, rstd, g, {m, c_, c_total_});
+  if (layernorm_) {
+    be_->layernorm_backward_sums(sums.data(), dy, x, mean, rstd, g, {m, c_, c_total_});
+    be_->before_collective();
+    grid_->X().all_reduce(sums.data(), 2 * int64_t(m));
+    be_->layernorm_backward_apply_add(dres, scratch, grads + gain_->offset, grads + bias_->offset,
+                                      sums.data(), dy, x, mean, rstd, g, {m, c_, c_total_});
+  } else {
+    backward(scratch, dy, x, mean, rstd, m, params, grads, sums);
+    be_->add_inplace(dres, scratch, int64_t(m) * c_);
+  }
+  if (!next) return;
+  if (next->db)
+    be_->to_bf16_column_sums(next->low, next->db, dres, m, c_);
+  else
+    be_->to_bf16(next->low, dres, int64_t(m) * c_);
 }
 
 // ---- VocabEmbedding ----

@@ -38,10 +38,14 @@ class ParallelNorm {
   void backward(float* dx, const float* dy, const float* x, const float* mean, const float* rstd,
                 int m, const float* params, float* grads, Buffer<double>& sums) const;
   // The same, dx added to dres [m, C/Gx] (a residual stream's gradient) with
-  // the bits of backward into scratch [m, C/Gx] then add_inplace.
+  // the bits of backward into scratch [m, C/Gx] then add_inplace. Given next,
+  // the new dres is also the bf16 operand of the product below (next->low
+  // [m, C/Gx]) with that product's bias sums added into next->db (or null):
+  // the bits of to_bf16_column_sums (to_bf16 without a bias), the sums in the
+  // device's order where one pass over whole rows makes them.
   void backward_add(float* dres, float* scratch, const float* dy, const float* x, const float* mean,
                     const float* rstd, int m, const float* params, float* grads,
-                    Buffer<double>& sums) const;
+                    Buffer<double>& sums, const ops::ResidualGradBf16* next = nullptr) const;
 
  private:
   ProcessGrid* grid_ = nullptr;

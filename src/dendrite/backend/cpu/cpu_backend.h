@@ -87,6 +87,11 @@ class CpuBackend final : public Backend {
                                       float* dbeta, const float* dy, const float* x,
                                       const float* mean, const float* rstd, const float* gamma,
                                       const ops::NormShape& s) override;
+  void do_layernorm_backward_rows_add_bf16(const ops::ResidualGradBf16& next, double* sums,
+                                           float* dres, float* scratch, float* dgamma, float* dbeta,
+                                           const float* dy, const float* x, const float* mean,
+                                           const float* rstd, const float* gamma,
+                                           const ops::NormShape& s) override;
   void do_rmsnorm_row_sums(double* sums, const float* x, const ops::NormShape& s) override;
   void do_rmsnorm_apply(float* y, float* rstd, const double* sums, const float* x,
                         const float* gamma, const ops::NormShape& s, float eps) override;

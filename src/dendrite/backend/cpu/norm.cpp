@@ -342,4 +342,19 @@ void CpuBackend::do_layernorm_backward_rows_add(double* sums, float* dres, float
   do_layernorm_backward_apply_add(dres, scratch, dgamma, dbeta, sums, dy, x, mean, rstd, gamma, s);
 }
 
+// The separate ops in turn: the bits of layernorm_backward_rows_add, to_bf16
+// and add_column_sums.
+void CpuBackend::do_layernorm_backward_rows_add_bf16(const ops::ResidualGradBf16& next,
+                                                     double* sums, float* dres, float* scratch,
+                                                     float* dgamma, float* dbeta, const float* dy,
+                                                     const float* x, const float* mean,
+                                                     const float* rstd, const float* gamma,
+                                                     const NormShape& s) {
+  do_layernorm_backward_rows_add(sums, dres, scratch, dgamma, dbeta, dy, x, mean, rstd, gamma, s);
+  if (next.db)
+    do_to_bf16_column_sums(next.low, next.db, dres, s.m, s.c);
+  else
+    do_to_bf16(next.low, dres, int64_t(s.m) * s.c);
+}
+
 }  // namespace dendrite::cpu

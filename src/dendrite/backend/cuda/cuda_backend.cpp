@@ -307,6 +307,14 @@ class CudaBackend final : public Backend {
     cuda::layernorm_backward_rows_add(sums, dres, scratch, dgamma, dbeta, dy, x, mean, rstd, gamma,
                                       s, scratch_, stream_);
   }
+  void do_layernorm_backward_rows_add_bf16(const ops::ResidualGradBf16& next, double* sums,
+                                           float* dres, float* scratch, float* dgamma, float* dbeta,
+                                           const float* dy, const float* x, const float* mean,
+                                           const float* rstd, const float* gamma,
+                                           const ops::NormShape& s) override {
+    cuda::layernorm_backward_rows_add_bf16(next, sums, dres, scratch, dgamma, dbeta, dy, x, mean,
+                                           rstd, gamma, s, scratch_, stream_);
+  }
   void do_rmsnorm_row_sums(double* sums, const float* x, const ops::NormShape& s) override {
     cuda::rmsnorm_row_sums(sums, x, s, stream_);
   }

@@ -257,14 +257,15 @@ __global__ void __launch_bounds__(kTileCols* kRowGroups)
   if (threadIdx.y == 0 && col) partials[int64_t(blockIdx.y) * n + j] = total;
 }
 
-// out [n] += sum over b of partials [b, n], b = 0 first: one thread a column.
-__global__ void add_row_block_partials_kernel(float* out, const float* __restrict__ partials,
-                                              int blocks, int n) {
+// sums.out[y] [n] += sum over b of sums.partials[y] [b, n], b = 0 first: one
+// thread a column, blockIdx.y the sum (the first gridDim.y of sums are given).
+__global__ void add_row_block_partials_kernel(RowBlockSums sums, int blocks, int n) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= n) return;
+  const float* partials = sums.partials[blockIdx.y];
   float total = partials[j];
   for (int b = 1; b < blocks; ++b) total += partials[int64_t(b) * n + j];
-  out[j] += total;
+  sums.out[blockIdx.y][j] += total;
 }
 
 // ---- the non-finite count: a fixed grid of per-block counts, then one block
@@ -404,12 +405,27 @@ RowBlocks row_blocks(int m, int n, int outputs, int step, const char* op) {
   return b;
 }
 
+void add_row_block_partials(const RowBlockSums& sums, int blocks, int n, cudaStream_t stream) {
+  RowBlockSums given;  // the sums given, first
+  int count = 0;
+  for (int k = 0; k < RowBlockSums::kMax; ++k)
+    if (sums.out[k]) {
+      given.out[count] = sums.out[k];
+      given.partials[count++] = sums.partials[k];
+    }
+  if (n <= 0 || count == 0) return;
+  DENDRITE_LAUNCH(dim3(blocks_for(n), unsigned(count)), kThreads, 0, stream,
+                  add_row_block_partials_kernel)
+  (given, blocks, n);
+  check_launch("add_row_block_partials");
+}
+
 void add_row_block_partials(float* out, const float* partials, int blocks, int n,
                             cudaStream_t stream) {
-  if (n <= 0) return;
-  DENDRITE_LAUNCH(blocks_for(n), kThreads, 0, stream, add_row_block_partials_kernel)
-  (out, partials, blocks, n);
-  check_launch("add_row_block_partials");
+  RowBlockSums sums;
+  sums.out[0] = out;
+  sums.partials[0] = partials;
+  add_row_block_partials(sums, blocks, n, stream);
 }
 
 namespace {

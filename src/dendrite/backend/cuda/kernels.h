@@ -87,6 +87,14 @@ void layernorm_backward_rows_add(double* sums, float* dres, float* scratch, floa
                                  float* dbeta, const float* dy, const float* x, const float* mean,
                                  const float* rstd, const float* gamma, const ops::NormShape& s,
                                  void* op_scratch, cudaStream_t stream);
+// The same, and the new dres rounded into next.low with its column sums added
+// into next.db from a third set of partials (ops/norm.h:
+// layernorm_backward_rows_add_bf16).
+void layernorm_backward_rows_add_bf16(const ops::ResidualGradBf16& next, double* sums, float* dres,
+                                      float* scratch, float* dgamma, float* dbeta, const float* dy,
+                                      const float* x, const float* mean, const float* rstd,
+                                      const float* gamma, const ops::NormShape& s, void* op_scratch,
+                                      cudaStream_t stream);
 void rmsnorm_row_sums(double* sums, const float* x, const ops::NormShape& s, cudaStream_t stream);
 void rmsnorm_apply(float* y, float* rstd, const double* sums, const float* x, const float* gamma,
                    const ops::NormShape& s, float eps, cudaStream_t stream);
@@ -110,6 +118,14 @@ RowBlocks row_blocks(int m, int n, int outputs, int step, const char* op);
 // out [n] += the sum over blocks of partials [blocks, n], block 0 first.
 void add_row_block_partials(float* out, const float* partials, int blocks, int n,
                             cudaStream_t stream);
+// Up to three such sums in one launch, each out[k] from its partials[k]
+// (skipped where out[k] is null): the bits of add_row_block_partials on each.
+struct RowBlockSums {
+  static constexpr int kMax = 3;
+  float* out[kMax] = {};
+  const float* partials[kMax] = {};
+};
+void add_row_block_partials(const RowBlockSums& sums, int blocks, int n, cudaStream_t stream);
 
 // ---- optimizer (optim.cu) ----
 void adamw_update(float* param, const float* grad, float* m, float* v, long n, float lr, int step,

@@ -433,7 +433,8 @@ constexpr int kWholeRowBlocks = 1024;  // blocks of rows, at most
 // Rows per block of layernorm_backward_rows_kernel, from m alone (so the
 // order of the gain and bias sums is fixed): at least 3, so that the
 // partials [blocks, c] of dgamma and of dbeta fit in the op's scratch [m, c]
-// for every m but 1 (2 ceil(m / 3) <= m).
+// for every m but 1 (2 ceil(m / 3) <= m); with the next product's bias
+// partials too, for every m but 1, 2 and 4 (3 ceil(m / 3) <= m).
 int whole_rows_per_block(int m) { return std::max(3, (m + kWholeRowBlocks - 1) / kWholeRowBlocks); }
 
 bool whole_rows_fit(int c) { return (c + 3) / 4 <= kOwnGroups * int(sum_threads(c)); }
@@ -445,14 +446,16 @@ bool whole_rows_fit(int c) { return (c + 3) / 4 <= kOwnGroups * int(sum_threads(
 // xhat and dy of its columns over the block's rows in order, and writes them
 // as the block's partials part_g, part_b [gridDim.x, c] (each column is one
 // thread's: no tree), which add_row_block_partials adds in block order.
+// Given low, it also writes the new dres rounded to bf16 there, and given
+// part_d, the new dres's column sums over the block's rows the same way.
 template <int Own>  // groups of 4 columns a thread keeps: 1 or kOwnGroups
 __global__ void layernorm_backward_rows_kernel(
-    double* sums, float* __restrict__ dres, float* part_g, float* part_b,
-    const float* __restrict__ dy, const float* __restrict__ x, const float* __restrict__ mean,
-    const float* __restrict__ rstd, const float* __restrict__ gamma, int m, int c, int rows,
-    bool vec) {
+    double* sums, float* __restrict__ dres, float* part_g, float* part_b, bf16* __restrict__ low,
+    float* part_d, const float* __restrict__ dy, const float* __restrict__ x,
+    const float* __restrict__ mean, const float* __restrict__ rstd, const float* __restrict__ gamma,
+    int m, int c, int rows, bool vec) {
   const LnBackwardSums terms{dy, x, mean, rstd, gamma, c};
-  float acc_g[4 * Own] = {}, acc_b[4 * Own] = {};
+  float acc_g[4 * Own] = {}, acc_b[4 * Own] = {}, acc_d[4 * Own] = {};
   DENDRITE_DYNAMIC_SHARED(double, warp_sums);  // [32]
   const int begin = int(blockIdx.x) * rows, end = min(m, begin + rows);
   for (int r = begin; r < end; ++r) {
@@ -484,7 +487,10 @@ __global__ void layernorm_backward_rows_kernel(
           acc_g[4 * k + i] += vd[i] * xhat;
           acc_b[4 * k + i] += vd[i];
           float* out = dres + off + j + i;
-          *out = __fadd_rn(*out, ln_backward_dx(vd[i], vg[i], xhat, rs, s1, s2));
+          const float v = __fadd_rn(*out, ln_backward_dx(vd[i], vg[i], xhat, rs, s1, s2));
+          *out = v;
+          if (low) low[off + j + i] = round_bf16(v);
+          acc_d[4 * k + i] += v;
         }
       }
     }
@@ -498,6 +504,7 @@ __global__ void layernorm_backward_rows_kernel(
       if (j + i < c) {
         if (part_g) part_g[at + j + i] = acc_g[4 * k + i];
         if (part_b) part_b[at + j + i] = acc_b[4 * k + i];
+        if (part_d) part_d[at + j + i] = acc_d[4 * k + i];
       }
     }
   }
@@ -566,42 +573,72 @@ void layernorm_backward_apply(float* dx, bool accumulate, float* dgamma, float* 
                   layernorm_backward_apply_kernel)
   (dx, accumulate, part_g, part_b, sums, dy, x, mean, rstd, gamma, m, c, s.c_total, b.rows);
   check_launch("layernorm_backward_apply");
-  if (dgamma) add_row_block_partials(dgamma, part_g, b.count, c, stream);
-  if (dbeta) add_row_block_partials(dbeta, part_b, b.count, c, stream);
+  add_row_block_partials(RowBlockSums{{dgamma, dbeta}, {part_g, part_b}}, b.count, c, stream);
 }
 
-void layernorm_backward_rows_add(double* sums, float* dres, float* scratch, float* dgamma,
-                                 float* dbeta, const float* dy, const float* x, const float* mean,
-                                 const float* rstd, const float* gamma, const ops::NormShape& s,
-                                 void* op_scratch, cudaStream_t stream) {
+namespace {
+
+// layernorm_backward_rows_add, and with next, its bf16 output and bias sums.
+void backward_rows_add(const ops::ResidualGradBf16* next, double* sums, float* dres, float* scratch,
+                       float* dgamma, float* dbeta, const float* dy, const float* x,
+                       const float* mean, const float* rstd, const float* gamma,
+                       const ops::NormShape& s, void* op_scratch, cudaStream_t stream,
+                       const char* op) {
   const int m = s.m, c = s.c;
   if (m == 0) return;
   const int rows = whole_rows_per_block(m);
   const int blocks = (m + rows - 1) / rows;
-  // wider than a block keeps, or one row (its partials would not fit in
-  // scratch): the row sums, then the apply
-  if (!whole_rows_fit(c) || 2 * blocks > m) {
+  const int outputs = next && next->db ? 3 : 2;  // partials [blocks, c] each
+  // wider than a block keeps, or too few rows for the partials to fit in
+  // scratch: the row sums, then the apply (then the rounding and bias sums)
+  if (!whole_rows_fit(c) || outputs * blocks > m) {
     layernorm_backward_sums(sums, dy, x, mean, rstd, gamma, s, stream);
     layernorm_backward_apply(dres, true, dgamma, dbeta, sums, dy, x, mean, rstd, gamma, s,
                              op_scratch, stream);
+    if (next && next->db)
+      to_bf16_column_sums(next->low, next->db, dres, m, c, op_scratch, stream);
+    else if (next)
+      to_bf16(next->low, dres, int64_t(m) * c, stream);
     return;
   }
   float* part_g = dgamma ? scratch : nullptr;                       // [blocks, c]
   float* part_b = dbeta ? scratch + int64_t(blocks) * c : nullptr;  // [blocks, c]
+  float* part_d = outputs == 3 ? scratch + 2 * int64_t(blocks) * c : nullptr;  // [blocks, c]
+  bf16* low = next ? next->low : nullptr;
   const bool vec = rows_aligned(c, dres, dy, x, gamma);
   const unsigned threads = sum_threads(c);
   if ((c + 3) / 4 <= int(threads)) {
     DENDRITE_LAUNCH(unsigned(blocks), threads, 32 * sizeof(double), stream,
                     layernorm_backward_rows_kernel<1>)
-    (sums, dres, part_g, part_b, dy, x, mean, rstd, gamma, m, c, rows, vec);
+    (sums, dres, part_g, part_b, low, part_d, dy, x, mean, rstd, gamma, m, c, rows, vec);
   } else {
     DENDRITE_LAUNCH(unsigned(blocks), threads, 32 * sizeof(double), stream,
                     layernorm_backward_rows_kernel<kOwnGroups>)
-    (sums, dres, part_g, part_b, dy, x, mean, rstd, gamma, m, c, rows, vec);
+    (sums, dres, part_g, part_b, low, part_d, dy, x, mean, rstd, gamma, m, c, rows, vec);
   }
-  check_launch("layernorm_backward_rows_add");
-  if (dgamma) add_row_block_partials(dgamma, part_g, blocks, c, stream);
-  if (dbeta) add_row_block_partials(dbeta, part_b, blocks, c, stream);
+  check_launch(op);
+  float* db = part_d ? next->db : nullptr;
+  add_row_block_partials(RowBlockSums{{dgamma, dbeta, db}, {part_g, part_b, part_d}}, blocks, c,
+                         stream);
+}
+
+}  // namespace
+
+void layernorm_backward_rows_add(double* sums, float* dres, float* scratch, float* dgamma,
+                                 float* dbeta, const float* dy, const float* x, const float* mean,
+                                 const float* rstd, const float* gamma, const ops::NormShape& s,
+                                 void* op_scratch, cudaStream_t stream) {
+  backward_rows_add(nullptr, sums, dres, scratch, dgamma, dbeta, dy, x, mean, rstd, gamma, s,
+                    op_scratch, stream, "layernorm_backward_rows_add");
+}
+
+void layernorm_backward_rows_add_bf16(const ops::ResidualGradBf16& next, double* sums, float* dres,
+                                      float* scratch, float* dgamma, float* dbeta, const float* dy,
+                                      const float* x, const float* mean, const float* rstd,
+                                      const float* gamma, const ops::NormShape& s, void* op_scratch,
+                                      cudaStream_t stream) {
+  backward_rows_add(&next, sums, dres, scratch, dgamma, dbeta, dy, x, mean, rstd, gamma, s,
+                    op_scratch, stream, "layernorm_backward_rows_add_bf16");
 }
 
 // ---------------------------------------------------------------- RMSNorm

@@ -96,10 +96,24 @@ def times(k, cost):
 
 
 def ln_backward_rows(a):
-    """layernorm_backward_rows_kernel: bytes and flops."""
+    """norm_backward_rows_kernel for LayerNorm: bytes and flops."""
     return (f32(4 * a["m"] * a["c"] + 2 * a["m"] + a["c"]
                 + 2 * whole_row_blocks(a["m"]) * a["c"]) + 16.0 * a["m"],
             13 * a["m"] * a["c"])
+
+
+def rms_backward_rows(a):
+    """norm_backward_rows_kernel for RMSNorm: as LayerNorm's, one row sum and
+    no mean, the gain's partials alone."""
+    return (f32(4 * a["m"] * a["c"] + a["m"] + a["c"] + whole_row_blocks(a["m"]) * a["c"])
+            + 8.0 * a["m"], 9 * a["m"] * a["c"])
+
+
+def rms_backward_rows_bf16(a):
+    """... writing the new residual gradient in bf16 too, with a bias its sums."""
+    moved, flops = rms_backward_rows(a)
+    extra = 2.0 * a["m"] * a["c"] + (f32(whole_row_blocks(a["m"]) * a["c"]) if a["bias"] else 0.0)
+    return moved + extra, flops + 2 * a["m"] * a["c"]
 
 
 def ln_backward_rows_bf16(a):
@@ -197,20 +211,37 @@ KERNELS = {
     # the block has just summed, from cache), the residual's gradient read and
     # written, the row sums and each block of rows' gain and bias partials written
     # (<1>: a group of 4 columns a thread, up to 2048 columns; wider, up to 4)
-    ("layernorm_backward_rows_add", "layernorm_backward_rows_kernel<1>"): ln_backward_rows,
-    ("layernorm_backward_rows_add", "layernorm_backward_rows_kernel<kOwnGroups>"):
+    ("layernorm_backward_rows_add", "norm_backward_rows_kernel<Norm, 1>"): ln_backward_rows,
+    ("layernorm_backward_rows_add", "norm_backward_rows_kernel<Norm, kOwnGroups>"):
         ln_backward_rows,
     ("layernorm_backward_rows_add", "add_row_block_partials_kernel"):
         lambda a: times(2, whole_row_partials(a)),
     # ... and the new residual gradient as the bf16 operand of the product
     # below, its bias sums a third set of partials (in the same launch)
-    ("layernorm_backward_rows_add_bf16", "layernorm_backward_rows_kernel<1>"): ln_backward_rows_bf16,
-    ("layernorm_backward_rows_add_bf16", "layernorm_backward_rows_kernel<kOwnGroups>"):
+    ("layernorm_backward_rows_add_bf16", "norm_backward_rows_kernel<Norm, 1>"):
+        ln_backward_rows_bf16,
+    ("layernorm_backward_rows_add_bf16", "norm_backward_rows_kernel<Norm, kOwnGroups>"):
         ln_backward_rows_bf16,
     ("layernorm_backward_rows_add_bf16", "add_row_block_partials_kernel"):
         lambda a: times(2 + a["bias"], whole_row_partials(a)),
+    # RMSNorm's backward in one pass, as LayerNorm's (the gain's sums alone,
+    # and the product's bias sums where it writes the bf16 operand with one)
+    ("rmsnorm_backward_rows_add", "norm_backward_rows_kernel<Norm, 1>"): rms_backward_rows,
+    ("rmsnorm_backward_rows_add", "norm_backward_rows_kernel<Norm, kOwnGroups>"):
+        rms_backward_rows,
+    ("rmsnorm_backward_rows_add", "add_row_block_partials_kernel"): whole_row_partials,
+    ("rmsnorm_backward_rows_add_bf16", "norm_backward_rows_kernel<Norm, 1>"):
+        rms_backward_rows_bf16,
+    ("rmsnorm_backward_rows_add_bf16", "norm_backward_rows_kernel<Norm, kOwnGroups>"):
+        rms_backward_rows_bf16,
+    ("rmsnorm_backward_rows_add_bf16", "add_row_block_partials_kernel"):
+        lambda a: times(1 + a["bias"], whole_row_partials(a)),
     ("rmsnorm_row_sums", "row_sums_kernel<NS, Terms>"):
         lambda a: (f32(a["m"] * a["c"]) + 8.0 * a["m"], 2 * a["m"] * a["c"]),
+    # whole rows in one pass: x read once, the row sums and rstd, the bf16 output written
+    ("rmsnorm_rows_bf16", "rmsnorm_rows_kernel"):
+        lambda a: (f32(a["m"] * a["c"] + a["c"] + a["m"]) + 2.0 * a["m"] * a["c"] + 8.0 * a["m"],
+                   3 * a["m"] * a["c"]),
     ("rmsnorm_apply", "rmsnorm_apply_kernel"):
         lambda a: (f32(2 * a["m"] * a["c"] + a["c"] + a["m"]) + 8.0 * a["m"], 3 * a["m"] * a["c"]),
     ("rmsnorm_backward_sums", "row_sums_kernel<NS, Terms>"):

@@ -1,6 +1,7 @@
 // The op harness (backend_ops_support.h) on the fused ops: each against the
-// separate ops it stands for on the same backend, to the bit (LayerNorm with
-// its bf16 output and its backward added to a residual's gradient, the bias
+// separate ops it stands for on the same backend, to the bit (LayerNorm and
+// RMSNorm with their bf16 output, LayerNorm's backward added to a residual's
+// gradient, the bias
 // gradient with a bf16 copy, the loss's bf16 gradient, attention's bf16 output,
 // and its bf16 gradients with their bias gradients).
 // Letters: m rows, c channels, V vocabulary.
@@ -52,6 +53,18 @@ TEST_P(BackendOps, FusedOpsGiveTheBitsOfTheSeparateOps) {
     EXPECT_TRUE(same_bits(get(RowS), get(S))) << "layernorm_rows_bf16 sums" << p;
     EXPECT_TRUE(same_bits(get(RMean), get(Mean))) << "layernorm_rows_bf16 mean" << p;
     EXPECT_TRUE(same_bits(get(RRstd), get(Rstd))) << "layernorm_rows_bf16 rstd" << p;
+
+    // RMSNorm's forward in one pass over whole rows, writing bf16
+    Buffer<double> RmsS = zeros<double>(m), FRmsS = zeros<double>(m);
+    Buffer<float> RmsR = zeros<float>(m), FRmsR = zeros<float>(m);
+    be().rmsnorm_row_sums(RmsS.data(), X.data(), {m, c, c});
+    be().rmsnorm_apply(Y.data(), RmsR.data(), RmsS.data(), X.data(), G.data(), {m, c, c}, 1e-5f);
+    be().to_bf16(Want.data(), Y.data(), int64_t(m) * c);
+    be().rmsnorm_rows_bf16(FRmsS.data(), Yh.data(), Scratch.data(), FRmsR.data(), X.data(),
+                           G.data(), {m, c, c}, 1e-5f);
+    EXPECT_TRUE(same_bits(get(Yh), get(Want))) << "rmsnorm_rows_bf16 y" << p;
+    EXPECT_TRUE(same_bits(get(FRmsS), get(RmsS))) << "rmsnorm_rows_bf16 sums" << p;
+    EXPECT_TRUE(same_bits(get(FRmsR), get(RmsR))) << "rmsnorm_rows_bf16 rstd" << p;
 
     // the backward added to a residual's gradient, gain and bias gradients from ones
     be().layernorm_backward_sums(S.data(), DY.data(), X.data(), Mean.data(), Rstd.data(), G.data(),
@@ -218,50 +231,83 @@ Vf run_sums(const Vf& x, int w, int c0, int n, int B, int T) {
 // attention_backward, to_bf16 and the sums in the op's order. 2 sequences of
 // 150 rows (runs of 64, 64 and 22) with 4 heads of 16 over 2 KV heads; one
 // sequence of 70 with 2 heads of 80 (a block's head padded to 128).
-// The backward over whole rows that also writes the new residual gradient as
-// the bf16 operand of the product below, with that product's bias sums:
-// against layernorm_backward_rows_add, to_bf16 and add_column_sums. The sums,
-// dres and the bf16 copy to the bit; the gain, norm bias and bias gradients
-// the same sums in the device's order (twice alike). 600 rows of 20 and 22 columns take a GPU's
-// one pass in 4-wide and scalar forms; 4 rows fit the gain's and bias's
-// partials in scratch but not the third set, so where a bias is given the
-// separate kernels run (as they do for widths past what a block keeps).
+// A norm's backward over whole rows added into the residual's gradient, and
+// its form that also writes the new gradient as the bf16 operand of the
+// product below, with that product's bias sums: LayerNorm's and RMSNorm's,
+// against their backward sums and apply, add_inplace, to_bf16 and
+// add_column_sums. The sums, dres and the bf16 copy to the bit; the gain,
+// norm bias and bias gradients the same sums in the device's order (twice
+// alike). 600 rows of 20 and 22 columns take a GPU's one pass in 4-wide and
+// scalar forms; 4 rows fit the gain's and bias's partials in scratch but not
+// the third set, so where a bias is given the separate kernels run (as they
+// do for widths past what a block keeps).
 TEST_P(BackendOps, NormBackwardWritesTheNextProductsBf16Operand) {
-  for (const auto& [m, c] : {std::pair{600, 20}, std::pair{600, 22}, std::pair{4, 24}}) {
-    const Vf x = randn(m * c, 91, 2.0, 0.5), g = randn(c, 92, 0.2, 1.0), b = randn(c, 93, 0.1);
-    const Vf dy = randn(m * c, 94), res = randn(m * c, 95), ones(c, 1.0f);
-    Buffer<float> X = put(x), G = put(g), Bt = put(b), DY = put(dy), Mean = zeros<float>(m),
-                  Rstd = zeros<float>(m), Y = zeros<float>(m * c), Scratch = zeros<float>(m * c);
-    Buffer<double> S = zeros<double>(2 * m);
-    be().layernorm_row_sums(S.data(), X.data(), {m, c, c});
-    be().layernorm_apply(Y.data(), Mean.data(), Rstd.data(), S.data(), X.data(), G.data(),
-                         Bt.data(), {m, c, c}, 1e-5f);
-    // the separate ops
-    Buffer<double> WantS = zeros<double>(2 * m);
-    Buffer<float> Res = put(res), DG = put(ones), DB = put(ones), Col = put(ones);
-    Buffer<bf16> Want = zeros<bf16>(m * c);
-    be().layernorm_backward_rows_add(WantS.data(), Res.data(), Scratch.data(), DG.data(), DB.data(),
-                                     DY.data(), X.data(), Mean.data(), Rstd.data(), G.data(),
-                                     {m, c, c});
-    be().to_bf16(Want.data(), Res.data(), int64_t(m) * c);
-    be().add_column_sums(Col.data(), Res.data(), m, c);
-    std::vector<Vf> runs;  // with a bias twice, then without
-    for (const bool bias : {true, true, false}) {
-      {
-        const std::string p =
-            str(" ", m, "x", c, bias ? " with" : " without", " a bias, run ", runs.size());
-        Buffer<double> FS = zeros<double>(2 * m);
+  for (const bool ln : {true, false})
+    for (const auto& [m, c] : {std::pair{600, 20}, std::pair{600, 22}, std::pair{4, 24}}) {
+      const std::string norm = ln ? "layernorm" : "rmsnorm";
+      const Vf x = randn(m * c, 91, 2.0, 0.5), g = randn(c, 92, 0.2, 1.0), b = randn(c, 93, 0.1);
+      const Vf dy = randn(m * c, 94), res = randn(m * c, 95), ones(c, 1.0f);
+      Buffer<float> X = put(x), G = put(g), Bt = put(b), DY = put(dy), Mean = zeros<float>(m),
+                    Rstd = zeros<float>(m), Y = zeros<float>(m * c), Scratch = zeros<float>(m * c);
+      const int ns = ln ? 2 : 1;  // row sums a row
+      Buffer<double> S = zeros<double>(ns * m);
+      const ops::NormShape s{m, c, c};
+      if (ln) {
+        be().layernorm_row_sums(S.data(), X.data(), s);
+        be().layernorm_apply(Y.data(), Mean.data(), Rstd.data(), S.data(), X.data(), G.data(),
+                             Bt.data(), s, 1e-5f);
+      } else {
+        be().rmsnorm_row_sums(S.data(), X.data(), s);
+        be().rmsnorm_apply(Y.data(), Rstd.data(), S.data(), X.data(), G.data(), s, 1e-5f);
+      }
+      // the separate ops
+      Buffer<double> WantS = zeros<double>(ns * m);
+      Buffer<float> Res = put(res), DX = zeros<float>(m * c), DG = put(ones), DB = put(ones),
+                    Col = put(ones);
+      Buffer<bf16> Want = zeros<bf16>(m * c);
+      if (ln) {
+        be().layernorm_backward_sums(WantS.data(), DY.data(), X.data(), Mean.data(), Rstd.data(),
+                                     G.data(), s);
+        be().layernorm_backward_apply(DX.data(), DG.data(), DB.data(), WantS.data(), DY.data(),
+                                      X.data(), Mean.data(), Rstd.data(), G.data(), s);
+      } else {
+        be().rmsnorm_backward_sums(WantS.data(), DY.data(), X.data(), G.data(), s);
+        be().rmsnorm_backward_apply(DX.data(), DG.data(), WantS.data(), DY.data(), X.data(),
+                                    Rstd.data(), G.data(), s);
+      }
+      be().add_inplace(Res.data(), DX.data(), long(m) * c);
+      be().to_bf16(Want.data(), Res.data(), int64_t(m) * c);
+      be().add_column_sums(Col.data(), Res.data(), m, c);
+      std::vector<Vf> runs;  // with a bias twice, then without, then no bf16 output
+      for (const int form : {0, 0, 1, 2}) {
+        const bool bias = form == 0, low = form < 2;
+        const std::string p = str(" ", norm, " ", m, "x", c,
+                                  low ? (bias ? " with a bias" : " without a bias") : " no bf16",
+                                  ", run ", runs.size());
+        Buffer<double> FS = zeros<double>(ns * m);
         Buffer<float> FRes = put(res), FDG = put(ones), FDB = put(ones), FCol = put(ones);
         Buffer<bf16> Low = zeros<bf16>(m * c);
-        be().layernorm_backward_rows_add_bf16({Low.data(), bias ? FCol.data() : nullptr}, FS.data(),
-                                              FRes.data(), Scratch.data(), FDG.data(), FDB.data(),
-                                              DY.data(), X.data(), Mean.data(), Rstd.data(),
-                                              G.data(), {m, c, c});
+        const ops::ResidualGradBf16 next{Low.data(), bias ? FCol.data() : nullptr};
+        if (ln && low)
+          be().layernorm_backward_rows_add_bf16(next, FS.data(), FRes.data(), Scratch.data(),
+                                                FDG.data(), FDB.data(), DY.data(), X.data(),
+                                                Mean.data(), Rstd.data(), G.data(), s);
+        else if (ln)
+          be().layernorm_backward_rows_add(FS.data(), FRes.data(), Scratch.data(), FDG.data(),
+                                           FDB.data(), DY.data(), X.data(), Mean.data(),
+                                           Rstd.data(), G.data(), s);
+        else if (low)
+          be().rmsnorm_backward_rows_add_bf16(next, FS.data(), FRes.data(), Scratch.data(),
+                                              FDG.data(), DY.data(), X.data(), Rstd.data(),
+                                              G.data(), s);
+        else
+          be().rmsnorm_backward_rows_add(FS.data(), FRes.data(), Scratch.data(), FDG.data(),
+                                         DY.data(), X.data(), Rstd.data(), G.data(), s);
         EXPECT_TRUE(same_bits(get(FS), get(WantS))) << "sums" << p;
         EXPECT_TRUE(same_bits(get(FRes), get(Res))) << "dres" << p;
-        EXPECT_TRUE(same_bits(get(Low), get(Want))) << "bf16 operand" << p;
+        if (low) EXPECT_TRUE(same_bits(get(Low), get(Want))) << "bf16 operand" << p;
         expect_close(get(FDG), to_d(get(DG)), 1e-6, "dgamma" + p);
-        expect_close(get(FDB), to_d(get(DB)), 1e-6, "dbeta" + p);
+        expect_close(get(FDB), to_d(get(DB)), 1e-6, "dbeta" + p);  // ones for RMSNorm
         if (bias)
           expect_close(get(FCol), to_d(get(Col)), 1e-6, "the bias gradient" + p);
         else
@@ -271,10 +317,9 @@ TEST_P(BackendOps, NormBackwardWritesTheNextProductsBf16Operand) {
           sums.insert(sums.end(), more.begin(), more.end());
         runs.push_back(sums);
       }
+      EXPECT_TRUE(same_bits(runs[0], runs[1]))
+          << "the gain, norm bias and bias gradients, run to run, " << norm << " " << m << "x" << c;
     }
-    EXPECT_TRUE(same_bits(runs[0], runs[1]))
-        << "the gain, norm bias and bias gradients, run to run, " << m << "x" << c;
-  }
 }
 
 TEST_P(BackendOps, AttentionBackwardInBf16GivesTheBitsOfTheSeparateOps) {

@@ -261,6 +261,26 @@ class CountingBackend final : public Backend {
     const counters::OpScope op("rmsnorm_apply", norm_args(s));
     inner_->rmsnorm_apply(y, rstd, sums, x, gamma, s, eps);
   }
+  void do_rmsnorm_rows_bf16(double* sums, bf16* y_bf16, float* y, float* rstd, const float* x,
+                            const float* gamma, const ops::NormShape& s, float eps) override {
+    const counters::OpScope op("rmsnorm_rows_bf16", row_sums_args(s));
+    inner_->rmsnorm_rows_bf16(sums, y_bf16, y, rstd, x, gamma, s, eps);
+  }
+  void do_rmsnorm_backward_rows_add(const ops::ResidualGradBf16* next, double* sums, float* dres,
+                                    float* scratch, float* dgamma, const float* dy, const float* x,
+                                    const float* rstd, const float* gamma,
+                                    const ops::NormShape& s) override {
+    if (next) {
+      const counters::OpScope op(
+          "rmsnorm_backward_rows_add_bf16",
+          {{"m", double(s.m)}, {"c", double(s.c)}, {"bias", double(next->db != nullptr)}});
+      inner_->rmsnorm_backward_rows_add_bf16(*next, sums, dres, scratch, dgamma, dy, x, rstd, gamma,
+                                             s);
+    } else {
+      const counters::OpScope op("rmsnorm_backward_rows_add", row_sums_args(s));
+      inner_->rmsnorm_backward_rows_add(sums, dres, scratch, dgamma, dy, x, rstd, gamma, s);
+    }
+  }
   void do_rmsnorm_backward_sums(double* sums, const float* dy, const float* x, const float* gamma,
                                 const ops::NormShape& s) override {
     const counters::OpScope op("rmsnorm_backward_sums", row_sums_args(s));

@@ -244,10 +244,34 @@ class Backend : public Allocator {
     ops::check_norm(s, "rmsnorm_apply");
     do_rmsnorm_apply(y, rstd, sums, x, gamma, s, eps);
   }
+  // Whole rows (c == c_total): rmsnorm_row_sums, rmsnorm_apply and to_bf16,
+  // one pass on a GPU.
+  void rmsnorm_rows_bf16(double* sums, bf16* y_bf16, float* y, float* rstd, const float* x,
+                         const float* gamma, const ops::NormShape& s, float eps) {
+    ops::check_whole_rows(s, "rmsnorm_rows_bf16");
+    do_rmsnorm_rows_bf16(sums, y_bf16, y, rstd, x, gamma, s, eps);
+  }
   void rmsnorm_backward_sums(double* sums, const float* dy, const float* x, const float* gamma,
                              const ops::NormShape& s) {
     ops::check_norm(s, "rmsnorm_backward_sums");
     do_rmsnorm_backward_sums(sums, dy, x, gamma, s);
+  }
+  // Whole rows (c == c_total): rmsnorm_backward_sums, rmsnorm_backward_apply
+  // into scratch and add_inplace into dres, one pass on a GPU; the _bf16 form
+  // also writes the new dres as the next product's operand (ops/norm.h).
+  void rmsnorm_backward_rows_add(double* sums, float* dres, float* scratch, float* dgamma,
+                                 const float* dy, const float* x, const float* rstd,
+                                 const float* gamma, const ops::NormShape& s) {
+    ops::check_whole_rows(s, "rmsnorm_backward_rows_add");
+    do_rmsnorm_backward_rows_add(nullptr, sums, dres, scratch, dgamma, dy, x, rstd, gamma, s);
+  }
+  void rmsnorm_backward_rows_add_bf16(const ops::ResidualGradBf16& next, double* sums, float* dres,
+                                      float* scratch, float* dgamma, const float* dy,
+                                      const float* x, const float* rstd, const float* gamma,
+                                      const ops::NormShape& s) {
+    ops::check_whole_rows(s, "rmsnorm_backward_rows_add_bf16");
+    DENDRITE_CHECK(next.low, "rmsnorm_backward_rows_add_bf16: no bf16 output given");
+    do_rmsnorm_backward_rows_add(&next, sums, dres, scratch, dgamma, dy, x, rstd, gamma, s);
   }
   void rmsnorm_backward_apply(float* dx, float* dgamma, const double* sums, const float* dy,
                               const float* x, const float* rstd, const float* gamma,
@@ -513,6 +537,14 @@ class Backend : public Allocator {
   virtual void do_rmsnorm_row_sums(double* sums, const float* x, const ops::NormShape& s) = 0;
   virtual void do_rmsnorm_apply(float* y, float* rstd, const double* sums, const float* x,
                                 const float* gamma, const ops::NormShape& s, float eps) = 0;
+  virtual void do_rmsnorm_rows_bf16(double* sums, bf16* y_bf16, float* y, float* rstd,
+                                    const float* x, const float* gamma, const ops::NormShape& s,
+                                    float eps) = 0;
+  // next: null for rmsnorm_backward_rows_add, given for its _bf16 form.
+  virtual void do_rmsnorm_backward_rows_add(const ops::ResidualGradBf16* next, double* sums,
+                                            float* dres, float* scratch, float* dgamma,
+                                            const float* dy, const float* x, const float* rstd,
+                                            const float* gamma, const ops::NormShape& s) = 0;
   virtual void do_rmsnorm_backward_sums(double* sums, const float* dy, const float* x,
                                         const float* gamma, const ops::NormShape& s) = 0;
   virtual void do_rmsnorm_backward_apply(float* dx, float* dgamma, const double* sums,

@@ -71,8 +71,21 @@ void check_whole_rows(const NormShape& s, const char* op);
 // rmsnorm_row_sums(sums, x, s): sums[r] = sum_i x[r,i]^2 (double, [m]).
 // rmsnorm_apply(y, rstd, sums, x, gamma, s, eps): rstd [m] = 1 / sqrt(S /
 //   c_total + eps) from the summed sums; y = x * rstd * gamma.
+// rmsnorm_rows_bf16(sums, y_bf16, y, rstd, x, gamma, s, eps): whole rows
+//   (c_total = c) in one pass where the device can: rmsnorm_row_sums, then
+//   rmsnorm_apply and to_bf16 into y_bf16 [m, c], the same bits. y [m, c] is
+//   scratch afterwards (the CPU computes in it; a GPU writes only y_bf16).
 // rmsnorm_backward_sums(sums, dy, x, gamma, s): sums[r] = sum_i dy[r,i] gamma[i] x[r,i].
 // rmsnorm_backward_apply(dx, dgamma, sums, dy, x, rstd, gamma, s):
 //   dx = rstd g - x rstd^3 S / c_total (dx overwritten); dgamma += sum_r dy x rstd.
+// rmsnorm_backward_rows_add(sums, dres, scratch, dgamma, dy, x, rstd, gamma, s):
+//   whole rows (c_total = c) in one pass where the device can:
+//   rmsnorm_backward_sums, rmsnorm_backward_apply into scratch [m, c], then
+//   add_inplace into dres [m, c]. sums and dres get the bits those give;
+//   dgamma the same sums in a fixed order of the device's own (as
+//   layernorm_backward_rows_add's).
+// rmsnorm_backward_rows_add_bf16(next, sums, dres, scratch, dgamma, dy, x,
+//   rstd, gamma, s): the same, then the new dres as the next product's
+//   operand, as layernorm_backward_rows_add_bf16 writes it.
 
 }  // namespace dendrite::ops

@@ -18,11 +18,15 @@ ParallelNorm::ParallelNorm(ProcessGrid& grid, Backend& backend, bool layernorm,
 void ParallelNorm::forward(float* y, float* mean, float* rstd, const float* x, int m,
                            const float* params, Buffer<double>& sums, bf16* y_bf16) const {
   const float* g = params + gain_->offset;
-  if (layernorm_ && y_bf16 && grid_->X().size() == 1) {  // whole rows: one pass
-    be_->layernorm_rows_bf16(sums.data(), y_bf16, y, mean, rstd, x, g, params + bias_->offset,
-                             {m, c_, c_total_}, eps_);
+  if (y_bf16 && grid_->X().size() == 1) {  // whole rows: one pass
+    if (layernorm_)
+      be_->layernorm_rows_bf16(sums.data(), y_bf16, y, mean, rstd, x, g, params + bias_->offset,
+                               {m, c_, c_total_}, eps_);
+    else
+      be_->rmsnorm_rows_bf16(sums.data(), y_bf16, y, rstd, x, g, {m, c_, c_total_}, eps_);
     be_->before_collective();
-    grid_->X().all_reduce(sums.data(), 2 * int64_t(m));  // a group of one: counted, sums nothing
+    // a group of one: counted, sums nothing
+    grid_->X().all_reduce(sums.data(), (layernorm_ ? 2 : 1) * int64_t(m));
     return;
   }
   if (layernorm_) {
@@ -68,17 +72,22 @@ void ParallelNorm::backward_add(float* dres, float* scratch, const float* dy, co
                                 float* grads, Buffer<double>& sums,
                                 const ops::ResidualGradBf16* next) const {
   const float* g = params + gain_->offset;
-  if (layernorm_ && grid_->X().size() == 1) {  // whole rows: one pass
-    if (next)
-      be_->layernorm_backward_rows_add_bf16(*next, sums.data(), dres, scratch,
-                                            grads + gain_->offset, grads + bias_->offset, dy, x,
-                                            mean, rstd, g, {m, c_, c_total_});
+  float* dg = grads + gain_->offset;
+  if (grid_->X().size() == 1) {  // whole rows: one pass
+    const ops::NormShape s{m, c_, c_total_};
+    if (layernorm_ && next)
+      be_->layernorm_backward_rows_add_bf16(*next, sums.data(), dres, scratch, dg,
+                                            grads + bias_->offset, dy, x, mean, rstd, g, s);
+    else if (layernorm_)
+      be_->layernorm_backward_rows_add(sums.data(), dres, scratch, dg, grads + bias_->offset, dy, x,
+                                       mean, rstd, g, s);
+    else if (next)
+      be_->rmsnorm_backward_rows_add_bf16(*next, sums.data(), dres, scratch, dg, dy, x, rstd, g, s);
     else
-      be_->layernorm_backward_rows_add(sums.data(), dres, scratch, grads + gain_->offset,
-                                       grads + bias_->offset, dy, x, mean, rstd, g,
-                                       {m, c_, c_total_});
+      be_->rmsnorm_backward_rows_add(sums.data(), dres, scratch, dg, dy, x, rstd, g, s);
     be_->before_collective();
-    grid_->X().all_reduce(sums.data(), 2 * int64_t(m));  // a group of one: counted, sums nothing
+    // a group of one: counted, sums nothing
+    grid_->X().all_reduce(sums.data(), (layernorm_ ? 2 : 1) * int64_t(m));
     return;
   }
   if (layernorm_) {

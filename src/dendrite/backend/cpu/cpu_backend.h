@@ -95,6 +95,12 @@ class CpuBackend final : public Backend {
   void do_rmsnorm_row_sums(double* sums, const float* x, const ops::NormShape& s) override;
   void do_rmsnorm_apply(float* y, float* rstd, const double* sums, const float* x,
                         const float* gamma, const ops::NormShape& s, float eps) override;
+  void do_rmsnorm_rows_bf16(double* sums, bf16* y_bf16, float* y, float* rstd, const float* x,
+                            const float* gamma, const ops::NormShape& s, float eps) override;
+  void do_rmsnorm_backward_rows_add(const ops::ResidualGradBf16* next, double* sums, float* dres,
+                                    float* scratch, float* dgamma, const float* dy, const float* x,
+                                    const float* rstd, const float* gamma,
+                                    const ops::NormShape& s) override;
   void do_rmsnorm_backward_sums(double* sums, const float* dy, const float* x, const float* gamma,
                                 const ops::NormShape& s) override;
   void do_rmsnorm_backward_apply(float* dx, float* dgamma, const double* sums, const float* dy,

@@ -324,6 +324,27 @@ void CpuBackend::do_layernorm_rows_bf16(double* sums, bf16* y_bf16, float* y, fl
   do_layernorm_apply_bf16(y_bf16, y, mean, rstd, sums, x, gamma, beta, s, eps);
 }
 
+void CpuBackend::do_rmsnorm_rows_bf16(double* sums, bf16* y_bf16, float* y, float* rstd,
+                                      const float* x, const float* gamma, const NormShape& s,
+                                      float eps) {
+  do_rmsnorm_row_sums(sums, x, s);
+  do_rmsnorm_apply(y, rstd, sums, x, gamma, s, eps);
+  do_to_bf16(y_bf16, y, int64_t(s.m) * s.c);
+}
+
+void CpuBackend::do_rmsnorm_backward_rows_add(const ops::ResidualGradBf16* next, double* sums,
+                                              float* dres, float* scratch, float* dgamma,
+                                              const float* dy, const float* x, const float* rstd,
+                                              const float* gamma, const NormShape& s) {
+  do_rmsnorm_backward_sums(sums, dy, x, gamma, s);
+  do_rmsnorm_backward_apply(scratch, dgamma, sums, dy, x, rstd, gamma, s);
+  do_add_inplace(dres, scratch, long(s.m) * s.c);
+  if (next && next->db)
+    do_to_bf16_column_sums(next->low, next->db, dres, s.m, s.c);
+  else if (next)
+    do_to_bf16(next->low, dres, int64_t(s.m) * s.c);
+}
+
 void CpuBackend::do_layernorm_backward_apply_add(float* dres, float* scratch, float* dgamma,
                                                  float* dbeta, const double* sums, const float* dy,
                                                  const float* x, const float* mean,

@@ -322,6 +322,17 @@ class CudaBackend final : public Backend {
                         const float* gamma, const ops::NormShape& s, float eps) override {
     cuda::rmsnorm_apply(y, rstd, sums, x, gamma, s, eps, stream_);
   }
+  void do_rmsnorm_rows_bf16(double* sums, bf16* y_bf16, float*, float* rstd, const float* x,
+                            const float* gamma, const ops::NormShape& s, float eps) override {
+    cuda::rmsnorm_rows_bf16(sums, y_bf16, rstd, x, gamma, s, eps, stream_);
+  }
+  void do_rmsnorm_backward_rows_add(const ops::ResidualGradBf16* next, double* sums, float* dres,
+                                    float* scratch, float* dgamma, const float* dy, const float* x,
+                                    const float* rstd, const float* gamma,
+                                    const ops::NormShape& s) override {
+    cuda::rmsnorm_backward_rows_add(next, sums, dres, scratch, dgamma, dy, x, rstd, gamma, s,
+                                    scratch_, stream_);
+  }
   void do_rmsnorm_backward_sums(double* sums, const float* dy, const float* x, const float* gamma,
                                 const ops::NormShape& s) override {
     cuda::rmsnorm_backward_sums(sums, dy, x, gamma, s, stream_);

@@ -98,8 +98,20 @@ void layernorm_backward_rows_add_bf16(const ops::ResidualGradBf16& next, double*
 void rmsnorm_row_sums(double* sums, const float* x, const ops::NormShape& s, cudaStream_t stream);
 void rmsnorm_apply(float* y, float* rstd, const double* sums, const float* x, const float* gamma,
                    const ops::NormShape& s, float eps, cudaStream_t stream);
+// Whole rows (s.c_total = s.c): the row sums, the apply and the bf16 rounding
+// in one pass (ops/norm.h: rmsnorm_rows_bf16; the scratch y is not touched).
+void rmsnorm_rows_bf16(double* sums, bf16* y, float* rstd, const float* x, const float* gamma,
+                       const ops::NormShape& s, float eps, cudaStream_t stream);
 void rmsnorm_backward_sums(double* sums, const float* dy, const float* x, const float* gamma,
                            const ops::NormShape& s, cudaStream_t stream);
+// Whole rows: the backward's row sums and dres += dx in one pass, dgamma from
+// each block of rows' partials in scratch [m, c]; given next, the new dres
+// rounded into next->low with its column sums added into next->db (ops/norm.h:
+// rmsnorm_backward_rows_add and its _bf16 form).
+void rmsnorm_backward_rows_add(const ops::ResidualGradBf16* next, double* sums, float* dres,
+                               float* scratch, float* dgamma, const float* dy, const float* x,
+                               const float* rstd, const float* gamma, const ops::NormShape& s,
+                               void* op_scratch, cudaStream_t stream);
 void rmsnorm_backward_apply(float* dx, float* dgamma, const double* sums, const float* dy,
                             const float* x, const float* rstd, const float* gamma,
                             const ops::NormShape& s, void* scratch, cudaStream_t stream);

@@ -280,6 +280,40 @@ __global__ void layernorm_rows_kernel(double* sums, bf16* y, float* mean, float*
   }
 }
 
+// RMSNorm over whole rows (c_total = c) in one pass, one block per row: the
+// row's sum as row_sums_kernel forms it, then the apply as
+// rmsnorm_apply_kernel computes it, on the columns the block has just read;
+// y in bf16 (the fp32 value rounded, as to_bf16 would round it).
+__global__ void rmsnorm_rows_kernel(double* sums, bf16* y, float* rstd, const float* x,
+                                    const float* gamma, int c, float eps, bool vec) {
+  const int r = blockIdx.x;
+  const RmsSums terms{x, c};
+  double a = 0.0, unused = 0.0;
+  add_row_terms(terms, r, c, vec, a, unused);
+  DENDRITE_DYNAMIC_SHARED(double, warp_sums);  // [32]
+  a = block_sum(a, warp_sums);
+  const float rs = float(1.0 / sqrt(a / c + eps));
+  const int64_t off = int64_t(r) * c;
+  const int groups = (c + 3) / 4;
+  for (int q = threadIdx.x; q < groups; q += blockDim.x) {
+    const int j = 4 * q;
+    if (vec && j + 4 <= c) {
+      float vx[4], vg[4];
+      load(vx, x + off + j);
+      load(vg, gamma + j);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) vx[k] = vx[k] * rs * vg[k];
+      store(y + off + j, vx);
+    } else {
+      for (int k = 0; k < 4 && j + k < c; ++k) {
+        float v[1] = {x[off + j + k] * rs * gamma[j + k]};
+        store(y + off + j + k, v);
+      }
+    }
+  }
+  if (threadIdx.x == 0) sums[r] = a, rstd[r] = rs;
+}
+
 unsigned apply_blocks(int m) { return unsigned((int64_t(m) + kApplyRows - 1) / kApplyRows); }
 
 // ---- backward apply: one block per kTileCols columns over all rows
@@ -310,6 +344,13 @@ __device__ __forceinline__ float column_total(float v, float (*shared)[kTileCols
 __device__ __forceinline__ float ln_backward_dx(float vd, float gj, float xhat, float rs, float s1,
                                                 float s2) {
   return rs * (vd * gj - s1 - xhat * s2);
+}
+
+// RMSNorm's input gradient at one value: rstd dy gamma - x rstd^3 S / c_total
+// (t = rstd^3 S / c_total). One function, so the kernels over columns and
+// over whole rows compute it alike.
+__device__ __forceinline__ float rms_backward_dx(float vd, float gj, float vx, float rs, float t) {
+  return rs * vd * gj - t * vx;
 }
 
 // dx = rstd (dy gamma - S1 / c_total - xhat S2 / c_total) for the rows of
@@ -409,7 +450,7 @@ __global__ void __launch_bounds__(kTileCols* kRowGroups)
       if (col && r < end) {
         const float2 s = stats[ty + k * kRowGroups];
         acc += vd[k] * vx[k] * s.x;
-        dx[int64_t(r) * c + j] = s.x * vd[k] * gj - s.y * vx[k];
+        dx[int64_t(r) * c + j] = rms_backward_dx(vd[k], gj, vx[k], s.x, s.y);
       }
     }
     __syncthreads();  // stats are restaged next batch
@@ -439,55 +480,96 @@ int whole_rows_per_block(int m) { return std::max(3, (m + kWholeRowBlocks - 1) /
 
 bool whole_rows_fit(int c) { return (c + 3) / 4 <= kOwnGroups * int(sum_threads(c)); }
 
-// Each block takes `rows` rows in turn. Per row: the sums of g and g xhat as
-// row_sums_kernel forms them (the same groups, the same tree: the bits of
-// layernorm_backward_sums), then dres += dx as layernorm_backward_apply_kernel
-// computes it, on the columns the thread has just read; the thread adds dy
-// xhat and dy of its columns over the block's rows in order, and writes them
-// as the block's partials part_g, part_b [gridDim.x, c] (each column is one
-// thread's: no tree), which add_row_block_partials adds in block order.
-// Given low, it also writes the new dres rounded to bf16 there, and given
-// part_d, the new dres's column sums over the block's rows the same way.
-template <int Own>  // groups of 4 columns a thread keeps: 1 or kOwnGroups
-__global__ void layernorm_backward_rows_kernel(
-    double* sums, float* __restrict__ dres, float* part_g, float* part_b, bf16* __restrict__ low,
-    float* part_d, const float* __restrict__ dy, const float* __restrict__ x,
-    const float* __restrict__ mean, const float* __restrict__ rstd, const float* __restrict__ gamma,
-    int m, int c, int rows, bool vec) {
-  const LnBackwardSums terms{dy, x, mean, rstd, gamma, c};
+// A row of LayerNorm's backward for norm_backward_rows_kernel: its sums'
+// terms, the row's statistics from the summed sums, and at each value the
+// gain's and bias's terms and the input gradient, as
+// layernorm_backward_apply_kernel computes them.
+struct LnBackwardRows {
+  static constexpr int kSums = 2;  // per row: S1 (g), S2 (g xhat)
+  LnBackwardSums terms;
+  struct Row {
+    float mu, rs, s1, s2;
+  };
+  __device__ Row row(int r, double a, double b, int c) const {
+    return {terms.mean[r], terms.rstd[r], float(a / c), float(b / c)};
+  }
+  __device__ float dx(const Row& w, float vd, float vx, float vg, float& g, float& b) const {
+    const float xhat = (vx - w.mu) * w.rs;
+    g += vd * xhat;
+    b += vd;
+    return ln_backward_dx(vd, vg, xhat, w.rs, w.s1, w.s2);
+  }
+};
+
+// The same for RMSNorm, as rmsnorm_backward_apply_kernel computes it (no bias).
+struct RmsBackwardRows {
+  static constexpr int kSums = 1;  // per row: S (dy gamma x)
+  RmsBackwardSums terms;
+  const float* rstd;
+  struct Row {
+    float rs, t;
+  };
+  __device__ Row row(int r, double a, double, int c) const {
+    const float rs = rstd[r];
+    return {rs, float(double(rs) * rs * rs * a / c)};
+  }
+  __device__ float dx(const Row& w, float vd, float vx, float vg, float& g, float&) const {
+    g += vd * vx * w.rs;
+    return rms_backward_dx(vd, vg, vx, w.rs, w.t);
+  }
+};
+
+// Each block takes `rows` rows in turn. Per row: the sums as row_sums_kernel
+// forms them (the same groups, the same tree: the bits of the norm's
+// backward_sums), then dres += dx as the norm's backward apply kernel
+// computes it, on the columns the thread has just read; the thread adds the
+// gain's (and LayerNorm's bias's) terms of its columns over the block's rows
+// in order, and writes them as the block's partials part_g, part_b
+// [gridDim.x, c] (each column is one thread's: no tree), which
+// add_row_block_partials adds in block order. Given low, it also writes the
+// new dres rounded to bf16 there, and given part_d, the new dres's column
+// sums over the block's rows the same way.
+template <class Norm, int Own>  // groups of 4 columns a thread keeps: 1 or kOwnGroups
+__global__ void norm_backward_rows_kernel(Norm norm, double* sums, float* __restrict__ dres,
+                                          float* part_g, float* part_b, bf16* __restrict__ low,
+                                          float* part_d, int m, int c, int rows, bool vec) {
+  const float* __restrict__ dy = norm.terms.dy;
+  const float* __restrict__ x = norm.terms.x;
+  const float* __restrict__ gamma = norm.terms.gamma;
   float acc_g[4 * Own] = {}, acc_b[4 * Own] = {}, acc_d[4 * Own] = {};
   DENDRITE_DYNAMIC_SHARED(double, warp_sums);  // [32]
   const int begin = int(blockIdx.x) * rows, end = min(m, begin + rows);
   for (int r = begin; r < end; ++r) {
     double a = 0.0, b = 0.0;
-    add_row_terms(terms, r, c, vec, a, b);
+    add_row_terms(norm.terms, r, c, vec, a, b);
     a = block_sum(a, warp_sums);
-    b = block_sum(b, warp_sums);
-    if (threadIdx.x == 0) sums[2 * int64_t(r)] = a, sums[2 * int64_t(r) + 1] = b;
-    const float mu = mean[r], rs = rstd[r], s1 = float(a / c), s2 = float(b / c);
+    if constexpr (Norm::kSums == 2) b = block_sum(b, warp_sums);
+    if (threadIdx.x == 0) {
+      sums[Norm::kSums * int64_t(r)] = a;
+      if constexpr (Norm::kSums == 2) sums[2 * int64_t(r) + 1] = b;
+    }
+    const typename Norm::Row w = norm.row(r, a, b, c);
     const int64_t off = int64_t(r) * c;
 #pragma unroll
     for (int k = 0; k < Own; ++k) {
       const int j = 4 * (int(threadIdx.x) + k * int(blockDim.x));
       if (j >= c) break;
-      const int w = min(4, c - j);
+      const int n = min(4, c - j);
       float vd[4], vx[4], vg[4];
-      if (vec && w == 4) {
+      if (vec && n == 4) {
         load(vd, dy + off + j);
         load(vx, x + off + j);
         load(vg, gamma + j);
       } else {
-        for (int i = 0; i < w; ++i)
+        for (int i = 0; i < n; ++i)
           vd[i] = dy[off + j + i], vx[i] = x[off + j + i], vg[i] = gamma[j + i];
       }
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        if (i < w) {
-          const float xhat = (vx[i] - mu) * rs;
-          acc_g[4 * k + i] += vd[i] * xhat;
-          acc_b[4 * k + i] += vd[i];
+        if (i < n) {
+          const float d = norm.dx(w, vd[i], vx[i], vg[i], acc_g[4 * k + i], acc_b[4 * k + i]);
           float* out = dres + off + j + i;
-          const float v = __fadd_rn(*out, ln_backward_dx(vd[i], vg[i], xhat, rs, s1, s2));
+          const float v = __fadd_rn(*out, d);  // no contraction into d's products
           *out = v;
           if (low) low[off + j + i] = round_bf16(v);
           acc_d[4 * k + i] += v;
@@ -578,48 +660,76 @@ void layernorm_backward_apply(float* dx, bool accumulate, float* dgamma, float* 
 
 namespace {
 
-// layernorm_backward_rows_add, and with next, its bf16 output and bias sums.
-void backward_rows_add(const ops::ResidualGradBf16* next, double* sums, float* dres, float* scratch,
-                       float* dgamma, float* dbeta, const float* dy, const float* x,
-                       const float* mean, const float* rstd, const float* gamma,
-                       const ops::NormShape& s, void* op_scratch, cudaStream_t stream,
-                       const char* op) {
+// The one pass over whole rows of a norm's backward added into dres (Norm: LnBackwardRows or
+// RmsBackwardRows), and with next, its bf16 output and bias sums; false where
+// it does not apply (wider than a block keeps, or too few rows for the
+// partials to fit in scratch), for the caller to run the separate kernels.
+template <class Norm>
+bool launch_backward_rows(const Norm& norm, const ops::ResidualGradBf16* next, double* sums,
+                          float* dres, float* scratch, float* dgamma, float* dbeta,
+                          const ops::NormShape& s, cudaStream_t stream, const char* op) {
   const int m = s.m, c = s.c;
-  if (m == 0) return;
   const int rows = whole_rows_per_block(m);
   const int blocks = (m + rows - 1) / rows;
-  const int outputs = next && next->db ? 3 : 2;  // partials [blocks, c] each
-  // wider than a block keeps, or too few rows for the partials to fit in
-  // scratch: the row sums, then the apply (then the rounding and bias sums)
-  if (!whole_rows_fit(c) || outputs * blocks > m) {
-    layernorm_backward_sums(sums, dy, x, mean, rstd, gamma, s, stream);
-    layernorm_backward_apply(dres, true, dgamma, dbeta, sums, dy, x, mean, rstd, gamma, s,
-                             op_scratch, stream);
-    if (next && next->db)
-      to_bf16_column_sums(next->low, next->db, dres, m, c, op_scratch, stream);
-    else if (next)
-      to_bf16(next->low, dres, int64_t(m) * c, stream);
-    return;
-  }
+  const int outputs = (dgamma || dbeta ? 2 : 0) + (next && next->db ? 1 : 0);  // partial sets
+  if (!whole_rows_fit(c) || outputs * blocks > m) return false;
   float* part_g = dgamma ? scratch : nullptr;                       // [blocks, c]
   float* part_b = dbeta ? scratch + int64_t(blocks) * c : nullptr;  // [blocks, c]
-  float* part_d = outputs == 3 ? scratch + 2 * int64_t(blocks) * c : nullptr;  // [blocks, c]
+  float* part_d = next && next->db ? scratch + 2 * int64_t(blocks) * c : nullptr;  // [blocks, c]
   bf16* low = next ? next->low : nullptr;
-  const bool vec = rows_aligned(c, dres, dy, x, gamma);
+  const bool vec = rows_aligned(c, dres, norm.terms.dy, norm.terms.x, norm.terms.gamma);
   const unsigned threads = sum_threads(c);
   if ((c + 3) / 4 <= int(threads)) {
     DENDRITE_LAUNCH(unsigned(blocks), threads, 32 * sizeof(double), stream,
-                    layernorm_backward_rows_kernel<1>)
-    (sums, dres, part_g, part_b, low, part_d, dy, x, mean, rstd, gamma, m, c, rows, vec);
+                    norm_backward_rows_kernel<Norm, 1>)
+    (norm, sums, dres, part_g, part_b, low, part_d, m, c, rows, vec);
   } else {
     DENDRITE_LAUNCH(unsigned(blocks), threads, 32 * sizeof(double), stream,
-                    layernorm_backward_rows_kernel<kOwnGroups>)
-    (sums, dres, part_g, part_b, low, part_d, dy, x, mean, rstd, gamma, m, c, rows, vec);
+                    norm_backward_rows_kernel<Norm, kOwnGroups>)
+    (norm, sums, dres, part_g, part_b, low, part_d, m, c, rows, vec);
   }
   check_launch(op);
   float* db = part_d ? next->db : nullptr;
   add_row_block_partials(RowBlockSums{{dgamma, dbeta, db}, {part_g, part_b, part_d}}, blocks, c,
                          stream);
+  return true;
+}
+
+// The separate kernels' last step: the new dres rounded into next's operand,
+// its bias sums beside.
+void round_for_next(const ops::ResidualGradBf16* next, const float* dres, const ops::NormShape& s,
+                    void* op_scratch, cudaStream_t stream) {
+  if (next && next->db)
+    to_bf16_column_sums(next->low, next->db, dres, s.m, s.c, op_scratch, stream);
+  else if (next)
+    to_bf16(next->low, dres, int64_t(s.m) * s.c, stream);
+}
+
+void ln_backward_rows_add(const ops::ResidualGradBf16* next, double* sums, float* dres,
+                          float* scratch, float* dgamma, float* dbeta, const float* dy,
+                          const float* x, const float* mean, const float* rstd, const float* gamma,
+                          const ops::NormShape& s, void* op_scratch, cudaStream_t stream,
+                          const char* op) {
+  if (s.m == 0) return;
+  const LnBackwardRows norm{{dy, x, mean, rstd, gamma, s.c}};
+  if (launch_backward_rows(norm, next, sums, dres, scratch, dgamma, dbeta, s, stream, op)) return;
+  layernorm_backward_sums(sums, dy, x, mean, rstd, gamma, s, stream);
+  layernorm_backward_apply(dres, true, dgamma, dbeta, sums, dy, x, mean, rstd, gamma, s, op_scratch,
+                           stream);
+  round_for_next(next, dres, s, op_scratch, stream);
+}
+
+void rms_backward_rows_add(const ops::ResidualGradBf16* next, double* sums, float* dres,
+                           float* scratch, float* dgamma, const float* dy, const float* x,
+                           const float* rstd, const float* gamma, const ops::NormShape& s,
+                           void* op_scratch, cudaStream_t stream, const char* op) {
+  if (s.m == 0) return;
+  const RmsBackwardRows norm{{dy, x, gamma, s.c}, rstd};
+  if (launch_backward_rows(norm, next, sums, dres, scratch, dgamma, nullptr, s, stream, op)) return;
+  rmsnorm_backward_sums(sums, dy, x, gamma, s, stream);
+  rmsnorm_backward_apply(scratch, dgamma, sums, dy, x, rstd, gamma, s, op_scratch, stream);
+  add_inplace(dres, scratch, int64_t(s.m) * s.c, stream);
+  round_for_next(next, dres, s, op_scratch, stream);
 }
 
 }  // namespace
@@ -628,8 +738,8 @@ void layernorm_backward_rows_add(double* sums, float* dres, float* scratch, floa
                                  float* dbeta, const float* dy, const float* x, const float* mean,
                                  const float* rstd, const float* gamma, const ops::NormShape& s,
                                  void* op_scratch, cudaStream_t stream) {
-  backward_rows_add(nullptr, sums, dres, scratch, dgamma, dbeta, dy, x, mean, rstd, gamma, s,
-                    op_scratch, stream, "layernorm_backward_rows_add");
+  ln_backward_rows_add(nullptr, sums, dres, scratch, dgamma, dbeta, dy, x, mean, rstd, gamma, s,
+                       op_scratch, stream, "layernorm_backward_rows_add");
 }
 
 void layernorm_backward_rows_add_bf16(const ops::ResidualGradBf16& next, double* sums, float* dres,
@@ -637,8 +747,17 @@ void layernorm_backward_rows_add_bf16(const ops::ResidualGradBf16& next, double*
                                       const float* x, const float* mean, const float* rstd,
                                       const float* gamma, const ops::NormShape& s, void* op_scratch,
                                       cudaStream_t stream) {
-  backward_rows_add(&next, sums, dres, scratch, dgamma, dbeta, dy, x, mean, rstd, gamma, s,
-                    op_scratch, stream, "layernorm_backward_rows_add_bf16");
+  ln_backward_rows_add(&next, sums, dres, scratch, dgamma, dbeta, dy, x, mean, rstd, gamma, s,
+                       op_scratch, stream, "layernorm_backward_rows_add_bf16");
+}
+
+void rmsnorm_backward_rows_add(const ops::ResidualGradBf16* next, double* sums, float* dres,
+                               float* scratch, float* dgamma, const float* dy, const float* x,
+                               const float* rstd, const float* gamma, const ops::NormShape& s,
+                               void* op_scratch, cudaStream_t stream) {
+  rms_backward_rows_add(next, sums, dres, scratch, dgamma, dy, x, rstd, gamma, s, op_scratch,
+                        stream,
+                        next ? "rmsnorm_backward_rows_add_bf16" : "rmsnorm_backward_rows_add");
 }
 
 // ---------------------------------------------------------------- RMSNorm
@@ -654,6 +773,15 @@ void rmsnorm_apply(float* y, float* rstd, const double* sums, const float* x, co
   DENDRITE_LAUNCH(apply_blocks(s.m), kApplyRows * 32, 0, stream, rmsnorm_apply_kernel)
   (y, rstd, sums, x, gamma, s.m, s.c, s.c_total, eps, rows_aligned(s.c, y, x, gamma));
   check_launch("rmsnorm_apply");
+}
+
+void rmsnorm_rows_bf16(double* sums, bf16* y, float* rstd, const float* x, const float* gamma,
+                       const ops::NormShape& s, float eps, cudaStream_t stream) {
+  if (s.m == 0) return;
+  const bool vec = rows_aligned(s.c, x, gamma) && aligned_to(8, y);
+  DENDRITE_LAUNCH(unsigned(s.m), sum_threads(s.c), 32 * sizeof(double), stream, rmsnorm_rows_kernel)
+  (sums, y, rstd, x, gamma, s.c, eps, vec);
+  check_launch("rmsnorm_rows_bf16");
 }
 
 void rmsnorm_backward_sums(double* sums, const float* dy, const float* x, const float* gamma,

@@ -18,8 +18,9 @@ struct NormShape {
   int m, c, c_total;
 };
 
-// Where layernorm_backward_rows_add_bf16 writes the residual's gradient as the
-// next product's operand: low [m, c], and that product's bias gradient db [c]
+// Where a norm's backward over whole rows (layernorm_backward_rows_add_bf16,
+// rmsnorm_backward_rows_add_bf16) writes the residual's gradient as the next
+// product's operand: low [m, c], and that product's bias gradient db [c]
 // (null where it has no bias).
 struct ResidualGradBf16 {
   bf16* low;

@@ -69,6 +69,12 @@ def rope(a):
     return f32(2 * n), 6 * n
 
 
+def rope_bf16(a):
+    """Rotates the heads of B*T rows of `width` fp32 values, writing every value in bf16."""
+    n = a["B"] * a["T"] * a["width"]
+    return f32(n) + 2.0 * n, 6 * a["B"] * a["T"] * a["nheads"] * a["hs"]
+
+
 def row_blocks(m):
     """The blocks of rows a column sum over m rows runs on (kernels.h: row_blocks)."""
     return max(1, -(-m // 512))
@@ -147,6 +153,9 @@ KERNELS = {
     ("gelu_backward", "map4_kernel<Op>"): lambda a: (f32(3 * a["n"]), 15 * a["n"]),
     ("swiglu_forward", "map4_kernel<Op>"): lambda a: (f32(3 * a["n"]), 6 * a["n"]),
     ("swiglu_backward", "map4_kernel<Op>"): lambda a: (f32(5 * a["n"]), 10 * a["n"]),
+    ("swiglu_forward_bf16", "map4_kernel<Op>"): lambda a: (f32(2 * a["n"]) + 2.0 * a["n"], 6 * a["n"]),
+    ("swiglu_backward_bf16", "map4_kernel<Op>"):
+        lambda a: (f32(3 * a["n"]) + 4.0 * a["n"], 10 * a["n"]),
     ("to_bf16", "map4_kernel<Op>"): lambda a: (6.0 * a["n"], a["n"]),
     ("to_float", "map4_kernel<Op>"): lambda a: (6.0 * a["n"], a["n"]),
     # param, grad, m, v read; param, m, v written; the bf16 copy written
@@ -280,8 +289,10 @@ KERNELS = {
     ("attention_backward_bf16", "add_run_sums_kernel"):
         lambda a: (f32((attention_runs(a) + 2) * (a["NH"] + 2 * a["NKV"]) * a["hs"]),
                    attention_runs(a) * (a["NH"] + 2 * a["NKV"]) * a["hs"]),
-    ("rope_forward", "rope_kernel"): lambda a: rope(a),
-    ("rope_backward", "rope_kernel"): lambda a: rope(a),
+    ("rope_forward", "rope_kernel<Out>"): lambda a: rope(a),
+    ("rope_backward", "rope_kernel<Out>"): lambda a: rope(a),
+    ("rope_forward_bf16", "rope_kernel<Out>"): lambda a: rope_bf16(a),
+    ("rope_backward_bf16", "rope_kernel<Out>"): lambda a: rope_bf16(a),
     # embeddings: rows gathered from the table; the backward adds dout's rows into it
     ("embedding_range_forward", "range_forward_kernel<bf16>"):
         lambda a: (a["m"] * a["C"] * 2.0 + f32(a["m"] * a["C"] + a["m"]), 0),

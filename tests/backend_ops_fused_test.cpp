@@ -3,7 +3,8 @@
 // RMSNorm with their bf16 output, LayerNorm's backward added to a residual's
 // gradient, the bias
 // gradient with a bf16 copy, the loss's bf16 gradient, attention's bf16 output,
-// and its bf16 gradients with their bias gradients).
+// and its bf16 gradients with their bias gradients; SwiGLU and RoPE writing
+// bf16).
 // Letters: m rows, c channels, V vocabulary.
 #include <gtest/gtest.h>
 
@@ -241,6 +242,62 @@ Vf run_sums(const Vf& x, int w, int c0, int n, int B, int T) {
 // scalar forms; 4 rows fit the gain's and bias's partials in scratch but not
 // the third set, so where a bias is given the separate kernels run (as they
 // do for widths past what a block keeps).
+// SwiGLU and RoPE writing the products' bf16 operands alone, against the
+// fp32 op then to_bf16. SwiGLU: n = 1101, at the buffers' start (the GPU's
+// 4-wide path and its scalar tail) and one value in (every access scalar).
+// RoPE: rows of q's and k's heads, then v's values (a whole head, or a head
+// and one more value), forward from position 4 and backward.
+TEST_P(BackendOps, SwigluAndRopeWriteTheProductsOperandsInBf16) {
+  const long n = 1101;
+  const Vf gate = randn(n + 1, 91, 2.0), up = randn(n + 1, 92), dy = randn(n + 1, 93);
+  for (int at : {0, 1}) {
+    const std::string p = str(" at ", at);
+    Buffer<float> G = put(gate), U = put(up), DY = put(dy), Y = zeros<float>(n + 1),
+                  DG = zeros<float>(n + 1), DU = zeros<float>(n + 1), Scratch = zeros<float>(n + 1),
+                  Scratch2 = zeros<float>(n + 1);
+    Buffer<bf16> Want = zeros<bf16>(n + 1), Want2 = zeros<bf16>(n + 1), Low = zeros<bf16>(n + 1),
+                 Low2 = zeros<bf16>(n + 1);
+    be().swiglu_forward(Y.data() + at, G.data() + at, U.data() + at, n);
+    be().to_bf16(Want.data() + at, Y.data() + at, n);
+    be().swiglu_forward_bf16(Low.data() + at, Scratch.data() + at, G.data() + at, U.data() + at, n);
+    EXPECT_TRUE(same_bits(get(Low), get(Want))) << "swiglu_forward_bf16" << p;
+    be().swiglu_backward(DG.data() + at, DU.data() + at, DY.data() + at, G.data() + at,
+                         U.data() + at, n);
+    be().to_bf16(Want.data() + at, DG.data() + at, n);
+    be().to_bf16(Want2.data() + at, DU.data() + at, n);
+    be().swiglu_backward_bf16(Low.data() + at, Low2.data() + at, Scratch.data() + at,
+                              Scratch2.data() + at, DY.data() + at, G.data() + at, U.data() + at,
+                              n);
+    EXPECT_TRUE(same_bits(get(Low), get(Want))) << "swiglu_backward_bf16 dgate" << p;
+    EXPECT_TRUE(same_bits(get(Low2), get(Want2))) << "swiglu_backward_bf16 dup" << p;
+  }
+  for (const auto& [hs, tail] : {std::pair{8, 8}, std::pair{6, 7}}) {
+    const int B = 3, T = 5, heads = 3, w = heads * hs + tail;
+    ops::RopeSpec spec;
+    spec.theta = 100.0f;
+    const Vf x = randn(long(B) * T * w, 94, 1.5);
+    for (const bool inverse : {false, true}) {
+      const std::string p = str(inverse ? " backward" : " forward", " hs=", hs, " w=", w);
+      const ops::RopeShape s{B, T, heads, hs, w, inverse ? 0 : 4};
+      Buffer<float> Sep = put(x), Fused = put(x);
+      Buffer<bf16> Want = zeros<bf16>(x.size()), Low = zeros<bf16>(x.size()),
+                   Plain = zeros<bf16>(x.size());
+      if (inverse)
+        be().rope_backward(Sep.data(), s, spec);
+      else
+        be().rope_forward(Sep.data(), s, spec);
+      be().to_bf16(Want.data(), Sep.data(), int64_t(x.size()));
+      if (inverse)
+        be().rope_backward_bf16(Low.data(), Fused.data(), s, spec);
+      else
+        be().rope_forward_bf16(Low.data(), Fused.data(), s, spec);
+      EXPECT_TRUE(same_bits(get(Low), get(Want))) << "rope_bf16" << p;
+      be().to_bf16(Plain.data(), put(x).data(), int64_t(x.size()));
+      EXPECT_FALSE(same_bits(get(Low), get(Plain))) << "the heads turned" << p;
+    }
+  }
+}
+
 TEST_P(BackendOps, NormBackwardWritesTheNextProductsBf16Operand) {
   for (const bool ln : {true, false})
     for (const auto& [m, c] : {std::pair{600, 20}, std::pair{600, 22}, std::pair{4, 24}}) {
@@ -305,7 +362,9 @@ TEST_P(BackendOps, NormBackwardWritesTheNextProductsBf16Operand) {
                                          DY.data(), X.data(), Rstd.data(), G.data(), s);
         EXPECT_TRUE(same_bits(get(FS), get(WantS))) << "sums" << p;
         EXPECT_TRUE(same_bits(get(FRes), get(Res))) << "dres" << p;
-        if (low) EXPECT_TRUE(same_bits(get(Low), get(Want))) << "bf16 operand" << p;
+        if (low) {
+          EXPECT_TRUE(same_bits(get(Low), get(Want))) << "bf16 operand" << p;
+        }
         expect_close(get(FDG), to_d(get(DG)), 1e-6, "dgamma" + p);
         expect_close(get(FDB), to_d(get(DB)), 1e-6, "dbeta" + p);  // ones for RMSNorm
         if (bias)

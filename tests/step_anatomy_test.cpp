@@ -6,7 +6,8 @@
 // allocations are counted once each with their bytes; the host synchronises
 // only where an op hands data from the device to the host; counting without
 // running finds the same work as running; the loss is one pass over each
-// chunk of logits where one rank holds the vocabulary; and bench/step_roofline.py models
+// chunk of logits where one rank holds the vocabulary; Llama's RoPE and
+// SwiGLU write the products' bf16 operands; and bench/step_roofline.py models
 // the step, refusing a kernel it has no formula for. Prints the counts per
 // step and per layer.
 #include <gtest/gtest.h>
@@ -223,6 +224,48 @@ TEST(StepAnatomy, NormsBackwardRoundsTheOperandBelow) {
                                               {"layernorm_backward_rows_add", 1}}));
   EXPECT_EQ(s["by_part"]["layer 1 backward"]["launches"].get<int64_t>(),
             s["by_part"]["layer 0 backward"]["launches"].get<int64_t>() + 2);
+}
+
+// Llama under bf16: RoPE and SwiGLU write the bf16 operands of the products
+// after them, in their own pass (forward: qkv's rows for attention, act for
+// down; backward: qkv's, gate's and up's output gradients). No layer runs a
+// rounding of its own but the top one, for its down's output gradient (from
+// the final norm's backward): 10 launches a layer forward, 19 backward (the
+// top layer 20).
+TEST(StepAnatomy, LlamasRopeAndSwigluWriteTheProductsOperands) {
+  const json j = bench_anatomy("llama-tiny", false);
+  const json& s = j["anatomy"]["later_step"];
+  ASSERT_EQ(j["anatomy"]["config"]["L"], 2);
+  const std::set<std::string> watched{"to_bf16",
+                                      "rope_forward",
+                                      "rope_backward",
+                                      "swiglu_forward",
+                                      "swiglu_backward",
+                                      "rope_forward_bf16",
+                                      "rope_backward_bf16",
+                                      "swiglu_forward_bf16",
+                                      "swiglu_backward_bf16"};
+  std::map<std::string, std::map<std::string, int64_t>> calls;  // part -> op -> calls
+  for (const json& e : s["ops"]) {
+    const std::string part = e["part"], op = e["op"];
+    if (part.rfind("layer ", 0) == 0 && watched.count(op))
+      calls[part][op] += e["calls"].get<int64_t>();
+  }
+  using Calls = std::map<std::string, int64_t>;
+  const Calls forward{{"rope_forward_bf16", 1}, {"swiglu_forward_bf16", 1}};
+  const Calls backward{{"rope_backward_bf16", 1}, {"swiglu_backward_bf16", 1}};
+  Calls top = backward;
+  top["to_bf16"] = 1;
+  EXPECT_EQ(calls["layer 0 forward"], forward);
+  EXPECT_EQ(calls["layer 1 forward"], forward);
+  EXPECT_EQ(calls["layer 0 backward"], backward);
+  EXPECT_EQ(calls["layer 1 backward"], top);
+  const json& parts = s["by_part"];
+  EXPECT_EQ(parts["layer 0 forward"]["launches"], 10);
+  EXPECT_EQ(parts["layer 1 forward"]["launches"], 10);
+  EXPECT_EQ(parts["layer 0 backward"]["launches"], 19);
+  EXPECT_EQ(parts["layer 1 backward"]["launches"], 20);
+  EXPECT_GT(j["loss"].get<double>(), 0.0);
 }
 
 TEST(StepAnatomy, EachOpCountsWhatItIssues) {

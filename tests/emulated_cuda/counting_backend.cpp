@@ -309,6 +309,17 @@ class CountingBackend final : public Backend {
     const counters::OpScope op("swiglu_backward", {{"n", double(n)}});
     inner_->swiglu_backward(dgate, dup, dy, gate, up, n);
   }
+  void do_swiglu_forward_bf16(bf16* y_bf16, float* y, const float* gate, const float* up,
+                              long n) override {
+    const counters::OpScope op("swiglu_forward_bf16", {{"n", double(n)}});
+    inner_->swiglu_forward_bf16(y_bf16, y, gate, up, n);
+  }
+  void do_swiglu_backward_bf16(bf16* dgate_bf16, bf16* dup_bf16, float* dgate, float* dup,
+                               const float* dy, const float* gate, const float* up,
+                               long n) override {
+    const counters::OpScope op("swiglu_backward_bf16", {{"n", double(n)}});
+    inner_->swiglu_backward_bf16(dgate_bf16, dup_bf16, dgate, dup, dy, gate, up, n);
+  }
   void do_add(float* y, const float* a, const float* b, long n) override {
     const counters::OpScope op("add", {{"n", double(n)}});
     inner_->add(y, a, b, n);
@@ -376,6 +387,19 @@ class CountingBackend final : public Backend {
                                                  {"nheads", double(s.nheads)},
                                                  {"hs", double(s.hs)}});
     inner_->rope_backward(dx, s, rope);
+  }
+  void do_rope_bf16(bf16* low, float* x, const ops::RopeShape& s, const ops::RopeSpec& rope,
+                    bool inverse) override {
+    const counters::OpScope op(inverse ? "rope_backward_bf16" : "rope_forward_bf16",
+                               {{"B", double(s.B)},
+                                {"T", double(s.T)},
+                                {"nheads", double(s.nheads)},
+                                {"hs", double(s.hs)},
+                                {"width", double(s.stride)}});
+    if (inverse)
+      inner_->rope_backward_bf16(low, x, s, rope);
+    else
+      inner_->rope_forward_bf16(low, x, s, rope);
   }
   void do_to_bf16(bf16* out, const float* in, int64_t n) override {
     const counters::OpScope op("to_bf16", {{"n", double(n)}});

@@ -298,6 +298,16 @@ class Backend : public Allocator {
     ops::check_count(n, "swiglu_backward");
     do_swiglu_backward(dgate, dup, dy, gate, up, n);
   }
+  // The products' bf16 operands alone; y, dgate and dup are scratch.
+  void swiglu_forward_bf16(bf16* y_bf16, float* y, const float* gate, const float* up, long n) {
+    ops::check_count(n, "swiglu_forward_bf16");
+    do_swiglu_forward_bf16(y_bf16, y, gate, up, n);
+  }
+  void swiglu_backward_bf16(bf16* dgate_bf16, bf16* dup_bf16, float* dgate, float* dup,
+                            const float* dy, const float* gate, const float* up, long n) {
+    ops::check_count(n, "swiglu_backward_bf16");
+    do_swiglu_backward_bf16(dgate_bf16, dup_bf16, dgate, dup, dy, gate, up, n);
+  }
   void add(float* y, const float* a, const float* b, long n) {
     ops::check_count(n, "add");
     do_add(y, a, b, n);
@@ -348,6 +358,17 @@ class Backend : public Allocator {
   void rope_backward(float* dx, const ops::RopeShape& s, const ops::RopeSpec& rope) {
     ops::check_rope(s, rope, "rope_backward");
     do_rope_backward(dx, s, rope);
+  }
+  // The rows turned, then all s.stride values of each rounded into low [B*T, s.stride]; x is
+  // scratch.
+  void rope_forward_bf16(bf16* low, float* x, const ops::RopeShape& s, const ops::RopeSpec& rope) {
+    ops::check_rope(s, rope, "rope_forward_bf16");
+    do_rope_bf16(low, x, s, rope, false);
+  }
+  void rope_backward_bf16(bf16* low, float* dx, const ops::RopeShape& s,
+                          const ops::RopeSpec& rope) {
+    ops::check_rope(s, rope, "rope_backward_bf16");
+    do_rope_bf16(low, dx, s, rope, true);
   }
 
   // ---- conversions (ops/convert.h) ----
@@ -556,6 +577,11 @@ class Backend : public Allocator {
   virtual void do_swiglu_forward(float* y, const float* gate, const float* up, long n) = 0;
   virtual void do_swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate,
                                   const float* up, long n) = 0;
+  virtual void do_swiglu_forward_bf16(bf16* y_bf16, float* y, const float* gate, const float* up,
+                                      long n) = 0;
+  virtual void do_swiglu_backward_bf16(bf16* dgate_bf16, bf16* dup_bf16, float* dgate, float* dup,
+                                       const float* dy, const float* gate, const float* up,
+                                       long n) = 0;
   virtual void do_add(float* y, const float* a, const float* b, long n) = 0;
   virtual void do_add_inplace(float* y, const float* x, long n) = 0;
 
@@ -574,6 +600,9 @@ class Backend : public Allocator {
                                    const ops::CachedAttentionShape& s) = 0;
   virtual void do_rope_forward(float* x, const ops::RopeShape& s, const ops::RopeSpec& rope) = 0;
   virtual void do_rope_backward(float* dx, const ops::RopeShape& s, const ops::RopeSpec& rope) = 0;
+  // rope_forward_bf16, or rope_backward_bf16 where inverse.
+  virtual void do_rope_bf16(bf16* low, float* x, const ops::RopeShape& s, const ops::RopeSpec& rope,
+                            bool inverse) = 0;
 
   virtual void do_to_bf16(bf16* out, const float* in, int64_t n) = 0;
   virtual void do_to_float(float* out, const bf16* in, int64_t n) = 0;

@@ -110,12 +110,12 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
   const bool fused = L.qkv_w && !caching;  // then under bf16
   if (fused && cfg_.gpt2()) {  // [m, qd/Gy + 2 kvd/Gy] in bf16 (the CPU's fp32 values in dqkv_)
     L.qkv.forward(dq_, h1, m, P, stream_, bf16_output(L.qkv, a.qkvh.data()));
-  } else if (fused) {  // RoPE turns q and k in fp32, then the rows are rounded together
+  } else if (fused) {
+    // RoPE turns q's and k's heads (end to end in each row) in fp32 and
+    // rounds the whole rows, v's values as they are, in one pass.
     const int w = qkv_width();
     L.qkv.forward(dq_, h1, m, P, stream_);
-    be_.rope_forward(dq_, {B_loc, T, nh_, hs_, w, pos}, cfg_.rope());
-    be_.rope_forward(dq_ + qd_, {B_loc, T, nkv_, hs_, w, pos}, cfg_.rope());
-    be_.to_bf16(a.qkvh.data(), dq_, long(m) * w);
+    be_.rope_forward_bf16(a.qkvh.data(), dq_, {B_loc, T, nh_ + nkv_, hs_, w, pos}, cfg_.rope());
   } else {
     L.q.forward(qk_norm ? a.qpre.data() : q, h1, m, P, stream_,
                 bf16_output(L.q, qk_low ? a.qh : nullptr));
@@ -180,10 +180,12 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
   } else {
     L.up.forward(a.up.data(), h2, m, P, stream_);
     L.gate.forward(a.gate.data(), h2, m, P, stream_);
-    be_.swiglu_forward(act, a.gate.data(), a.up.data(), long(m) * f_);
+    if (low)  // down's operand alone
+      be_.swiglu_forward_bf16(a.acth.data(), act, a.gate.data(), a.up.data(), long(m) * f_);
+    else
+      be_.swiglu_forward(act, a.gate.data(), a.up.data(), long(m) * f_);
   }
-  const Operand act_in =
-      low && cfg_.gpt2() ? Operand(a.acth.data()) : operand(act, a.acth.data(), long(m) * f_);
+  const Operand act_in = low ? Operand(a.acth.data()) : Operand(act);
   ops::LinearEpilogue plus_mid;  // out = mid + down(act)
   plus_mid.residual = a.mid.data();
   L.down.forward(out, act_in, m, P, stream_, plus_mid);
@@ -215,14 +217,22 @@ void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
                   {dres_rounded ? LinearGrad{&L.down, nullptr, Operand(dres_h_.data()), act}
                                 : grad_of(L.down, dres, dres_h_.data(), act, m)},
                   {}, &down_dw, gelu ? a.up.data() : nullptr);
-  if (!gelu) {
+  // SwiGLU: under bf16 without biases to sum, the backward writes the bf16
+  // operands of gate's and up's backward alone.
+  const bool swiglu_low = !gelu && low && !L.gate.bias() && !L.up.bias();
+  if (swiglu_low) {
+    be_.swiglu_backward_bf16(dgate_h_.data(), dup_h_.data(), dgate_.data(), dup_.data(),
+                             dact_.data(), a.gate.data(), a.up.data(), mF);
+  } else if (!gelu) {
     be_.swiglu_backward(dgate_.data(), dup_.data(), dact_.data(), a.gate.data(), a.up.data(), mF);
   }
   const Operand h2 = saved(a.norm2, a.norm2h);
-  const LinearGrad gate =
-      cfg_.gpt2() ? LinearGrad{} : grad_of(L.gate, dgate_.data(), dgate_h_.data(), h2, m);
-  linear_backward(dnorm_.data(), m, {gate, grad_of(L.up, dup_.data(), dup_h_.data(), h2, m)},
-                  down_dw, nullptr);
+  const LinearGrad gate = gelu         ? LinearGrad{}
+                          : swiglu_low ? LinearGrad{&L.gate, nullptr, Operand(dgate_h_.data()), h2}
+                                       : grad_of(L.gate, dgate_.data(), dgate_h_.data(), h2, m);
+  const LinearGrad up = swiglu_low ? LinearGrad{&L.up, nullptr, Operand(dup_h_.data()), h2}
+                                   : grad_of(L.up, dup_.data(), dup_h_.data(), h2, m);
+  linear_backward(dnorm_.data(), m, {gate, up}, down_dw, nullptr);
   const ops::ResidualGradBf16 o_dy{dres_h_.data(), bias_grad(L.o)};
   L.norm2.backward_add(dres, tmp_c_.data(), dnorm_.data(), a.mid.data(), a.mean2.data(),
                        a.rstd2.data(), m, P, G, sums_, low ? &o_dy : nullptr);  // dLoss/d(mid)
@@ -261,11 +271,19 @@ void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
       be_.attention_backward(dq_, dq_ + qd_, dq_ + qd_ + kvd_, datt_.data(), saved(a.att, a.atth),
                              a.lse.data(), Operand(qkv), Operand(qkv + qd_),
                              Operand(qkv + qd_ + kvd_), s);
-      if (!cfg_.gpt2()) {
-        be_.rope_backward(dq_, {B_loc, T, nh_, hs_, w}, cfg_.rope());
-        be_.rope_backward(dq_ + qd_, {B_loc, T, nkv_, hs_, w}, cfg_.rope());
+      if (!cfg_.gpt2() && low_precision() && !L.qkv.bias()) {
+        // RoPE's backward turns q's and k's heads back and rounds the whole
+        // rows (v's gradient as it is) into qkv's operand, in one pass.
+        be_.rope_backward_bf16(dq_h_, dq_, {B_loc, T, nh_ + nkv_, hs_, w}, cfg_.rope());
+        linear_backward(dnorm_.data(), m, {LinearGrad{&L.qkv, nullptr, Operand(dq_h_), h1}}, o_dw,
+                        nullptr);
+      } else {
+        if (!cfg_.gpt2()) {
+          be_.rope_backward(dq_, {B_loc, T, nh_, hs_, w}, cfg_.rope());
+          be_.rope_backward(dq_ + qd_, {B_loc, T, nkv_, hs_, w}, cfg_.rope());
+        }
+        linear_backward(dnorm_.data(), m, {grad_of(L.qkv, dq_, dq_h_, h1, m)}, o_dw, nullptr);
       }
-      linear_backward(dnorm_.data(), m, {grad_of(L.qkv, dq_, dq_h_, h1, m)}, o_dw, nullptr);
     }
     L.norm1.backward_add(dres, tmp_c_.data(), dnorm_.data(), residual_[l].data(), a.mean1.data(),
                          a.rstd1.data(), m, P, G, sums_, below);

@@ -97,5 +97,13 @@ void check_rope(const RopeShape& s, const RopeSpec& rope, const char* op);
 // (rope_forward(x, s, rope), on RopeShape s above). Row b*T + t sits at
 // position pos0 + t (pos0 > 0: new rows after a cache).
 // rope_backward(dx, s, rope): the inverse rotation, applied in place to the gradient.
+//
+// rope_forward_bf16(low, x, s, rope) and rope_backward_bf16(low, dx, s, rope):
+// the same rotation, then every one of a row's s.stride values rounded to
+// bf16 (to_bf16) into low [B*T, s.stride]: the turned heads and the values
+// after them in the row (Llama's fused rows of q, k and v: q's and k's heads
+// turned, v's rounded as they are). x is scratch afterwards: the CPU turns it
+// in place and rounds it (the two separate ops, so the same bits); a GPU
+// reads it once and writes low alone.
 
 }  // namespace dendrite::ops

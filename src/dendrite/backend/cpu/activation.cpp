@@ -60,6 +60,21 @@ void CpuBackend::do_swiglu_backward(float* dgate, float* dup, const float* dy, c
   }
 }
 
+// The fused forms: the separate ops into the scratch, so the bits are theirs.
+void CpuBackend::do_swiglu_forward_bf16(bf16* y_bf16, float* y, const float* gate, const float* up,
+                                        long n) {
+  do_swiglu_forward(y, gate, up, n);
+  do_to_bf16(y_bf16, y, n);
+}
+
+void CpuBackend::do_swiglu_backward_bf16(bf16* dgate_bf16, bf16* dup_bf16, float* dgate, float* dup,
+                                         const float* dy, const float* gate, const float* up,
+                                         long n) {
+  do_swiglu_backward(dgate, dup, dy, gate, up, n);
+  do_to_bf16(dgate_bf16, dgate, n);
+  do_to_bf16(dup_bf16, dup, n);
+}
+
 void CpuBackend::do_add(float* y, const float* a, const float* b, long n) {
 #pragma omp parallel for simd schedule(static) if (parallel : n >= kParallelMin)
   for (long i = 0; i < n; ++i) y[i] = a[i] + b[i];

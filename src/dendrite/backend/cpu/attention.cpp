@@ -513,7 +513,16 @@ void CpuBackend::do_rope_backward(float* dx, const ops::RopeShape& s, const Rope
   rope_apply(dx, s.B, s.T, s.nheads, s.hs, s.stride, rope, -1.0f, 0);
 }
 
-// The fused form: the separate ops in order, so the bits are theirs.
+// The fused forms: the separate ops in order, so the bits are theirs.
+void CpuBackend::do_rope_bf16(bf16* low, float* x, const ops::RopeShape& s, const RopeSpec& rope,
+                              bool inverse) {
+  if (inverse)
+    do_rope_backward(x, s, rope);
+  else
+    do_rope_forward(x, s, rope);
+  do_to_bf16(low, x, int64_t(s.B) * s.T * s.stride);
+}
+
 void CpuBackend::do_attention_forward_bf16(bf16* out_bf16, float* out, float* lse, Operand q,
                                            Operand k, Operand v, const AttentionShape& s) {
   do_attention_forward(out, lse, q, k, v, s);

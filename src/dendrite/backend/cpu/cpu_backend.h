@@ -113,6 +113,11 @@ class CpuBackend final : public Backend {
   void do_swiglu_forward(float* y, const float* gate, const float* up, long n) override;
   void do_swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate,
                           const float* up, long n) override;
+  void do_swiglu_forward_bf16(bf16* y_bf16, float* y, const float* gate, const float* up,
+                              long n) override;
+  void do_swiglu_backward_bf16(bf16* dgate_bf16, bf16* dup_bf16, float* dgate, float* dup,
+                               const float* dy, const float* gate, const float* up,
+                               long n) override;
   void do_add(float* y, const float* a, const float* b, long n) override;
   void do_add_inplace(float* y, const float* x, long n) override;
 
@@ -132,6 +137,8 @@ class CpuBackend final : public Backend {
                            const ops::CachedAttentionShape& s) override;
   void do_rope_forward(float* x, const ops::RopeShape& s, const ops::RopeSpec& rope) override;
   void do_rope_backward(float* dx, const ops::RopeShape& s, const ops::RopeSpec& rope) override;
+  void do_rope_bf16(bf16* low, float* x, const ops::RopeShape& s, const ops::RopeSpec& rope,
+                    bool inverse) override;
 
   // ---- convert.cpp ----
   void do_to_bf16(bf16* out, const float* in, int64_t n) override;

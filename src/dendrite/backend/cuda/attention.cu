@@ -39,6 +39,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "dendrite/backend/cuda/common.cuh"
 #include "dendrite/backend/cuda/flash_mma.cuh"
@@ -446,9 +447,13 @@ __global__ void __launch_bounds__(DkvTiles<D>::kThreads)
   }
 }
 
-// ---- rope: one thread per (row, i < hs/2), every head of the row.
-__global__ void rope_kernel(float* x, int B, int T, int nheads, int hs, int64_t stride,
-                            ops::RopeSpec rope, float sign, int pos0) {
+// ---- rope: one thread per (row, i < hs/2), every head of the row. In place
+// (Out = float, y = x, width = nheads * hs), or into bf16 rows of `width`
+// values (Out = bf16): the turned heads, then the rest of the row rounded
+// as it is, `half` columns per step.
+template <class Out>
+__global__ void rope_kernel(Out* y, const float* x, int B, int T, int nheads, int hs,
+                            int64_t stride, int width, ops::RopeSpec rope, float sign, int pos0) {
   const int half = hs / 2;
   const int64_t n = int64_t(B) * T * half;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
@@ -460,12 +465,22 @@ __global__ void rope_kernel(float* x, int B, int T, int nheads, int hs, int64_t 
     const double angle = t * ops::rope_frequency(rope, i, hs);
     const float c = static_cast<float>(cos(angle));
     const float sn = sign * static_cast<float>(sin(angle));
-    float* p = x + row * stride + i;
-    for (int h = 0; h < nheads; ++h, p += hs) {
+    const float* p = x + row * stride + i;
+    Out* q = y + row * stride + i;
+    for (int h = 0; h < nheads; ++h, p += hs, q += hs) {
       const float a = p[0], bb = p[half];
       // Each product and sum rounded on its own (no contraction into fma).
-      p[0] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(bb, sn));
-      p[half] = __fadd_rn(__fmul_rn(bb, c), __fmul_rn(a, sn));
+      const float lo = __fsub_rn(__fmul_rn(a, c), __fmul_rn(bb, sn));
+      const float hi = __fadd_rn(__fmul_rn(bb, c), __fmul_rn(a, sn));
+      if constexpr (std::is_same_v<Out, float>) {
+        q[0] = lo, q[half] = hi;
+      } else {
+        q[0] = round_bf16(lo), q[half] = round_bf16(hi);
+      }
+    }
+    if constexpr (!std::is_same_v<Out, float>) {
+      for (int col = nheads * hs + i; col < width; col += half)
+        y[row * stride + col] = round_bf16(x[row * stride + col]);
     }
   }
 }
@@ -637,11 +652,12 @@ void cached_launch(float* out, const float* q, const float* k_cache, const float
 }
 
 // The shape and the spec were checked by Backend (backend.h: ops::check_rope).
-void rope_launch(float* x, const ops::RopeShape& s, const ops::RopeSpec& rope, float sign,
-                 const char* op, cudaStream_t stream) {
+template <class Out>
+void rope_launch(Out* y, const float* x, const ops::RopeShape& s, const ops::RopeSpec& rope,
+                 float sign, int width, const char* op, cudaStream_t stream) {
   const int64_t n = int64_t(s.B) * s.T * (s.hs / 2);
-  DENDRITE_LAUNCH(blocks_for(n), kThreads, 0, stream, rope_kernel)
-  (x, s.B, s.T, s.nheads, s.hs, s.stride, rope, sign, s.pos0);
+  DENDRITE_LAUNCH(blocks_for(n), kThreads, 0, stream, rope_kernel<Out>)
+  (y, x, s.B, s.T, s.nheads, s.hs, s.stride, width, rope, sign, s.pos0);
   check_launch(op);
 }
 
@@ -722,12 +738,18 @@ void attention_cached(float* out, const float* q, const float* k_new, const floa
 
 void rope_forward(float* x, const ops::RopeShape& s, const ops::RopeSpec& rope,
                   cudaStream_t stream) {
-  rope_launch(x, s, rope, 1.0f, "rope_forward", stream);
+  rope_launch(x, x, s, rope, 1.0f, s.nheads * s.hs, "rope_forward", stream);
 }
 
 void rope_backward(float* dx, const ops::RopeShape& s, const ops::RopeSpec& rope,
                    cudaStream_t stream) {
-  rope_launch(dx, s, rope, -1.0f, "rope_backward", stream);
+  rope_launch(dx, dx, s, rope, -1.0f, s.nheads * s.hs, "rope_backward", stream);
+}
+
+void rope_bf16(bf16* low, const float* x, const ops::RopeShape& s, const ops::RopeSpec& rope,
+               bool inverse, cudaStream_t stream) {
+  rope_launch(low, x, s, rope, inverse ? -1.0f : 1.0f, s.stride,
+              inverse ? "rope_backward_bf16" : "rope_forward_bf16", stream);
 }
 
 }  // namespace dendrite::cuda

@@ -357,6 +357,14 @@ class CudaBackend final : public Backend {
                           const float* up, long n) override {
     cuda::swiglu_backward(dgate, dup, dy, gate, up, n, stream_);
   }
+  void do_swiglu_forward_bf16(bf16* y_bf16, float*, const float* gate, const float* up,
+                              long n) override {
+    cuda::swiglu_forward_bf16(y_bf16, gate, up, n, stream_);
+  }
+  void do_swiglu_backward_bf16(bf16* dgate_bf16, bf16* dup_bf16, float*, float*, const float* dy,
+                               const float* gate, const float* up, long n) override {
+    cuda::swiglu_backward_bf16(dgate_bf16, dup_bf16, dy, gate, up, n, stream_);
+  }
   void do_add(float* y, const float* a, const float* b, long n) override {
     cuda::add(y, a, b, n, stream_);
   }
@@ -404,6 +412,10 @@ class CudaBackend final : public Backend {
   }
   void do_rope_backward(float* dx, const ops::RopeShape& s, const ops::RopeSpec& rope) override {
     cuda::rope_backward(dx, s, rope, stream_);
+  }
+  void do_rope_bf16(bf16* low, float* x, const ops::RopeShape& s, const ops::RopeSpec& rope,
+                    bool inverse) override {
+    cuda::rope_bf16(low, x, s, rope, inverse, stream_);
   }
 
   // ---- conversions ----

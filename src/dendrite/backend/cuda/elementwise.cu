@@ -66,8 +66,9 @@ struct GeluBackward {
   }
 };
 
+template <class Out>  // float, or bf16: the fp32 value rounded as to_bf16 rounds it
 struct SwigluForward {
-  float* y;
+  Out* y;
   const float* gate;
   const float* up;
   template <int W>
@@ -81,9 +82,10 @@ struct SwigluForward {
   }
 };
 
+template <class Out>  // as SwigluForward
 struct SwigluBackward {
-  float* dgate;
-  float* dup;
+  Out* dgate;
+  Out* dup;
   const float* dy;
   const float* gate;
   const float* up;
@@ -322,14 +324,26 @@ void gelu_backward(float* dx, const float* dy, const float* x, long n, cudaStrea
 }
 
 void swiglu_forward(float* y, const float* gate, const float* up, long n, cudaStream_t stream) {
-  launch_map(SwigluForward{y, gate, up}, n, aligned_to(16, y, gate, up), stream,
+  launch_map(SwigluForward<float>{y, gate, up}, n, aligned_to(16, y, gate, up), stream,
              "swiglu_forward");
+}
+
+void swiglu_forward_bf16(bf16* y, const float* gate, const float* up, long n, cudaStream_t stream) {
+  launch_map(SwigluForward<bf16>{y, gate, up}, n, aligned_to(8, y) && aligned_to(16, gate, up),
+             stream, "swiglu_forward_bf16");
 }
 
 void swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate, const float* up,
                      long n, cudaStream_t stream) {
-  launch_map(SwigluBackward{dgate, dup, dy, gate, up}, n, aligned_to(16, dgate, dup, dy, gate, up),
-             stream, "swiglu_backward");
+  launch_map(SwigluBackward<float>{dgate, dup, dy, gate, up}, n,
+             aligned_to(16, dgate, dup, dy, gate, up), stream, "swiglu_backward");
+}
+
+void swiglu_backward_bf16(bf16* dgate, bf16* dup, const float* dy, const float* gate,
+                          const float* up, long n, cudaStream_t stream) {
+  launch_map(SwigluBackward<bf16>{dgate, dup, dy, gate, up}, n,
+             aligned_to(8, dgate, dup) && aligned_to(16, dy, gate, up), stream,
+             "swiglu_backward_bf16");
 }
 
 void add(float* y, const float* a, const float* b, long n, cudaStream_t stream) {

@@ -39,6 +39,10 @@ void gelu_backward(float* dx, const float* dy, const float* x, long n, cudaStrea
 void swiglu_forward(float* y, const float* gate, const float* up, long n, cudaStream_t stream);
 void swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate, const float* up,
                      long n, cudaStream_t stream);
+// swiglu_forward's and swiglu_backward's values rounded to bf16, the fp32 values not written.
+void swiglu_forward_bf16(bf16* y, const float* gate, const float* up, long n, cudaStream_t stream);
+void swiglu_backward_bf16(bf16* dgate, bf16* dup, const float* dy, const float* gate,
+                          const float* up, long n, cudaStream_t stream);
 void add(float* y, const float* a, const float* b, long n, cudaStream_t stream);
 void add_inplace(float* y, const float* x, long n, cudaStream_t stream);
 void to_bf16(bf16* out, const float* in, int64_t n, cudaStream_t stream);
@@ -189,6 +193,10 @@ void rope_forward(float* x, const ops::RopeShape& s, const ops::RopeSpec& rope,
 // The inverse rotation, at positions from s.pos0.
 void rope_backward(float* dx, const ops::RopeShape& s, const ops::RopeSpec& rope,
                    cudaStream_t stream);
+// The rotation (the inverse where inverse), then every one of a row's
+// s.stride values rounded into low [B*T, s.stride]; x is read, not written.
+void rope_bf16(bf16* low, const float* x, const ops::RopeShape& s, const ops::RopeSpec& rope,
+               bool inverse, cudaStream_t stream);
 
 // ---- embeddings (embedding.cu) ----
 void embedding_range_forward(float* out, const int32_t* tokens, const float* w,

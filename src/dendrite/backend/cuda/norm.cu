@@ -177,17 +177,65 @@ void launch_row_sums(double* sums, const Terms& terms, int m, int c, bool vec,
 
 constexpr int kApplyRows = 8;  // rows (warps) per block of the apply kernels
 
-template <int W, class Out>
-__device__ __forceinline__ void ln_apply_row(Out* y, const float* x, const float* gamma,
-                                             const float* beta, int c, float mu, float rs) {
-  for (int j = W * int(threadIdx.x & 31); j < c; j += 32 * W) {
-    float vx[W], vg[W], vb[W];
-    load(vx, x + j);
+// The norms' apply at W consecutive columns from j, in place in v: each norm
+// computes its output by one expression, whichever kernel walks the row.
+struct LnApply {
+  const float* gamma;
+  const float* beta;
+  float mu, rs;
+  template <int W>
+  __device__ __forceinline__ void operator()(float (&v)[W], int j) const {
+    float vg[W], vb[W];
     load(vg, gamma + j);
     load(vb, beta + j);
 #pragma unroll
-    for (int k = 0; k < W; ++k) vx[k] = (vx[k] - mu) * rs * vg[k] + vb[k];
-    store(y + j, vx);
+    for (int k = 0; k < W; ++k) v[k] = (v[k] - mu) * rs * vg[k] + vb[k];
+  }
+};
+
+struct RmsApply {
+  const float* gamma;
+  float rs;
+  template <int W>
+  __device__ __forceinline__ void operator()(float (&v)[W], int j) const {
+    float vg[W];
+    load(vg, gamma + j);
+#pragma unroll
+    for (int k = 0; k < W; ++k) v[k] = v[k] * rs * vg[k];
+  }
+};
+
+// A warp's walk over one row of c values, W a lane at a time.
+template <int W, class Out, class Apply>
+__device__ __forceinline__ void apply_row_warp(Out* y, const float* x, int c, const Apply& f) {
+  for (int j = W * int(threadIdx.x & 31); j < c; j += 32 * W) {
+    float v[W];
+    load(v, x + j);
+    f(v, j);
+    store(y + j, v);
+  }
+}
+
+// A block's walk over one row's groups of 4 columns: 4 at a time where vec
+// allows, else one by one (and the last group, short of 4, so).
+template <class Out, class Apply>
+__device__ __forceinline__ void apply_row_block(Out* y, const float* x, int c, bool vec,
+                                                const Apply& f) {
+  const int groups = (c + 3) / 4;
+  for (int q = threadIdx.x; q < groups; q += blockDim.x) {
+    const int j = 4 * q;
+    if (vec && j + 4 <= c) {
+      float v[4];
+      load(v, x + j);
+      f(v, j);
+      store(y + j, v);
+    } else {
+      for (int k = 0; k < 4 && j + k < c; ++k) {
+        float v[1] = {x[j + k]};
+        f(v, j + k);
+        store(y + j + k, v);
+      }
+    }
   }
 }
 
@@ -203,24 +251,12 @@ __global__ void layernorm_apply_kernel(Out* y, float* mean, float* rstd, const d
   const float mu_f = float(mu);
   const float rs = float(1.0 / sqrt((var > 0.0 ? var : 0.0) + eps));
   const int64_t off = int64_t(r) * c;
+  const LnApply f{gamma, beta, mu_f, rs};
   if (vec)
-    ln_apply_row<4>(y + off, x + off, gamma, beta, c, mu_f, rs);
+    apply_row_warp<4>(y + off, x + off, c, f);
   else
-    ln_apply_row<1>(y + off, x + off, gamma, beta, c, mu_f, rs);
+    apply_row_warp<1>(y + off, x + off, c, f);
   if ((threadIdx.x & 31) == 0) mean[r] = mu_f, rstd[r] = rs;
-}
-
-template <int W>
-__device__ __forceinline__ void rms_apply_row(float* y, const float* x, const float* gamma, int c,
-                                              float rs) {
-  for (int j = W * int(threadIdx.x & 31); j < c; j += 32 * W) {
-    float vx[W], vg[W];
-    load(vx, x + j);
-    load(vg, gamma + j);
-#pragma unroll
-    for (int k = 0; k < W; ++k) vx[k] = vx[k] * rs * vg[k];
-    store(y + j, vx);
-  }
 }
 
 __global__ void rmsnorm_apply_kernel(float* y, float* rstd, const double* sums, const float* x,
@@ -230,10 +266,11 @@ __global__ void rmsnorm_apply_kernel(float* y, float* rstd, const double* sums, 
   if (r >= m) return;
   const float rs = float(1.0 / sqrt(sums[r] / c_total + eps));
   const int64_t off = int64_t(r) * c;
+  const RmsApply f{gamma, rs};
   if (vec)
-    rms_apply_row<4>(y + off, x + off, gamma, c, rs);
+    apply_row_warp<4>(y + off, x + off, c, f);
   else
-    rms_apply_row<1>(y + off, x + off, gamma, c, rs);
+    apply_row_warp<1>(y + off, x + off, c, f);
   if ((threadIdx.x & 31) == 0) rstd[r] = rs;
 }
 
@@ -256,24 +293,7 @@ __global__ void layernorm_rows_kernel(double* sums, bf16* y, float* mean, float*
   const float mu_f = float(mu);
   const float rs = float(1.0 / sqrt((var > 0.0 ? var : 0.0) + eps));
   const int64_t off = int64_t(r) * c;
-  const int groups = (c + 3) / 4;
-  for (int q = threadIdx.x; q < groups; q += blockDim.x) {
-    const int j = 4 * q;
-    if (vec && j + 4 <= c) {
-      float vx[4], vg[4], vb[4];
-      load(vx, x + off + j);
-      load(vg, gamma + j);
-      load(vb, beta + j);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) vx[k] = (vx[k] - mu_f) * rs * vg[k] + vb[k];
-      store(y + off + j, vx);
-    } else {
-      for (int k = 0; k < 4 && j + k < c; ++k) {
-        float v[1] = {(x[off + j + k] - mu_f) * rs * gamma[j + k] + beta[j + k]};
-        store(y + off + j + k, v);
-      }
-    }
-  }
+  apply_row_block(y + off, x + off, c, vec, LnApply{gamma, beta, mu_f, rs});
   if (threadIdx.x == 0) {
     sums[2 * int64_t(r)] = a, sums[2 * int64_t(r) + 1] = b;
     mean[r] = mu_f, rstd[r] = rs;
@@ -294,23 +314,7 @@ __global__ void rmsnorm_rows_kernel(double* sums, bf16* y, float* rstd, const fl
   a = block_sum(a, warp_sums);
   const float rs = float(1.0 / sqrt(a / c + eps));
   const int64_t off = int64_t(r) * c;
-  const int groups = (c + 3) / 4;
-  for (int q = threadIdx.x; q < groups; q += blockDim.x) {
-    const int j = 4 * q;
-    if (vec && j + 4 <= c) {
-      float vx[4], vg[4];
-      load(vx, x + off + j);
-      load(vg, gamma + j);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) vx[k] = vx[k] * rs * vg[k];
-      store(y + off + j, vx);
-    } else {
-      for (int k = 0; k < 4 && j + k < c; ++k) {
-        float v[1] = {x[off + j + k] * rs * gamma[j + k]};
-        store(y + off + j + k, v);
-      }
-    }
-  }
+  apply_row_block(y + off, x + off, c, vec, RmsApply{gamma, rs});
   if (threadIdx.x == 0) sums[r] = a, rstd[r] = rs;
 }
 

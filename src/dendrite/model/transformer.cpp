@@ -201,8 +201,8 @@ void Transformer::build_layers() {
 // q, k and v as one product (Layer::qkv) where the layout allows it: under
 // bf16, where attention reads the bf16 rows of the three with their stride,
 // and what comes between the products and attention can run on those rows
-// (GPT-2: nothing, the product writes bf16; Llama: RoPE on q and k in fp32,
-// then one rounding of the rows, which are the bits of the three products';
+// (GPT-2: nothing, the product writes bf16; Llama: RoPE on q and k in fp32
+// and the rows' rounding in one pass, the bits of the three products';
 // not Qwen2, whose v bias the epilogue adds in bf16, nor Qwen3's head
 // norms); X of one rank (the product goes straight to its epilogue: no sum
 // over X, so the collectives stay as they were) and Z of one (the product

@@ -110,7 +110,7 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
   const bool fused = L.qkv_w && !caching;  // then under bf16
   if (fused && cfg_.gpt2()) {  // [m, qd/Gy + 2 kvd/Gy] in bf16 (the CPU's fp32 values in dqkv_)
     L.qkv.forward(dq_, h1, m, P, stream_, bf16_output(L.qkv, a.qkvh.data()));
-  } else if (fused) {
+  } else if (fused) {  // Llama's shape (no bias)
     // RoPE turns q's and k's heads (end to end in each row) in fp32 and
     // rounds the whole rows, v's values as they are, in one pass.
     const int w = qkv_width();
@@ -267,23 +267,15 @@ void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
                                   Operand(qkv + qd_), Operand(qkv + qd_ + kvd_), s);
       linear_backward(dnorm_.data(), m, {LinearGrad{&L.qkv, nullptr, Operand(dq_h_), h1}}, o_dw,
                       nullptr);
-    } else {
+    } else {  // Llama's shape: bf16 and no bias (fuse_qkv)
       be_.attention_backward(dq_, dq_ + qd_, dq_ + qd_ + kvd_, datt_.data(), saved(a.att, a.atth),
                              a.lse.data(), Operand(qkv), Operand(qkv + qd_),
                              Operand(qkv + qd_ + kvd_), s);
-      if (!cfg_.gpt2() && low_precision() && !L.qkv.bias()) {
-        // RoPE's backward turns q's and k's heads back and rounds the whole
-        // rows (v's gradient as it is) into qkv's operand, in one pass.
-        be_.rope_backward_bf16(dq_h_, dq_, {B_loc, T, nh_ + nkv_, hs_, w}, cfg_.rope());
-        linear_backward(dnorm_.data(), m, {LinearGrad{&L.qkv, nullptr, Operand(dq_h_), h1}}, o_dw,
-                        nullptr);
-      } else {
-        if (!cfg_.gpt2()) {
-          be_.rope_backward(dq_, {B_loc, T, nh_, hs_, w}, cfg_.rope());
-          be_.rope_backward(dq_ + qd_, {B_loc, T, nkv_, hs_, w}, cfg_.rope());
-        }
-        linear_backward(dnorm_.data(), m, {grad_of(L.qkv, dq_, dq_h_, h1, m)}, o_dw, nullptr);
-      }
+      // RoPE's backward turns q's and k's heads back and rounds the whole
+      // rows (v's gradient as it is) into qkv's operand, in one pass.
+      be_.rope_backward_bf16(dq_h_, dq_, {B_loc, T, nh_ + nkv_, hs_, w}, cfg_.rope());
+      linear_backward(dnorm_.data(), m, {LinearGrad{&L.qkv, nullptr, Operand(dq_h_), h1}}, o_dw,
+                      nullptr);
     }
     L.norm1.backward_add(dres, tmp_c_.data(), dnorm_.data(), residual_[l].data(), a.mean1.data(),
                          a.rstd1.data(), m, P, G, sums_, below);

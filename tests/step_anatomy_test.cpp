@@ -7,7 +7,8 @@
 // only where an op hands data from the device to the host; counting without
 // running finds the same work as running; the loss is one pass over each
 // chunk of logits where one rank holds the vocabulary; Llama's RoPE and
-// SwiGLU write the products' bf16 operands; and bench/step_roofline.py models
+// SwiGLU write the products' bf16 operands, as the final norm writes the
+// head's; and bench/step_roofline.py models
 // the step, refusing a kernel it has no formula for. Prints the counts per
 // step and per layer.
 #include <gtest/gtest.h>
@@ -268,6 +269,25 @@ TEST(StepAnatomy, LlamasRopeAndSwigluWriteTheProductsOperands) {
   EXPECT_GT(j["loss"].get<double>(), 0.0);
 }
 
+// Under bf16 the final norm writes the head's operand in its one pass over
+// whole rows (one rank on X), where the two-pass norm, then a rounding of its
+// fp32 output, took three launches. The step's one other rounding is the
+// replicated parameters'. (Outside the layers and the head, the step's ops are
+// counted under "forward and backward".)
+TEST(StepAnatomy, TheFinalNormWritesTheHeadsOperand) {
+  const json llama = bench_anatomy("llama-tiny", false);
+  for (const auto& [run, norm] : {std::pair<const json*, std::string>{&gpt2_run(), "layernorm"},
+                                  std::pair<const json*, std::string>{&llama, "rmsnorm"}}) {
+    std::map<std::string, int64_t> calls;
+    for (const json& e : (*run)["anatomy"]["later_step"]["ops"])
+      if (e["part"] == "forward and backward") calls[e["op"]] += e["calls"].get<int64_t>();
+    EXPECT_EQ(calls[norm + "_rows_bf16"], 1) << norm;
+    EXPECT_EQ(calls["to_bf16"], 1) << norm << ": the replicated parameters' alone";
+    for (const char* pass : {"_row_sums", "_apply", "_apply_bf16"})
+      EXPECT_EQ(calls.count(norm + pass), 0u) << norm + pass;
+  }
+}
+
 TEST(StepAnatomy, EachOpCountsWhatItIssues) {
   // The step's loss and norm reach the host in one download; uploads go
   // through a pinned ring and do not wait.
@@ -378,7 +398,7 @@ TEST(StepAnatomy, TheRooflineModelsTheCountedStepAndRefusesUnknownKernels) {
   }
   json bench = gpt2_run();
   for (json& e : bench["anatomy"]["later_step"]["ops"])
-    if (e["op"] == "layernorm_apply") e["kernels"] = {{"made_up_kernel", 1}};
+    if (e["op"] == "adamw_update_tensors") e["kernels"] = {{"made_up_kernel", 1}};
   const test::CommandResult r = roofline(bench, "unknown");
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.out.find("no formula for kernel 'made_up_kernel'"), std::string::npos) << r.out;

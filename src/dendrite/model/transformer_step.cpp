@@ -73,8 +73,12 @@ void Transformer::forward(const int32_t* inputs, int B_loc, int T, int pass, int
     trace::Scope part("step", l, "forward");
     layer_forward(l, residual_[l].data(), residual_[l + 1].data(), B_loc, T, pos, caching);
   }
+  // A pass that reads every row's logits takes the head's bf16 operand from
+  // the norm's own pass (normf_ is then scratch). Generation keeps normf_: it
+  // reads the last rows' fp32 values.
+  const bool every_row = pass == kPassStep || pass == kPassLoss || pass == kPassLogits;
   norm_f_.forward(normf_.data(), meanf_.data(), rstdf_.data(), residual_[cfg_.n_layer].data(), m,
-                  params_->data(), sums_);
+                  params_->data(), sums_, low_precision() && every_row ? normf_h_.data() : nullptr);
 }
 
 // x, out [m, C/Gx]. Under bf16 precision the inputs of GEMMs (attention's
@@ -429,7 +433,7 @@ void Transformer::forward_backward_unread(const int32_t* inputs, const int32_t* 
   const int B_loc = local_batch(B), m = B_loc * T;
   forward(inputs, B_loc, T, kPassStep);
   float* G = grads_->data();
-  const Operand xf = operand(normf_.data(), normf_h_.data(), int64_t(m) * c_);
+  const Operand xf = saved(normf_, normf_h_);
   {
     trace::Scope part("step", "head and loss");
     head_.forward_backward(dnorm_.data(), xf, upload_targets(targets, m),
@@ -461,7 +465,7 @@ double Transformer::forward_loss(const int32_t* inputs, const int32_t* targets,
                                  const float* weights, double denominator, int B, int T) {
   const int B_loc = local_batch(B), m = B_loc * T;
   forward(inputs, B_loc, T, kPassLoss);
-  const Operand xf = operand(normf_.data(), normf_h_.data(), int64_t(m) * c_);
+  const Operand xf = saved(normf_, normf_h_);
   head_.forward_backward(nullptr, xf, upload_targets(targets, m), upload_weights(weights, m),
                          denominator, m, grads_->data(), stream_, loss_slot(denominator),
                          tied_head());
@@ -520,8 +524,7 @@ void Transformer::logits(const int32_t* inputs, int B, int T, float* out) {
   const int m = B_loc * T;
   AllocationPurpose purpose("the logits of every position");
   Buffer<float> logits = be_.alloc<float>(int64_t(m) * cfg_.vocab_size);
-  head_.logits(logits.data(), operand(normf_.data(), normf_h_.data(), int64_t(m) * c_), m, stream_,
-               tied_head());
+  head_.logits(logits.data(), saved(normf_, normf_h_), m, stream_, tied_head());
   end_pass();
   be_.download(out, logits.data(), logits.size() * sizeof(float));
 }

@@ -525,6 +525,10 @@ Runner add_bench(CLI::App& app, MpiEnv& env, StepCounter* counter) {
       "--no-fused-qkv", [r = &o->run](int64_t) { r->fuse_qkv = false; },
       "Run q, k and v as three products where they would run as one (bf16, X and Z "
       "of one rank), to time the two side by side");
+  step->add_flag(
+      "--no-fused-gate-up", [r = &o->run](int64_t) { r->fuse_gate_up = false; },
+      "Run SwiGLU's gate and up as two products where they would run as one (bf16, X and Z "
+      "of one rank), to time the two side by side");
   step->add_flag("--no-gemm-epilogues", o->no_gemm_epilogues,
                  "GPU: run the bias, GELU, residual add and bf16 rounding that cuBLASLt's "
                  "epilogues take as kernels after bare products (to time the two side by side)");

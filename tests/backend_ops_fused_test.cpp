@@ -244,7 +244,8 @@ Vf run_sums(const Vf& x, int w, int c0, int n, int B, int T) {
 // do for widths past what a block keeps).
 // SwiGLU and RoPE writing the products' bf16 operands alone, against the
 // fp32 op then to_bf16. SwiGLU: n = 1101, at the buffers' start (the GPU's
-// 4-wide path and its scalar tail) and one value in (every access scalar).
+// 4-wide path and its scalar tail) and one value in (every access scalar);
+// then gate and up side by side in one product's rows.
 // RoPE: rows of q's and k's heads, then v's values (a whole head, or a head
 // and one more value), forward from position 4 and backward.
 TEST_P(BackendOps, SwigluAndRopeWriteTheProductsOperandsInBf16) {
@@ -259,7 +260,9 @@ TEST_P(BackendOps, SwigluAndRopeWriteTheProductsOperandsInBf16) {
                  Low2 = zeros<bf16>(n + 1);
     be().swiglu_forward(Y.data() + at, G.data() + at, U.data() + at, n);
     be().to_bf16(Want.data() + at, Y.data() + at, n);
-    be().swiglu_forward_bf16(Low.data() + at, Scratch.data() + at, G.data() + at, U.data() + at, n);
+    const ops::GluRows flat{1, n, n};
+    be().swiglu_forward_bf16(Low.data() + at, Scratch.data() + at, G.data() + at, U.data() + at,
+                             flat);
     EXPECT_TRUE(same_bits(get(Low), get(Want))) << "swiglu_forward_bf16" << p;
     be().swiglu_backward(DG.data() + at, DU.data() + at, DY.data() + at, G.data() + at,
                          U.data() + at, n);
@@ -267,9 +270,36 @@ TEST_P(BackendOps, SwigluAndRopeWriteTheProductsOperandsInBf16) {
     be().to_bf16(Want2.data() + at, DU.data() + at, n);
     be().swiglu_backward_bf16(Low.data() + at, Low2.data() + at, Scratch.data() + at,
                               Scratch2.data() + at, DY.data() + at, G.data() + at, U.data() + at,
-                              n);
+                              flat);
     EXPECT_TRUE(same_bits(get(Low), get(Want))) << "swiglu_backward_bf16 dgate" << p;
     EXPECT_TRUE(same_bits(get(Low2), get(Want2))) << "swiglu_backward_bf16 dup" << p;
+  }
+  // gate and up side by side in one product's rows [rows, 2w] (up at gate +
+  // w), their gradients so too: against the flat ops a row at a time. w = 12
+  // takes a GPU's 4-wide path, w = 6 its scalar one.
+  for (const int w : {12, 6}) {
+    const long rows = 37, cols = 2L * w;
+    const std::string p = str(" rows of ", w, " in rows of ", cols);
+    const Vf gu = randn(rows * cols, 95, 2.0), dyr = randn(rows * w, 96);
+    Buffer<float> GU = put(gu), DY = put(dyr), Y = zeros<float>(rows * w),
+                  DGU = zeros<float>(rows * cols), Scratch = zeros<float>(rows * cols);
+    Buffer<bf16> Want = zeros<bf16>(rows * cols), Low = zeros<bf16>(rows * cols);
+    const ops::GluRows s{rows, w, cols};
+    for (long r = 0; r < rows; ++r) {
+      float* g = GU.data() + r * cols;
+      be().swiglu_forward(Y.data() + r * w, g, g + w, w);
+      be().to_bf16(Want.data() + r * w, Y.data() + r * w, w);
+    }
+    be().swiglu_forward_bf16(Low.data(), Scratch.data(), GU.data(), GU.data() + w, s);
+    EXPECT_TRUE(same_bits(get(Low), get(Want))) << "swiglu_forward_bf16" << p;
+    for (long r = 0; r < rows; ++r) {
+      float *g = GU.data() + r * cols, *d = DGU.data() + r * cols;
+      be().swiglu_backward(d, d + w, DY.data() + r * w, g, g + w, w);
+    }
+    be().to_bf16(Want.data(), DGU.data(), rows * cols);
+    be().swiglu_backward_bf16(Low.data(), Low.data() + w, Scratch.data(), Scratch.data() + w,
+                              DY.data(), GU.data(), GU.data() + w, s);
+    EXPECT_TRUE(same_bits(get(Low), get(Want))) << "swiglu_backward_bf16" << p;
   }
   for (const auto& [hs, tail] : {std::pair{8, 8}, std::pair{6, 7}}) {
     const int B = 3, T = 5, heads = 3, w = heads * hs + tail;

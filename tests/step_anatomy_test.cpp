@@ -46,6 +46,11 @@ const json& gpt2_run() {
   return j;
 }
 
+const json& llama_run() {
+  static const json j = bench_anatomy("llama-tiny", false);
+  return j;
+}
+
 // An op entry without its part: what a layer's parts are compared by.
 json without_part(json e) {
   e.erase("part");
@@ -75,6 +80,30 @@ TEST(StepAnatomy, QkvIsOneProductWhereTheLayoutAllows) {
   }
   EXPECT_NEAR(three["loss"].get<double>(), one["loss"].get<double>(), 1e-4);
   EXPECT_NE(three["loss"].get<double>(), 0.0);
+}
+
+// SwiGLU's gate and up as one product (Llama under bf16 on one rank): per
+// layer 4 products forward and 8 backward (q, k and v one, o, gate and up
+// one, down), where two make them 5 and 10; the forward's writes rows of
+// 2F = 128 values. The same model (--no-fused-gate-up runs the two).
+TEST(StepAnatomy, GateAndUpAreOneProductWhereTheLayoutAllows) {
+  const json two = bench_anatomy("llama-tiny", false, "--no-fused-gate-up");
+  const json& one = llama_run();
+  for (const char* dir : {"forward", "backward"}) {
+    const std::string part = std::string("layer 0 ") + dir;
+    const int64_t fused = one["anatomy"]["later_step"]["by_part"][part]["matmuls"].get<int64_t>();
+    const int64_t apart = two["anatomy"]["later_step"]["by_part"][part]["matmuls"].get<int64_t>();
+    EXPECT_EQ(fused, dir == std::string("forward") ? 4 : 8) << part;
+    EXPECT_EQ(apart, dir == std::string("forward") ? 5 : 10) << part;
+  }
+  std::set<double> widths;  // the forward products' n
+  for (const json& e : one["anatomy"]["later_step"]["ops"])
+    if (e["part"] == "layer 0 forward" &&
+        e["op"].get<std::string>().rfind("linear_forward", 0) == 0)
+      widths.insert(e["args"]["n"].get<double>());
+  EXPECT_EQ(widths.count(128.0), 1u) << "gate's 64 and up's 64 in one product's rows";
+  EXPECT_NEAR(two["loss"].get<double>(), one["loss"].get<double>(), 1e-4);
+  EXPECT_NE(two["loss"].get<double>(), 0.0);
 }
 
 // The ops that write a residual stream's gradient as the bf16 operand of o's
@@ -229,12 +258,12 @@ TEST(StepAnatomy, NormsBackwardRoundsTheOperandBelow) {
 
 // Llama under bf16: RoPE and SwiGLU write the bf16 operands of the products
 // after them, in their own pass (forward: qkv's rows for attention, act for
-// down; backward: qkv's, gate's and up's output gradients). No layer runs a
-// rounding of its own but the top one, for its down's output gradient (from
-// the final norm's backward): 10 launches a layer forward, 19 backward (the
-// top layer 20).
+// down; backward: qkv's output gradient, and gate's and up's as the rows of
+// their one product's). No layer runs a rounding of its own but the top one,
+// for its down's output gradient (from the final norm's backward): 9
+// launches a layer forward, 17 backward (the top layer 18).
 TEST(StepAnatomy, LlamasRopeAndSwigluWriteTheProductsOperands) {
-  const json j = bench_anatomy("llama-tiny", false);
+  const json& j = llama_run();
   const json& s = j["anatomy"]["later_step"];
   ASSERT_EQ(j["anatomy"]["config"]["L"], 2);
   const std::set<std::string> watched{"to_bf16",
@@ -262,10 +291,10 @@ TEST(StepAnatomy, LlamasRopeAndSwigluWriteTheProductsOperands) {
   EXPECT_EQ(calls["layer 0 backward"], backward);
   EXPECT_EQ(calls["layer 1 backward"], top);
   const json& parts = s["by_part"];
-  EXPECT_EQ(parts["layer 0 forward"]["launches"], 10);
-  EXPECT_EQ(parts["layer 1 forward"]["launches"], 10);
-  EXPECT_EQ(parts["layer 0 backward"]["launches"], 19);
-  EXPECT_EQ(parts["layer 1 backward"]["launches"], 20);
+  EXPECT_EQ(parts["layer 0 forward"]["launches"], 9);
+  EXPECT_EQ(parts["layer 1 forward"]["launches"], 9);
+  EXPECT_EQ(parts["layer 0 backward"]["launches"], 17);
+  EXPECT_EQ(parts["layer 1 backward"]["launches"], 18);
   EXPECT_GT(j["loss"].get<double>(), 0.0);
 }
 
@@ -275,9 +304,8 @@ TEST(StepAnatomy, LlamasRopeAndSwigluWriteTheProductsOperands) {
 // replicated parameters'. (Outside the layers and the head, the step's ops are
 // counted under "forward and backward".)
 TEST(StepAnatomy, TheFinalNormWritesTheHeadsOperand) {
-  const json llama = bench_anatomy("llama-tiny", false);
   for (const auto& [run, norm] : {std::pair<const json*, std::string>{&gpt2_run(), "layernorm"},
-                                  std::pair<const json*, std::string>{&llama, "rmsnorm"}}) {
+                                  std::pair<const json*, std::string>{&llama_run(), "rmsnorm"}}) {
     std::map<std::string, int64_t> calls;
     for (const json& e : (*run)["anatomy"]["later_step"]["ops"])
       if (e["part"] == "forward and backward") calls[e["op"]] += e["calls"].get<int64_t>();
@@ -385,7 +413,7 @@ test::CommandResult roofline(const json& bench, const std::string& name) {
 
 TEST(StepAnatomy, TheRooflineModelsTheCountedStepAndRefusesUnknownKernels) {
   for (const char* model : {"gpt2-tiny", "llama-tiny"}) {
-    const json bench = model == std::string("gpt2-tiny") ? gpt2_run() : bench_anatomy(model, false);
+    const json& bench = model == std::string("gpt2-tiny") ? gpt2_run() : llama_run();
     const test::CommandResult r = roofline(bench, model);
     ASSERT_EQ(r.rc, 0) << r.out;
     EXPECT_NE(r.out.find("A model, not a measurement"), std::string::npos) << r.out;

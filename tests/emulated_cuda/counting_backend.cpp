@@ -38,6 +38,12 @@ counters::OpArgs norm_args(const ops::NormShape& s) {
   return {{"m", double(s.m)}, {"c", double(s.c)}, {"c_total", double(s.c_total)}};
 }
 
+// SwiGLU's bf16 forms: n values as the flat ops count them, and the rows'
+// stride (twice the width where one product wrote gate and up).
+counters::OpArgs glu_args(const ops::GluRows& s) {
+  return {{"n", double(s.count())}, {"width", double(s.width)}, {"stride", double(s.stride)}};
+}
+
 // The loss's sizes (not v0, which moves no bytes).
 counters::OpArgs vocab_args(const ops::VocabShape& s) {
   return {{"rows", double(s.rows)}, {"Vloc", double(s.Vloc)}, {"V", double(s.V)}};
@@ -310,15 +316,15 @@ class CountingBackend final : public Backend {
     inner_->swiglu_backward(dgate, dup, dy, gate, up, n);
   }
   void do_swiglu_forward_bf16(bf16* y_bf16, float* y, const float* gate, const float* up,
-                              long n) override {
-    const counters::OpScope op("swiglu_forward_bf16", {{"n", double(n)}});
-    inner_->swiglu_forward_bf16(y_bf16, y, gate, up, n);
+                              const ops::GluRows& s) override {
+    const counters::OpScope op("swiglu_forward_bf16", glu_args(s));
+    inner_->swiglu_forward_bf16(y_bf16, y, gate, up, s);
   }
   void do_swiglu_backward_bf16(bf16* dgate_bf16, bf16* dup_bf16, float* dgate, float* dup,
                                const float* dy, const float* gate, const float* up,
-                               long n) override {
-    const counters::OpScope op("swiglu_backward_bf16", {{"n", double(n)}});
-    inner_->swiglu_backward_bf16(dgate_bf16, dup_bf16, dgate, dup, dy, gate, up, n);
+                               const ops::GluRows& s) override {
+    const counters::OpScope op("swiglu_backward_bf16", glu_args(s));
+    inner_->swiglu_backward_bf16(dgate_bf16, dup_bf16, dgate, dup, dy, gate, up, s);
   }
   void do_add(float* y, const float* a, const float* b, long n) override {
     const counters::OpScope op("add", {{"n", double(n)}});

@@ -33,6 +33,7 @@
 #include "dendrite/core/device_profile.h"
 #include "dendrite/core/operand.h"
 #include "dendrite/core/precision.h"
+#include "dendrite/ops/activation.h"
 #include "dendrite/ops/attention.h"
 #include "dendrite/ops/cross_entropy.h"
 #include "dendrite/ops/embedding.h"
@@ -299,14 +300,16 @@ class Backend : public Allocator {
     do_swiglu_backward(dgate, dup, dy, gate, up, n);
   }
   // The products' bf16 operands alone; y, dgate and dup are scratch.
-  void swiglu_forward_bf16(bf16* y_bf16, float* y, const float* gate, const float* up, long n) {
-    ops::check_count(n, "swiglu_forward_bf16");
-    do_swiglu_forward_bf16(y_bf16, y, gate, up, n);
+  void swiglu_forward_bf16(bf16* y_bf16, float* y, const float* gate, const float* up,
+                           const ops::GluRows& s) {
+    ops::check_glu_rows(s, "swiglu_forward_bf16");
+    do_swiglu_forward_bf16(y_bf16, y, gate, up, s);
   }
   void swiglu_backward_bf16(bf16* dgate_bf16, bf16* dup_bf16, float* dgate, float* dup,
-                            const float* dy, const float* gate, const float* up, long n) {
-    ops::check_count(n, "swiglu_backward_bf16");
-    do_swiglu_backward_bf16(dgate_bf16, dup_bf16, dgate, dup, dy, gate, up, n);
+                            const float* dy, const float* gate, const float* up,
+                            const ops::GluRows& s) {
+    ops::check_glu_rows(s, "swiglu_backward_bf16");
+    do_swiglu_backward_bf16(dgate_bf16, dup_bf16, dgate, dup, dy, gate, up, s);
   }
   void add(float* y, const float* a, const float* b, long n) {
     ops::check_count(n, "add");
@@ -578,10 +581,10 @@ class Backend : public Allocator {
   virtual void do_swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate,
                                   const float* up, long n) = 0;
   virtual void do_swiglu_forward_bf16(bf16* y_bf16, float* y, const float* gate, const float* up,
-                                      long n) = 0;
+                                      const ops::GluRows& s) = 0;
   virtual void do_swiglu_backward_bf16(bf16* dgate_bf16, bf16* dup_bf16, float* dgate, float* dup,
                                        const float* dy, const float* gate, const float* up,
-                                       long n) = 0;
+                                       const ops::GluRows& s) = 0;
   virtual void do_add(float* y, const float* a, const float* b, long n) = 0;
   virtual void do_add_inplace(float* y, const float* x, long n) = 0;
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "dendrite/core/check.h"
+#include "dendrite/ops/activation.h"
 #include "dendrite/ops/attention.h"
 #include "dendrite/ops/cross_entropy.h"
 #include "dendrite/ops/embedding.h"
@@ -24,6 +25,12 @@ void check_same_precision(Operand a, Operand b, const char* op) {
 
 void check_count(int64_t n, const char* op) {
   DENDRITE_CHECK(n >= 0, op, ": need n >= 0 elements, got n=", n);
+}
+
+void check_glu_rows(const GluRows& s, const char* op) {
+  DENDRITE_CHECK(s.rows >= 0 && s.width > 0 && s.stride >= s.width, op,
+                 ": need rows >= 0 and 0 < width <= stride, got rows=", s.rows, " width=", s.width,
+                 " stride=", s.stride);
 }
 
 void check_matrix(int m, int n, const char* op) {

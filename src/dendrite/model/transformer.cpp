@@ -161,6 +161,7 @@ void Transformer::build_layers() {
     return nullptr;
   };
   const bool ln = cfg_.gpt2();
+  gate_up_fused_ = can_fuse_gate_up();
   for (int l = 0; l < cfg_.n_layer; ++l) {
     const std::string p = "layer" + std::to_string(l) + ".";
     Layer L;
@@ -175,6 +176,15 @@ void Transformer::build_layers() {
     L.o = ParallelLinear(grid_, be_, *spec(p + "o.weight"), maybe(p + "o.bias"), opt_.keep_gathered, opt_.oar);
     L.up = ParallelLinear(grid_, be_, *spec(p + "up.weight"), maybe(p + "up.bias"), opt_.keep_gathered, opt_.oar);
     if (!cfg_.gpt2()) L.gate = ParallelLinear(grid_, be_, *spec(p + "gate.weight"), nullptr, opt_.keep_gathered, opt_.oar);
+    if (gate_up_fused_) {
+      const ParamSpec &g = *spec(p + "gate.weight"), &u = *spec(p + "up.weight");
+      L.gate_up_w = std::make_unique<ParamSpec>(g);
+      L.gate_up_w->name = p + "gate and up.weight";
+      L.gate_up_w->shape[0] = g.shape[0] + u.shape[0];
+      L.gate_up_w->block_rows = g.block_rows + u.block_rows;
+      L.gate_up_w->numel = g.numel + u.numel;
+      L.gate_up = ParallelLinear(grid_, be_, *L.gate_up_w, nullptr, opt_.keep_gathered, opt_.oar);
+    }
     if (cfg_.qk_norm) L.q_norm = spec(p + "q_norm.weight"), L.k_norm = spec(p + "k_norm.weight");
     L.down = ParallelLinear(grid_, be_, *spec(p + "down.weight"), maybe(p + "down.bias"), opt_.keep_gathered, opt_.oar);
     layers_.push_back(std::move(L));
@@ -243,6 +253,29 @@ void Transformer::fuse_qkv(Layer& L, const std::string& p) {
   L.qkv = ParallelLinear(grid_, be_, *L.qkv_w, L.qkv_b.get(), opt_.keep_gathered, opt_.oar);
 }
 
+// SwiGLU's gate and up as one product (Layer::gate_up), as q, k and v are
+// (fuse_qkv, whose conditions it shares): under bf16, where SwiGLU's bf16
+// forms read the product's rows of gate's values then up's with their stride
+// and write their gradients so; X and Z of one rank; gate's and up's weight
+// blocks end to end in every layer, and no bias on either (Llama, Mistral
+// and Qwen have none). On a GPU only, for launches and HBM traffic: forward,
+// one product reads the norm's output once; backward, one product sums the
+// input gradient over both (where two added in fp32) and one makes the two
+// weight gradients. Otherwise, and in every layer alike, two products.
+bool Transformer::can_fuse_gate_up() const {
+  if (cfg_.gpt2() || !opt_.fuse_gate_up || be_.device() != Device::kCuda || !low_precision() ||
+      grid_.shape().x != 1 || grid_.shape().z != 1)
+    return false;
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    const std::string p = "layer" + std::to_string(l) + ".";
+    const ParamSpec &g = table_.find(p + "gate.weight"), &u = table_.find(p + "up.weight");
+    if (u.offset != g.offset + g.numel) return false;
+    for (const ParamSpec& s : table_.specs())
+      if (s.name == p + "gate.bias" || s.name == p + "up.bias") return false;
+  }
+  return true;
+}
+
 void Transformer::find_gradient_ranges() {
   const int L = cfg_.n_layer;
   layer_chunked_.assign(L, {INT64_MAX, 0});
@@ -286,12 +319,23 @@ void Transformer::allocate(int m, int B_loc) {
   for (auto& r : residual_) f32(r, m * C);
   acts_.resize(opt_.recompute ? 1 : cfg_.n_layer);
   const bool low = low_precision();  // GEMM inputs saved in bf16 only (LayerActs)
+  // The MLP's products' outputs and their gradients (LayerActs::mlp_out):
+  // GPT-2's up's; Llama's gate's, then up's (a block on, or F/Gy values on
+  // in the same row where gate_up writes them).
+  const long glu = cfg_.gpt2() ? 1 : 2;
+  auto mlp_halves = [&](auto* base, auto*& gate, auto*& up) {
+    if (cfg_.gpt2()) {
+      gate = nullptr, up = base;
+    } else {
+      gate = base;
+      up = base + (gate_up_fused_ ? F : m * F);
+    }
+  };
   for (auto& a : acts_) {
     f32(a.mean1, m), f32(a.rstd1, m);
     f32(a.lse, long(B_loc) * nh_ * max_T_);
     f32(a.mid, m * C), f32(a.mean2, m), f32(a.rstd2, m);
-    f32(a.up, m * F);
-    if (!cfg_.gpt2()) f32(a.gate, m * F);
+    f32(a.mlp_out, m * F * glu), mlp_halves(a.mlp_out.data(), a.gate_out, a.up_out);
     if (cfg_.qk_norm) {
       f32(a.qpre, m * long(qd_)), f32(a.kpre, m * long(kvd_));
       f32(a.qrstd, m * long(nh_)), f32(a.krstd, m * long(nkv_));
@@ -311,14 +355,13 @@ void Transformer::allocate(int m, int B_loc) {
   f32(tmp_c_, m * C), f32(dnorm_, m * C), f32(dres_, m * C);
   f32(dqkv_, m * long(qkv_width()));
   dq_ = dqkv_.data(), dk_ = dq_ + m * long(qd_), dv_ = dk_ + m * long(kvd_);
-  f32(datt_, m * long(qd_)), f32(dup_, m * F), f32(dact_, m * F);
-  if (!cfg_.gpt2()) f32(dgate_, m * F);
+  f32(datt_, m * long(qd_)), f32(dact_, m * F);
+  f32(dmlp_, m * F * glu), mlp_halves(dmlp_.data(), dgate_, dup_);
   if (low) {
     b16(normf_h_, m * C), b16(dres_h_, m * C);
     b16(dqkv_h_, m * long(qkv_width()));
     dq_h_ = dqkv_h_.data(), dk_h_ = dq_h_ + m * long(qd_), dv_h_ = dk_h_ + m * long(kvd_);
-    b16(dup_h_, m * F);
-    if (!cfg_.gpt2()) b16(dgate_h_, m * F);
+    b16(dmlp_h_, m * F * glu), mlp_halves(dmlp_h_.data(), dgate_h_, dup_h_);
   }
   sums_ = be_.alloc<double>(2 * long(m));
   if (cfg_.qk_norm) {
@@ -360,10 +403,10 @@ size_t Transformer::activation_bytes() const {
   for (auto& a : acts_)
     for (const Buffer<float>* b :
          {&a.norm1, &a.mean1, &a.rstd1, &a.q, &a.k, &a.v, &a.att, &a.lse, &a.mid, &a.norm2,
-          &a.mean2, &a.rstd2, &a.up, &a.gate, &a.act, &a.qpre, &a.kpre, &a.qrstd, &a.krstd})
+          &a.mean2, &a.rstd2, &a.mlp_out, &a.act, &a.qpre, &a.kpre, &a.qrstd, &a.krstd})
       n += b->size();
   for (const Buffer<float>* b :
-       {&normf_, &meanf_, &rstdf_, &tmp_c_, &dnorm_, &dres_, &dqkv_, &datt_, &dup_, &dgate_, &dact_,
+       {&normf_, &meanf_, &rstdf_, &tmp_c_, &dnorm_, &dres_, &dqkv_, &datt_, &dmlp_, &dact_,
         &recompute_out_, &dqn_, &dkn_, &head_dgain_})
     n += b->size();
   n += head_sums_.size() * 2;  // doubles
@@ -372,8 +415,7 @@ size_t Transformer::activation_bytes() const {
   for (auto& a : acts_)
     for (const Buffer<bf16>* b : {&a.norm1h, &a.qkvh, &a.atth, &a.norm2h, &a.acth})
       low += b->size();
-  for (const Buffer<bf16>* b : {&normf_h_, &dres_h_, &dqkv_h_, &dup_h_, &dgate_h_})
-    low += b->size();
+  for (const Buffer<bf16>* b : {&normf_h_, &dres_h_, &dqkv_h_, &dmlp_h_}) low += b->size();
   const size_t ids = tokens_.size() + targets_.size() + weights_.size();  // 4 bytes each
   return n * sizeof(float) + low * sizeof(bf16) + stream_.bytes() + sums_.size() * sizeof(double) +
          ids * 4;

@@ -58,6 +58,9 @@ struct ModelOptions {
   // q, k and v as one product where the layout allows (Transformer::fuse_qkv);
   // off: three, to time the two side by side (bench step --no-fused-qkv).
   bool fuse_qkv = true;
+  // SwiGLU's gate and up as one product where the layout allows
+  // (Transformer::can_fuse_gate_up); off: two (bench step --no-fused-gate-up).
+  bool fuse_gate_up = true;
   // Sets the overlaps from "none", "all" or a list such as "oar,ors"; an
   // unknown one is an error naming it.
   void set_overlap(const std::string& list);
@@ -174,12 +177,22 @@ class Transformer {
     // its gradient one block of the gradients). qkv's specs span the three.
     ParallelLinear qkv;
     std::unique_ptr<ParamSpec> qkv_w, qkv_b;  // null: q, k and v run apart
+    // SwiGLU's gate and up as one product (the model's gate_up_fused_): [Wg;
+    // Wu] one [2F/Gy, C/Gx] block, its rows of output gate's then up's.
+    ParallelLinear gate_up;
+    std::unique_ptr<ParamSpec> gate_up_w;
   };
   // Saved for the backward. The inputs of GEMMs (norm1, q, k, v, att, norm2,
   // act) are kept in the run's precision: fp32, or bf16 (the *h buffers; the
   // fp32 ones are then not allocated).
   struct LayerActs {
-    Buffer<float> norm1, mean1, rstd1, q, k, v, att, lse, mid, norm2, mean2, rstd2, up, gate, act;
+    Buffer<float> norm1, mean1, rstd1, q, k, v, att, lse, mid, norm2, mean2, rstd2, act;
+    // The MLP's products' outputs: up's [m, F/Gy] (GPT-2: GELU's input), and
+    // Llama's gate's [m, F/Gy] beside it in one buffer, as the products write
+    // them (glu_rows): gate's block then up's, or rows of gate's values then
+    // up's, from gate_up's one product. gate_out and up_out: the first of each.
+    Buffer<float> mlp_out;
+    float *gate_out = nullptr, *up_out = nullptr;
     Buffer<bf16> norm1h, atth, norm2h, acth;
     // bf16: q, k and v [m, qd/Gy], [m, kvd/Gy] in one buffer, either as three
     // blocks (qh, kh, vh at their starts) or, written by the one product of
@@ -219,6 +232,10 @@ class Transformer {
   void build_table();
   void build_layers();
   void fuse_qkv(Layer& L, const std::string& prefix);
+  bool can_fuse_gate_up() const;
+  // SwiGLU's inputs (LayerActs::mlp_out) and their gradients: m rows of F/Gy,
+  // in blocks or side by side.
+  ops::GluRows glu_rows(int m) const { return {m, f_, gate_up_fused_ ? 2 * int64_t(f_) : f_}; }
   void allocate(int m_max, int B_loc_max);
   void check_batch(const int32_t* inputs, int B_loc, int T) const;
   // Copies this rank's m token ids (host) into the backend's memory (tokens_,
@@ -301,6 +318,7 @@ class Transformer {
   int nh_, nkv_, hs_, qd_, kvd_, f_, c_;  // local head counts and widths on this rank
   ParamTable table_;
   std::vector<Layer> layers_;
+  bool gate_up_fused_ = false;  // every layer's gate and up one product (Layer::gate_up)
   VocabEmbedding embedding_;
   ParallelNorm norm_f_;
   VocabCrossEntropy head_;
@@ -322,13 +340,20 @@ class Transformer {
   std::vector<Buffer<float>> residual_;  // L+1 of [m, C/Gx]: each layer's input, then the output
   std::vector<LayerActs> acts_;
   Buffer<float> normf_, meanf_, rstdf_;
-  Buffer<float> tmp_c_, dnorm_, dres_, datt_, dup_, dgate_, dact_;
+  Buffer<float> tmp_c_, dnorm_, dres_, datt_, dact_;
+  // The MLP products' output gradients, laid out as LayerActs::mlp_out: up's
+  // (GPT-2: GELU's backward's output), and Llama's gate's; in bf16 too, the
+  // products' operands, under bf16 precision.
+  Buffer<float> dmlp_;
+  float *dgate_ = nullptr, *dup_ = nullptr;
+  Buffer<bf16> dmlp_h_;
+  bf16 *dgate_h_ = nullptr, *dup_h_ = nullptr;
   // dq, dk, dv [m, qd/Gy], [m, kvd/Gy]: three blocks of dqkv_, or its rows
   // interleaved (as LayerActs::qkvh).
   Buffer<float> dqkv_;
   float *dq_ = nullptr, *dk_ = nullptr, *dv_ = nullptr;
   // bf16 precision: the final norm's output and the gradients that feed GEMMs.
-  Buffer<bf16> normf_h_, dres_h_, dup_h_, dgate_h_;
+  Buffer<bf16> normf_h_, dres_h_;
   Buffer<bf16> dqkv_h_;  // as dqkv_
   bf16 *dq_h_ = nullptr, *dk_h_ = nullptr, *dv_h_ = nullptr;
   Buffer<double> sums_;

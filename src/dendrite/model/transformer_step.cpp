@@ -179,15 +179,19 @@ void Transformer::layer_forward(int l, const float* x, float* out, int B_loc, in
   if (cfg_.gpt2()) {  // act = gelu(up), keeping up (GELU's input) for the backward
     ops::LinearEpilogue gelu = bf16_output(L.up, low ? a.acth.data() : nullptr);
     gelu.gelu = true;
-    gelu.pre_gelu = a.up.data();
+    gelu.pre_gelu = a.up_out;
     L.up.forward(act, h2, m, P, stream_, gelu);
   } else {
-    L.up.forward(a.up.data(), h2, m, P, stream_);
-    L.gate.forward(a.gate.data(), h2, m, P, stream_);
+    if (gate_up_fused_) {  // rows of gate's values then up's
+      L.gate_up.forward(a.gate_out, h2, m, P, stream_);
+    } else {
+      L.up.forward(a.up_out, h2, m, P, stream_);
+      L.gate.forward(a.gate_out, h2, m, P, stream_);
+    }
     if (low)  // down's operand alone
-      be_.swiglu_forward_bf16(a.acth.data(), act, a.gate.data(), a.up.data(), long(m) * f_);
+      be_.swiglu_forward_bf16(a.acth.data(), act, a.gate_out, a.up_out, glu_rows(m));
     else
-      be_.swiglu_forward(act, a.gate.data(), a.up.data(), long(m) * f_);
+      be_.swiglu_forward(act, a.gate_out, a.up_out, long(m) * f_);
   }
   const Operand act_in = low ? Operand(a.acth.data()) : Operand(act);
   ops::LinearEpilogue plus_mid;  // out = mid + down(act)
@@ -217,26 +221,32 @@ void Transformer::layer_backward(int l, float* dres, int B_loc, int T) {
   LinearGrad down_dw;  // down's dW, when it runs behind the MLP's dx sum
   // GPT-2: dup = gelu'(up) * (the dx of down), GELU's backward in dup itself
   const bool gelu = cfg_.gpt2();
-  linear_backward(gelu ? dup_.data() : dact_.data(), m,
+  linear_backward(gelu ? dup_ : dact_.data(), m,
                   {dres_rounded ? LinearGrad{&L.down, nullptr, Operand(dres_h_.data()), act}
                                 : grad_of(L.down, dres, dres_h_.data(), act, m)},
-                  {}, &down_dw, gelu ? a.up.data() : nullptr);
+                  {}, &down_dw, gelu ? a.up_out : nullptr);
   // SwiGLU: under bf16 without biases to sum, the backward writes the bf16
-  // operands of gate's and up's backward alone.
+  // operands of gate's and up's backward alone (as gate_up's rows, where
+  // they are one product).
   const bool swiglu_low = !gelu && low && !L.gate.bias() && !L.up.bias();
   if (swiglu_low) {
-    be_.swiglu_backward_bf16(dgate_h_.data(), dup_h_.data(), dgate_.data(), dup_.data(),
-                             dact_.data(), a.gate.data(), a.up.data(), mF);
+    be_.swiglu_backward_bf16(dgate_h_, dup_h_, dgate_, dup_, dact_.data(), a.gate_out, a.up_out,
+                             glu_rows(m));
   } else if (!gelu) {
-    be_.swiglu_backward(dgate_.data(), dup_.data(), dact_.data(), a.gate.data(), a.up.data(), mF);
+    be_.swiglu_backward(dgate_, dup_, dact_.data(), a.gate_out, a.up_out, mF);
   }
   const Operand h2 = saved(a.norm2, a.norm2h);
-  const LinearGrad gate = gelu         ? LinearGrad{}
-                          : swiglu_low ? LinearGrad{&L.gate, nullptr, Operand(dgate_h_.data()), h2}
-                                       : grad_of(L.gate, dgate_.data(), dgate_h_.data(), h2, m);
-  const LinearGrad up = swiglu_low ? LinearGrad{&L.up, nullptr, Operand(dup_h_.data()), h2}
-                                   : grad_of(L.up, dup_.data(), dup_h_.data(), h2, m);
-  linear_backward(dnorm_.data(), m, {gate, up}, down_dw, nullptr);
+  if (gate_up_fused_) {  // under bf16, without biases (can_fuse_gate_up)
+    linear_backward(dnorm_.data(), m, {LinearGrad{&L.gate_up, nullptr, Operand(dgate_h_), h2}},
+                    down_dw, nullptr);
+  } else {
+    const LinearGrad gate = gelu         ? LinearGrad{}
+                            : swiglu_low ? LinearGrad{&L.gate, nullptr, Operand(dgate_h_), h2}
+                                         : grad_of(L.gate, dgate_, dgate_h_, h2, m);
+    const LinearGrad up = swiglu_low ? LinearGrad{&L.up, nullptr, Operand(dup_h_), h2}
+                                     : grad_of(L.up, dup_, dup_h_, h2, m);
+    linear_backward(dnorm_.data(), m, {gate, up}, down_dw, nullptr);
+  }
   const ops::ResidualGradBf16 o_dy{dres_h_.data(), bias_grad(L.o)};
   L.norm2.backward_add(dres, tmp_c_.data(), dnorm_.data(), a.mid.data(), a.mean2.data(),
                        a.rstd2.data(), m, P, G, sums_, low ? &o_dy : nullptr);  // dLoss/d(mid)

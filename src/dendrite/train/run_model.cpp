@@ -42,6 +42,7 @@ std::unique_ptr<Transformer> make_model(const ModelConfig& mc, ProcessGrid& grid
   mo.keep_gathered = opt.keep_gathered;
   mo.recompute = opt.recompute;
   mo.fuse_qkv = opt.fuse_qkv;
+  mo.fuse_gate_up = opt.fuse_gate_up;
   std::string why;
   const std::string overlap =
       resolve_overlap(opt.overlap, grid.world().ranks_on_node(), omp_get_max_threads(), &why);

@@ -47,6 +47,7 @@ struct TrainOptions {
   bool recompute = false;      // activation recomputation
   bool gemm_tune = false;      // time each GEMM shape's ways at its first call, keep the fastest
   bool fuse_qkv = true;        // q, k and v as one product where the layout allows (ModelOptions)
+  bool fuse_gate_up = true;    // SwiGLU's gate and up as one product, likewise
   std::string precision = "fp32";  // fp32 or bf16 (core/precision.h)
   std::string device = "auto";     // cpu, cuda or auto (backend/backend.h: resolve_device)
   // Communication to hide: oar, ors, oag, dp, all, none (ModelOptions), or

@@ -60,19 +60,30 @@ void CpuBackend::do_swiglu_backward(float* dgate, float* dup, const float* dy, c
   }
 }
 
-// The fused forms: the separate ops into the scratch, so the bits are theirs.
+// The fused forms: the separate ops into the scratch, so the bits are theirs
+// (one call over blocks of their own, else a call a row).
 void CpuBackend::do_swiglu_forward_bf16(bf16* y_bf16, float* y, const float* gate, const float* up,
-                                        long n) {
-  do_swiglu_forward(y, gate, up, n);
-  do_to_bf16(y_bf16, y, n);
+                                        const ops::GluRows& s) {
+  const bool flat = s.stride == s.width;
+  const int64_t rows = flat ? 1 : s.rows, w = flat ? s.count() : s.width;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t o = r * w, i = r * s.stride;
+    do_swiglu_forward(y + o, gate + i, up + i, w);
+    do_to_bf16(y_bf16 + o, y + o, w);
+  }
 }
 
 void CpuBackend::do_swiglu_backward_bf16(bf16* dgate_bf16, bf16* dup_bf16, float* dgate, float* dup,
                                          const float* dy, const float* gate, const float* up,
-                                         long n) {
-  do_swiglu_backward(dgate, dup, dy, gate, up, n);
-  do_to_bf16(dgate_bf16, dgate, n);
-  do_to_bf16(dup_bf16, dup, n);
+                                         const ops::GluRows& s) {
+  const bool flat = s.stride == s.width;
+  const int64_t rows = flat ? 1 : s.rows, w = flat ? s.count() : s.width;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t o = r * w, i = r * s.stride;
+    do_swiglu_backward(dgate + i, dup + i, dy + o, gate + i, up + i, w);
+    do_to_bf16(dgate_bf16 + i, dgate + i, w);
+    do_to_bf16(dup_bf16 + i, dup + i, w);
+  }
 }
 
 void CpuBackend::do_add(float* y, const float* a, const float* b, long n) {

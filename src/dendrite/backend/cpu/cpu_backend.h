@@ -114,10 +114,10 @@ class CpuBackend final : public Backend {
   void do_swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate,
                           const float* up, long n) override;
   void do_swiglu_forward_bf16(bf16* y_bf16, float* y, const float* gate, const float* up,
-                              long n) override;
+                              const ops::GluRows& s) override;
   void do_swiglu_backward_bf16(bf16* dgate_bf16, bf16* dup_bf16, float* dgate, float* dup,
                                const float* dy, const float* gate, const float* up,
-                               long n) override;
+                               const ops::GluRows& s) override;
   void do_add(float* y, const float* a, const float* b, long n) override;
   void do_add_inplace(float* y, const float* x, long n) override;
 

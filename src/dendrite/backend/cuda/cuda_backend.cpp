@@ -358,12 +358,12 @@ class CudaBackend final : public Backend {
     cuda::swiglu_backward(dgate, dup, dy, gate, up, n, stream_);
   }
   void do_swiglu_forward_bf16(bf16* y_bf16, float*, const float* gate, const float* up,
-                              long n) override {
-    cuda::swiglu_forward_bf16(y_bf16, gate, up, n, stream_);
+                              const ops::GluRows& s) override {
+    cuda::swiglu_forward_bf16(y_bf16, gate, up, s, stream_);
   }
   void do_swiglu_backward_bf16(bf16* dgate_bf16, bf16* dup_bf16, float*, float*, const float* dy,
-                               const float* gate, const float* up, long n) override {
-    cuda::swiglu_backward_bf16(dgate_bf16, dup_bf16, dy, gate, up, n, stream_);
+                               const float* gate, const float* up, const ops::GluRows& s) override {
+    cuda::swiglu_backward_bf16(dgate_bf16, dup_bf16, dy, gate, up, s, stream_);
   }
   void do_add(float* y, const float* a, const float* b, long n) override {
     cuda::add(y, a, b, n, stream_);

@@ -66,16 +66,31 @@ struct GeluBackward {
   }
 };
 
+// Where value i of rows of `width` lies in rows of `stride` (SwiGLU's gate
+// and up, side by side in one product's rows); flat when the two are equal.
+// A 4-wide access stays in its row: width and stride are multiples of 4 then.
+struct Rows {
+  int64_t width, stride;
+  __device__ int64_t at(int64_t i) const {
+    return stride == width ? i : i / width * stride + i % width;
+  }
+};
+
+// Strided rows take the 4-wide path where a group of 4 stays in its row.
+bool whole_groups(const ops::GluRows& s) { return s.width % 4 == 0 && s.stride % 4 == 0; }
+
 template <class Out>  // float, or bf16: the fp32 value rounded as to_bf16 rounds it
 struct SwigluForward {
   Out* y;
   const float* gate;
   const float* up;
+  Rows in;  // gate's and up's rows
   template <int W>
   __device__ void apply(int64_t i) const {
+    const int64_t j = in.at(i);
     float g[W], u[W];
-    load(g, gate + i);
-    load(u, up + i);
+    load(g, gate + j);
+    load(u, up + j);
 #pragma unroll
     for (int k = 0; k < W; ++k) g[k] = g[k] * sigmoid(g[k]) * u[k];
     store(y + i, g);
@@ -89,11 +104,13 @@ struct SwigluBackward {
   const float* dy;
   const float* gate;
   const float* up;
+  Rows in;  // gate's, up's and their gradients' rows
   template <int W>
   __device__ void apply(int64_t i) const {
+    const int64_t j = in.at(i);
     float g[W], u[W], d[W], dg[W], du[W];
-    load(g, gate + i);
-    load(u, up + i);
+    load(g, gate + j);
+    load(u, up + j);
     load(d, dy + i);
 #pragma unroll
     for (int k = 0; k < W; ++k) {
@@ -101,8 +118,8 @@ struct SwigluBackward {
       du[k] = d[k] * g[k] * s;
       dg[k] = d[k] * u[k] * s * (1.0f + g[k] * (1.0f - s));
     }
-    store(dup + i, du);
-    store(dgate + i, dg);
+    store(dup + j, du);
+    store(dgate + j, dg);
   }
 };
 
@@ -324,25 +341,27 @@ void gelu_backward(float* dx, const float* dy, const float* x, long n, cudaStrea
 }
 
 void swiglu_forward(float* y, const float* gate, const float* up, long n, cudaStream_t stream) {
-  launch_map(SwigluForward<float>{y, gate, up}, n, aligned_to(16, y, gate, up), stream,
+  launch_map(SwigluForward<float>{y, gate, up, {n, n}}, n, aligned_to(16, y, gate, up), stream,
              "swiglu_forward");
 }
 
-void swiglu_forward_bf16(bf16* y, const float* gate, const float* up, long n, cudaStream_t stream) {
-  launch_map(SwigluForward<bf16>{y, gate, up}, n, aligned_to(8, y) && aligned_to(16, gate, up),
-             stream, "swiglu_forward_bf16");
+void swiglu_forward_bf16(bf16* y, const float* gate, const float* up, const ops::GluRows& s,
+                         cudaStream_t stream) {
+  launch_map(SwigluForward<bf16>{y, gate, up, {s.width, s.stride}}, s.count(),
+             aligned_to(8, y) && aligned_to(16, gate, up) && whole_groups(s), stream,
+             "swiglu_forward_bf16");
 }
 
 void swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate, const float* up,
                      long n, cudaStream_t stream) {
-  launch_map(SwigluBackward<float>{dgate, dup, dy, gate, up}, n,
+  launch_map(SwigluBackward<float>{dgate, dup, dy, gate, up, {n, n}}, n,
              aligned_to(16, dgate, dup, dy, gate, up), stream, "swiglu_backward");
 }
 
 void swiglu_backward_bf16(bf16* dgate, bf16* dup, const float* dy, const float* gate,
-                          const float* up, long n, cudaStream_t stream) {
-  launch_map(SwigluBackward<bf16>{dgate, dup, dy, gate, up}, n,
-             aligned_to(8, dgate, dup) && aligned_to(16, dy, gate, up), stream,
+                          const float* up, const ops::GluRows& s, cudaStream_t stream) {
+  launch_map(SwigluBackward<bf16>{dgate, dup, dy, gate, up, {s.width, s.stride}}, s.count(),
+             aligned_to(8, dgate, dup) && aligned_to(16, dy, gate, up) && whole_groups(s), stream,
              "swiglu_backward_bf16");
 }
 

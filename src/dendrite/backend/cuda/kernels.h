@@ -17,6 +17,7 @@
 #include <string>
 
 #include "dendrite/core/bf16.h"
+#include "dendrite/ops/activation.h"
 #include "dendrite/ops/attention.h"
 #include "dendrite/ops/cross_entropy.h"
 #include "dendrite/ops/embedding.h"
@@ -39,10 +40,12 @@ void gelu_backward(float* dx, const float* dy, const float* x, long n, cudaStrea
 void swiglu_forward(float* y, const float* gate, const float* up, long n, cudaStream_t stream);
 void swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate, const float* up,
                      long n, cudaStream_t stream);
-// swiglu_forward's and swiglu_backward's values rounded to bf16, the fp32 values not written.
-void swiglu_forward_bf16(bf16* y, const float* gate, const float* up, long n, cudaStream_t stream);
+// swiglu_forward's and swiglu_backward's values rounded to bf16, the fp32 values not written;
+// gate's and up's rows (and dgate's and dup's) at s.stride.
+void swiglu_forward_bf16(bf16* y, const float* gate, const float* up, const ops::GluRows& s,
+                         cudaStream_t stream);
 void swiglu_backward_bf16(bf16* dgate, bf16* dup, const float* dy, const float* gate,
-                          const float* up, long n, cudaStream_t stream);
+                          const float* up, const ops::GluRows& s, cudaStream_t stream);
 void add(float* y, const float* a, const float* b, long n, cudaStream_t stream);
 void add_inplace(float* y, const float* x, long n, cudaStream_t stream);
 void to_bf16(bf16* out, const float* in, int64_t n, cudaStream_t stream);

@@ -3,7 +3,8 @@
 // peak memory; with --anatomy (a program that counts its device's work, the
 // emulated GPU's), what the device did in each step.
 // `dendrite bench generate`: time greedy generation from random prompts with
-// the key/value cache and without it, side by side.
+// the key/value cache and without it, side by side; with --anatomy, what the
+// device did for one token generated with the cache.
 #include <omp.h>
 #include <sys/resource.h>
 
@@ -409,6 +410,8 @@ struct GenerateBenchOptions {
   int prompt = 64, tokens = 256;
   std::string mode = "both";  // both, cache, no-cache
   bool json = false;
+  bool anatomy = false;
+  StepCounter* counter = nullptr;  // the program's, if it counts its device's work
 };
 
 int run_bench_generate(const GenerateBenchOptions& o, MpiEnv& env) {
@@ -418,6 +421,12 @@ int run_bench_generate(const GenerateBenchOptions& o, MpiEnv& env) {
                  "bench generate: --mode must be both, cache or no-cache, got '", o.mode, "'");
   DENDRITE_CHECK(o.prompt >= 1 && o.tokens >= 1, "bench generate: --prompt and --tokens must be "
                  "positive, got ", o.prompt, " and ", o.tokens);
+  DENDRITE_CHECK(!o.anatomy || o.counter,
+                 "bench generate --anatomy: this program cannot count its device's work; the "
+                 "tests' build/tests/dendrite_emulated counts the emulated GPU's");
+  DENDRITE_CHECK(!o.anatomy || (o.mode != "no-cache" && o.tokens >= 3),
+                 "bench generate --anatomy counts the third token generated with the cache; "
+                 "give --mode both or cache and --tokens 3 or more");
   ModelConfig mc = model_config_of(r.model);
   std::unique_ptr<Backend> backend = make_rank_backend(r.device, env);
   ProcessGrid grid = make_grid(backend->transport(env.world()), r.grid);
@@ -436,6 +445,13 @@ int run_bench_generate(const GenerateBenchOptions& o, MpiEnv& env) {
     double secs = 0;
     std::vector<Ids> out;
   };
+  // --anatomy: the third token with the cache (the first fills the cache,
+  // the second is the first to read it), counted from the end of the second.
+  std::string anatomy;
+  auto count_third = [&](int i, const Ids&) {
+    if (i == 1) o.counter->begin();
+    if (i == 2) anatomy = o.counter->end();
+  };
   std::vector<Run> runs;
   if (o.mode != "no-cache") runs.push_back({"cache", true, 0, {}});
   if (o.mode != "cache") runs.push_back({"no-cache", false, 0, {}});
@@ -443,7 +459,10 @@ int run_bench_generate(const GenerateBenchOptions& o, MpiEnv& env) {
     generate_batch(*model, prompts, std::min(o.tokens, 4), greedy, run.cache);  // warm-up
     grid.world().barrier();
     const auto t0 = std::chrono::steady_clock::now();
-    run.out = generate_batch(*model, prompts, o.tokens, greedy, run.cache);
+    if (o.anatomy && run.cache)
+      run.out = generate_batch(*model, prompts, o.tokens, greedy, true, count_third);
+    else
+      run.out = generate_batch(*model, prompts, o.tokens, greedy, run.cache);
     grid.world().barrier();
     run.secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
@@ -460,6 +479,7 @@ int run_bench_generate(const GenerateBenchOptions& o, MpiEnv& env) {
     j["speedup"] = runs[1].secs / runs[0].secs;
     j["same_tokens"] = runs[0].out == runs[1].out;
   }
+  if (o.anatomy) j["anatomy"] = nlohmann::json::parse(anatomy);
   if (o.json) {
     std::printf("%s\n", j.dump().c_str());
     return 0;
@@ -534,6 +554,7 @@ Runner add_bench(CLI::App& app, MpiEnv& env, StepCounter* counter) {
                  "epilogues take as kernels after bare products (to time the two side by side)");
   step->add_option("--grid", r.grid, "Process grid under mpirun, e.g. x=2,y=2 (default: data-parallel)");
   auto g = std::make_shared<GenerateBenchOptions>();
+  g->counter = counter;
   CLI::App* gen = app.add_subcommand(
       "generate", "Time greedy generation with the key/value cache and without it");
   TrainOptions& gr = g->run;
@@ -550,6 +571,11 @@ Runner add_bench(CLI::App& app, MpiEnv& env, StepCounter* counter) {
   gen->add_option("--threads", gr.threads, "Threads (default: OMP_NUM_THREADS or all cores)");
   gen->add_option("--grid", gr.grid, "Process grid under mpirun, e.g. x=2,y=2 (default: data-parallel)");
   gen->add_flag("--json", g->json, "Print one JSON object");
+  gen->add_flag("--anatomy", g->anatomy,
+                "Count the device's work for the third token generated with the cache "
+                "(launches, synchronisations, allocations, copies, by op) into the JSON's "
+                "\"anatomy\" (only a program that counts its device's work: the tests' "
+                "dendrite_emulated)");
   return [o, g, step, gen, &env] {
     return step->parsed() ? run_bench_step(*o, env) : run_bench_generate(*g, env);
   };

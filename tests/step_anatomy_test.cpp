@@ -8,7 +8,7 @@
 // running finds the same work as running; the loss is one pass over each
 // chunk of logits where one rank holds the vocabulary; Llama's RoPE and
 // SwiGLU write the products' bf16 operands, as the final norm writes the
-// head's; and bench/step_roofline.py models
+// head's; a generated token allocates nothing; and bench/step_roofline.py models
 // the step, refusing a kernel it has no formula for. Prints the counts per
 // step and per layer.
 #include <gtest/gtest.h>
@@ -313,6 +313,31 @@ TEST(StepAnatomy, TheFinalNormWritesTheHeadsOperand) {
     EXPECT_EQ(calls["to_bf16"], 1) << norm << ": the replicated parameters' alone";
     for (const char* pass : {"_row_sums", "_apply", "_apply_bf16"})
       EXPECT_EQ(calls.count(norm + pass), 0u) << norm + pass;
+  }
+}
+
+// A token generated with the key/value cache (`bench generate --anatomy`,
+// the third: the first fills the cache) allocates, zeroes and frees nothing
+// on the device: the last rows, their logits and the head's scratch are kept
+// from the first token. Its one read of the device is the logits' download
+// (the copy into pageable memory and the stream's synchronisation).
+TEST(StepAnatomy, AGeneratedTokenAllocatesNothing) {
+  for (const char* run : {"--model gpt2-tiny", "--model llama-tiny --precision bf16"}) {
+    const test::CommandResult r = test::run_command(
+        std::string("OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                    "timeout 120 ") +
+        DENDRITE_EMULATED_BINARY + " bench generate --device cuda " + run +
+        " --prompt 4 --tokens 4 --mode cache --anatomy --json 2>&1");
+    ASSERT_EQ(r.rc, 0) << r.out;
+    const size_t at = r.out.rfind("\n{");
+    const json j = json::parse(at == std::string::npos ? r.out : r.out.substr(at + 1));
+    const json& total = j["anatomy"]["total"];
+    EXPECT_EQ(total["allocations"], 0) << run << ": " << total.dump();
+    EXPECT_EQ(total["frees"], 0) << run;
+    EXPECT_EQ(total["memsets"], 0) << run;
+    EXPECT_EQ(total["syncs"], 2) << run;
+    EXPECT_EQ(total["copies"]["d2h"]["count"], 1) << run;
+    EXPECT_GT(total["launches"].get<int64_t>(), 0) << run;
   }
 }
 

@@ -411,6 +411,7 @@ size_t Transformer::activation_bytes() const {
     n += b->size();
   n += head_sums_.size() * 2;  // doubles
   for (size_t l = 0; l < k_cache_.size(); ++l) n += k_cache_[l].size() + v_cache_[l].size();
+  n += last_rows_.size() + last_logits_.size();  // generation's, once made
   size_t low = 0;  // bf16 elements
   for (auto& a : acts_)
     for (const Buffer<bf16>* b : {&a.norm1h, &a.qkvh, &a.atth, &a.norm2h, &a.acth})

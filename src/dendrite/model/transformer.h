@@ -380,6 +380,7 @@ class Transformer {
   // Generation: per layer the keys and values [B_loc, max_T, kvd/Gy] of the
   // cached positions; the positions filled and the global batch they hold.
   std::vector<Buffer<float>> k_cache_, v_cache_;
+  Buffer<float> last_rows_, last_logits_;  // finish_last_positions's, kept between tokens
   int cache_len_ = 0, cache_B_ = 0;
 };
 

@@ -545,14 +545,21 @@ void Transformer::last_position_logits(const int32_t* inputs, int B, int T, floa
   finish_last_positions(B_loc, T, out);
 }
 
+// The last rows and their logits go through buffers made at the first call
+// (and grown for a larger batch), so that a generated token allocates and
+// frees nothing on the device.
 void Transformer::finish_last_positions(int B_loc, int T, float* out) {
-  Buffer<float> last = be_.alloc<float>(int64_t(B_loc) * c_);  // [B_loc, C/Gx]
-  be_.copy_rows(last.data(), normf_.data() + int64_t(T - 1) * c_, B_loc, c_, int64_t(T) * c_);
-  Buffer<float> logits = be_.alloc<float>(int64_t(B_loc) * cfg_.vocab_size);
-  head_.logits(logits.data(), operand(last.data(), normf_h_.data(), int64_t(B_loc) * c_), B_loc,
-               stream_, tied_head());
+  const int64_t rows = int64_t(B_loc) * c_, n = int64_t(B_loc) * cfg_.vocab_size;
+  if (last_rows_.size() < size_t(rows) || last_logits_.size() < size_t(n)) {
+    AllocationPurpose purpose("generation's last rows and their logits");
+    last_rows_ = be_.alloc<float>(rows);  // [B_loc, C/Gx]
+    last_logits_ = be_.alloc<float>(n);   // [B_loc, V]
+  }
+  be_.copy_rows(last_rows_.data(), normf_.data() + int64_t(T - 1) * c_, B_loc, c_, int64_t(T) * c_);
+  head_.logits(last_logits_.data(), operand(last_rows_.data(), normf_h_.data(), rows), B_loc,
+               stream_, tied_head(), /*keep=*/true);
   end_pass();
-  be_.download(out, logits.data(), logits.size() * sizeof(float));
+  be_.download(out, last_logits_.data(), size_t(n) * sizeof(float));
 }
 
 void Transformer::start_generation() {

@@ -245,17 +245,23 @@ void VocabCrossEntropy::forward_backward(float* dx, Operand x, const int32_t* ta
   }
 }
 
-void VocabCrossEntropy::logits(float* out, Operand x, int m, WeightStream& stream,
-                               Operand gathered) {
+void VocabCrossEntropy::logits(float* out, Operand x, int m, WeightStream& stream, Operand gathered,
+                               bool keep) {
   const int C = int(head_->block_cols), Vloc = int(head_->block_rows), gy = grid_->shape().y;
   const Operand w = gathered.empty() ? stream.gather(*head_) : gathered;  // [Vp/Gy, C/Gx]
-  Buffer<float> local = be_->alloc<float>(int64_t(m) * Vloc);
-  Buffer<float> all = be_->alloc<float>(int64_t(m) * Vloc * gy);
-  be_->linear_forward(local.data(), x, w, nullptr, {m, C, Vloc});
+  Buffer<float> local_once, all_once;
+  auto scratch = [&](Buffer<float>& kept, Buffer<float>& once, int64_t n) {
+    Buffer<float>& b = keep ? kept : once;
+    if (b.size() < size_t(n)) b = be_->alloc<float>(n);
+    return b.data();
+  };
+  float* local = scratch(kept_local_, local_once, int64_t(m) * Vloc);
+  float* all = scratch(kept_all_, all_once, int64_t(m) * Vloc * gy);
+  be_->linear_forward(local, x, w, nullptr, {m, C, Vloc});
   be_->before_collective();
-  grid_->X().all_reduce(local.data(), int64_t(m) * Vloc);
-  grid_->Y().all_gather(local.data(), all.data(), int64_t(m) * Vloc, DType::kF32);
-  be_->interleave_vocab_parts(out, all.data(), {gy, m, Vloc, V_});
+  grid_->X().all_reduce(local, int64_t(m) * Vloc);
+  grid_->Y().all_gather(local, all, int64_t(m) * Vloc, DType::kF32);
+  be_->interleave_vocab_parts(out, all, {gy, m, Vloc, V_});
 }
 
 }  // namespace dendrite

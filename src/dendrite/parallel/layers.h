@@ -126,8 +126,11 @@ class VocabCrossEntropy {
                         double* loss_sum, Operand gathered = {});
   int chunk_rows() const { return chunk_; }
   // logits [m, V] of every row, gathered on every rank (generation, tests),
-  // into the backend's memory.
-  void logits(float* out, Operand x, int m, WeightStream& stream, Operand gathered = {});
+  // into the backend's memory. keep: its scratch stays for the next call
+  // (generation's few rows a token, so that a token allocates nothing), else
+  // it is allocated for this call alone.
+  void logits(float* out, Operand x, int m, WeightStream& stream, Operand gathered = {},
+              bool keep = false);
 
  private:
   ProcessGrid* grid_ = nullptr;
@@ -136,6 +139,7 @@ class VocabCrossEntropy {
   int V_ = 0, chunk_ = 0;
   Buffer<float> logits_, stats_, gathered_, lse_;
   Buffer<bf16> dlogits_;  // [chunk, Vp/Gy]: a chunk's dlogits in bf16 (bf16 precision)
+  Buffer<float> kept_local_, kept_all_;  // logits()'s scratch, kept between calls (keep)
 };
 
 }  // namespace dendrite

@@ -65,21 +65,28 @@ std::vector<json> entries_of(const json& step, const std::string& part) {
 }
 
 int64_t sum_syncs(const json& e, const std::string& call) { return e["syncs"].value(call, 0); }
+
+// A fused run and the same model with the products apart: layer 0's products
+// {forward, backward} in each, and the same loss (not zero).
+void expect_fused_products(const json& fused, const json& apart, std::array<int64_t, 2> want,
+                           std::array<int64_t, 2> want_apart) {
+  for (int i = 0; i < 2; ++i) {
+    const std::string part = std::string("layer 0 ") + (i == 0 ? "forward" : "backward");
+    auto products = [&](const json& run) {
+      return run["anatomy"]["later_step"]["by_part"][part]["matmuls"].get<int64_t>();
+    };
+    EXPECT_EQ(products(fused), want[i]) << part;
+    EXPECT_EQ(products(apart), want_apart[i]) << part << ", apart";
+  }
+  EXPECT_NEAR(apart["loss"].get<double>(), fused["loss"].get<double>(), 1e-4);
+  EXPECT_NE(apart["loss"].get<double>(), 0.0);
+}
 // q, k and v as one product (GPT-2 under bf16 on one rank): per layer 4
 // products forward and 8 backward, where three products make them 6 and 12;
 // the same model (--no-fused-qkv runs the three).
 TEST(StepAnatomy, QkvIsOneProductWhereTheLayoutAllows) {
   const json three = bench_anatomy("gpt2-tiny", false, "--no-fused-qkv");
-  const json& one = gpt2_run();
-  for (const char* dir : {"forward", "backward"}) {
-    const std::string part = std::string("layer 0 ") + dir;
-    const int64_t fused = one["anatomy"]["later_step"]["by_part"][part]["matmuls"].get<int64_t>();
-    const int64_t apart = three["anatomy"]["later_step"]["by_part"][part]["matmuls"].get<int64_t>();
-    EXPECT_EQ(fused, dir == std::string("forward") ? 4 : 8) << part;
-    EXPECT_EQ(apart, dir == std::string("forward") ? 6 : 12) << part;
-  }
-  EXPECT_NEAR(three["loss"].get<double>(), one["loss"].get<double>(), 1e-4);
-  EXPECT_NE(three["loss"].get<double>(), 0.0);
+  expect_fused_products(gpt2_run(), three, {4, 8}, {6, 12});
 }
 
 // SwiGLU's gate and up as one product (Llama under bf16 on one rank): per
@@ -89,21 +96,13 @@ TEST(StepAnatomy, QkvIsOneProductWhereTheLayoutAllows) {
 TEST(StepAnatomy, GateAndUpAreOneProductWhereTheLayoutAllows) {
   const json two = bench_anatomy("llama-tiny", false, "--no-fused-gate-up");
   const json& one = llama_run();
-  for (const char* dir : {"forward", "backward"}) {
-    const std::string part = std::string("layer 0 ") + dir;
-    const int64_t fused = one["anatomy"]["later_step"]["by_part"][part]["matmuls"].get<int64_t>();
-    const int64_t apart = two["anatomy"]["later_step"]["by_part"][part]["matmuls"].get<int64_t>();
-    EXPECT_EQ(fused, dir == std::string("forward") ? 4 : 8) << part;
-    EXPECT_EQ(apart, dir == std::string("forward") ? 5 : 10) << part;
-  }
+  expect_fused_products(one, two, {4, 8}, {5, 10});
   std::set<double> widths;  // the forward products' n
   for (const json& e : one["anatomy"]["later_step"]["ops"])
     if (e["part"] == "layer 0 forward" &&
         e["op"].get<std::string>().rfind("linear_forward", 0) == 0)
       widths.insert(e["args"]["n"].get<double>());
   EXPECT_EQ(widths.count(128.0), 1u) << "gate's 64 and up's 64 in one product's rows";
-  EXPECT_NEAR(two["loss"].get<double>(), one["loss"].get<double>(), 1e-4);
-  EXPECT_NE(two["loss"].get<double>(), 0.0);
 }
 
 // The ops that write a residual stream's gradient as the bf16 operand of o's

@@ -366,8 +366,10 @@ int run_bench_step(const BenchOptions& o, MpiEnv& env) {
       {"param_bytes", 4.0 * model->num_floats()},
       {"activation_bytes", double(model->activation_bytes())}};
   j["device"] = backend->describe();
-  if (backend->device() == Device::kCuda)  // what the model and its step held at most
-    j["device_peak_mb"] = device_peak_mb;
+  if (backend->device() == Device::kCuda) {  // what the model and its step held at most, of
+    j["device_peak_mb"] = device_peak_mb;    // what the device has (the planner's input)
+    j["device_memory_mb"] = double(backend->device_capacity_bytes()) / (1 << 20);
+  }
   if (r.gemm_tune) j["gemm"] = gemm_report(*backend, o.steps + o.warmup);
   if (o.anatomy) j["anatomy"] = anatomy_report(mc, r, t.anatomy);
   if (!o.profile.empty()) {

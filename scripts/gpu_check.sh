@@ -184,9 +184,22 @@ bench_torch() {
     --precision bf16 --model "$model" --batch 16 --seq 1024 --steps 10 --warmup 3 "$@"
   grep -s '^{' "$out/torch_${mode}_$model.log" | tail -1 > "$out/torch_${mode}_$model.json"
 }
+# plan_memory MODEL: the planner's memory figure for the step bench_dendrite
+# ran, on a GPU node's file with this GPU's memory (the bench's
+# device_memory_mb; the head's chunks are sized from it, as the trainer sizes
+# them), or the published H200's where the bench left none.
 plan_memory() {
+  local machine=machines/h200-node.json
+  python3 - "$out/dendrite_$1.json" "$out/this-gpu.json" 2>/dev/null <<'PY' && machine=$out/this-gpu.json
+import json, sys
+bench, out = sys.argv[1], sys.argv[2]
+mb = json.loads(open(bench).read().strip().splitlines()[-1])["device_memory_mb"]
+m = json.load(open("machines/h200-node.json"))
+m["name"], m["memory_per_rank_bytes"] = "this-gpu", mb * 1048576
+json.dump(m, open(out, "w"), indent=1)
+PY
   part "plan_$1" 60 build-gpu/dendrite plan --model "$1" --batch 16 --seq 1024 --precision bf16 \
-    --machine machines/alps.json --json
+    --machine "$machine" --json
   grep -s '^{' "$out/plan_$1.log" | tail -1 > "$out/plan_$1.json"
 }
 
@@ -215,7 +228,9 @@ t = load(f"dendrite_qkv3_{m}.json")
 if t:
     row.append(f"dendrite with q, k and v as three products {t['tokens_per_s']:.0f} tok/s")
 if p:
-    row.append(f"planner {p['ranked'][0]['memory_mb']:.0f} MB")
+    planned, held = p['ranked'][0]['memory_mb'], (d or {}).get('device_peak_mb', 0)
+    off = f" ({100 * (planned / held - 1):+.1f}% of the device's peak)" if held else ""
+    row.append(f"planner {planned:.0f} MB{off}")
 for mode in ("eager", "compile"):
     t = load(f"torch_{mode}_{m}.json")
     if t:

@@ -129,32 +129,6 @@ TEST_P(BackendOps, EmbeddingsInRangesChunksAndPositions) {
   expect_close(cdw, dwte, 1e-6, "embedding backward in chunks");
 }
 
-// The LM head's chunk rows: 256 on the CPU; on a GPU a multiple of 256 from
-// 256 to 8192, fewer for wider rows, from the device's memory.
-TEST_P(BackendOps, LmHeadChunkRowsFollowTheDevicesMemory) {
-  const int64_t narrow = 64, wide = int64_t(1) << 40;
-  if (GetParam().device == Device::kCpu && !GetParam().emulated) {
-    EXPECT_EQ(be().lm_head_chunk_rows(narrow), 256);
-    EXPECT_EQ(be().lm_head_chunk_rows(wide), 256);
-    return;
-  }
-  const int64_t budget = be().device_capacity_bytes() / 64;
-  ASSERT_GT(budget, 0);
-  for (int64_t row : {narrow, int64_t(201236), int64_t(301828), wide}) {
-    const int rows = be().lm_head_chunk_rows(row);
-    EXPECT_EQ(rows % 256, 0) << row;
-    EXPECT_GE(rows, 256) << row;
-    EXPECT_LE(rows, 8192) << row;
-    if (rows > 256) {
-      EXPECT_LE(int64_t(rows) * row, budget) << row;
-    }
-    if (rows < 8192) {
-      EXPECT_GT(int64_t(rows + 256) * row, budget) << row;
-    }
-  }
-  EXPECT_EQ(be().lm_head_chunk_rows(wide), 256);
-}
-
 INSTANTIATE_TEST_SUITE_P(Cpu, BackendOps, ::testing::Values(kCpuTarget), target_name);
 INSTANTIATE_TEST_SUITE_P(Emulated, BackendOps, ::testing::ValuesIn(kEmulatedTargets), target_name);
 #ifdef DENDRITE_HAVE_CUDA

@@ -31,8 +31,10 @@
 #include "dendrite/core/check.h"
 #include "dendrite/core/rng.h"
 #include "dendrite/model/transformer.h"
+#include "dendrite/plan/model.h"
 #include "dendrite/train/checkpoint.h"
 #include "dendrite/train/optimizer.h"
+#include "emulated_cuda/counters.h"
 #include "emulated_cuda/emulated_backend.h"
 
 namespace dendrite {
@@ -58,13 +60,14 @@ ModelConfig config(const std::string& arch) {
 struct OneProcess {
   // emulated: the CUDA backend on the CPU emulator, for d = kCuda, its
   // streams concurrent (the host goes on while the GPU works, as on a GPU).
-  OneProcess(Device d, const ModelConfig& c, const ModelOptions& opt = {}, bool emulated = false) {
+  OneProcess(Device d, const ModelConfig& c, const ModelOptions& opt = {}, bool emulated = false,
+             int rows = kB) {
     BackendOptions o;
     o.tf32 = false;
     if (emulated && d == Device::kCuda) emu::set_streams(emu::Streams::kConcurrent);
     be = emulated && d == Device::kCuda ? make_emulated_cuda_backend(o) : make_backend(d, o);
     grid = std::make_unique<ProcessGrid>(GridShape{}, be->transport(self));
-    model = std::make_unique<Transformer>(c, *grid, *be, kB, kT, opt);
+    model = std::make_unique<Transformer>(c, *grid, *be, rows, kT, opt);
     adam = std::make_unique<AdamW>(*be, model->table(), ops::AdamWConfig{});
   }
   std::vector<float> grads() {
@@ -256,6 +259,61 @@ TEST_P(CudaModel, CheckpointsMoveBetweenTheGpuAndTheCpu) {
   load_weights(ckpt2, *gpu2.model);
   EXPECT_EQ(gpu2.params(), cpu.params()) << "the CPU's weights, resumed on the GPU";
   std::filesystem::remove_all(dir);
+}
+
+// The planner's memory figure for one GPU (plan/model.h: step_memory with
+// the device's memory) is what the device holds at its peak, through a
+// step, its AdamW update and the gradient norm: every buffer the step makes
+// is one the planner counts. The vocabulary is wide enough (8192 ids) that
+// on an emulated GPU of 1 GiB the head takes 256 of the 1024 rows a chunk
+// (parallel/head_chunk.h), and all of them on one of 4 GiB. The device
+// rounds each allocation up to 256 bytes, the planner does not: at most
+// 16 KiB apart over the run's hundred-odd buffers (measured: 7 KiB at most).
+TEST_P(CudaModel, ThePlannersMemoryIsTheDevicesPeak) {
+  nlohmann::json j = to_json(model());
+  j["vocab_size"] = 8192;
+  const ModelConfig c = model_config_from_json(j);
+  constexpr int kRows = 64;  // sequences of kT: 1024 rows
+  struct Restore {           // the other tests' device again, however this one ends
+    ~Restore() {
+      emu::counters::set_count_only(false);
+      emu::set_device_memory(size_t(4) << 30);
+    }
+  } restore;
+  // Emulated, the products and kernels are counted, not run: the buffers are
+  // the same and the test takes a second.
+  if (emulated()) emu::counters::set_count_only(true);
+  const std::vector<size_t> devices =
+      emulated() ? std::vector<size_t>{size_t(1) << 30, size_t(4) << 30} : std::vector<size_t>{0};
+  for (size_t device : devices)
+    for (Precision p : {Precision::kF32, Precision::kBF16})
+      for (bool recompute : {false, true}) {
+        if (device) emu::set_device_memory(device);
+        ModelOptions mo;
+        mo.precision = p, mo.recompute = recompute;
+        OneProcess gpu(Device::kCuda, c, mo, emulated(), kRows);
+        gpu.model->init(3);
+        std::vector<int32_t> in(size_t(kRows) * kT), tg(in.size());
+        for (size_t i = 0; i < in.size(); ++i)
+          in[i] = int32_t(i * 7 % 8192), tg[i] = int32_t(i * 13 % 8192);
+        gpu.model->zero_grads();
+        gpu.model->forward_backward(in.data(), tg.data(), nullptr, double(in.size()), kRows, kT);
+        gpu.adam->step(*gpu.model, 1e-3f, AdamW::clip_factor(gpu.model->grad_norm(), 1.0));
+        gpu.be->wait(gpu.be->record());
+
+        PlanOptions o;
+        o.B = kRows, o.T = kT, o.precision = p, o.recompute = recompute;
+        o.device_bytes = double(gpu.be->device_capacity_bytes());
+        const double planned = step_memory(c, {1, 1, 1, 1}, o).total();
+        const double held = double(gpu.be->device_peak_bytes());
+        const std::string what = str(GetParam().arch, p == Precision::kBF16 ? " bf16" : " fp32",
+                                     recompute ? " recompute" : "", ", a device of ",
+                                     gpu.be->device_capacity_bytes() >> 20, " MiB, ",
+                                     step_head_chunk(c, {1, 1, 1, 1}, o), " rows a chunk");
+        EXPECT_GE(held, planned) << what;
+        EXPECT_LE(held - planned, 16 << 10)
+            << what << ": the device held " << held << " bytes, the planner says " << planned;
+      }
 }
 
 // Out of device memory: the error names what the memory was for, the bytes

@@ -15,6 +15,7 @@
 #include "dendrite/comm/grid.h"
 #include "dendrite/core/check.h"
 #include "dendrite/model/transformer.h"
+#include "dendrite/parallel/head_chunk.h"
 #include "dendrite/plan/model.h"
 #include "dendrite/plan/sweep.h"
 #include "plan_support.h"
@@ -74,8 +75,8 @@ TEST(Planner, CommunicationBytesEqualStepVolume) {
     for (const GridDims& g : enumerate_grids(P)) {
       if (!grid_exclusion(c, g, o).empty()) continue;
       const StepPrediction p = predict_step(c, m, g, o);
-      const Volume v = step_volume(c, g, o.B, o.T, o.ce_chunk, o.keep_gathered, o.recompute,
-                                   o.overlap.dp);
+      const Volume v = step_volume(c, g, o.B, o.T, step_head_chunk(c, g, o), o.keep_gathered,
+                                   o.recompute, o.overlap.dp);
       EXPECT_EQ(p.volume.bytes, v.bytes) << grid_str(g);
       EXPECT_EQ(p.volume.calls, v.calls) << grid_str(g);
       // The predicted seconds are the ring cost of exactly these bytes and calls.
@@ -144,6 +145,66 @@ TEST(Planner, GemmFlopsSplitOverTheGrid) {
   const StepPrediction p = predict_step(c, m, {1, 1, 1, 1}, o);
   EXPECT_NEAR(p.gemm_s, 6 * tokens * weights / 100e9, 1e-9);
   EXPECT_NEAR(p.step_s, p.compute_s + p.comm_total_s, 1e-12);
+}
+
+// The LM head's chunk rows (parallel/head_chunk.h): 256 on a CPU; on a GPU
+// a multiple of 256 from 256 to 8192, fewer for wider rows, as many as fit in
+// 1/64 of its memory; never more than the rank's rows.
+TEST(HeadChunk, RowsFollowTheDevicesMemory) {
+  const int64_t narrow = 64, wide = int64_t(1) << 40, gib = int64_t(1) << 30;
+  EXPECT_EQ(head_chunk_rows(0, narrow, 16384), 256);
+  EXPECT_EQ(head_chunk_rows(0, wide, 16384), 256);
+  EXPECT_EQ(head_chunk_rows(0, narrow, 100), 100);
+  const int64_t device = 140 * gib, budget = device / 64;
+  for (int64_t row : {narrow, int64_t(201236), int64_t(301828), wide}) {
+    const int rows = head_chunk_rows(device, row, 1 << 20);
+    EXPECT_EQ(rows % 256, 0) << row;
+    EXPECT_GE(rows, 256) << row;
+    EXPECT_LE(rows, 8192) << row;
+    if (rows > 256) EXPECT_LE(int64_t(rows) * row, budget) << row;
+    if (rows < 8192) EXPECT_GT(int64_t(rows + 256) * row, budget) << row;
+  }
+  EXPECT_EQ(head_chunk_rows(device, wide, 1 << 20), 256);
+  EXPECT_EQ(head_chunk_rows(device, narrow, 1000), 1000);
+  // GPT-2's 50304 ids in bf16, one rank of Y: on an H200 and an H100.
+  const int64_t gpt2 = head_chunk_row_bytes(50304, 1, true);
+  EXPECT_EQ(gpt2, 50304 * 6 + 20);
+  EXPECT_EQ(head_chunk_rows(143771 * (int64_t(1) << 20), gpt2, 16384), 7680);
+  EXPECT_EQ(head_chunk_rows(80 * gib, gpt2, 16384), 4352);
+}
+
+// A GPU machine's planner sizes the head's chunks from the GPU's memory, as
+// the trainer does (its memory figure is checked against the emulated GPU's
+// in cuda_model_test); a CPU machine's takes 256 rows.
+TEST(Planner, AGpuMachineSizesTheHeadFromItsMemory) {
+  const ModelConfig c = load_model_config("gpt2-124m");
+  PlanOptions o;
+  o.B = 16, o.T = 1024, o.precision = Precision::kBF16;
+  const GridDims one{1, 1, 1, 1};
+  auto head_rows = [&](const PlanOptions& with) {
+    for (const GemmCall& call : step_gemms(c, one, with))
+      if (call.what == "head.forward") return call.m;
+    return int64_t(0);
+  };
+  Machine m = test_machine();
+  const StepPrediction cpu = predict_step(c, m, one, o);
+  EXPECT_EQ(step_head_chunk(c, one, o), 256);
+  EXPECT_EQ(head_rows(o), 256);
+  EXPECT_DOUBLE_EQ(cpu.memory.total(), step_memory(c, one, o).total());
+  m.gpu = true, m.memory_per_rank_bytes = 143771.0 * (1 << 20);
+  const StepPrediction gpu = predict_step(c, m, one, o);
+  o.device_bytes = m.memory_per_rank_bytes;
+  EXPECT_EQ(step_head_chunk(c, one, o), 7680);
+  EXPECT_EQ(head_rows(o), 7680);
+  EXPECT_DOUBLE_EQ(gpu.memory.total(), step_memory(c, one, o).total());
+  // 7424 more rows of fp32 logits and bf16 dlogits, cuBLASLt's workspace
+  // and the kernels' scratch, and the attention backward's.
+  EXPECT_GT(gpu.memory.workspace - cpu.memory.workspace, 7424.0 * 50304 * 6 + (33 << 20));
+  EXPECT_LT(gpu.memory.workspace - cpu.memory.workspace, 7424.0 * 50304 * 6 + (66 << 20));
+  // Fewer, larger head products, and fewer of the chunks' collectives (none here).
+  EXPECT_LT(gpu.gemm_s, cpu.gemm_s);
+  m.gpu = false;
+  EXPECT_DOUBLE_EQ(predict_step(c, m, one, o).memory.total(), cpu.memory.total());
 }
 
 TEST(Planner, ParameterMemoryFallsWithTheWeightSplit) {

@@ -115,9 +115,6 @@ class CountingBackend final : public Backend {
   std::vector<DeviceActivity> stop_device_profile() override {
     return inner_->stop_device_profile();
   }
-  int lm_head_chunk_rows(int64_t bytes_per_row) const override {
-    return inner_->lm_head_chunk_rows(bytes_per_row);
-  }
 
  protected:
   // ---- the ops: Backend's public method has checked the arguments; the

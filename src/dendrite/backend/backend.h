@@ -401,12 +401,6 @@ class Backend : public Allocator {
     ops::check_combine(rows, parts);
     do_ce_combine(lse, gathered, weight, rows, parts, total);
   }
-  // Rows of the LM head's chunks (ops/cross_entropy.h) whose buffers take
-  // bytes_per_row each: 256 on the CPU; on a GPU, thousands, as its memory allows.
-  virtual int lm_head_chunk_rows(int64_t bytes_per_row) const {
-    (void)bytes_per_row;
-    return 256;
-  }
   void ce_dlogits(float* logits, const float* lse, const int32_t* targets, const float* weight,
                   double denominator, const ops::VocabShape& s) {
     ops::check_vocab(s, "ce_dlogits");

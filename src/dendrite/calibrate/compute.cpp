@@ -117,6 +117,7 @@ double calibrate_optimizer(Communicator& world, Backend& be, double seconds) {
 
 void calibrate_compute(Communicator& world, Backend& be, bool quick, Machine& mach) {
   const bool gpu = be.device() != Device::kCpu;
+  mach.gpu = gpu;
   mach.memory_per_rank_bytes = gpu ? double(be.device_capacity_bytes())
                                    : double(sysconf(_SC_PHYS_PAGES)) *
                                          double(sysconf(_SC_PAGE_SIZE)) / world.ranks_on_node();

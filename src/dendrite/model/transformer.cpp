@@ -8,6 +8,7 @@
 #include <string>
 
 #include "dendrite/core/check.h"
+#include "dendrite/parallel/head_chunk.h"
 
 namespace dendrite {
 
@@ -194,14 +195,13 @@ void Transformer::build_layers() {
   norm_f_ = ParallelNorm(grid_, be_, ln, *spec("norm_f.weight"), maybe("norm_f.bias"), cfg_.n_embd,
                          cfg_.norm_eps);
   const ParamSpec& head = cfg_.tied_embeddings() ? *spec("tok_emb") : *spec("lm_head");
-  // The head's chunks: as many rows as the backend's memory allows, at most
-  // this rank's; each row holds its fp32 logits (and bf16 dlogits), its stats
-  // gathered over Y and its lse.
-  const int64_t Vloc = head.block_rows, gy = grid_.shape().y;
-  const int64_t row_bytes = Vloc * (low_precision() ? 6 : 4) + 8 * (1 + gy) + 4;
+  // The head's chunks: as many rows as the device's memory allows, at most
+  // this rank's (head_chunk.h, the planner's rule too).
+  const int64_t row_bytes = head_chunk_row_bytes(head.block_rows, grid_.shape().y, low_precision());
   const int rows = std::max(1, max_B_ / (grid_.shape().d * grid_.shape().z)) * max_T_;
-  head_ = VocabCrossEntropy(grid_, be_, head, cfg_.vocab_size,
-                            std::min(rows, be_.lm_head_chunk_rows(row_bytes)));
+  head_ =
+      VocabCrossEntropy(grid_, be_, head, cfg_.vocab_size,
+                        dendrite::head_chunk_rows(be_.device_capacity_bytes(), row_bytes, rows));
   find_gradient_ranges();
   norm_tensors_ = make_tensor_table(be_, table_, /*norm_only=*/true);
   AllocationPurpose totals("the step's loss and gradient norm");

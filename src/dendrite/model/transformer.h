@@ -140,7 +140,7 @@ class Transformer {
                                double denominator, int B, int T, bool sync = true);
   void reduce_grad_norm();
   StepTotals read_step_totals();
-  // Rows of the LM head's chunks (the backend's choice, at most a batch's rows).
+  // Rows of the LM head's chunks (parallel/head_chunk.h: at most a batch's rows).
   int head_chunk_rows() const { return head_.chunk_rows(); }
   // The logits below are written to host memory.
   // logits [B_loc*T, V] of this rank's rows (on every rank of the X and Y axes).

@@ -263,8 +263,8 @@ Machine generic_machine(int ranks_per_node, int threads_per_rank, int cores_per_
 Machine machine_from_json(const json& j) {
   check_keys(j, "the machine file",
              {"name", "notes", "ranks_per_node", "threads_per_rank", "cores_per_node",
-              "memory_per_rank_bytes", "peak_gflops", "memory_bandwidth", "gemm", "gemm_bf16",
-              "optimizer_seconds_per_param", "oversubscribed_call_penalty_s",
+              "memory_per_rank_bytes", "device", "peak_gflops", "memory_bandwidth", "gemm",
+              "gemm_bf16", "optimizer_seconds_per_param", "oversubscribed_call_penalty_s",
               "peer_wait_fraction", "peer_wait_interval_s", "gemm_efficiency", "collectives"});
   Machine m;
   const std::string top = "the machine file";
@@ -279,6 +279,12 @@ Machine machine_from_json(const json& j) {
   m.threads_per_rank = int(number(j, top, "threads_per_rank", true));
   if (j.contains("cores_per_node")) m.cores_per_node = int(number(j, top, "cores_per_node", false));
   m.memory_per_rank_bytes = number(j, top, "memory_per_rank_bytes", true);
+  if (j.contains("device")) {  // files written before it are CPU nodes
+    const json& d = j.at("device");
+    DENDRITE_CHECK(d.is_string() && (d == "cpu" || d == "gpu"), "machine: \"device\" must be ",
+                   "\"cpu\" or \"gpu\" (what each rank computes on), got ", d.dump());
+    m.gpu = d == "gpu";
+  }
   m.peak_gflops = number(j, top, "peak_gflops", true);
   m.memory_bandwidth = number(j, top, "memory_bandwidth", true);
   if (j.contains("optimizer_seconds_per_param"))
@@ -334,18 +340,20 @@ json to_json(const Machine& m) {
     return a;
   };
   const json gemm = rates(m.gemm);
-  json j = {{"name", m.name},
-            {"ranks_per_node", m.ranks_per_node},
-            {"threads_per_rank", m.threads_per_rank},
-            {"cores_per_node", m.cores_per_node},
-            {"memory_per_rank_bytes", m.memory_per_rank_bytes},
-            {"peak_gflops", m.peak_gflops},
-            {"memory_bandwidth", m.memory_bandwidth},
-            {"gemm_efficiency", m.gemm_efficiency},
-            {"optimizer_seconds_per_param", m.optimizer_seconds_per_param},
-            {"oversubscribed_call_penalty_s", m.oversubscribed_call_penalty_s},
-            {"gemm", gemm},
-            {"collectives", {{"node", level_to_json(m.node)}, {"network", level_to_json(m.network)}}}};
+  json j = {
+      {"name", m.name},
+      {"ranks_per_node", m.ranks_per_node},
+      {"threads_per_rank", m.threads_per_rank},
+      {"cores_per_node", m.cores_per_node},
+      {"memory_per_rank_bytes", m.memory_per_rank_bytes},
+      {"device", m.gpu ? "gpu" : "cpu"},
+      {"peak_gflops", m.peak_gflops},
+      {"memory_bandwidth", m.memory_bandwidth},
+      {"gemm_efficiency", m.gemm_efficiency},
+      {"optimizer_seconds_per_param", m.optimizer_seconds_per_param},
+      {"oversubscribed_call_penalty_s", m.oversubscribed_call_penalty_s},
+      {"gemm", gemm},
+      {"collectives", {{"node", level_to_json(m.node)}, {"network", level_to_json(m.network)}}}};
   if (!m.peer_wait_fraction.empty()) {
     json w = json::object();
     for (auto [g, f] : m.peer_wait_fraction) w[str(g)] = f;

@@ -88,6 +88,10 @@ struct Machine {
   // not keep growing (oversubscribed D groups, two calls a step, wait ~1 ms).
   double peer_wait_interval_s = 0;
   double memory_per_rank_bytes = 0;
+  // Each rank drives a GPU whose memory is memory_per_rank_bytes (the LM
+  // head's chunks are then sized from it, parallel/head_chunk.h), rather than
+  // a share of a CPU node's.
+  bool gpu = false;
   double peak_gflops = 0;       // per rank
   double memory_bandwidth = 0;  // bytes/s per rank
   // Seconds per local parameter of the optimizer step (gradient zeroing, norm

@@ -11,6 +11,7 @@
 #include <map>
 
 #include "dendrite/core/check.h"
+#include "dendrite/parallel/head_chunk.h"
 
 namespace dendrite {
 
@@ -97,9 +98,10 @@ std::vector<GemmCall> step_gemms(const ModelConfig& c, const GridDims& g, const 
   if (o.recompute)  // the layers' forward products run twice
     for (size_t i = first; i < v.size(); ++i)
       if (v[i].what.ends_with(".forward")) v[i].count *= 2;
-  // The LM head in chunks of ce_chunk rows.
-  const int64_t full = s.m / o.ce_chunk, rest = s.m % o.ce_chunk;
-  if (full > 0) add_linear(v, "head", o.ce_chunk, s.Vl, s.C, full);
+  // The LM head in chunks of step_head_chunk rows.
+  const int chunk = step_head_chunk(c, g, o);
+  const int64_t full = s.m / chunk, rest = s.m % chunk;
+  if (full > 0) add_linear(v, "head", chunk, s.Vl, s.C, full);
   if (rest > 0) add_linear(v, "head.last", rest, s.Vl, s.C, 1);
   return v;
 }
@@ -166,6 +168,23 @@ double cost(const Machine& mach, const GridDims& g, const std::string& axis, con
                             o.shared_memory && shm_kind(axis, kind), o.shared_memory);
 }
 
+// What the CUDA backend holds beside the model's buffers: cuBLASLt's
+// workspace and the kernels' scratch (backend/cuda/gemm.h, kernels.h), and
+// under bf16 the attention backward's scratch (attention_mma.cu: dO in bf16
+// and D = rowsum(dO * O), each to 256 bytes, and the bias gradients' sums of
+// each run of 64 rows).
+double gpu_buffers(const ModelConfig& c, const Local& s, const PlanOptions& o) {
+  constexpr double kGemmWorkspace = 32 << 20, kKernelScratch = 1 << 20;
+  double b = kGemmWorkspace + kKernelScratch;
+  if (o.precision == Precision::kBF16) {
+    auto to256 = [](double bytes) { return std::ceil(bytes / 256) * 256; };
+    const double hs = c.head_size(), nkv = double(c.n_kv_head) * s.nh / c.n_head;
+    const double runs = double(s.B_loc) * std::ceil(o.T / 64.0);
+    b += to256(2.0 * s.m * s.nh * hs) + to256(4.0 * s.m * s.nh) + 4 * runs * (s.nh + 2 * nkv) * hs;
+  }
+  return b;
+}
+
 }  // namespace
 
 bool uses_shared_memory(const Machine& mach, const GridDims& g, const std::string& axis,
@@ -176,6 +195,12 @@ bool uses_shared_memory(const Machine& mach, const GridDims& g, const std::strin
 
 int64_t local_parameter_floats(const ModelConfig& c, const GridDims& g) {
   return param_floats(c, g).total;
+}
+
+int step_head_chunk(const ModelConfig& c, const GridDims& g, const PlanOptions& o) {
+  const Local s(c, g, o);
+  const int64_t row = head_chunk_row_bytes(s.Vl, g.y, o.precision == Precision::kBF16);
+  return head_chunk_rows(int64_t(o.device_bytes), row, s.m);
 }
 
 MemoryEstimate step_memory(const ModelConfig& c, const GridDims& g, const PlanOptions& o) {
@@ -225,9 +250,10 @@ MemoryEstimate step_memory(const ModelConfig& c, const GridDims& g, const PlanOp
     gathered += c.n_layer * (q * C + 2 * kv * C + C * q + (llama ? 3 : 2) * F * C);
     if (c.tied_embeddings()) gathered += vocab_block;
   }
-  const double chunk = o.ce_chunk;
+  const double chunk = step_head_chunk(c, g, o);
   ws += chunk * s.Vl + 3 * chunk + 2 * chunk * g.y;  // the head's chunk buffers
   e.workspace = 4 * ws + elem * gathered + (low ? 2 * chunk * s.Vl : 0);  // + bf16 dlogits
+  if (o.device_bytes > 0) e.workspace += gpu_buffers(c, s, o);
   return e;
 }
 
@@ -319,8 +345,8 @@ void predict_compute(StepPrediction& p, const ModelConfig& c, const Machine& mac
 std::map<std::string, double> predict_ring_seconds(StepPrediction& p, const ModelConfig& c,
                                                    const Machine& mach, const GridDims& g,
                                                    const PlanOptions& o) {
-  p.volume = step_volume(c, g, o.B, o.T, o.ce_chunk, o.keep_gathered, o.recompute, o.overlap.dp,
-                         o.precision);
+  p.volume = step_volume(c, g, o.B, o.T, step_head_chunk(c, g, o), o.keep_gathered, o.recompute,
+                         o.overlap.dp, o.precision);
   // Oversubscribed, every collective call waits about one scheduler slice for
   // a descheduled peer (machine.h): exposed, whatever overlap is on.
   const double penalty = mach.oversubscription() > 1 ? mach.oversubscribed_call_penalty_s : 0.0;
@@ -410,7 +436,9 @@ void predict_totals(StepPrediction& p, const PlanOptions& o) {
 }  // namespace
 
 StepPrediction predict_step(const ModelConfig& c, const Machine& mach, const GridDims& g,
-                            const PlanOptions& o) {
+                            const PlanOptions& options) {
+  PlanOptions o = options;
+  o.device_bytes = mach.gpu ? mach.memory_per_rank_bytes : 0;
   StepPrediction p;
   p.grid = g;
   predict_compute(p, c, mach, g, o);

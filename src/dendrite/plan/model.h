@@ -32,7 +32,10 @@ struct PlanOptions {
   // What runs behind computation (default none here; train and plan default
   // to oar). With dp the gradients are reduced over D per layer: more calls.
   Overlap overlap;
-  int ce_chunk = 256;  // rows of the cross-entropy chunks (Dendrite uses 256)
+  // The memory of each rank's GPU in bytes (0: the ranks compute on CPUs):
+  // the LM head's chunks are sized from it (step_head_chunk), and the GPU's
+  // own buffers count (step_memory). predict_step takes it from the machine.
+  double device_bytes = 0;
   // The trainer's shared-memory path (DENDRITE_SHARED_MEMORY, default on): a Z
   // group (D group) inside one node all-gathers and reduce-scatters its
   // parameters (all-reduces its gradients) through shared memory, at the
@@ -101,6 +104,8 @@ bool uses_shared_memory(const Machine& mach, const GridDims& g, const std::strin
 // Floats this rank holds for parameters (each tensor padded to 16, as the table).
 int64_t local_parameter_floats(const ModelConfig& c, const GridDims& g);
 MemoryEstimate step_memory(const ModelConfig& c, const GridDims& g, const PlanOptions& o);
+// Rows of the LM head's chunks, as the trainer takes them (parallel/head_chunk.h).
+int step_head_chunk(const ModelConfig& c, const GridDims& g, const PlanOptions& o);
 StepPrediction predict_step(const ModelConfig& c, const Machine& mach, const GridDims& g,
                             const PlanOptions& o);
 // The per-layer compute and communication figures the overlap model takes

@@ -27,7 +27,7 @@ struct Volume {
 };
 
 // B global batch, T sequence length, with the cross-entropy in chunks of
-// ce_chunk rows (Dendrite uses 256).
+// ce_chunk rows (step_head_chunk, model.h: 256 on a CPU).
 // keep_gathered: the layers keep their forward all-gather for the backward;
 // recompute: each layer's forward runs again before its backward;
 // dp_buckets: gradients are reduced over D per layer during the backward (d > 1);

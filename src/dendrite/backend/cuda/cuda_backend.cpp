@@ -153,15 +153,6 @@ class CudaBackend final : public Backend {
     return cuda::gemm_peak_gflops(*this, *gemm_, stream_, p, seconds);  // gemm_peak.h
   }
 
-  // ---- the loss's chunks: the chunk's buffers in at most 1/64 of the device's memory, 256 to 8192
-  // rows (a multiple of 256): GPT-2's 50304 ids on an H200 (139 GiB) get
-  // 7680 rows in bf16.
-  int lm_head_chunk_rows(int64_t bytes_per_row) const override {
-    const int64_t budget = int64_t(total_) / 64;
-    const int64_t rows = budget / std::max<int64_t>(1, bytes_per_row) / 256 * 256;
-    return int(std::clamp<int64_t>(rows, 256, 8192));
-  }
-
   cudaStream_t stream() const { return stream_; }
 
  protected:

@@ -267,8 +267,10 @@ TEST_P(CudaModel, CheckpointsMoveBetweenTheGpuAndTheCpu) {
 // is one the planner counts. The vocabulary is wide enough (8192 ids) that
 // on an emulated GPU of 1 GiB the head takes 256 of the 1024 rows a chunk
 // (parallel/head_chunk.h), and all of them on one of 4 GiB. The device
-// rounds each allocation up to 256 bytes, the planner does not: at most
-// 16 KiB apart over the run's hundred-odd buffers (measured: 7 KiB at most).
+// rounds each allocation up to 256 bytes, the planner does not: 1.75 to 2.75
+// KiB apart over the run's few dozen buffers (measured), held to 4 KiB, less
+// than the smallest buffer a model here could leave out (the bf16 copy of
+// GPT-2's biases and gains, 3.5 KiB, was one).
 TEST_P(CudaModel, ThePlannersMemoryIsTheDevicesPeak) {
   nlohmann::json j = to_json(model());
   j["vocab_size"] = 8192;
@@ -311,7 +313,7 @@ TEST_P(CudaModel, ThePlannersMemoryIsTheDevicesPeak) {
                                      gpu.be->device_capacity_bytes() >> 20, " MiB, ",
                                      step_head_chunk(c, {1, 1, 1, 1}, o), " rows a chunk");
         EXPECT_GE(held, planned) << what;
-        EXPECT_LE(held - planned, 16 << 10)
+        EXPECT_LE(held - planned, 4 << 10)
             << what << ": the device held " << held << " bytes, the planner says " << planned;
       }
 }

@@ -239,8 +239,9 @@ TEST(Planner, ActivationMemoryMatchesTheModel) {
         const std::string what =
             str(name, recompute ? " recompute " : " ", p == Precision::kBF16 ? "bf16" : "fp32");
         EXPECT_DOUBLE_EQ(e.activations, double(model.activation_bytes())) << what;
-        // 16 bytes per parameter; bf16 adds 2 for each one GEMMs read (the Z-chunked ones)
-        const double copy = p == Precision::kBF16 ? 2.0 * model.table().replicated_begin() : 0;
+        // 16 bytes per parameter; bf16 adds 2 for each (Transformer's params_low_ of the
+        // Z-chunked tensors and replicated_low_ of the rest)
+        const double copy = p == Precision::kBF16 ? 2.0 * model.table().total() : 0;
         EXPECT_DOUBLE_EQ(e.params, 16.0 * double(model.num_floats()) + copy) << what;
       }
 }

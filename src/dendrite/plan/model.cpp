@@ -210,7 +210,9 @@ MemoryEstimate step_memory(const ModelConfig& c, const GridDims& g, const PlanOp
   const double elem = operand_bytes(o.precision);  // a gathered weight or saved GEMM input
   MemoryEstimate e;
   const ParamFloats pf = param_floats(c, g);
-  e.params = 16.0 * double(pf.total) + (low ? 2.0 * double(pf.chunked) : 0.0);  // + the bf16 copy
+  // bf16 adds a copy of every tensor in bf16: the Z-chunked ones for the
+  // GEMMs, lookups and gathers, the replicated ones for the epilogues' biases.
+  e.params = 16.0 * double(pf.total) + (low ? 2.0 * double(pf.total) : 0.0);
   // Transformer::allocate: residual stream, per-layer saved activations, scratch.
   // A layer's GEMM inputs (norm1, q, k, v, att, norm2, act) in the run's
   // precision; the rest (mid, the norms' statistics, lse, up and gate) fp32.
@@ -244,7 +246,9 @@ MemoryEstimate step_memory(const ModelConfig& c, const GridDims& g, const PlanOp
   if (g.z > 1) {
     gathered = 2 * largest + (largest > layer_block ? largest : 0);
     ws = 8 * layer_block + (largest > layer_block ? 2 * largest : 0);
-    if (!(o.keep_gathered && c.tied_embeddings()) && g.z * m < s.Vl) ws += double(g.z) * m * C;
+    // the embedding's rows of the Z group, and the group's token ids (int32)
+    if (!(o.keep_gathered && c.tied_embeddings()) && g.z * m < s.Vl)
+      ws += double(g.z) * m * (C + 1);
   }
   if (o.keep_gathered && g.z > 1) {
     gathered += c.n_layer * (q * C + 2 * kv * C + C * q + (llama ? 3 : 2) * F * C);
@@ -253,7 +257,12 @@ MemoryEstimate step_memory(const ModelConfig& c, const GridDims& g, const PlanOp
   const double chunk = step_head_chunk(c, g, o);
   ws += chunk * s.Vl + 3 * chunk + 2 * chunk * g.y;  // the head's chunk buffers
   e.workspace = 4 * ws + elem * gathered + (low ? 2 * chunk * s.Vl : 0);  // + bf16 dlogits
-  if (o.device_bytes > 0) e.workspace += gpu_buffers(c, s, o);
+  if (o.device_bytes > 0) {
+    e.workspace += gpu_buffers(c, s, o);
+    // NCCL's reduce-scatter into an accumulator lands in a scratch of the
+    // largest shard first (comm/nccl, reserved by the weight stream).
+    if (g.z > 1) e.workspace += 4 * std::ceil(largest / g.z);
+  }
   return e;
 }
 

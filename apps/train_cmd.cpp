@@ -60,7 +60,7 @@ static void apply_config_file(const std::string& path, TrainOptions& opt) {
 // description of this node; either way with this job's ranks on the node and
 // threads per rank (what decides oversubscription).
 static Machine auto_grid_machine(const std::string& file, int ranks, int threads,
-                                 std::string& source) {
+                                 const Backend& backend, std::string& source) {
   const int cores = int(sysconf(_SC_NPROCESSORS_ONLN));
   Machine mach;
   if (!file.empty()) {
@@ -69,6 +69,10 @@ static Machine auto_grid_machine(const std::string& file, int ranks, int threads
   } else {
     const double memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
     mach = generic_machine(ranks, threads, cores, memory);
+    if (backend.device() != Device::kCpu) {  // each rank's GPU and its memory
+      mach.gpu = true;
+      mach.memory_per_rank_bytes = double(backend.device_capacity_bytes());
+    }
     source = "no --machine file: a generic description of this node (nominal rates; write a "
              "measured one with `dendrite calibrate --out FILE` and pass --machine FILE)";
   }
@@ -82,11 +86,12 @@ static Machine auto_grid_machine(const std::string& file, int ranks, int threads
 // ranking); rank 0's choice is broadcast so that all ranks build one grid even
 // if nodes differ, and rank 0 says why.
 static std::string auto_grid(const TrainOptions& opt, const std::string& machine_file,
-                             Communicator& comm) {
+                             Communicator& comm, const Backend& backend) {
   const int world = comm.size(), rank = comm.rank();
   const int threads = opt.threads > 0 ? opt.threads : omp_get_max_threads();
   std::string source;
-  const Machine mach = auto_grid_machine(machine_file, comm.ranks_on_node(), threads, source);
+  const Machine mach =
+      auto_grid_machine(machine_file, comm.ranks_on_node(), threads, backend, source);
   PlanOptions po;
   // With gradient accumulation the grid runs micro-batches: plan for one.
   po.B = opt.batch / std::max(1, opt.grad_accum), po.T = opt.seq;
@@ -282,8 +287,8 @@ Runner add_train(CLI::App& app, int argc, char** argv, const TrainHooks* hooks, 
   // The runner holds config_path too: CLI11 stores the --config value through
   // a reference to it after this function returns.
   return [opt, machine, config_path, hooks, &env] {
-    if (opt->grid == "auto") opt->grid = auto_grid(*opt, *machine, env.world());
     std::unique_ptr<Backend> backend = make_rank_backend(opt->device, env);
+    if (opt->grid == "auto") opt->grid = auto_grid(*opt, *machine, env.world(), *backend);
     ProcessGrid grid = make_grid(backend->transport(env.world()), opt->grid);
     run_train(*opt, grid, *backend, hooks);
     return 0;

@@ -52,6 +52,25 @@ TEST(Machine, ErrorsNameTheField) {
   EXPECT_NE(error_of([&] { machine_from_json(j); }).find("gemm[0]"), std::string::npos);
   EXPECT_NE(error_of([] { load_machine("/nonexistent/m.json"); }).find("dendrite calibrate"),
             std::string::npos);
+  j = good;
+  j["device"] = "tpu";
+  EXPECT_NE(error_of([&] { machine_from_json(j); }).find("\"device\" must be \"cpu\" or \"gpu\""),
+            std::string::npos);
+}
+
+// "device": a GPU node's file says "gpu" and keeps it through a round trip;
+// a file without the key (written before it) is a CPU node.
+TEST(Machine, DeviceRoundTripAndOlderFilesAreCpuNodes) {
+  Machine m = test_machine();
+  m.gpu = true;
+  EXPECT_EQ(to_json(m).at("device"), "gpu");
+  EXPECT_TRUE(machine_from_json(to_json(m)).gpu);
+  nlohmann::json older = to_json(m);
+  older.erase("device");
+  EXPECT_FALSE(machine_from_json(older).gpu);
+  for (const char* name : {"alps", "frontier", "h200-node", "perlmutter"})
+    EXPECT_TRUE(load_machine(std::string(DENDRITE_SOURCE_DIR) + "/machines/" + name + ".json").gpu)
+        << name;
 }
 
 TEST(Machine, GemmRateNearestShape) {

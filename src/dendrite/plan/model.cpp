@@ -124,7 +124,6 @@ namespace {
 // Floats of one layer's parameters on this rank, and of all of them.
 struct ParamFloats {
   int64_t layer = 0, total = 0;
-  int64_t chunked = 0;  // of total, the Z-chunked tensors (laid out first)
 };
 ParamFloats param_floats(const ModelConfig& c, const GridDims& g) {
   const Local s(c, g, PlanOptions{});
@@ -135,7 +134,6 @@ ParamFloats param_floats(const ModelConfig& c, const GridDims& g) {
   if (!c.tied_embeddings()) n += pad16(s.Vl * s.C / z);              // LM head
   int64_t layer = pad16(s.q * s.C / z) + 2 * pad16(s.kv * s.C / z) + pad16(s.C * s.q / z);
   layer += (gpt2 ? 2 : 3) * pad16(s.F * s.C / z);
-  const int64_t chunked = n + layer * c.n_layer;
   layer += 2 * pad16(s.C);                                           // norm gains
   if (gpt2)
     layer += 2 * pad16(s.C) + pad16(s.q) + 2 * pad16(s.kv) + pad16(s.C) + pad16(s.F) + pad16(s.C);
@@ -143,7 +141,7 @@ ParamFloats param_floats(const ModelConfig& c, const GridDims& g) {
   if (c.qk_norm) layer += 2 * pad16(c.head_size());                // Qwen3's per-head gains
   n += layer * c.n_layer;
   n += pad16(s.C) * (gpt2 ? 2 : 1);                                  // final norm
-  return {layer, n, chunked};
+  return {layer, n};
 }
 
 // Stride and size of each axis' groups.

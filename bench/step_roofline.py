@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""A roofline model of a training step on an H200, from the step's anatomy as
+"""A roofline model of a training step on an H200 or H100, from the step's anatomy as
 the emulated GPU counted it (`dendrite_emulated bench step --anatomy --json`,
 docs/cuda.md): every kernel launch, cuBLASLt product, copy, memset and host
 synchronisation of the last step counted, by op (the Backend method that
@@ -25,22 +25,31 @@ With --measured PROFILE.json (`dendrite bench step --profile` of the same
 model and shape on a GPU: CUPTI's record of what the device ran), the model
 at the measured rates is set beside the measurement, part by part.
 
-Usage: bench/step_roofline.py ANATOMY.json [...] [--overhead-us 3] [--sync-us 10]
-       [--measured PROFILE.json]
+Usage: bench/step_roofline.py ANATOMY.json [...] [--gpu h200|h100] [--overhead-us 3]
+       [--sync-us 10] [--measured PROFILE.json]
 """
 import argparse
 import json
 import sys
 
-# (name, dense bf16 tensor flop/s, HBM bytes/s, source)
-MACHINES = [
-    ("H200 datasheet", 989e12, 4.8e12, "NVIDIA's H200 SXM figures: 989 TFLOP/s dense bf16, "
-     "4.8 TB/s HBM3e"),
-    ("H200 measured", 788e12, 4.3e12, "this workplace's H200 (2026-10-28): 788 TFLOP/s bf16 "
-     "GEMM at 8192^3 through PyTorch, 4.3 TB/s device-to-device copy"),
-]
-DENSE_PEAK = MACHINES[0][1]  # what MFU divides by
-SIMT_FP32 = 67e12  # H200 SXM fp32 without tensor cores (datasheet): the SIMT kernels' flops
+# By GPU: (name, dense bf16 tensor flop/s, HBM bytes/s, source); the first of
+# each is the datasheet's, the second this workplace's measured rates.
+MACHINES = {
+    "h200": [
+        ("H200 datasheet", 989e12, 4.8e12, "NVIDIA's H200 SXM figures: 989 TFLOP/s dense bf16, "
+         "4.8 TB/s HBM3e"),
+        ("H200 measured", 788e12, 4.3e12, "this workplace's H200 (2026-10-28): 788 TFLOP/s bf16 "
+         "GEMM at 8192^3 through PyTorch, 4.3 TB/s device-to-device copy"),
+    ],
+    "h100": [
+        ("H100 datasheet", 989e12, 3.35e12, "NVIDIA's H100 SXM figures: 989 TFLOP/s dense bf16, "
+         "3.35 TB/s HBM3"),
+        ("H100 measured", 798e12, 3.0e12, "this workplace's H100 (2026-11-13): 798 TFLOP/s bf16 "
+         "GEMM at 8192^3 through PyTorch, 3.0 TB/s device-to-device copy"),
+    ],
+}
+DENSE_PEAK = 989e12  # what MFU divides by: dense bf16 on either GPU's datasheet
+SIMT_FP32 = 67e12  # H100 and H200 SXM fp32 without tensor cores (datasheet): the SIMT kernels' flops
 TF32_DENSE = 494e12  # dense TF32 on the tensor cores (datasheet): fp32 products
 PCIE = 50e9  # host <-> device bytes/s (PCIe Gen5 x16, an assumption for pageable copies)
 
@@ -470,7 +479,7 @@ def report(path, o):
           f"host synchronisation {o.sync_us:g} us each (assumptions).")
     print_counts(a)
     out = {}
-    for name, peak, bw, source in MACHINES:
+    for name, peak, bw, source in MACHINES[o.gpu]:
         families, parts = model(a, name, peak, bw, o)
         total = sum(r.seconds for r in families.values())
         mfu = model_flops / (total * DENSE_PEAK)
@@ -496,7 +505,10 @@ def compare(a, path, o):
     if shape != (cfg["B"], cfg["T"], cfg["precision"]):
         print(f"\n (the profile's batch, sequence and precision {shape} differ from the "
               f"anatomy's: the parts below do not compare)")
-    name, peak, bw, _ = MACHINES[1]
+    # The measured rates of the GPU the profile ran on, where its name says.
+    device = prof.get("device", "")
+    gpu = next((g for g in MACHINES if g.upper() in device.upper()), o.gpu)
+    name, peak, bw, _ = MACHINES[gpu][1]
     _, parts = model(a, name, peak, bw, o)
     measured = {p["part"]: p for p in prof["parts"]}
     print(f"\n the model at {name} rates against {path} ({prof.get('device', '?')}, "
@@ -527,6 +539,9 @@ def main():
     p.add_argument("--overhead-us", type=float, default=3.0, help="per launch or copy (assumed)")
     p.add_argument("--sync-us", type=float, default=10.0, help="per host synchronisation (assumed)")
     p.add_argument("--json", help="also write the step times and MFU here")
+    p.add_argument("--gpu", choices=sorted(MACHINES), default="h200",
+                   help="whose datasheet and measured rates (--measured: the profile's GPU "
+                   "where its device names one)")
     p.add_argument("--measured", help="a GPU's bench step --profile of the same model and shape "
                    "(one anatomy only)")
     o = p.parse_args()

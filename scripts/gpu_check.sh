@@ -11,9 +11,11 @@
 #   stage 2 (what the lease has left: 8 minutes by default), in this order:
 #     every grid on the GPU (fp32 and bf16, kept gathers, recomputation,
 #     overlap off), NCCL on one rank, the kill test, eager PyTorch, calibrate
-#     and plans on the measured machine file, grad-accum, the simulated nodes,
-#     the attention kernels alone, and with --validate-comm issue 16's per-axis
-#     check on the machine's CPU cores.
+#     and plans on the measured machine file (with the planner's step beside
+#     stage 1's measured one), grad-accum, the simulated nodes, the attention
+#     kernels alone, and with --validate-comm issue 16's per-axis check on the
+#     machine's CPU cores.
+# The planner starts from machines/h100-node.json or h200-node.json, by the GPU.
 # A part whose timeout would end past the stage's seconds is skipped
 # (DENDRITE_STAGE_SECONDS: 540 for stage 1, 480 for stage 2).
 # Both stages unpack the Debian packages that scripts/gpu_deps.sh downloaded
@@ -82,6 +84,10 @@ part() {
 }
 gpu=0
 nvidia-smi -L > /dev/null 2>&1 && gpu=1
+# The published machine file of this GPU's node (an H100 or an H200; the
+# rehearsal plans on the H200's): the planner's figures start from it.
+node=h200-node
+((gpu)) && nvidia-smi -L 2>/dev/null | grep -q H100 && node=h100-node
 # gpu_part NAME SECONDS COMMAND...: a part that needs the GPU.
 gpu_part() {
   if ((!gpu)); then note "[$(elapsed) s] $1: skipped (no GPU on this machine)"; return 0; fi
@@ -184,17 +190,18 @@ bench_torch() {
     --precision bf16 --model "$model" --batch 16 --seq 1024 --steps 10 --warmup 3 "$@"
   grep -s '^{' "$out/torch_${mode}_$model.log" | tail -1 > "$out/torch_${mode}_$model.json"
 }
-# plan_memory MODEL: the planner's memory figure for the step bench_dendrite
-# ran, on a GPU node's file with this GPU's memory (the bench's
-# device_memory_mb; the head's chunks are sized from it, as the trainer sizes
-# them), or the published H200's where the bench left none.
+# plan_memory MODEL: the planner's memory figure (and its step time, on the
+# published rates) for the step bench_dendrite ran, on this GPU's node file
+# with this GPU's memory (the bench's device_memory_mb; the head's chunks are
+# sized from it, as the trainer sizes them), or the published memory where
+# the bench left none.
 plan_memory() {
-  local machine=machines/h200-node.json
-  python3 - "$out/dendrite_$1.json" "$out/this-gpu.json" 2>/dev/null <<'PY' && machine=$out/this-gpu.json
+  local machine=machines/$node.json
+  python3 - "$out/dendrite_$1.json" "$out/this-gpu.json" "$machine" 2>/dev/null <<'PY' && machine=$out/this-gpu.json
 import json, sys
-bench, out = sys.argv[1], sys.argv[2]
+bench, out, published = sys.argv[1], sys.argv[2], sys.argv[3]
 mb = json.loads(open(bench).read().strip().splitlines()[-1])["device_memory_mb"]
-m = json.load(open("machines/h200-node.json"))
+m = json.load(open(published))
 m["name"], m["memory_per_rank_bytes"] = "this-gpu", mb * 1048576
 json.dump(m, open(out, "w"), indent=1)
 PY
@@ -230,7 +237,9 @@ if t:
 if p:
     planned, held = p['ranked'][0]['memory_mb'], (d or {}).get('device_peak_mb', 0)
     off = f" ({100 * (planned / held - 1):+.1f}% of the device's peak)" if held else ""
-    row.append(f"planner {planned:.0f} MB{off}")
+    step = p['ranked'][0]['step_ms']
+    took = f" ({100 * (step / d['step_ms'] - 1):+.1f}% of the measured)" if d else ""
+    row.append(f"planner {planned:.0f} MB{off}, step {step:.1f} ms on published rates{took}")
 for mode in ("eager", "compile"):
     t = load(f"torch_{mode}_{m}.json")
     if t:
@@ -303,12 +312,31 @@ else
   # measured; NVLink, InfiniBand and the 8 GPUs of a node from the published
   # figures of machines/h200-node.json. Then the planner on it.
   gpu_part calibrate 120 "${one[@]}" build-gpu/dendrite calibrate --device cuda \
-    --name h200-node-measured --links-from machines/h200-node.json --out "$out/h200-node-measured.json"
-  machine=$out/h200-node-measured.json
-  [[ -f $machine ]] || machine=machines/h200-node.json  # the rehearsal: the published file
+    --name "$node-measured" --links-from "machines/$node.json" --out "$out/$node-measured.json"
+  machine=$out/$node-measured.json
+  [[ -f $machine ]] || machine=machines/$node.json  # the rehearsal: the published file
   for w in 8 64; do
-    part "plan_h200_$w" 30 build-gpu/dendrite plan --machine "$machine" --model gpt2-350m \
+    part "plan_node_$w" 30 build-gpu/dendrite plan --machine "$machine" --model gpt2-350m \
       --batch 512 --seq 1024 --precision bf16 --world $w --top 5
+  done
+  # The planner's step on this GPU's measured rates beside stage 1's
+  # measured step (its JSON is still there while the machine is warm).
+  for m in gpt2-124m gpt2-350m; do
+    part "plan_one_$m" 30 build-gpu/dendrite plan --machine "$machine" --model $m --batch 16 \
+      --seq 1024 --precision bf16 --world 1 --json
+    python3 - "$out/plan_one_$m.log" "$out/../stage1/dendrite_$m.json" "$m" <<'PY' | tee -a "$summary"
+import json, sys
+def last(path):
+    try:
+        return json.loads([l for l in open(path) if l.startswith("{")][-1])
+    except Exception:
+        return None
+p, d = last(sys.argv[1]), last(sys.argv[2])
+if p:
+    step = p["ranked"][0]["step_ms"]
+    took = f", stage 1 measured {d['step_ms']:.1f} ms ({100 * (step / d['step_ms'] - 1):+.1f}%)" if d else ""
+    print(f"planner on the measured rates: {sys.argv[3]} B16 T1024 bf16 step {step:.1f} ms{took}")
+PY
   done
   grids grad_accum 8 staged 90 grad_accum_mpi_test '*'
   grids staged_nodes 8 staged 150 parallel_mpi_test 'RanksPerNode/SimulatedNodes.*'

@@ -102,12 +102,14 @@ int main(int argc, char** argv) {
   // 8: a GPU per rank, so the NCCL transport where it is asked for), its
   // streams as DENDRITE_EMULATED_STREAMS says. DENDRITE_EMULATED_COUNT_ONLY=1:
   // kernels and products are counted, not run (emulated_cuda/counters.h), on
-  // a device with an H200's memory, for `bench step --anatomy` at a real
-  // model's size (the losses and weights it computes are meaningless).
+  // a device with an H200's memory (DENDRITE_EMULATED_MEMORY_MIB: another
+  // GPU's, 81559 for an H100's), for `bench step --anatomy` at a real model's
+  // size (the losses and weights it computes are meaningless).
   emu::set_device_count(int(dendrite::env_number("DENDRITE_EMULATED_GPUS", 8)));
   if (dendrite::env_number("DENDRITE_EMULATED_COUNT_ONLY", 0) == 1) {
     emu::counters::set_count_only(true);
-    emu::set_device_memory(size_t(143771) << 20);
+    emu::set_device_memory(size_t(dendrite::env_number("DENDRITE_EMULATED_MEMORY_MIB", 143771))
+                           << 20);
   }
   dendrite::EmulatedStepCounter counter;
   const dendrite::EnvironmentFaults faults;

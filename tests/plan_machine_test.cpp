@@ -68,7 +68,7 @@ TEST(Machine, DeviceRoundTripAndOlderFilesAreCpuNodes) {
   nlohmann::json older = to_json(m);
   older.erase("device");
   EXPECT_FALSE(machine_from_json(older).gpu);
-  for (const char* name : {"alps", "frontier", "h200-node", "perlmutter"})
+  for (const char* name : {"alps", "frontier", "h100-node", "h200-node", "perlmutter"})
     EXPECT_TRUE(load_machine(std::string(DENDRITE_SOURCE_DIR) + "/machines/" + name + ".json").gpu)
         << name;
 }

@@ -428,11 +428,12 @@ TEST(StepAnatomy, WithoutGemmEpiloguesTheProductsRunBareAndKernelsTakeTheirSteps
 }
 
 // Runs bench/step_roofline.py on an anatomy; its output and exit code.
-test::CommandResult roofline(const json& bench, const std::string& name) {
+test::CommandResult roofline(const json& bench, const std::string& name,
+                             const std::string& extra = "") {
   const std::string path = testing::TempDir() + name + ".json";
   std::ofstream(path) << bench.dump();
   return test::run_command(std::string("python3 ") + DENDRITE_SOURCE_DIR +
-                           "/bench/step_roofline.py " + path + " --json " + path + ".out");
+                           "/bench/step_roofline.py " + path + " --json " + path + ".out" + extra);
 }
 
 TEST(StepAnatomy, TheRooflineModelsTheCountedStepAndRefusesUnknownKernels) {
@@ -447,6 +448,17 @@ TEST(StepAnatomy, TheRooflineModelsTheCountedStepAndRefusesUnknownKernels) {
       EXPECT_GT(m["mfu"].get<double>(), 0) << machine;
       EXPECT_LT(m["mfu"].get<double>(), 1) << machine;
     }
+  }
+  // An H100: the products at the same peak, the rest at its lower bandwidth.
+  ASSERT_EQ(roofline(gpt2_run(), "h100", " --gpu h100").rc, 0);
+  const json h200 =
+      json::parse(std::ifstream(testing::TempDir() + "gpt2-tiny.json.out")).begin().value();
+  const json h100 =
+      json::parse(std::ifstream(testing::TempDir() + "h100.json.out")).begin().value();
+  for (const char* rates : {"datasheet", "measured"}) {
+    const double on_h200 = h200[std::string("H200 ") + rates]["step_ms"].get<double>();
+    const double on_h100 = h100[std::string("H100 ") + rates]["step_ms"].get<double>();
+    EXPECT_GT(on_h100, on_h200) << rates;
   }
   json bench = gpt2_run();
   for (json& e : bench["anatomy"]["later_step"]["ops"])

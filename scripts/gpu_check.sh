@@ -313,8 +313,8 @@ else
   # figures of machines/h200-node.json. Then the planner on it.
   gpu_part calibrate 120 "${one[@]}" build-gpu/dendrite calibrate --device cuda \
     --name "$node-measured" --links-from "machines/$node.json" --out "$out/$node-measured.json"
-  machine=$out/$node-measured.json
-  [[ -f $machine ]] || machine=machines/$node.json  # the rehearsal: the published file
+  machine=$out/$node-measured.json rates=measured
+  [[ -f $machine ]] || machine=machines/$node.json rates=published  # the rehearsal
   for w in 8 64; do
     part "plan_node_$w" 30 build-gpu/dendrite plan --machine "$machine" --model gpt2-350m \
       --batch 512 --seq 1024 --precision bf16 --world $w --top 5
@@ -324,7 +324,7 @@ else
   for m in gpt2-124m gpt2-350m; do
     part "plan_one_$m" 30 build-gpu/dendrite plan --machine "$machine" --model $m --batch 16 \
       --seq 1024 --precision bf16 --world 1 --json
-    python3 - "$out/plan_one_$m.log" "$out/../stage1/dendrite_$m.json" "$m" <<'PY' | tee -a "$summary"
+    python3 - "$out/plan_one_$m.log" "$out/../stage1/dendrite_$m.json" "$m" "$rates" <<'PY' | tee -a "$summary"
 import json, sys
 def last(path):
     try:
@@ -335,7 +335,7 @@ p, d = last(sys.argv[1]), last(sys.argv[2])
 if p:
     step = p["ranked"][0]["step_ms"]
     took = f", stage 1 measured {d['step_ms']:.1f} ms ({100 * (step / d['step_ms'] - 1):+.1f}%)" if d else ""
-    print(f"planner on the measured rates: {sys.argv[3]} B16 T1024 bf16 step {step:.1f} ms{took}")
+    print(f"planner on the {sys.argv[4]} rates: {sys.argv[3]} B16 T1024 bf16 step {step:.1f} ms{took}")
 PY
   done
   grids grad_accum 8 staged 90 grad_accum_mpi_test '*'

@@ -10,11 +10,13 @@
 #     step without cuBLASLt's epilogues;
 #   stage 2 (what the lease has left: 8 minutes by default), in this order:
 #     every grid on the GPU (fp32 and bf16, kept gathers, recomputation,
-#     overlap off), NCCL on one rank, the kill test, eager PyTorch, calibrate
+#     overlap off), NCCL on one rank, compute-sanitizer's racecheck over the
+#     op harness, the kill test, eager PyTorch, calibrate
 #     and plans on the measured machine file (with the planner's step beside
 #     stage 1's measured one), grad-accum, the simulated nodes, the attention
-#     kernels alone, and with --validate-comm issue 16's per-axis check on the
-#     machine's CPU cores.
+#     kernels alone, compute-sanitizer's synccheck over the op harness, and
+#     with --validate-comm issue 16's per-axis check on the machine's CPU
+#     cores.
 # The planner starts from machines/h100-node.json or h200-node.json, by the GPU.
 # A part whose timeout would end past the stage's seconds is skipped
 # (DENDRITE_STAGE_SECONDS: 540 for stage 1, 480 for stage 2).
@@ -45,7 +47,7 @@ while (($#)); do
   shift
 done
 [[ $stage == 1 || $stage == 2 ]] || { echo "gpu_check: say which stage: $usage"; exit 2; }
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 results=${OUT:-/tmp/gpu_check}
 out=/tmp/gpu_check-work/stage$stage  # the parts' logs and files, packed into $results
 rm -rf "$out"
@@ -295,13 +297,31 @@ else
   # nodes; then one rank's groups of one over NCCL (NCCL refuses two ranks on
   # one GPU); each against one process on the CPU.
   grids() {  # label, ranks, transport, seconds, test binary, filter
-    gpu_part "grids_$1" "$4" env DENDRITE_TEST_DEVICE=cuda DENDRITE_GPU_TRANSPORT=$3 \
+    gpu_part "grids_$1" "$4" env DENDRITE_TEST_DEVICE=cuda DENDRITE_GPU_TRANSPORT="$3" \
       OMP_NUM_THREADS=1 "$mpirun" -np "$2" --oversubscribe --bind-to none "build-gpu/tests/$5" \
       --gtest_filter="$6"
   }
   every='Models/EveryGrid.*:Models/EveryGridBf16.*'
   grids staged 8 staged 180 parallel_mpi_test "$every"
   grids nccl_groups_of_one 1 nccl 60 parallel_mpi_test "$every:RanksPerNode/SimulatedNodes.*"
+  # What the emulator cannot see (its threads switch only at barriers, and
+  # blocks run one after another): shared-memory races, by compute-sanitizer's
+  # racecheck over the op harness's GPU cases (small shapes; the tool slows
+  # each kernel many times); synccheck (misused barriers) ends the stage.
+  sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer \
+    /usr/local/cuda*/compute-sanitizer/compute-sanitizer 2> /dev/null | head -1)
+  sanitize() {  # tool, seconds
+    if [[ -z $sanitizer ]]; then
+      note "[$(elapsed) s] sanitize_$1: skipped (no compute-sanitizer on this machine)"
+      return 0
+    fi
+    # shellcheck disable=SC2016  # the loop's variables are its own
+    gpu_part "sanitize_$1" "$2" bash -c 'rc=0 s=$1 tool=$2; shift 2
+      for t; do echo "== $t"; "$s" --tool "$tool" --error-exitcode 1 "build-gpu/tests/$t" \
+        --gtest_filter="Cuda/*" --gtest_brief=1 || rc=1; done
+      exit $rc' _ "$sanitizer" "$1" "${ops_tests[@]}"
+  }
+  sanitize racecheck 90
   # A rank killed mid-run ends the job (on the GPU; on the CPU in the rehearsal).
   device=cpu
   ((gpu)) && device=cuda
@@ -345,6 +365,7 @@ PY
   for p in bf16 fp32; do
     gpu_part "attention_$p" 45 "${one[@]}" build-gpu/bench/attention_bench cuda $p 16 1024 12 12 64
   done
+  sanitize synccheck 60
   if ((validate_comm)); then
     OUT=$out/validate_comm MPIRUN=$mpirun part validate_comm 300 bench/validate_comm.sh build-gpu
   fi

@@ -11,7 +11,7 @@
 #   stage 2 (what the lease has left: 8 minutes by default), in this order:
 #     every grid on the GPU (fp32 and bf16, kept gathers, recomputation,
 #     overlap off), NCCL on one rank, compute-sanitizer's racecheck over the
-#     op harness, the kill test, eager PyTorch, calibrate
+#     op harness, the kill test, out of memory's error, eager PyTorch, calibrate
 #     and plans on the measured machine file (with the planner's step beside
 #     stage 1's measured one), grad-accum, the simulated nodes, the attention
 #     kernels alone, compute-sanitizer's synccheck over the op harness, and
@@ -327,6 +327,15 @@ else
   ((gpu)) && device=cuda
   part "kill_test_$device" 90 env DENDRITE_TEST_DEVICE=$device build-gpu/tests/kill_test \
     --gtest_filter=KillTest.OneRankKilledMidRunEndsTheJobNonZeroWithin30s
+  # Bad input on the GPU: a batch far past the GPU's memory must end the run
+  # non-zero with the error that names what ran out, the bytes asked and
+  # free, and the fix (as the emulator's small device shows).
+  # shellcheck disable=SC2016  # the command's variables are its own
+  gpu_part oom_error 60 bash -c 'said=$("$@" 2>&1); rc=$?; echo "$said"; echo "exit $rc"
+    ((rc != 0)) && grep -q "out of device memory for .* free of" <<< "$said"' _ \
+    "${one[@]}" build-gpu/dendrite bench step --device cuda --model gpt2-350m --batch 512 \
+    --seq 1024 --precision bf16 --steps 1 --warmup 0
+  grep -s -m1 "error: cuda" "$out/oom_error.log" | cut -c1-300 | tee -a "$summary"
   for m in gpt2-124m gpt2-350m; do bench_torch eager $m; row $m; done
   # The node's machine file: this GPU's GEMM rates, memory and bandwidth
   # measured; NVLink, InfiniBand and the 8 GPUs of a node from the published

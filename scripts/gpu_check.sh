@@ -11,12 +11,12 @@
 #   stage 2 (what the lease has left: 8 minutes by default), in this order:
 #     every grid on the GPU (fp32 and bf16, kept gathers, recomputation,
 #     overlap off), NCCL on one rank, compute-sanitizer's racecheck over the
-#     op harness, the kill test, out of memory's error, eager PyTorch, calibrate
-#     and plans on the measured machine file (with the planner's step beside
-#     stage 1's measured one), grad-accum, the simulated nodes, the attention
-#     kernels alone, compute-sanitizer's synccheck over the op harness, and
-#     with --validate-comm issue 16's per-axis check on the machine's CPU
-#     cores.
+#     op harness, the kill test, out of memory's error, eager PyTorch,
+#     calibrate and plans on the measured machine file (with the planner's
+#     step beside stage 1's measured one), a Llama 3.2 1B-shaped step,
+#     grad-accum, the simulated nodes, the attention kernels alone,
+#     compute-sanitizer's synccheck over the op harness, and with
+#     --validate-comm issue 16's per-axis check on the machine's CPU cores.
 # The planner starts from machines/h100-node.json or h200-node.json, by the GPU.
 # A part whose timeout would end past the stage's seconds is skipped
 # (DENDRITE_STAGE_SECONDS: 540 for stage 1, 480 for stage 2).
@@ -175,9 +175,14 @@ one=("$mpirun" -np 1 --bind-to none)
 # Full fp32 in the tests' GEMMs (docs/cuda.md): TF32 must not be forced on.
 unset NVIDIA_TF32_OVERRIDE
 
+# model_arg MODEL: a preset's name, or the folder $out/MODEL where the check
+# wrote a Hugging Face config.json under that name.
+model_arg() { if [[ -d $out/$1 ]]; then echo "$out/$1"; else echo "$1"; fi; }
+
 # bench_dendrite MODEL [LABEL extra...]: its JSON line in dendrite[_LABEL]_MODEL.json.
 bench_dendrite() {
-  local model=$1 name=dendrite_$1
+  local model name=dendrite_$1
+  model=$(model_arg "$1")
   [[ $# -gt 1 ]] && name=dendrite_${2}_$1 && shift
   shift
   gpu_part "$name" 120 "${one[@]}" build-gpu/dendrite bench step --device cuda --model "$model" \
@@ -207,7 +212,7 @@ m = json.load(open(published))
 m["name"], m["memory_per_rank_bytes"] = "this-gpu", mb * 1048576
 json.dump(m, open(out, "w"), indent=1)
 PY
-  part "plan_$1" 60 build-gpu/dendrite plan --model "$1" --batch 16 --seq 1024 --precision bf16 \
+  part "plan_$1" 60 build-gpu/dendrite plan --model "$(model_arg "$1")" --batch 16 --seq 1024 --precision bf16 \
     --machine "$machine" --json
   grep -s '^{' "$out/plan_$1.log" | tail -1 > "$out/plan_$1.json"
 }
@@ -367,6 +372,26 @@ if p:
     print(f"planner on the {sys.argv[4]} rates: {sys.argv[3]} B16 T1024 bf16 step {step:.1f} ms{took}")
 PY
   done
+  # A Llama 3.2 1B-shaped step (its published config, random weights): GQA,
+  # RoPE with llama3 scaling, SwiGLU, RMSNorm and a head of 128,256 tokens at
+  # B16 T1024 bf16 (55 GB on an H100 in the emulator's count), the planner's
+  # memory beside it.
+  mkdir -p "$out/llama-1b"
+  python3 - "$out/llama-1b/config.json" <<'PY'
+import json, sys
+json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 128256,
+           "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64,
+           "hidden_act": "silu", "rms_norm_eps": 1e-5, "max_position_embeddings": 131072,
+           "rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", "factor": 32.0,
+           "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+           "original_max_position_embeddings": 8192},
+           "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": True},
+          open(sys.argv[1], "w"), indent=1)
+PY
+  bench_dendrite llama-1b
+  plan_memory llama-1b
+  row llama-1b
   grids grad_accum 8 staged 90 grad_accum_mpi_test '*'
   grids staged_nodes 8 staged 150 parallel_mpi_test 'RanksPerNode/SimulatedNodes.*'
   # Attention alone at GPT-2 124M's shape (B16 T1024, 12 heads of 64): the

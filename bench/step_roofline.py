@@ -49,7 +49,7 @@ MACHINES = {
     ],
 }
 DENSE_PEAK = 989e12  # what MFU divides by: dense bf16 on either GPU's datasheet
-SIMT_FP32 = 67e12  # H100 and H200 SXM fp32 without tensor cores (datasheet): the SIMT kernels' flops
+SIMT_FP32 = 67e12  # fp32 without tensor cores, H100 or H200 SXM (datasheet): SIMT kernels' flops
 TF32_DENSE = 494e12  # dense TF32 on the tensor cores (datasheet): fp32 products
 PCIE = 50e9  # host <-> device bytes/s (PCIe Gen5 x16, an assumption for pageable copies)
 

@@ -344,7 +344,8 @@ else
   for m in gpt2-124m gpt2-350m; do bench_torch eager $m; row $m; done
   # The node's machine file: this GPU's GEMM rates, memory and bandwidth
   # measured; NVLink, InfiniBand and the 8 GPUs of a node from the published
-  # figures of machines/h200-node.json. Then the planner on it.
+  # figures of the node's file (h100-node.json or h200-node.json). Then the
+  # planner on it.
   gpu_part calibrate 120 "${one[@]}" build-gpu/dendrite calibrate --device cuda \
     --name "$node-measured" --links-from "machines/$node.json" --out "$out/$node-measured.json"
   machine=$out/$node-measured.json rates=measured

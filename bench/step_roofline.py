@@ -349,6 +349,58 @@ KERNELS = {
 }
 
 
+def rows_fallback(norm, bf16):
+    """The separate kernels a norm's one-pass backward falls back to (norm.cu,
+    launch_backward_rows: too few rows for its blocks' partials, or rows wider
+    than a block keeps), by kernel: the row sums, the apply (added into the
+    residual's gradient), the sums of its partials, and with bf16 the
+    rounding for the product below, its bias sums where it has one. Two
+    launches of one kernel that cost differently count their average."""
+    def both(a, first, second):
+        return tuple((x + y) / 2 for x, y in zip(first, second))
+
+    def to_low(a):  # the new residual gradient rounded (to_bf16) or with its sums
+        return KERNELS[("to_bf16", "map4_kernel<Op>")]({"n": a["m"] * a["c"]})
+
+    def column_sums(a):
+        return KERNELS[("to_bf16_column_sums", "column_sums_kernel")]({"m": a["m"], "n": a["c"]})
+
+    if norm == "layernorm":
+        def sums_of_partials(a):  # the gain's and bias's, then the product's bias
+            two = times(2, partials(a["m"], a["c"]))
+            return both(a, two, partials(a["m"], a["c"])) if bf16 and a["bias"] else two
+        return {
+            "row_sums_kernel<NS, Terms>": KERNELS[("layernorm_backward_sums",
+                                                   "row_sums_kernel<NS, Terms>")],
+            "layernorm_backward_apply_kernel": KERNELS[("layernorm_backward_apply_add",
+                                                        "layernorm_backward_apply_kernel")],
+            "add_row_block_partials_kernel": sums_of_partials,
+            "column_sums_kernel": column_sums,
+            "map4_kernel<Op>": to_low,
+        }
+
+    def maps(a):  # the apply's output added into the residual's gradient, then rounded
+        add = KERNELS[("add_inplace", "map4_kernel<Op>")]({"n": a["m"] * a["c"]})
+        return both(a, add, to_low(a)) if bf16 and not a["bias"] else add
+    return {
+        "row_sums_kernel<NS, Terms>": KERNELS[("rmsnorm_backward_sums",
+                                               "row_sums_kernel<NS, Terms>")],
+        "rmsnorm_backward_apply_kernel": KERNELS[("rmsnorm_backward_apply",
+                                                  "rmsnorm_backward_apply_kernel")],
+        "add_row_block_partials_kernel": lambda a: partials(a["m"], a["c"]),
+        "column_sums_kernel": column_sums,
+        "map4_kernel<Op>": maps,
+    }
+
+
+ROWS_FALLBACK = {
+    "layernorm_backward_rows_add": rows_fallback("layernorm", False),
+    "layernorm_backward_rows_add_bf16": rows_fallback("layernorm", True),
+    "rmsnorm_backward_rows_add": rows_fallback("rmsnorm", False),
+    "rmsnorm_backward_rows_add_bf16": rows_fallback("rmsnorm", True),
+}
+
+
 class Row:
     def __init__(self):
         self.launches = self.bytes = self.flops = self.seconds = 0.0
@@ -369,8 +421,10 @@ def cost_entry(e, rows, peak, bw, o):
     def row(name):
         return rows.setdefault(name, Row())
     args = e["args"]
+    # a norm's backward that fell back from its one pass to the separate kernels
+    fallback = e["op"] in ROWS_FALLBACK and "row_sums_kernel<NS, Terms>" in e["kernels"]
     for kernel, n in e["kernels"].items():
-        f = KERNELS.get((e["op"], kernel))
+        f = ROWS_FALLBACK[e["op"]].get(kernel) if fallback else KERNELS.get((e["op"], kernel))
         if f is None:
             sys.exit(f"step_roofline: no formula for kernel '{kernel}' launched by op '{e['op']}' "
                      f"(sizes {args}); add its bytes and flops to KERNELS in {__file__}")

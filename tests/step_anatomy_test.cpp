@@ -449,6 +449,16 @@ TEST(StepAnatomy, TheRooflineModelsTheCountedStepAndRefusesUnknownKernels) {
       EXPECT_LT(m["mfu"].get<double>(), 1) << machine;
     }
   }
+  // Too few rows for the LayerNorm backward's one pass (8): its separate
+  // kernels, under the one op's name, are modelled too.
+  const json few = bench_anatomy("gpt2-tiny", false, "--batch 1 --seq 8");
+  bool fell_back = false;
+  for (const json& e : few["anatomy"]["later_step"]["ops"])
+    fell_back |= e["op"] == "layernorm_backward_rows_add_bf16" &&
+                 e["kernels"].contains("row_sums_kernel<NS, Terms>");
+  EXPECT_TRUE(fell_back) << "8 rows no longer take the separate kernels: pick fewer";
+  const test::CommandResult separate = roofline(few, "few-rows");
+  EXPECT_EQ(separate.rc, 0) << separate.out;
   // An H100: the products at the same peak, the rest at its lower bandwidth.
   ASSERT_EQ(roofline(gpt2_run(), "h100", " --gpu h100").rc, 0);
   const json h200 =

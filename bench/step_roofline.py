@@ -356,10 +356,10 @@ def rows_fallback(norm, bf16):
     residual's gradient), the sums of its partials, and with bf16 the
     rounding for the product below, its bias sums where it has one. Two
     launches of one kernel that cost differently count their average."""
-    def both(a, first, second):
+    def mean(first, second):
         return tuple((x + y) / 2 for x, y in zip(first, second))
 
-    def to_low(a):  # the new residual gradient rounded (to_bf16) or with its sums
+    def to_low(a):  # the new residual gradient rounded to bf16 (no bias to sum)
         return KERNELS[("to_bf16", "map4_kernel<Op>")]({"n": a["m"] * a["c"]})
 
     def column_sums(a):
@@ -368,7 +368,7 @@ def rows_fallback(norm, bf16):
     if norm == "layernorm":
         def sums_of_partials(a):  # the gain's and bias's, then the product's bias
             two = times(2, partials(a["m"], a["c"]))
-            return both(a, two, partials(a["m"], a["c"])) if bf16 and a["bias"] else two
+            return mean(two, partials(a["m"], a["c"])) if bf16 and a["bias"] else two
         return {
             "row_sums_kernel<NS, Terms>": KERNELS[("layernorm_backward_sums",
                                                    "row_sums_kernel<NS, Terms>")],
@@ -381,7 +381,7 @@ def rows_fallback(norm, bf16):
 
     def maps(a):  # the apply's output added into the residual's gradient, then rounded
         add = KERNELS[("add_inplace", "map4_kernel<Op>")]({"n": a["m"] * a["c"]})
-        return both(a, add, to_low(a)) if bf16 and not a["bias"] else add
+        return mean(add, to_low(a)) if bf16 and not a["bias"] else add
     return {
         "row_sums_kernel<NS, Terms>": KERNELS[("rmsnorm_backward_sums",
                                                "row_sums_kernel<NS, Terms>")],

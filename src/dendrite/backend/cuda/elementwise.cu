@@ -278,13 +278,19 @@ __global__ void __launch_bounds__(kTileCols* kRowGroups)
 
 // sums.out[y] [n] += sum over b of sums.partials[y] [b, n], b = 0 first: one
 // thread a column, blockIdx.y the sum (the first gridDim.y of sums are given).
+// Sum k = blockIdx.y picks its pointers by comparisons: indexing the
+// parameter's arrays by a value known only at run time would copy them to
+// local memory (a stack frame, tests/kernel_resources.py).
 __global__ void add_row_block_partials_kernel(RowBlockSums sums, int blocks, int n) {
+  static_assert(RowBlockSums::kMax == 3);
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= n) return;
-  const float* partials = sums.partials[blockIdx.y];
+  const unsigned k = blockIdx.y;
+  const float* partials = k == 0 ? sums.partials[0] : k == 1 ? sums.partials[1] : sums.partials[2];
+  float* out = k == 0 ? sums.out[0] : k == 1 ? sums.out[1] : sums.out[2];
   float total = partials[j];
   for (int b = 1; b < blocks; ++b) total += partials[int64_t(b) * n + j];
-  sums.out[blockIdx.y][j] += total;
+  out[j] += total;
 }
 
 // ---- the non-finite count: a fixed grid of per-block counts, then one block

@@ -35,10 +35,12 @@ bool rows_aligned(int c, const P*... p) {
 // ---- row sums
 
 // Threads per row-sum block: about 16 values a thread, 32 to 512.
+constexpr int kMaxRowThreads = 512;  // row_threads' most: the bound of the kernels it sizes
+
 unsigned row_threads(int c) {
   int t = (c + 15) / 16;
   t = (t + 31) / 32 * 32;
-  return unsigned(t < 32 ? 32 : t > 512 ? 512 : t);
+  return unsigned(t < 32 ? 32 : t > kMaxRowThreads ? kMaxRowThreads : t);
 }
 
 // This thread's share of row r's sums: the groups of 4 columns q = threadIdx.x,
@@ -533,10 +535,17 @@ struct RmsBackwardRows {
 // add_row_block_partials adds in block order. Given low, it also writes the
 // new dres rounded to bf16 there, and given part_d, the new dres's column
 // sums over the block's rows the same way.
+// Blocks have at most kMaxRowThreads threads (sum_threads). Bounded to two
+// such blocks a multiprocessor, the one-group form fits in 64 registers; the
+// four-group form, bounded to one, may take 128 (ptxas 13: 107 to 124 and no
+// spill on sm_80 and sm_90; with no bound it took 72 to 102, more than a
+// block of 1024 could launch with, and with the threads' bound alone it
+// spilled 160 bytes on sm_80).
 template <class Norm, int Own>  // groups of 4 columns a thread keeps: 1 or kOwnGroups
-__global__ void norm_backward_rows_kernel(Norm norm, double* sums, float* __restrict__ dres,
-                                          float* part_g, float* part_b, bf16* __restrict__ low,
-                                          float* part_d, int m, int c, int rows, bool vec) {
+__global__ void __launch_bounds__(kMaxRowThreads, Own == 1 ? 2 : 1)
+    norm_backward_rows_kernel(Norm norm, double* sums, float* __restrict__ dres, float* part_g,
+                              float* part_b, bf16* __restrict__ low, float* part_d, int m, int c,
+                              int rows, bool vec) {
   const float* __restrict__ dy = norm.terms.dy;
   const float* __restrict__ x = norm.terms.x;
   const float* __restrict__ gamma = norm.terms.gamma;

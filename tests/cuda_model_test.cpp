@@ -370,18 +370,36 @@ TEST(EmulatedGpuFault, AFaultingKernelIsNamedWhenLaunchesBlockAndFoundHowOtherwi
     }
     return std::string("no error");
   };
+  // A backend made before the fault, for a model made after it.
+  std::unique_ptr<Backend> be = make_emulated_cuda_backend(BackendOptions{});
+  SelfCommunicator self{"world"};
+  ProcessGrid grid(GridShape{}, be->transport(self));
   const std::string later = faulting_step();
   EXPECT_THAT(later, HasSubstr("an illegal memory access was encountered"));
   EXPECT_THAT(later,
               HasSubstr("rerun with CUDA_LAUNCH_BLOCKING=1 to stop at the kernel that failed"));
+  // The fault stays, and every later CUDA call returns it, an allocation's
+  // too: a new model's allocation must say a kernel failed, not that the
+  // device ran out of memory (whose advice is a smaller batch).
+  const std::string allocating = [&] {
+    try {
+      Transformer model(c, grid, *be, 4, kT);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  }();
+  EXPECT_THAT(allocating, HasSubstr("an illegal memory access was encountered"));
+  EXPECT_THAT(allocating, HasSubstr("CUDA_LAUNCH_BLOCKING=1"));
+  EXPECT_THAT(allocating, Not(HasSubstr("out of device memory")));
   emu::clear_errors();
   setenv("CUDA_LAUNCH_BLOCKING", "1", 1);
   const std::string named = faulting_step();
   EXPECT_THAT(named,
               HasSubstr("cuda: kernel layernorm_apply failed while it ran: an illegal memory "
                         "access was encountered"));
-  std::printf("streams concurrent: %s\nCUDA_LAUNCH_BLOCKING=1: %s\n", later.c_str(),
-              named.c_str());
+  std::printf("streams concurrent: %s\nallocating after it: %s\nCUDA_LAUNCH_BLOCKING=1: %s\n",
+              later.c_str(), allocating.c_str(), named.c_str());
 }
 
 std::string name(const ::testing::TestParamInfo<Case>& p) { return p.param.arch; }

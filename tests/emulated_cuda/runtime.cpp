@@ -142,6 +142,11 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
   return cudaSuccess;
 }
 cudaError_t cudaMalloc(void** p, size_t bytes) {
+  // After a kernel's fault, CUDA's calls return it (a sticky error), these too.
+  if (const cudaError_t sticky = emu::sticky_error(); sticky != cudaSuccess) {
+    *p = nullptr;
+    return sticky;
+  }
   auto& r = emu::rt();
   const size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
   std::unique_lock<std::mutex> lock(r.memory);
@@ -181,6 +186,10 @@ cudaError_t cudaFree(void* p) {
 // Pinned host memory: a copy from it reads it when the copy runs, as a GPU's
 // does, so a buffer written again before its copy has run is caught.
 cudaError_t cudaMallocHost(void** p, size_t bytes) {
+  if (const cudaError_t sticky = emu::sticky_error(); sticky != cudaSuccess) {
+    *p = nullptr;
+    return sticky;
+  }
   if (posix_memalign(p, 256, std::max<size_t>(bytes, 1)) != 0)
     return emu::fail(cudaErrorMemoryAllocation, "cudaMallocHost: host allocation failed");
   std::lock_guard<std::mutex> lock(emu::rt().memory);
@@ -200,6 +209,7 @@ cudaError_t cudaFreeHost(void* p) {
   return cudaSuccess;
 }
 cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
+  if (const cudaError_t sticky = emu::sticky_error(); sticky != cudaSuccess) return sticky;
   std::lock_guard<std::mutex> lock(emu::rt().memory);
   *total = emu::rt().capacity;
   *free = emu::rt().capacity - emu::rt().used;

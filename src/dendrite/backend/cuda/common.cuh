@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "dendrite/backend/cuda/kernels.h"
+#include "dendrite/comm/cuda/error_text.h"
 #include "dendrite/core/check.h"
 
 namespace dendrite::cuda {
@@ -57,15 +58,18 @@ void allow_shared(size_t bytes, const char* kernel) {
   int dev = 0;
   const cudaError_t got = cudaGetDevice(&dev);
   DENDRITE_CHECK(got == cudaSuccess, "cuda: cudaGetDevice failed in ", kernel, ": ",
-                 cudaGetErrorString(got));
+                 error_text(got));
   const uint64_t bit = dev < 64 ? uint64_t(1) << dev : 0;
   if (bit != 0 && (done.load(std::memory_order_acquire) & bit) != 0) return;
   const cudaError_t e =
       cudaFuncSetAttribute(F, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   DENDRITE_CHECK(e == cudaSuccess, "cuda: cudaFuncSetAttribute(", kernel,
                  ", cudaFuncAttributeMaxDynamicSharedMemorySize, ", bytes,
-                 ") failed: ", cudaGetErrorString(e),
-                 "; the device allows less shared memory per block than the kernel's tiles need");
+                 ") failed: ", error_text(e),
+                 raised_by_a_running_kernel(e)
+                     ? ""
+                     : "; the device allows less shared memory per block than the kernel's tiles "
+                       "need");
   done.fetch_or(bit, std::memory_order_acq_rel);
 }
 

@@ -25,6 +25,7 @@
 #include "dendrite/backend/cuda/kernels.h"
 #include "dendrite/backend/cuda/pinned_staging.h"
 #include "dendrite/backend/cuda/transport_choice.h"
+#include "dendrite/comm/cuda/error_text.h"
 #include "dendrite/core/check.h"
 
 namespace dendrite {

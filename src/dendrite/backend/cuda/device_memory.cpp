@@ -6,6 +6,7 @@
 #include <string>
 
 #include "dendrite/backend/cuda/kernels.h"
+#include "dendrite/comm/cuda/error_text.h"
 #include "dendrite/core/check.h"
 
 namespace dendrite::cuda {
@@ -32,6 +33,12 @@ void* DeviceMemory::allocate(size_t asked, cudaStream_t stream) {
   const size_t bytes = (std::max<size_t>(asked, 1) + 255) / 256 * 256;
   void* p = nullptr;
   const cudaError_t e = cudaMalloc(&p, asked);
+  if (e != cudaSuccess && e != cudaErrorMemoryAllocation) {
+    // Not the device's memory: most often a kernel's fault, which CUDA
+    // returns from every call after it.
+    const char* what = AllocationPurpose::current();
+    fail("cuda: cudaMalloc", what ? str(" for ", what) : std::string(), " failed: ", error_text(e));
+  }
   if (e != cudaSuccess) {
     cudaGetLastError();
     size_t free = 0, total = 0;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "dendrite/comm/cuda/error_text.h"
 #include "dendrite/core/check.h"
 
 namespace dendrite::cuda {
@@ -52,7 +53,7 @@ Gemm::Gemm(bool tf32, bool epilogues) : tf32_(tf32), epilogues_(epilogues) {
   check(cublasLtCreate(&handle_), "cublasLtCreate");
   const cudaError_t e = cudaMalloc(&workspace_, workspace_bytes_);
   DENDRITE_CHECK(e == cudaSuccess, "cuda: cudaMalloc of the ", workspace_bytes_ >> 20,
-                 " MB GEMM workspace failed: ", cudaGetErrorString(e));
+                 " MB GEMM workspace failed: ", error_text(e));
 }
 
 Gemm::~Gemm() {

@@ -244,9 +244,6 @@ void ce_stats_dlogits_bf16(float* stats, bf16* dlogits, const float* logits, con
 // (CUDA_LAUNCH_BLOCKING=1), one the kernel met while it ran; else the error
 // of an earlier kernel, said as such (check.cu).
 void check_launch(const char* kernel);
-// cudaGetErrorString(e), and for an error a kernel raised while it ran (which
-// CUDA reports at a later call), how to find that kernel.
-std::string error_text(cudaError_t e);
 // e, if not cudaSuccess, as an Error naming the call.
 void check_cuda(cudaError_t e, const char* call);
 

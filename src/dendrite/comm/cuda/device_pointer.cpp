@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include "dendrite/comm/cuda/error_text.h"
 #include "dendrite/core/check.h"
 
 namespace dendrite::cuda {
@@ -21,8 +22,7 @@ bool is_device_pointer(const void* p) {
     cudaGetLastError();
     return false;
   }
-  DENDRITE_CHECK(e == cudaSuccess, "cuda: cudaPointerGetAttributes failed: ", cudaGetErrorString(e),
-                 "; if a kernel before it failed, rerun with CUDA_LAUNCH_BLOCKING=1 to name it");
+  DENDRITE_CHECK(e == cudaSuccess, "cuda: cudaPointerGetAttributes failed: ", error_text(e));
   return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 

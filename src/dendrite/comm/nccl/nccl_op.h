@@ -12,13 +12,14 @@
 #include <string>
 
 #include "dendrite/comm/communicator.h"
+#include "dendrite/comm/cuda/error_text.h"
 #include "dendrite/core/check.h"
 
 namespace dendrite::nccl {
 
 inline void check_cuda(cudaError_t e, const char* call, const std::string& where) {
   DENDRITE_CHECK(e == cudaSuccess, "nccl transport (", where, "): ", call,
-                 " failed: ", cudaGetErrorString(e));
+                 " failed: ", cuda::error_text(e));
 }
 
 // One collective in flight: its events on the axis stream (start, done) and

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -141,12 +142,28 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
 
 namespace {
 std::atomic<int> communicators_made{0};
+std::atomic<int> groups_alive{0};  // communicators of several ranks, made and not destroyed
 }  // namespace
 
 int emu::nccl_communicators_made() { return communicators_made.load(); }
 
+ncclResult_t ncclGetVersion(int* version) {
+  *version = 22809;
+  return ncclSuccess;
+}
+
 ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId id, int rank) {
   communicators_made.fetch_add(1);
+  // A second communicator of several ranks on this process's GPU: its
+  // kernels and the first's, on streams of their own, could start in other
+  // orders on other ranks and deadlock, unless NCCL orders them as the host
+  // issued them.
+  const char* implicit = std::getenv("NCCL_LAUNCH_ORDER_IMPLICIT");
+  if (nranks > 1 && groups_alive.load() > 0 && !(implicit && std::strcmp(implicit, "1") == 0))
+    return refuse(
+        "ncclCommInitRank: a second communicator of several ranks on this GPU, with "
+        "NCCL_LAUNCH_ORDER_IMPLICIT not 1: the two communicators' kernels could run in "
+        "other orders on other ranks and deadlock");
   if (std::strncmp(id.internal, kTag, sizeof kTag - 1) != 0)
     return refuse("ncclCommInitRank: the unique id was not drawn by ncclGetUniqueId");
   if (nranks < 1 || rank < 0 || rank >= nranks)
@@ -192,11 +209,13 @@ ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId id, int 
   munmap(map, bytes);
   if (rank == 0) shm_unlink(name.c_str());
   *out = c;
+  if (nranks > 1) groups_alive.fetch_add(1);
   return ncclSuccess;
 }
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (comm) {
+    if (comm->size > 1) groups_alive.fetch_sub(1);
     MPI_Comm_free(&comm->comm);
     delete comm;
   }

@@ -34,6 +34,8 @@ struct ncclUniqueId {
 };
 using ncclComm_t = struct EmulatedNcclComm*;
 
+// 22809: the version of the toolkit's NCCL this emulates (2.28.9).
+ncclResult_t ncclGetVersion(int* version);
 const char* ncclGetErrorString(ncclResult_t r);
 const char* ncclGetLastError(ncclComm_t comm);
 ncclResult_t ncclGetUniqueId(ncclUniqueId* id);

@@ -453,9 +453,35 @@ Request NcclCommunicator::request(std::shared_ptr<Op> op) {
 
 }  // namespace
 
+namespace {
+
+// An NCCL kernel waits for its peers. Two communicators' kernels on one GPU,
+// each on its axis stream, may start in one order on a rank and in the other
+// on its peer, and wait for each other for ever where the GPU cannot run
+// both at once (NCCL's "Using multiple NCCL communicators concurrently").
+// From NCCL 2.26, NCCL_LAUNCH_ORDER_IMPLICIT=1 runs them in the order the
+// host issued them, and every rank of a grid issues its collectives in the
+// same order (SPMD): set here, before any communicator is made (NCCL reads
+// it then), unless the user set it. Before 2.26 a grid with two axes over
+// NCCL may hang, which the watchdog ends (--timeout).
+void order_kernels_as_issued() {
+  int version = 0;
+  if (ncclGetVersion(&version) != ncclSuccess) return;
+  if (version >= 22600) {
+    setenv("NCCL_LAUNCH_ORDER_IMPLICIT", "1", 0);
+  } else {
+    log_info(str("warning: NCCL ", version / 10000, ".", version / 100 % 100,
+                 " cannot order the kernels of two communicators (2.26 can): a grid with two "
+                 "axes over NCCL may hang until the watchdog ends it (--timeout)"));
+  }
+}
+
+}  // namespace
+
 std::unique_ptr<Communicator> nccl::make_communicator(Communicator& world, const NcclDevice& dev) {
   DENDRITE_CHECK(dev.memory && dev.compute_stream,
                  "nccl::make_communicator: pass the backend's memory and compute stream");
+  order_kernels_as_issued();
   return std::make_unique<NcclCommunicator>(nullptr, &world, dev);
 }
 

@@ -346,6 +346,41 @@ TEST(EmulatedGpuMemory, RunningOutNamesWhatItWasForAndTheFix) {
       Error);
 }
 
+// A GPU older than the kernels need, and one the build has no code for, are
+// refused when the backend is made, each with its fix, not at the first
+// launch of a step.
+TEST(EmulatedGpuDevice, AnOlderGpuOrOneTheBuildLeftOutIsRefusedWithTheFix) {
+  struct Restore {  // the other tests' H100-like device, however this one ends
+    ~Restore() {
+      emu::set_compute_capability(9, 0);
+      emu::set_kernel_image(true);
+      emu::clear_errors();
+    }
+  } restore;
+  auto error_making_backend = [] {
+    try {
+      make_emulated_cuda_backend(BackendOptions{});
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  emu::set_compute_capability(7, 5);  // a T4
+  const std::string old = error_making_backend();
+  EXPECT_THAT(old, HasSubstr("has compute capability 7.5"));
+  EXPECT_THAT(old, HasSubstr("needs 8.0 or newer"));
+  EXPECT_THAT(old, HasSubstr("run with --device cpu"));
+  emu::set_compute_capability(8, 6);  // an RTX 3090, under a build for 9.0 alone
+  emu::set_kernel_image(false);
+  const std::string left_out = error_making_backend();
+  EXPECT_THAT(left_out, HasSubstr("this build has no GPU code for"));
+  EXPECT_THAT(left_out, HasSubstr("(compute capability 8.6; built for CMAKE_CUDA_ARCHITECTURES"));
+  EXPECT_THAT(left_out, HasSubstr("rebuild with cmake -DCMAKE_CUDA_ARCHITECTURES=86"));
+  emu::set_kernel_image(true);
+  EXPECT_EQ(error_making_backend(), "no error");  // an 8.6 GPU the build has code for
+  std::printf("%s\n%s\n", old.c_str(), left_out.c_str());
+}
+
 // A kernel that faults while it runs (injected: emu::fault_next_launch). With
 // the streams concurrent, CUDA reports the fault at a later call, so the
 // error says a kernel failed and how to find it; with every launch waiting

@@ -139,6 +139,8 @@ enum cudaError_t {
   cudaErrorInsufficientDriver = 35,
   cudaErrorNoDevice = 100,
   cudaErrorInvalidDevice = 101,
+  cudaErrorInvalidDeviceFunction = 98,
+  cudaErrorNoKernelImageForDevice = 209,
   cudaErrorNotReady = 600,
   // Raised by a kernel while it runs (the emulator raises the first two).
   cudaErrorIllegalAddress = 700,
@@ -213,4 +215,13 @@ cudaError_t emulated_set_attribute(const void* kernel, cudaFuncAttribute attr, i
 template <class F>
 cudaError_t cudaFuncSetAttribute(F* kernel, cudaFuncAttribute attr, int value) {
   return emulated_set_attribute(reinterpret_cast<const void*>(kernel), attr, value);
+}
+struct cudaFuncAttributes {
+  int maxThreadsPerBlock, numRegs, binaryVersion, ptxVersion;
+};
+// No kernel image where emu::set_kernel_image(false) says the build has none.
+cudaError_t emulated_get_attributes(cudaFuncAttributes* a, const void* kernel);
+template <class F>
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, F* kernel) {
+  return emulated_get_attributes(a, reinterpret_cast<const void*>(kernel));
 }

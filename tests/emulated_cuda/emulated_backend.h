@@ -32,6 +32,11 @@ void set_device_memory(size_t bytes);
 // GPUs the emulated machine shows (default 1): one rank per GPU lets the
 // CUDA backend choose the NCCL transport.
 void set_device_count(int n);
+// The emulated GPUs' compute capability (default 9.0, an H100's or H200's).
+void set_compute_capability(int major, int minor);
+// Whether the build has code for them (default true; false: cudaFuncGetAttributes
+// says there is no kernel image, as for a GPU the build's architectures leave out).
+void set_kernel_image(bool present);
 // Run each block's threads, each warp's lanes and each grid's blocks from the
 // last instead of the first (default false). Threads that read what another
 // wrote without a barrier between see it in one order and not in the other,

@@ -26,6 +26,8 @@ struct Runtime {
   std::map<uintptr_t, size_t> pinned;       // pinned host memory: start -> bytes
   size_t used = 0, capacity = size_t(4) << 30;
   int devices = 1;  // GPUs the machine shows (one memory serves them all)
+  int major = 9, minor = 0;                    // their compute capability (an H100's, H200's)
+  bool kernel_image = true;                    // the build has code for them
   std::map<const void*, size_t> shared_limit;  // cudaFuncAttributeMaxDynamicSharedMemorySize
   // A failure of work on a concurrent stream: it stays (stream_error).
   cudaError_t sticky = cudaSuccess;

@@ -50,6 +50,8 @@ cudaError_t sticky_error() {
 
 void set_device_memory(size_t bytes) { rt().capacity = bytes; }
 void set_device_count(int n) { rt().devices = n; }
+void set_compute_capability(int major, int minor) { rt().major = major, rt().minor = minor; }
+void set_kernel_image(bool present) { rt().kernel_image = present; }
 
 void fault_next_launch(const std::string& name) {
   std::lock_guard<std::mutex> lock(rt().memory);
@@ -100,7 +102,9 @@ const char* cudaGetErrorString(cudaError_t e) {
                      : e == cudaErrorNotReady             ? "device not ready"
                      : e == cudaErrorIllegalAddress ? "an illegal memory access was encountered"
                      : e == cudaErrorLaunchFailure  ? "unspecified launch failure"
-                                                    : "unknown error";
+                     : e == cudaErrorNoKernelImageForDevice
+                         ? "no kernel image is available for execution on the device"
+                         : "unknown error";
   text = base;
   std::string detail;
   {
@@ -138,7 +142,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
   std::snprintf(p->name, sizeof p->name, "CUDA emulator on the CPU");
   p->totalGlobalMem = emu::rt().capacity;
   p->sharedMemPerBlockOptin = emu::kOptInSharedLimit;
-  p->major = 9, p->minor = 0, p->multiProcessorCount = 1;
+  p->major = emu::rt().major, p->minor = emu::rt().minor, p->multiProcessorCount = 1;
   return cudaSuccess;
 }
 cudaError_t cudaMalloc(void** p, size_t bytes) {
@@ -274,6 +278,16 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
                                              [=] { std::memmove(dst, src, bytes); })));
   }
   return emu::sticky_error();
+}
+cudaError_t emulated_get_attributes(cudaFuncAttributes* a, const void*) {
+  *a = cudaFuncAttributes{};
+  if (!emu::rt().kernel_image)
+    return emu::fail(cudaErrorNoKernelImageForDevice,
+                     "cudaFuncGetAttributes: no kernel image is available for execution on the "
+                     "device (emu::set_kernel_image)");
+  a->maxThreadsPerBlock = 1024;
+  a->binaryVersion = a->ptxVersion = emu::rt().major * 10 + emu::rt().minor;
+  return cudaSuccess;
 }
 cudaError_t emulated_set_attribute(const void* kernel, cudaFuncAttribute attr, int value) {
   if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 ||

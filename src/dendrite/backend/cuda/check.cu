@@ -7,6 +7,18 @@
 
 namespace dendrite::cuda {
 
+namespace {
+// Does nothing: its attributes say whether the build has code for the GPU.
+__global__ void image_probe_kernel() {}
+}  // namespace
+
+cudaError_t kernel_image_error() {
+  cudaFuncAttributes a{};
+  const cudaError_t e = cudaFuncGetAttributes(&a, image_probe_kernel);
+  if (e != cudaSuccess) cudaGetLastError();  // reported by the caller, not left for the next check
+  return e;
+}
+
 void check_cuda(cudaError_t e, const char* call) {
   DENDRITE_CHECK(e == cudaSuccess, "cuda: ", call, " failed: ", error_text(e));
 }

@@ -246,5 +246,8 @@ void ce_stats_dlogits_bf16(float* stats, bf16* dlogits, const float* logits, con
 void check_launch(const char* kernel);
 // e, if not cudaSuccess, as an Error naming the call.
 void check_cuda(cudaError_t e, const char* call);
+// cudaSuccess where the build has code for the current GPU; else the error
+// that asking for a kernel's attributes gave (cudaErrorNoKernelImageForDevice).
+cudaError_t kernel_image_error();
 
 }  // namespace dendrite::cuda

@@ -52,12 +52,16 @@ struct Target {
   bool emulated;
   bool reversed = false;
   int blocks = 1;
+  // Sums of products rounded as a model of a GPU's hardware
+  // (emu::set_gpu_rounding): the tolerances above hold for a GPU's rounding.
+  bool gpu_rounding = false;
 };
 
 inline void PrintTo(const Target& t, std::ostream* os) {
   if (t.emulated)
     *os << "the CUDA backend on the emulator" << (t.reversed ? ", threads reversed" : "")
-        << (t.blocks > 1 ? ", blocks interleaved" : "");
+        << (t.blocks > 1 ? ", blocks interleaved" : "")
+        << (t.gpu_rounding ? ", rounding as a GPU's hardware (a model)" : "");
   else
     *os << (t.device == Device::kCuda ? "cuda" : "cpu");
 }
@@ -70,6 +74,7 @@ class BackendOps : public ::testing::TestWithParam<Target> {
     if (GetParam().emulated) {
       emu::set_reverse_order(GetParam().reversed);
       emu::set_interleaved_blocks(GetParam().blocks);
+      emu::set_gpu_rounding(GetParam().gpu_rounding);
     }
     be_ = GetParam().emulated ? make_emulated_cuda_backend(o) : make_backend(GetParam().device, o);
   }
@@ -77,6 +82,7 @@ class BackendOps : public ::testing::TestWithParam<Target> {
     if (GetParam().emulated) {
       emu::set_reverse_order(false);
       emu::set_interleaved_blocks(1);
+      emu::set_gpu_rounding(false);
     }
   }
   Backend& be() { return *be_; }
@@ -111,16 +117,17 @@ class BackendOps : public ::testing::TestWithParam<Target> {
 //   INSTANTIATE_TEST_SUITE_P(Cuda, BackendOps, ::testing::Values(kCudaTarget), target_name);
 // the last under #ifdef DENDRITE_HAVE_CUDA.
 inline constexpr Target kCpuTarget{Device::kCpu, false, false};
-inline constexpr Target kEmulatedTargets[] = {Target{Device::kCuda, true, false},
-                                              Target{Device::kCuda, true, true},
-                                              Target{Device::kCuda, true, false, 64}};
+inline constexpr Target kEmulatedTargets[] = {
+    Target{Device::kCuda, true, false}, Target{Device::kCuda, true, true},
+    Target{Device::kCuda, true, false, 64}, Target{Device::kCuda, true, false, 1, true}};
 inline constexpr Target kCudaTarget{Device::kCuda, false, false};
 
 inline std::string target_name(const ::testing::TestParamInfo<Target>& p) {
   if (p.param.emulated)
-    return p.param.blocks > 1 ? "emulated_interleaved"
-           : p.param.reversed ? "emulated_reversed"
-                              : "emulated";
+    return p.param.gpu_rounding ? "emulated_gpu_rounding"
+           : p.param.blocks > 1 ? "emulated_interleaved"
+           : p.param.reversed   ? "emulated_reversed"
+                                : "emulated";
   return p.param.device == Device::kCuda ? "cuda" : "cpu";
 }
 

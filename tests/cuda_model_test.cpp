@@ -105,9 +105,13 @@ double step(OneProcess& r, int s, const ModelConfig& c) {
 struct Case {
   std::string arch;
   bool emulated;
+  // On the emulator: its sums rounded as a model of a GPU's hardware
+  // (emu::set_gpu_rounding), held to the bounds of a GPU.
+  bool gpu_rounding = false;
 };
 void PrintTo(const Case& c, std::ostream* os) {
-  *os << c.arch << (c.emulated ? " on the emulated GPU" : " on the GPU");
+  *os << c.arch << (c.emulated ? " on the emulated GPU" : " on the GPU")
+      << (c.gpu_rounding ? ", rounding as a GPU's hardware (a model)" : "");
 }
 
 // How close the GPU's run comes to the CPU's (relative): step 1's loss, the
@@ -151,9 +155,12 @@ struct Seen {
 class CudaModel : public ::testing::TestWithParam<Case> {
  protected:
   ModelConfig model() const { return config(GetParam().arch); }
+  void SetUp() override { emu::set_gpu_rounding(GetParam().gpu_rounding); }
+  void TearDown() override { emu::set_gpu_rounding(false); }
   bool emulated() const { return GetParam().emulated; }
-  Bounds fp32() const { return emulated() ? kEmulatedFp32 : kGpuFp32; }
-  Bounds bf16() const { return emulated() ? kEmulatedBf16 : kGpuBf16; }
+  bool gpu_bounds() const { return !emulated() || GetParam().gpu_rounding; }
+  Bounds fp32() const { return gpu_bounds() ? kGpuFp32 : kEmulatedFp32; }
+  Bounds bf16() const { return gpu_bounds() ? kGpuBf16 : kEmulatedBf16; }
 };
 
 TEST_P(CudaModel, MatchesTheCpuBackendStepByStep) {
@@ -437,11 +444,14 @@ TEST(EmulatedGpuFault, AFaultingKernelIsNamedWhenLaunchesBlockAndFoundHowOtherwi
               later.c_str(), allocating.c_str(), named.c_str());
 }
 
-std::string name(const ::testing::TestParamInfo<Case>& p) { return p.param.arch; }
+std::string name(const ::testing::TestParamInfo<Case>& p) {
+  return p.param.arch + (p.param.gpu_rounding ? "_gpu_rounding" : "");
+}
 
 INSTANTIATE_TEST_SUITE_P(Emulated, CudaModel,
                          ::testing::Values(Case{"gpt2", true}, Case{"llama", true},
-                                           Case{"qwen2", true}, Case{"qwen3", true}),
+                                           Case{"qwen2", true}, Case{"qwen3", true},
+                                           Case{"gpt2", true, true}, Case{"llama", true, true}),
                          name);
 #ifdef DENDRITE_HAVE_CUDA
 INSTANTIATE_TEST_SUITE_P(Gpu, CudaModel,

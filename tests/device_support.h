@@ -29,6 +29,14 @@ inline TestDevice test_device() {
                            : TestDevice::kCpu;
 }
 
+// DENDRITE_EMULATED_ROUNDING=gpu: the emulated GPUs round their sums of
+// products as a model of a GPU's hardware (emu::set_gpu_rounding), and the
+// grids are held to a GPU's bounds.
+inline bool emulated_gpu_rounding() {
+  const char* r = std::getenv("DENDRITE_EMULATED_ROUNDING");
+  return test_device() == TestDevice::kEmulated && r && std::string(r) == "gpu";
+}
+
 // Collective over MPI_COMM_WORLD the first time (the ranks form one node).
 inline Backend& device_backend() {
   static std::unique_ptr<Backend> gpu;
@@ -42,6 +50,7 @@ inline Backend& device_backend() {
     o.transport = comm_options_from_environment().gpu_transport;
     if (d == TestDevice::kEmulated) {
       emu::set_device_count(o.node_ranks);  // a GPU per rank: NCCL where it is asked for
+      emu::set_gpu_rounding(emulated_gpu_rounding());
       gpu = make_emulated_cuda_backend(o);
     } else {
       gpu = make_backend(Device::kCuda, o);

@@ -325,6 +325,8 @@ DeviceUnderTest device_under_test() {
     case test::TestDevice::kCpu:
       return {};
     case test::TestDevice::kEmulated:
+      if (test::emulated_gpu_rounding())  // a model of a GPU's rounding: a GPU's bounds
+        return {&test::device_backend(), kGpuTolerance, kGpuBf16Tolerance, kGpuTolerance.loss, 2};
       return {&test::device_backend(), kEmulatedTolerance, kBf16Tolerance, 1e-6, 2};
     case test::TestDevice::kCuda:
       break;

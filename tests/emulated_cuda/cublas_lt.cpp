@@ -10,6 +10,7 @@
 #include "counters.h"
 #include "cublasLt.h"
 #include "cupti.h"
+#include "emulator_internal.h"
 
 struct EmulatedLtHandle {
   int unused;
@@ -211,23 +212,46 @@ double element(const void* p, const EmulatedLtLayout& l, uint64_t r, uint64_t c,
   return double(f);
 }
 
-// alpha times the sum of the k products x[p] y[p]: one sum in double, or
-// split: each slice summed in double, rounded as its scheme stores it (fp32
+// The sum of the products x[p] y[p] for p in [p0, p1): in double, or with
+// set_gpu_rounding as a GPU's kernel sums it (a model, gpu_rounding.cpp):
+// on tensor cores (bf16 or TF32 operands, whose products fit fp32 exactly)
+// the accumulator and 8 products at a time, else one fp32 FMA per product.
+double slice_sum(const double* x, const double* y, uint64_t p0, uint64_t p1, bool tensor_cores) {
+  if (!emu::gpu_rounds()) {
+    double v = 0;
+    for (uint64_t p = p0; p < p1; ++p) v += x[p] * y[p];
+    return v;
+  }
+  float acc = 0;
+  if (!tensor_cores) {
+    for (uint64_t p = p0; p < p1; ++p) acc = std::fma(float(x[p]), float(y[p]), acc);
+    return acc;
+  }
+  float products[8];
+  for (uint64_t p = p0; p < p1; p += 8) {
+    const int n = int(std::min<uint64_t>(8, p1 - p));
+    for (int i = 0; i < n; ++i) products[i] = float(x[p + i] * y[p + i]);
+    acc = emu::tensor_core_sum(acc, products, n);
+  }
+  return acc;
+}
+
+// alpha times the sum of the k products x[p] y[p]: one sum (slice_sum), or
+// split: each slice summed so, rounded as its scheme stores it (fp32
 // partials for COMPUTE_TYPE, D's type otherwise), the slices added in order.
 double sum_of_products(const double* x, const double* y, uint64_t k, float al, const Split& split,
-                       cudaDataType_t d_type) {
+                       cudaDataType_t d_type, bool tensor_cores) {
   if (split.slices == 1) {
-    double v = 0;
-    for (uint64_t p = 0; p < k; ++p) v += x[p] * y[p];
-    return double(al) * v;
+    const double v = slice_sum(x, y, 0, k, tensor_cores);
+    // On the GPU alpha scales the fp32 accumulator.
+    return emu::gpu_rounds() ? double(al * float(v)) : double(al) * v;
   }
   const cudaDataType_t part =
       split.scheme == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE ? CUDA_R_32F : d_type;
   float acc = 0;
   for (int s = 0; s < split.slices; ++s) {
-    double slice = 0;
-    for (uint64_t p = k * s / split.slices; p < k * (s + 1) / split.slices; ++p)
-      slice += x[p] * y[p];
+    const double slice =
+        slice_sum(x, y, k * s / split.slices, k * (s + 1) / split.slices, tensor_cores);
     const float term = rounded_to(float(double(al) * slice), part);
     acc = s == 0 ? term : rounded_to(acc + term, part);
   }
@@ -254,7 +278,8 @@ void product(const EmulatedLtDesc& op, const EmulatedLtLayout& a, const Emulated
   std::vector<float> out(size_t(m) * n);
   for (uint64_t j = 0; j < n; ++j)
     for (uint64_t i = 0; i < m; ++i) {
-      double v = sum_of_products(&x[i * k], &y[j * k], k, al, split, d.type);
+      double v = sum_of_products(&x[i * k], &y[j * k], k, al, split, d.type,
+                                 tf32 || a.type == CUDA_R_16BF);
       if (be != 0.0f) v += double(be) * element(C, c, i, j, false);  // beta 0: C is not read
       if (has_bias(op.epilogue)) v += element(op.bias, d, i, 0, false);
       out[i + j * m] = float(v);

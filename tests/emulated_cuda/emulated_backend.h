@@ -49,6 +49,18 @@ void set_reverse_order(bool reverse);
 // see each other's writes between their barriers.
 void set_interleaved_blocks(int blocks);
 
+// How the emulated kernels and cuBLASLt round their sums of products. By
+// default (false) as written: the tensor-core product m16n8k16 adds its 16
+// products in fp32 in k order, nearest-even; cuBLASLt sums in double. With
+// gpu_rounding, as a model of a GPU's hardware (after Fasi, Higham, Mikaitis
+// and Pranesh, "Numerical behavior of NVIDIA tensor cores", 2021, measured
+// on an A100; an H200's is not measured): tensor cores (m16n8k16, and
+// cuBLASLt's bf16 and TF32 products) add the accumulator and 8 exact
+// products at a time, each cut toward zero to the fp32 grid of the largest,
+// and cut the sum toward zero to fp32; cuBLASLt's fp32 products chain one
+// fp32 FMA per k. Tests whose bounds are a GPU's check them with it.
+void set_gpu_rounding(bool on);
+
 // How the emulated streams run their work (emulator.h). A stream keeps the
 // way in force when it was made, so set it before making the backend. Where
 // it is not set, DENDRITE_EMULATED_STREAMS chooses (at-once, concurrent,

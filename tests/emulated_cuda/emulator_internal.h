@@ -17,6 +17,15 @@ namespace emu {
 
 constexpr size_t kDefaultSharedLimit = 48 << 10, kOptInSharedLimit = 227 << 10;
 
+// ---- the sums of products as a GPU's hardware rounds them (gpu_rounding.cpp)
+
+// Whether set_gpu_rounding is on.
+bool gpu_rounds();
+// acc plus n exact products as a tensor core adds them (the model of
+// set_gpu_rounding): each term cut toward zero to the fp32 grid of the
+// largest, the sum cut toward zero to fp32.
+float tensor_core_sum(float acc, const float* products, int n);
+
 // ---- the runtime's state
 
 struct Runtime {

@@ -306,6 +306,12 @@ void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b
   const int g = lane() / 4, t = lane() % 4;
   for (int e = 0; e < 4; ++e) {
     const int row = g + 8 * (e / 2), col = 2 * t + e % 2;
+    if (gpu_rounds()) {    // the hardware's fused sums (a model: gpu_rounding.cpp)
+      float products[16];  // exact: bf16 times bf16 fits fp32
+      for (int k = 0; k < 16; ++k) products[k] = A(row, k) * B(k, col);
+      d[e] = tensor_core_sum(tensor_core_sum(d[e], products, 8), products + 8, 8);
+      continue;
+    }
     float sum = 0.0f;
     for (int k = 0; k < 16; ++k) sum += A(row, k) * B(k, col);
     d[e] += sum;

@@ -45,7 +45,7 @@ ENTRY = re.compile(r"ptxas info\s*: Compiling entry function '(\S+)' for '(sm_\d
 PROPS_FOR = re.compile(r"ptxas info\s*: Function properties for (\S+)")
 PROPS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 USED = re.compile(r"ptxas info\s*: Used (\d+) registers(?:.*?, (\d+) bytes smem)?")
-PTX_ENTRY = re.compile(r"^\s*\.(?:visible\s+)?\.?entry\s+(\S+?)\(")
+PTX_ENTRY = re.compile(r"^\s*(?:\.(?:visible|weak)\s+)?\.entry\s+(\S+?)\(")
 PTX_BOUND = re.compile(r"^\s*\.(?:maxntid|reqntid)\s+(\d+),\s*(\d+),\s*(\d+)")
 
 

@@ -89,6 +89,13 @@ bool within(const std::map<uintptr_t, size_t>& a, const void* p, size_t bytes) {
 }
 bool on_device(const void* p, size_t bytes) { return within(emu::rt().allocations, p, bytes); }
 bool pinned(const void* p, size_t bytes) { return within(emu::rt().pinned, p, bytes); }
+// After a kernel's fault, CUDA's calls return it (a sticky error), the
+// allocations too, with no memory.
+cudaError_t refused_after_fault(void** p) {
+  const cudaError_t sticky = emu::sticky_error();
+  if (sticky != cudaSuccess) *p = nullptr;
+  return sticky;
+}
 
 }  // namespace
 
@@ -146,11 +153,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
   return cudaSuccess;
 }
 cudaError_t cudaMalloc(void** p, size_t bytes) {
-  // After a kernel's fault, CUDA's calls return it (a sticky error), these too.
-  if (const cudaError_t sticky = emu::sticky_error(); sticky != cudaSuccess) {
-    *p = nullptr;
-    return sticky;
-  }
+  if (const cudaError_t sticky = refused_after_fault(p); sticky != cudaSuccess) return sticky;
   auto& r = emu::rt();
   const size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
   std::unique_lock<std::mutex> lock(r.memory);
@@ -190,10 +193,7 @@ cudaError_t cudaFree(void* p) {
 // Pinned host memory: a copy from it reads it when the copy runs, as a GPU's
 // does, so a buffer written again before its copy has run is caught.
 cudaError_t cudaMallocHost(void** p, size_t bytes) {
-  if (const cudaError_t sticky = emu::sticky_error(); sticky != cudaSuccess) {
-    *p = nullptr;
-    return sticky;
-  }
+  if (const cudaError_t sticky = refused_after_fault(p); sticky != cudaSuccess) return sticky;
   if (posix_memalign(p, 256, std::max<size_t>(bytes, 1)) != 0)
     return emu::fail(cudaErrorMemoryAllocation, "cudaMallocHost: host allocation failed");
   std::lock_guard<std::mutex> lock(emu::rt().memory);

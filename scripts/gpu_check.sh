@@ -136,16 +136,49 @@ if ((stage == 1 && gpu && !no_compile)); then
 fi
 
 # ---- configure and build what the stage needs ----
-nccl=()
-if [[ ! -f /usr/local/cuda/include/nccl.h ]]; then
-  # PyTorch's nvidia-nccl wheel brings a header and libnccl.so.2.
-  wheel=$(python3 -c 'import importlib.util as u; print(list(u.find_spec("nvidia.nccl").submodule_search_locations)[0])' 2>/dev/null)
+# The libraries the toolkit nvcc belongs to may lack (an image whose CUDA
+# libraries came with PyTorch): taken from PyTorch's wheels, NCCL's under
+# nvidia/nccl, cuBLASLt's and CUPTI's under nvidia/cu13 (headers, and
+# versioned .so files only). Their headers are searched after the toolkit's
+# (-idirafter), so that the toolkit's own runtime headers stay first.
+cuda_root=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
+wheel_dir() {
+  python3 -c 'import importlib.util as u, sys; print(list(u.find_spec(sys.argv[1]).submodule_search_locations)[0])' "$1" 2>/dev/null
+}
+toolkit_has() {  # toolkit_has HEADER LIB: the header, and lib<LIB>.so unversioned (the link's name)
+  local d header=0 lib=0
+  for d in "$cuda_root"/include "$cuda_root"/extras/CUPTI/include; do [[ -f $d/$1 ]] && header=1; done
+  for d in "$cuda_root"/lib64 "$cuda_root"/targets/*/lib "$cuda_root"/extras/CUPTI/lib64; do
+    [[ -e $d/lib$2.so ]] && lib=1
+  done
+  ((header && lib))
+}
+cuda_libs=() wheel_includes=""
+if ! toolkit_has nccl.h nccl; then
+  wheel=$(wheel_dir nvidia.nccl)
   lib=$(ls "$wheel"/lib/libnccl.so* 2>/dev/null | head -1)
   if [[ -f $wheel/include/nccl.h && -n $lib ]]; then
-    nccl=(-DNCCL_INCLUDE_DIR="$wheel/include" -DNCCL_LIBRARY="$lib")
-    export LD_LIBRARY_PATH=$wheel/lib:$LD_LIBRARY_PATH
+    cuda_libs+=(-DNCCL_INCLUDE_DIR="$wheel/include" -DNCCL_LIBRARY="$lib")
+    export LD_LIBRARY_PATH=$wheel/lib:${LD_LIBRARY_PATH:-}
+    note "NCCL: from PyTorch's wheel ($lib)"
   fi
 fi
+cu13=$(wheel_dir nvidia.cu13)
+for l in cublasLt:cublasLt.h cupti:cupti.h; do
+  name=${l%%:*} header=${l#*:}
+  toolkit_has "$header" "$name" && continue
+  lib=$(ls "$cu13/lib/lib$name.so".* 2>/dev/null | head -1)
+  if [[ -f $cu13/include/$header && -n $lib ]]; then
+    cuda_libs+=(-DCUDA_${name}_LIBRARY="$lib")
+    [[ $name == cupti ]] && cuda_libs+=(-DCUDAToolkit_CUPTI_INCLUDE_DIR="$cu13/include")
+    wheel_includes="-idirafter $cu13/include"
+    export LD_LIBRARY_PATH=$cu13/lib:${LD_LIBRARY_PATH:-}
+    note "$name: not in the toolkit ($cuda_root); from PyTorch's wheel ($lib)"
+  else
+    note "$name: in neither the toolkit ($cuda_root) nor PyTorch's nvidia/cu13 wheels"
+  fi
+done
+[[ -n $wheel_includes ]] && cuda_libs+=(-DCMAKE_CXX_FLAGS="$wheel_includes")
 # The op harness is a program per op family (tests/backend_ops_*_test.cpp).
 ops_tests=(tests/backend_ops_*_test.cpp)
 ops_tests=("${ops_tests[@]##*/}")
@@ -154,7 +187,7 @@ targets=(dendrite "${ops_tests[@]}" cuda_model_test)
 ((stage == 2)) && targets+=(parallel_mpi_test grad_accum_mpi_test kill_test attention_bench)
 # Builds at -j of the machine's cores; on 2 cores here the rehearsal takes minutes.
 if ! part configure 180 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
-     -DDENDRITE_CUDA=ON "${nccl[@]}" -DCMAKE_CUDA_ARCHITECTURES=90-real \
+     -DDENDRITE_CUDA=ON "${cuda_libs[@]}" -DCMAKE_CUDA_ARCHITECTURES=90-real \
      -DCMAKE_PREFIX_PATH="$prefix/usr" -DMPI_CXX_COMPILER="$prefix/usr/bin/mpicxx.openmpi" \
      -DMPIEXEC_EXECUTABLE="$mpirun" -DPKG_CONFIG_EXECUTABLE="$prefix/usr/bin/pkgconf"; then
   tail -30 "$out/configure.log" | tee -a "$summary"

@@ -14,19 +14,24 @@
 # stages in a private mount namespace chrooted into the root, and fails when
 # any part other than those needing a GPU failed. The build starts from
 # nothing, as on a fresh lent machine, unless --keep-build.
-#   scripts/gpu_rehearse.sh [--stage 1|2|both] [--fresh] [--keep-build]
+# --wheel-libs rehearses an image whose toolkit lacks cuBLAS, CUPTI and NCCL
+# (hidden by an overlay), which then come only from PyTorch's wheels: their
+# layout (nvidia/cu13/{include,lib} with versioned libraries only, and
+# nvidia/nccl/) made in the root's Python path from this toolkit's files.
+#   scripts/gpu_rehearse.sh [--stage 1|2|both] [--fresh] [--keep-build] [--wheel-libs]
 # Logs: $OUT or /tmp/gpu_rehearsal (one folder per stage). Needs root.
 set -euo pipefail
 main() {
 cd "$(dirname "$0")/.."
-stages=(1 2) fresh=0 keep_build=0
+stages=(1 2) fresh=0 keep_build=0 wheel_libs=0
 while (($#)); do
   case $1 in
     --stage) case ${2:-} in 1|2) stages=("$2") ;; both) stages=(1 2) ;; *) echo "gpu_rehearse: --stage 1, 2 or both"; exit 2 ;; esac; shift ;;
     --fresh) fresh=1 ;;
     --keep-build) keep_build=1 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
-    *) echo "gpu_rehearse: unknown option $1 (--stage 1|2|both, --fresh, --keep-build)"; exit 2 ;;
+    --wheel-libs) wheel_libs=1 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    *) echo "gpu_rehearse: unknown option $1 (--stage 1|2|both, --fresh, --keep-build, --wheel-libs)"; exit 2 ;;
   esac
   shift
 done
@@ -98,13 +103,47 @@ for s in "${stages[@]}"; do
   # own, mpirun among them, read /dev/null instead.)
   # Two cores here build for far longer than the lent machine's sixteen.
   DENDRITE_BUILD_TIMEOUT=${DENDRITE_BUILD_TIMEOUT:-5400} DENDRITE_STAGE_SECONDS=${DENDRITE_STAGE_SECONDS:-90000} \
-    unshare -m /bin/bash -s "$root" "$s" <<'NS' || true
+    unshare -m /bin/bash -s "$root" "$s" "$wheel_libs" <<'NS' || true
 set -e
-root=$1 stage=$2
+root=$1 stage=$2 wheel_libs=$3
 mount --make-rprivate /
 mkdir -p "$root/usr/local/cuda" "$root/lease/out"
-mount --bind /usr/local/cuda "$root/usr/local/cuda"
-mount -o remount,bind,ro "$root/usr/local/cuda"
+if ((wheel_libs)); then
+  # The toolkit without cuBLAS, CUPTI and NCCL: an overlay whose top layer
+  # holds a whiteout (a 0/0 character device) for each of their files.
+  # (The folders where the files are: targets/x86_64-linux/ may hold links to them.)
+  real=$(readlink -f /usr/local/cuda)
+  inc=$(realpath --relative-to="$real" "$real/targets/x86_64-linux/include")
+  lib=$(realpath --relative-to="$real" "$real/targets/x86_64-linux/lib")
+  mkdir -p /tmp/rehearse-overlay && mount -t tmpfs tmpfs /tmp/rehearse-overlay
+  top=/tmp/rehearse-overlay/top && mkdir -p "$top/$inc" "$top/$lib"
+  hidden_inc=$(cd "$real/$inc" && ls -d cublas*.h nvblas.h cupti*.h generated_*_meta.h nvperf_*.h \
+                 cuda_stdint.h Openacc Openmp nccl*.h nccl_device 2> /dev/null || true)
+  hidden_lib=$(cd "$real/$lib" && ls -d libcublas* libnvblas* libcupti* libnvperf_* libpcsamplingutil* \
+                 libcheckpoint* libnccl* 2> /dev/null || true)
+  for f in $hidden_inc; do mknod "$top/$inc/$f" c 0 0; done
+  for f in $hidden_lib; do mknod "$top/$lib/$f" c 0 0; done
+  mount -t overlay overlay -o "ro,lowerdir=$top:$real" "$root/usr/local/cuda"
+  # The wheels, as PyTorch's bring them: links to this toolkit's files.
+  mkdir -p "$root/opt/wheel-files" && mount --bind "$real" "$root/opt/wheel-files"
+  mount -o remount,bind,ro "$root/opt/wheel-files"
+  site=$root/usr/local/lib/python3.11/dist-packages/nvidia
+  mkdir -p "$site" && mount -t tmpfs tmpfs "$site"
+  mkdir -p "$site/cu13/include" "$site/cu13/lib" "$site/nccl/include" "$site/nccl/lib"
+  for f in $hidden_inc; do
+    case $f in nccl*) to=$site/nccl/include ;; *) to=$site/cu13/include ;; esac
+    ln -s "/opt/wheel-files/$inc/$f" "$to/$f"
+  done
+  for f in $hidden_lib; do
+    # No unversioned link where a versioned library is: the wheels have none.
+    [[ $f == *.so ]] && compgen -G "$real/$lib/$f.*" > /dev/null && continue
+    case $f in libnccl*) to=$site/nccl/lib ;; *) to=$site/cu13/lib ;; esac
+    ln -s "/opt/wheel-files/$lib/$f" "$to/$f"
+  done
+else
+  mount --bind /usr/local/cuda "$root/usr/local/cuda"
+  mount -o remount,bind,ro "$root/usr/local/cuda"
+fi
 mount -t proc proc "$root/proc"
 mount --rbind /sys "$root/sys"
 mount --rbind /dev "$root/dev"

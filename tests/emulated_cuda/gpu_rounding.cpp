@@ -1,6 +1,7 @@
 // The sums of products as a model of a GPU's hardware rounds them
 // (set_gpu_rounding, emulated_backend.h): the tensor core's fused sums
 // (tensor_core_sum) and the SIMT kernels' chained FMAs (emulator_internal.h).
+#include <algorithm>
 #include <atomic>
 #include <cfloat>
 #include <climits>

@@ -296,26 +296,35 @@ void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b
     std::memcpy(&v, all + 32 * lane + 4 * r, 4);
     return v;
   };
-  auto bf = [](uint32_t r, int half) { return __uint_as_float(half ? r & 0xffff0000u : r << 16); };
-  // A[row][k]: lane 4 (row % 8) + (k % 8) / 2, register row / 8 + 2 (k / 8), half k % 2.
-  auto A = [&](int row, int k) {
-    return bf(reg(4 * (row % 8) + (k % 8) / 2, row / 8 + 2 * (k / 8)), k % 2);
+  // A register holds two bf16 of k and k + 1: k's in its low half.
+  auto unpack = [](uint32_t r, float* two) {
+    two[0] = __uint_as_float(r << 16);
+    two[1] = __uint_as_float(r & 0xffff0000u);
   };
-  // B[k][n]: lane 4 n + (k % 8) / 2, register 4 + k / 8, half k % 2.
-  auto B = [&](int k, int n) { return bf(reg(4 * n + (k % 8) / 2, 4 + k / 8), k % 2); };
+  // This lane's results are rows g and g + 8, columns 2t and 2t + 1. A[row][k]
+  // is in lane 4 (row % 8) + (k % 8) / 2, register row / 8 + 2 (k / 8); B[k][n]
+  // in lane 4 n + (k % 8) / 2, register 4 + k / 8; half k % 2 of each.
   const int g = lane() / 4, t = lane() % 4;
-  for (int e = 0; e < 4; ++e) {
-    const int row = g + 8 * (e / 2), col = 2 * t + e % 2;
-    if (gpu_rounds()) {    // the hardware's fused sums (a model: gpu_rounding.cpp)
-      float products[16];  // exact: bf16 times bf16 fits fp32
-      for (int k = 0; k < 16; ++k) products[k] = A(row, k) * B(k, col);
-      d[e] = tensor_core_sum(tensor_core_sum(d[e], products, 8), products + 8, 8);
-      continue;
-    }
-    float sum = 0.0f;
-    for (int k = 0; k < 16; ++k) sum += A(row, k) * B(k, col);
-    d[e] += sum;
+  float rows[2][16], cols[2][16];
+  for (int k = 0; k < 16; k += 2) {
+    const int from = (k % 8) / 2, half = k / 8;
+    for (int r = 0; r < 2; ++r) unpack(reg(4 * g + from, r + 2 * half), &rows[r][k]);
+    for (int c = 0; c < 2; ++c) unpack(reg(4 * (2 * t + c) + from, 4 + half), &cols[c][k]);
   }
+  // Element e of d is row g + 8 (e / 2), column 2t + e % 2.
+  if (gpu_rounds()) {  // the hardware's fused sums (a model: gpu_rounding.cpp)
+    for (int e = 0; e < 4; ++e) {
+      float products[16];  // exact: bf16 times bf16 fits fp32
+      for (int k = 0; k < 16; ++k) products[k] = rows[e / 2][k] * cols[e % 2][k];
+      d[e] = tensor_core_sum(tensor_core_sum(d[e], products, 8), products + 8, 8);
+    }
+    return;
+  }
+  // Each element's sum in k order; the four side by side.
+  float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int k = 0; k < 16; ++k)
+    for (int e = 0; e < 4; ++e) sum[e] += rows[e / 2][k] * cols[e % 2][k];
+  for (int e = 0; e < 4; ++e) d[e] += sum[e];
 }
 
 namespace {

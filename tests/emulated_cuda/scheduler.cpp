@@ -91,11 +91,16 @@ struct Scheduler {
   uint3 error_block{};  // the block it names
 };
 
-// Never destroyed: a static backend's destructor may still free memory at exit.
-Scheduler& sched() {
-  static Scheduler& s = *new Scheduler;
-  return s;
-}
+// Never destroyed: a static backend's destructor may still free memory at
+// exit. Made before any code runs (constinit), so that sched() is a plain
+// address: it is called at every switch between fibers.
+union NeverDestroyed {
+  Scheduler s;
+  constexpr NeverDestroyed() : s() {}
+  ~NeverDestroyed() {}
+};
+constinit NeverDestroyed the_scheduler;
+inline Scheduler& sched() { return the_scheduler.s; }
 
 // Puts block b's static shared memory in place of the running block's.
 void enter_block(int b) {

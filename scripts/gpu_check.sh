@@ -113,6 +113,13 @@ else
   note "gpu: none (nvidia-smi -L fails): the GPU parts are skipped, as in the rehearsal"
 fi
 note "nvcc: $(nvcc --version 2>&1 | tail -1); torch: $(python3 -c 'import torch; print(torch.__version__)' 2>&1 | tail -1)"
+# The carried packages are Debian 12's: its libevent (OpenMPI's) needs glibc
+# 2.36 or newer, so an older system stops at the launcher's check below.
+glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')
+note "system: $(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME"); glibc ${glibc:-unknown}"
+if [[ -n $glibc && $(printf '%s\n' 2.36 "$glibc" | sort -V | head -1) != 2.36 ]]; then
+  note "gpu_check: glibc $glibc is older than the 2.36 Debian 12's packages need: expect the launcher to fail"
+fi
 
 # The launcher first: a machine where mpirun cannot start two processes stops here.
 if ! timeout 60 "$mpirun" -np 2 true > "$out/launcher.log" 2>&1; then
@@ -169,7 +176,7 @@ for l in cublasLt:cublasLt.h cupti:cupti.h; do
   toolkit_has "$header" "$name" && continue
   lib=$(ls "$cu13/lib/lib$name.so".* 2>/dev/null | head -1)
   if [[ -f $cu13/include/$header && -n $lib ]]; then
-    cuda_libs+=(-DCUDA_${name}_LIBRARY="$lib")
+    cuda_libs+=("-DCUDA_${name}_LIBRARY=$lib")
     [[ $name == cupti ]] && cuda_libs+=(-DCUDAToolkit_CUPTI_INCLUDE_DIR="$cu13/include")
     wheel_includes="-idirafter $cu13/include"
     export LD_LIBRARY_PATH=$cu13/lib:${LD_LIBRARY_PATH:-}

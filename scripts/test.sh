@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds Dendrite and runs the test suite, on every core.
 #   scripts/test.sh            the suite: every test but those labelled long
-#   scripts/test.sh --long     the long ones alone (the grids on emulated GPUs)
+#   scripts/test.sh --long     the long ones alone (the grids on emulated GPUs, the race check)
 #   scripts/test.sh --all      both
 # Other arguments go to ctest (-R REGEX, -V, ...). The tests labelled gpu (the
 # CUDA backend's, on a real GPU) run where a GPU is found.

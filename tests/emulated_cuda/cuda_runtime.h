@@ -63,10 +63,7 @@ inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z,
 // ---- intrinsics
 
 inline void __syncthreads() { emu::block_barrier(); }
-inline void __syncwarp(unsigned mask = 0xffffffffu) {
-  const char none = 0;
-  emu::warp_exchange(mask, &none, 1);
-}
+inline void __syncwarp(unsigned mask = 0xffffffffu) { emu::warp_barrier(mask); }
 template <class T>
 T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
   const int lane = emu::lane(), base = lane / width * width;

@@ -33,8 +33,10 @@
 // threads that a barrier should have ordered show only as far as running the
 // threads in both orders changes a result (set_reverse_order): fibers switch
 // only at barriers; races between blocks, as far as running the blocks in
-// both orders or interleaved changes one. What it cannot: the GPU's timing,
-// and the rounding of sums inside the hardware's products.
+// both orders or interleaved changes one. Built with ThreadSanitizer, it
+// reports every race between the threads of a block, whatever the order
+// (race_check.h). What it cannot: the GPU's timing, and the rounding of sums
+// inside the hardware's products.
 #pragma once
 
 #include <cstddef>
@@ -73,8 +75,26 @@ void block_barrier();
 // area, waits for the lanes of `mask`, and returns the 32 lanes' areas
 // (32 bytes each) of this call.
 const unsigned char* warp_exchange(unsigned mask, const void* data, size_t bytes);
+// __syncwarp(mask): warp_exchange's wait, and the lanes' memory ordered
+// (the race check, race_check.h).
+void warp_barrier(unsigned mask);
 // The lane of the running thread, and whether lane `l` of its warp takes part.
 int lane();
+// For the race check (race_check.h): while a Hidden lives, the running
+// thread's reads and writes are the emulator's bookkeeping (the warp's
+// exchange area, the scheduler's state), which ThreadSanitizer neither checks
+// nor keeps. warp_exchange's callers read its result under one. Nothing
+// outside a build with ThreadSanitizer.
+void hide_begin();
+void hide_end();
+struct Hidden {
+#if defined(__SANITIZE_THREAD__)
+  Hidden() { hide_begin(); }
+  ~Hidden() { hide_end(); }
+  Hidden(const Hidden&) = delete;
+  Hidden& operator=(const Hidden&) = delete;
+#endif
+};
 // Fails the launch (after the running thread stops) with `why`.
 [[noreturn]] void kernel_error(const std::string& why);
 
@@ -124,6 +144,7 @@ Launch<P...> launch(dim3 grid, dim3 block, size_t shared, EmulatedStream* stream
 template <class T>
 T shuffle_from(unsigned mask, T v, int src) {
   static_assert(sizeof(T) <= 32 && std::is_trivially_copyable_v<T>);
+  [[maybe_unused]] const Hidden hidden{};
   const unsigned char* all = warp_exchange(mask, &v, sizeof(T));
   if (src < 0 || src > 31 || !(mask >> src & 1u))
     kernel_error("a shuffle reads lane " + std::to_string(src) + ", outside its mask");

@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "race_check.h"
+
 namespace emu {
 
 #if defined(__x86_64__)
@@ -41,7 +43,11 @@ emu_swap_context:
   .size emu_swap_context, .-emu_swap_context
   .popsection
 )");
-void swap_context(Context& from, Context& to) { emu_swap_context(&from.sp, to.sp); }
+void swap_context(Context& from, Context& to, void* to_race) {
+  void* const sp = to.sp;
+  race::switch_to(to_race);
+  emu_swap_context(&from.sp, sp);
+}
 }  // namespace
 void new_context(Context& c, char* base, size_t size, void (*entry)()) {
   auto top = reinterpret_cast<uintptr_t>(base + size) & ~uintptr_t(15);
@@ -53,7 +59,10 @@ void new_context(Context& c, char* base, size_t size, void (*entry)()) {
 }
 #else
 namespace {
-void swap_context(Context& from, Context& to) { swapcontext(&from.uc, &to.uc); }
+void swap_context(Context& from, Context& to, void* to_race) {
+  race::switch_to(to_race);
+  swapcontext(&from.uc, &to.uc);
+}
 }  // namespace
 void new_context(Context& c, char* base, size_t size, void (*entry)()) {
   getcontext(&c.uc);
@@ -64,13 +73,14 @@ void new_context(Context& c, char* base, size_t size, void (*entry)()) {
 }
 #endif
 
-void transfer(Context& from, void** from_fake, Context& to, const void* bottom, size_t size) {
+void transfer(Context& from, void** from_fake, Context& to, const void* bottom, size_t size,
+              void* to_race) {
 #ifdef EMU_ASAN
   __sanitizer_start_switch_fiber(from_fake, bottom, size);
 #else
   (void)from_fake, (void)bottom, (void)size;
 #endif
-  swap_context(from, to);
+  swap_context(from, to, to_race);
 #ifdef EMU_ASAN
   __sanitizer_finish_switch_fiber(from_fake ? *from_fake : nullptr, nullptr, nullptr);
 #endif

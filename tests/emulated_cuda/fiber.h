@@ -37,8 +37,11 @@ struct Context {
 // A context that starts entry() on the stack [base, base + size).
 void new_context(Context& c, char* base, size_t size, void (*entry)());
 // Switches from context `from` to `to` (stack [bottom, bottom + size));
-// from_fake: where ASan keeps from's fake stack (null when from has ended).
-void transfer(Context& from, void** from_fake, Context& to, const void* bottom, size_t size);
+// from_fake: where ASan keeps from's fake stack (null when from has ended);
+// to_race: to's fiber of ThreadSanitizer's (race_check.h), announced last,
+// once nothing more is read on from's behalf.
+void transfer(Context& from, void** from_fake, Context& to, const void* bottom, size_t size,
+              void* to_race);
 // A fiber's stack, kStackBytes with a guard page below.
 char* map_stack();
 // The calling thread's stack, for ASan's bookkeeping of switches back to it.

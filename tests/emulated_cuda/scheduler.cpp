@@ -17,6 +17,7 @@
 #include "emulator.h"
 #include "emulator_internal.h"
 #include "fiber.h"
+#include "race_check.h"
 
 namespace emu {
 namespace {
@@ -34,6 +35,8 @@ struct Fiber {
   State state = State::kRunnable;
   int phase = 0;               // which exchange set the lane's next warp collective uses
   void* fake_stack = nullptr;  // ASan's, while the fiber is switched out
+  void* race = nullptr;        // ThreadSanitizer's fiber (race_check.h), kept with the stack
+  int hidden = 0;              // Hidden guards it is under (left so by a launch that failed)
 };
 
 struct Warp {
@@ -45,6 +48,7 @@ struct Warp {
   unsigned mask = 0;     // the mask the first of them passed
   bool masks_differ = false;
   int first_fiber = 0;  // the fiber of lane 0
+  char sync[2] = {};    // what __syncwarp releases and acquires, by phase (race_check.h)
 };
 
 // A block being run: its coordinates, its shared memory and its barrier.
@@ -54,6 +58,8 @@ struct Block {
   std::vector<unsigned char> statics;  // its static shared memory while another block's is in place
   int live = 0, at_barrier = 0;        // threads not exited, and those at __syncthreads
   uint64_t serial = 0;                 // which block this is, of all run (block_serial)
+  unsigned barriers = 0;               // __syncthreads passed so far
+  char sync[2] = {};  // what __syncthreads releases and acquires, by barrier parity
 };
 
 // Static __shared__ variables (cuda_runtime.h) live in the section
@@ -89,6 +95,11 @@ struct Scheduler {
   const std::function<void()>* body = nullptr;
   std::string error;    // the first failure of the blocks
   uint3 error_block{};  // the block it names
+  // The race check's (race_check.h): the host's context, and what orders
+  // the blocks' threads after the host's work before them and before its
+  // work after them.
+  void* home_race = nullptr;
+  char start = 0, end = 0;
 };
 
 // Never destroyed: a static backend's destructor may still free memory at
@@ -121,9 +132,9 @@ void switch_away() {
     Fiber& next = s.fibers[size_t(s.ready[s.head++])];
     enter_block(next.block);
     s.current = &next;
-    transfer(f.ctx, fake, next.ctx, next.stack, kStackBytes);
+    transfer(f.ctx, fake, next.ctx, next.stack, kStackBytes, next.race);
   } else {
-    transfer(f.ctx, fake, s.home, s.home_bottom, s.home_size);
+    transfer(f.ctx, fake, s.home, s.home_bottom, s.home_size, s.home_race);
   }
 }
 
@@ -143,6 +154,7 @@ void release_block(int b) {
     if (s.fibers[size_t(t)].state == State::kAtBlockBarrier) make_ready(t);
   }
   s.blocks[size_t(b)].at_barrier = 0;
+  ++s.blocks[size_t(b)].barriers;
 }
 
 void set_error(const std::string& e) {
@@ -173,8 +185,15 @@ void fiber_main() {
   __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
 #endif
   Scheduler& s = sched();
+  race::acquire(&s.start);  // before anything is read
+  {
+    Fiber& f = *s.current;
+    for (; f.hidden > 0; --f.hidden) race::ignore_end();  // a failed launch's thread of this slot
+  }
   (*s.body)();
+  hide_begin();
   Fiber& f = *s.current;
+  race::release(&s.end);
   f.state = State::kDone;
   Block& b = s.blocks[size_t(f.block)];
   --b.live;
@@ -224,7 +243,21 @@ std::string run_blocks(Scheduler& s, int n) {
   Fiber& first = s.fibers[size_t(s.ready[s.head++])];
   enter_block(first.block);
   s.current = &first;
-  transfer(s.home, &s.home_fake, first.ctx, first.stack, kStackBytes);
+  s.home_race = race::current_fiber();
+  race::release(&s.start);
+  transfer(s.home, &s.home_fake, first.ctx, first.stack, kStackBytes, first.race);
+  if constexpr (race::kOn) {
+    // Threads a failure left waiting end here: what they did comes before
+    // the host's work after the launch too.
+    for (int i = 0; i < n * s.threads; ++i) {
+      Fiber& f = s.fibers[size_t(i)];
+      if (f.state == State::kDone) continue;
+      race::switch_to(f.race);
+      race::release(&s.end);
+      race::switch_to(s.home_race);
+    }
+    race::acquire(&s.end);
+  }
   s.error_block = s.blocks[size_t(s.current->block)].idx;
   if (!s.error.empty()) return s.error;
   int live = 0;
@@ -259,11 +292,34 @@ size_t thread_slot() { return size_t(sched().current - sched().fibers.data()); }
 int lane() { return sched().current->lane; }
 
 void block_barrier() {
+  [[maybe_unused]] const Hidden hidden{};
   Scheduler& s = sched();
   s.current->state = State::kAtBlockBarrier;
   Block& b = s.blocks[size_t(s.current->block)];
+  char* sync = &b.sync[b.barriers % 2];
+  race::release(sync);
   if (++b.at_barrier == b.live) release_block(s.current->block);
   switch_away();
+  race::acquire(sync);
+}
+
+void warp_barrier(unsigned mask) {
+  [[maybe_unused]] const Hidden hidden{};
+  Scheduler& s = sched();
+  char* sync = &s.warps[size_t(s.current->warp)].sync[s.current->phase];
+  race::release(sync);
+  const char none = 0;
+  warp_exchange(mask, &none, 1);
+  race::acquire(sync);
+}
+
+void hide_begin() {
+  race::ignore_begin();
+  ++sched().current->hidden;
+}
+void hide_end() {
+  --sched().current->hidden;
+  race::ignore_end();
 }
 
 const unsigned char* warp_exchange(unsigned mask, const void* data, size_t bytes) {
@@ -286,14 +342,17 @@ const unsigned char* warp_exchange(unsigned mask, const void* data, size_t bytes
 }
 
 void kernel_error(const std::string& why) {
+  hide_begin();  // for good: the thread ends here
   Scheduler& s = sched();
   set_error(why);
+  race::release(&s.end);
   s.current->state = State::kDone;  // the launch stops: switch_away goes home
   switch_away();
   std::abort();  // not resumed
 }
 
 void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  [[maybe_unused]] const Hidden hidden{};  // registers only
   uint32_t mine[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
   const unsigned char* all = warp_exchange(0xffffffffu, mine, sizeof mine);
   auto reg = [&](int lane, int r) {
@@ -344,6 +403,7 @@ void prepare(Scheduler& s, dim3 block, size_t shared, int together) {
   while (s.fibers.size() < size_t(together) * size_t(threads)) {
     s.fibers.emplace_back();
     s.fibers.back().stack = map_stack();
+    s.fibers.back().race = race::new_fiber();
   }
   s.threads = threads;
   s.block_dim = block;
@@ -448,6 +508,10 @@ bool run(EmulatedStream* stream, dim3 grid, dim3 block, size_t shared, const voi
 }
 
 void set_reverse_order(bool reverse) { sched().reverse = reverse; }
-void set_interleaved_blocks(int blocks) { sched().interleave = std::max(1, blocks); }
+// Not under the race check: interleaved blocks share the static shared
+// memory's addresses, which nothing would order between them.
+void set_interleaved_blocks(int blocks) {
+  sched().interleave = race::kOn ? 1 : std::max(1, blocks);
+}
 
 }  // namespace emu

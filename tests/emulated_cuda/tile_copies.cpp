@@ -40,12 +40,13 @@ struct Copy {
 // from the oldest; `serial` is the block they belong to.
 struct ThreadCopies {
   uint64_t serial = 0;
-  std::vector<Copy> open;
-  std::deque<std::vector<Copy>> groups;
+  std::deque<Copy> open;
+  std::deque<std::deque<Copy>> groups;
 };
 
 // Kernels run one at a time (scheduler.cpp), so one table serves them all,
-// a row per thread of the blocks running together.
+// a row per thread of the blocks running together. Every thread's
+// bookkeeping: called under a Hidden (race_check.h).
 ThreadCopies& thread_copies() {
   static std::vector<ThreadCopies>& all = *new std::vector<ThreadCopies>;
   const size_t i = thread_slot();
@@ -76,6 +77,7 @@ void ldmatrix(uint32_t* regs, int matrices, bool trans, const void* row) {
           (aligned ? " is outside the block's dynamic shared memory" : " is not 16-byte aligned"));
     std::memcpy(mine, row, 16);
   }
+  [[maybe_unused]] const Hidden hidden{};  // what follows moves registers only
   const unsigned char* all = warp_exchange(0xffffffffu, mine, sizeof mine);
   // Element c of row r of matrix m, as lane 8 m + r read it.
   auto element = [&](int m, int r, int c) {
@@ -104,26 +106,44 @@ void cp_async(void* dst, const void* src, int bytes, int src_bytes) {
   Copy c{static_cast<unsigned char*>(dst), {}, bytes};
   if (src_bytes > 0) std::memcpy(c.bytes, src, size_t(src_bytes));
   std::memset(c.dst, kPoison, size_t(bytes));
+  [[maybe_unused]] const Hidden hidden{};
   thread_copies().open.push_back(c);
 }
 
 void cp_async_commit() {
+  [[maybe_unused]] const Hidden hidden{};
   ThreadCopies& t = thread_copies();
   t.groups.push_back(std::move(t.open));
   t.open.clear();
 }
 
-void cp_async_wait(int n) {
+namespace {
+// Takes the next copy of the thread's oldest group into c while more than n
+// groups are in flight; false when no more.
+bool next_landing(int n, Copy& c) {
+  [[maybe_unused]] const Hidden hidden{};
   ThreadCopies& t = thread_copies();
   while (int(t.groups.size()) > n) {
-    for (const Copy& c : t.groups.front()) {
-      for (int i = 0; i < c.size; ++i)
-        if (c.dst[i] != kPoison)
-          kernel_error("cp.async: shared memory at " + address_text(c.dst) +
-                       " was written while a copy into it was in flight");
-      std::memcpy(c.dst, c.bytes, size_t(c.size));
+    std::deque<Copy>& group = t.groups.front();
+    if (!group.empty()) {
+      c = group.front();
+      group.pop_front();
+      return true;
     }
     t.groups.pop_front();
+  }
+  return false;
+}
+}  // namespace
+
+void cp_async_wait(int n) {
+  Copy c;  // its bytes land as the thread's own writes (the race check sees them)
+  while (next_landing(n, c)) {
+    for (int i = 0; i < c.size; ++i)
+      if (c.dst[i] != kPoison)
+        kernel_error("cp.async: shared memory at " + address_text(c.dst) +
+                     " was written while a copy into it was in flight");
+    std::memcpy(c.dst, c.bytes, size_t(c.size));
   }
 }
 

@@ -1,0 +1,64 @@
+// The emulator's race check: in a build with ThreadSanitizer
+// (-fsanitize=thread; the racecheck tests, tests/CMakeLists.txt), every GPU
+// thread is also a fiber of ThreadSanitizer's, so that two threads touching
+// the same bytes, one of them writing, with nothing ordering them, is a race
+// it reports, whichever order the fibers happened to run in. What orders
+// them is what orders a GPU's threads (the PTX memory model):
+// - a launch's threads come after the host's (and the stream's) work before
+//   it, and the work after it comes after them;
+// - __syncthreads orders the threads of the block: each releases as it
+//   arrives and acquires as it leaves; __syncwarp does so for its lanes;
+// - shuffles, the m16n8k16 product and ldmatrix order nothing: they
+//   exchange registers, not memory, so a lane that reads shared memory
+//   another lane wrote after only a shuffle between them is a race;
+// - nothing orders two blocks of a launch, but blocks run one after another
+//   here (no interleaving), so a race between blocks is not seen.
+// The emulator's own bookkeeping, which every fiber reads and writes, is
+// hidden from it (emu::Hidden, emulator.h). Internal to the emulator's files;
+// elsewhere every call is a no-op.
+#pragma once
+
+#if defined(__SANITIZE_THREAD__)
+#define EMU_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define EMU_TSAN 1
+#endif
+#endif
+
+#ifdef EMU_TSAN
+#include <sanitizer/tsan_interface.h>
+extern "C" void __tsan_ignore_thread_begin();
+extern "C" void __tsan_ignore_thread_end();
+#endif
+
+namespace emu::race {
+
+#ifdef EMU_TSAN
+inline constexpr bool kOn = true;
+// A fiber of ThreadSanitizer's, for one GPU thread's slot (kept for good:
+// making one costs about half a millisecond).
+inline void* new_fiber() { return __tsan_create_fiber(0); }
+// The running context's (the host thread's, outside the fibers).
+inline void* current_fiber() { return __tsan_get_current_fiber(); }
+// Announces the switch about to be made to fiber f; it orders nothing.
+inline void switch_to(void* f) { __tsan_switch_to_fiber(f, __tsan_switch_to_fiber_no_sync); }
+// What the running context did so far comes before what those that acquire
+// `sync` do after.
+inline void release(void* sync) { __tsan_release(sync); }
+inline void acquire(void* sync) { __tsan_acquire(sync); }
+// Reads and writes of the running context are neither checked nor kept.
+inline void ignore_begin() { __tsan_ignore_thread_begin(); }
+inline void ignore_end() { __tsan_ignore_thread_end(); }
+#else
+inline constexpr bool kOn = false;
+inline void* new_fiber() { return nullptr; }
+inline void* current_fiber() { return nullptr; }
+inline void switch_to(void*) {}
+inline void release(void*) {}
+inline void acquire(void*) {}
+inline void ignore_begin() {}
+inline void ignore_end() {}
+#endif
+
+}  // namespace emu::race

@@ -7,14 +7,16 @@
 # CUDA backend's, on a real GPU) run where a GPU is found.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-include=() exclude=()
+include=() exclude=() long=1
 case "${1:-}" in
   --long) include=(-L long) && shift ;;
   --all) shift ;;
-  *) exclude+=(long) ;;
+  *) exclude+=(long) && long=0 ;;
 esac
 nvidia-smi -L >/dev/null 2>&1 || exclude+=(gpu)
 scripts/build.sh
+# The race check's programs are not in the build's default targets.
+((long)) && cmake --build build --target racecheck -j "$(nproc)"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(nproc)}"
 cd build
 labels=$(IFS='|' && echo "${exclude[*]}")

@@ -37,6 +37,7 @@ struct Fiber {
   void* fake_stack = nullptr;  // ASan's, while the fiber is switched out
   void* race = nullptr;        // ThreadSanitizer's fiber (race_check.h), kept with the stack
   int hidden = 0;              // Hidden guards it is under (left so by a launch that failed)
+  bool parked = false;         // ended its kernel and waits for the next (race check only)
 };
 
 struct Warp {
@@ -127,7 +128,7 @@ void enter_block(int b) {
 void switch_away() {
   Scheduler& s = sched();
   Fiber& f = *s.current;
-  void** fake = f.state == State::kDone ? nullptr : &f.fake_stack;
+  void** fake = f.state == State::kDone && !f.parked ? nullptr : &f.fake_stack;
   if (s.head < s.ready.size() && s.error.empty()) {
     Fiber& next = s.fibers[size_t(s.ready[s.head++])];
     enter_block(next.block);
@@ -180,29 +181,38 @@ void release_warp(Warp& w) {
   w.masks_differ = false;
 }
 
+// A GPU thread: runs the kernel, then ends. Under the race check it parks
+// instead, and the next launch resumes it (run_blocks): ThreadSanitizer
+// keeps each fiber's calls on a stack of its own, which a fiber started
+// anew at every launch, never returning, would overflow after some ten
+// thousand launches.
 void fiber_main() {
 #ifdef EMU_ASAN
   __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
 #endif
   Scheduler& s = sched();
-  race::acquire(&s.start);  // before anything is read
-  {
+  for (;;) {
+    race::acquire(&s.start);  // before anything is read
+    {
+      Fiber& f = *s.current;
+      f.parked = false;
+      for (; f.hidden > 0; --f.hidden) race::ignore_end();  // a failed launch's thread of this slot
+    }
+    (*s.body)();
+    hide_begin();
     Fiber& f = *s.current;
-    for (; f.hidden > 0; --f.hidden) race::ignore_end();  // a failed launch's thread of this slot
+    race::release(&s.end);
+    f.state = State::kDone;
+    f.parked = race::kOn;
+    Block& b = s.blocks[size_t(f.block)];
+    --b.live;
+    Warp& w = s.warps[size_t(f.warp)];
+    w.alive &= ~(1u << f.lane);
+    if (w.waiting != 0 && w.waiting == w.alive) release_warp(w);
+    if (b.at_barrier > 0 && b.at_barrier == b.live) release_block(f.block);
+    switch_away();
+    if constexpr (!race::kOn) std::abort();  // a finished fiber is never resumed
   }
-  (*s.body)();
-  hide_begin();
-  Fiber& f = *s.current;
-  race::release(&s.end);
-  f.state = State::kDone;
-  Block& b = s.blocks[size_t(f.block)];
-  --b.live;
-  Warp& w = s.warps[size_t(f.warp)];
-  w.alive &= ~(1u << f.lane);
-  if (w.waiting != 0 && w.waiting == w.alive) release_warp(w);
-  if (b.at_barrier > 0 && b.at_barrier == b.live) release_block(f.block);
-  switch_away();
-  std::abort();  // a finished fiber is never resumed
 }
 
 // Runs blocks[0, n) to their end, their threads interleaved at barriers
@@ -221,6 +231,7 @@ std::string run_blocks(Scheduler& s, int n) {
     f.lane = t % 32, f.warp = f.block * warps + t / 32;
     f.phase = 0;
     f.fake_stack = nullptr;
+    if (f.parked) continue;  // resumed where it ended its last kernel
     // Stack tops staggered by 4160 bytes a thread (up to 128 KB): tops a
     // power of two apart would share cache sets and miss on every switch.
     new_context(f.ctx, f.stack, kStackBytes - size_t(i) * 4160 % (size_t(128) << 10), fiber_main);

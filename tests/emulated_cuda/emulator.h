@@ -34,8 +34,8 @@
 // threads in both orders changes a result (set_reverse_order): fibers switch
 // only at barriers; races between blocks, as far as running the blocks in
 // both orders or interleaved changes one. Built with ThreadSanitizer, it
-// reports every race between the threads of a block, whatever the order
-// (race_check.h). What it cannot: the GPU's timing, and the rounding of sums
+// reports a race between the threads of a block whatever the order, as far
+// as ThreadSanitizer's history reaches (race_check.h). What it cannot: the GPU's timing, and the rounding of sums
 // inside the hardware's products.
 #pragma once
 

@@ -110,9 +110,13 @@ TEST_P(BackendOps, FusedOpsGiveTheBitsOfTheSeparateOps) {
     EXPECT_TRUE(same_bits(get(Yh), get(Want))) << "to_bf16_column_sums out" << p;
     EXPECT_TRUE(same_bits(get(FCol), get(Col))) << "to_bf16_column_sums db" << p;
   }
-  // a width past what a GPU block of the one-pass backward keeps (4 groups of 4
-  // columns for each of 512 threads), and one row (its gain and bias partials
-  // would not fit in scratch): the two kernels, the same sums and dres
+}
+
+// LayerNorm's backward in one pass over whole rows, where a GPU block of it
+// cannot keep a row (past 4 groups of 4 columns for each of 512 threads) and
+// where one row's gain and bias partials would not fit in scratch: the two
+// kernels, the same sums and dres.
+TEST_P(BackendOps, OnePassNormBackwardPastWhatABlockKeeps) {
   for (const auto& [mw, cw] : {std::pair{3, 8200}, std::pair{1, 64}}) {
     const Vf x = randn(mw * cw, 82, 2.0, 0.5), g = randn(cw, 83, 0.2, 1.0), dy = randn(mw * cw, 84),
              res = randn(mw * cw, 85);
@@ -140,7 +144,10 @@ TEST_P(BackendOps, FusedOpsGiveTheBitsOfTheSeparateOps) {
     EXPECT_TRUE(same_bits(get(Fused), get(Res)))
         << "layernorm_backward_rows_add dres, " << mw << "x" << cw;
   }
+}
 
+// The loss's and attention's fused ops against their separate ops.
+TEST_P(BackendOps, FusedLossAndAttentionGiveTheBitsOfTheSeparateOps) {
   // dlogits rounded to bf16, over a vocabulary part with padding ids and a zero weight
   const int rows = 19, V = 61, Vloc = 32, v0 = 32;
   const Vf logits = randn(rows * Vloc, 76, 3.0), lse = randn(rows, 77, 0.5, 4.0);

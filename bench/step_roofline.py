@@ -218,11 +218,11 @@ KERNELS = {
     ("layernorm_backward_sums", "row_sums_kernel<NS, Terms>"):
         lambda a: (f32(2 * a["m"] * a["c"] + 2 * a["m"] + a["c"]) + 16.0 * a["m"],
                    6 * a["m"] * a["c"]),
-    ("layernorm_backward_apply", "layernorm_backward_apply_kernel"):
+    ("layernorm_backward_apply", "norm_backward_apply_kernel<LnBackwardRows>"):
         lambda a: (f32(3 * a["m"] * a["c"] + 3 * a["m"] + 5 * a["c"]) + 16.0 * a["m"],
                    10 * a["m"] * a["c"]),
     # dx added to the residual's gradient: that read too
-    ("layernorm_backward_apply_add", "layernorm_backward_apply_kernel"):
+    ("layernorm_backward_apply_add", "norm_backward_apply_kernel<LnBackwardRows>"):
         lambda a: (f32(4 * a["m"] * a["c"] + 3 * a["m"] + 5 * a["c"]) + 16.0 * a["m"],
                    11 * a["m"] * a["c"]),
     # whole rows in one pass: dy and x read once (the apply rereads the row
@@ -264,7 +264,7 @@ KERNELS = {
         lambda a: (f32(2 * a["m"] * a["c"] + a["c"] + a["m"]) + 8.0 * a["m"], 3 * a["m"] * a["c"]),
     ("rmsnorm_backward_sums", "row_sums_kernel<NS, Terms>"):
         lambda a: (f32(2 * a["m"] * a["c"] + a["c"]) + 8.0 * a["m"], 4 * a["m"] * a["c"]),
-    ("rmsnorm_backward_apply", "rmsnorm_backward_apply_kernel"):
+    ("rmsnorm_backward_apply", "norm_backward_apply_kernel<RmsBackwardRows>"):
         lambda a: (f32(3 * a["m"] * a["c"] + a["m"] + 3 * a["c"]) + 8.0 * a["m"],
                    8 * a["m"] * a["c"]),
     # attention: q, k, v read; out and lse written (forward: QK^T and PV); the
@@ -372,8 +372,8 @@ def rows_fallback(norm, bf16):
         return {
             "row_sums_kernel<NS, Terms>": KERNELS[("layernorm_backward_sums",
                                                    "row_sums_kernel<NS, Terms>")],
-            "layernorm_backward_apply_kernel": KERNELS[("layernorm_backward_apply_add",
-                                                        "layernorm_backward_apply_kernel")],
+            "norm_backward_apply_kernel<LnBackwardRows>": KERNELS[(
+                "layernorm_backward_apply_add", "norm_backward_apply_kernel<LnBackwardRows>")],
             "add_row_block_partials_kernel": sums_of_partials,
             "column_sums_kernel": column_sums,
             "map4_kernel<Op>": to_low,
@@ -385,8 +385,8 @@ def rows_fallback(norm, bf16):
     return {
         "row_sums_kernel<NS, Terms>": KERNELS[("rmsnorm_backward_sums",
                                                "row_sums_kernel<NS, Terms>")],
-        "rmsnorm_backward_apply_kernel": KERNELS[("rmsnorm_backward_apply",
-                                                  "rmsnorm_backward_apply_kernel")],
+        "norm_backward_apply_kernel<RmsBackwardRows>": KERNELS[(
+            "rmsnorm_backward_apply", "norm_backward_apply_kernel<RmsBackwardRows>")],
         "add_row_block_partials_kernel": lambda a: partials(a["m"], a["c"]),
         "column_sums_kernel": column_sums,
         "map4_kernel<Op>": maps,

@@ -359,30 +359,75 @@ __device__ __forceinline__ float rms_backward_dx(float vd, float gj, float vx, f
   return rs * vd * gj - t * vx;
 }
 
-// dx = rstd (dy gamma - S1 / c_total - xhat S2 / c_total) for the rows of
-// block blockIdx.y (`rows` a block), or added to dx (accumulate: dx + that,
-// rounded as add_inplace after it would); part_g, part_b [gridDim.y, c] = that
-// block's sums of dy xhat and dy (null: skipped, as dgamma or dbeta on the CPU)
+// A row of LayerNorm's backward, for norm_backward_apply_kernel and
+// norm_backward_rows_kernel: its sums' terms, the row's statistics from the
+// summed sums (over c_total columns), and at each value the gain's and
+// bias's terms and the input gradient.
+struct LnBackwardRows {
+  static constexpr int kSums = 2;  // per row: S1 (g), S2 (g xhat)
+  LnBackwardSums terms;
+  struct alignas(16) Row {  // staged in shared memory as one 16-byte word
+    float mu, rs, s1, s2;
+  };
+  __device__ Row row(int r, double a, double b, int c) const {
+    return {terms.mean[r], terms.rstd[r], float(a / c), float(b / c)};
+  }
+  __device__ float dx(const Row& w, float vd, float vx, float vg, float& g, float& b) const {
+    const float xhat = (vx - w.mu) * w.rs;
+    g += vd * xhat;
+    b += vd;
+    return ln_backward_dx(vd, vg, xhat, w.rs, w.s1, w.s2);
+  }
+};
+
+// The same for RMSNorm (no bias).
+struct RmsBackwardRows {
+  static constexpr int kSums = 1;  // per row: S (dy gamma x)
+  RmsBackwardSums terms;
+  const float* rstd;
+  struct alignas(8) Row {
+    float rs, t;
+  };
+  __device__ Row row(int r, double a, double, int c) const {
+    const float rs = rstd[r];
+    return {rs, float(double(rs) * rs * rs * a / c)};
+  }
+  __device__ float dx(const Row& w, float vd, float vx, float vg, float& g, float&) const {
+    g += vd * vx * w.rs;
+    return rms_backward_dx(vd, vg, vx, w.rs, w.t);
+  }
+};
+
+// dx = the norm's input gradient (Norm: LnBackwardRows or RmsBackwardRows)
+// for the rows of block blockIdx.y (`rows` a block), or added to dx
+// (accumulate: dx + that, rounded as add_inplace after it would); part_g,
+// part_b [gridDim.y, c] = that block's sums of the gain's and bias's terms
+// (null: skipped, as dgamma or dbeta on the CPU; RMSNorm has no bias).
+// Its shared memory is dynamic (a kernel template's, static_shared_check.cmake),
+// apply_shared_bytes<Norm>() of it.
+template <class Norm>
 __global__ void __launch_bounds__(kTileCols* kRowGroups)
-    layernorm_backward_apply_kernel(float* __restrict__ dx, bool accumulate, float* part_g,
-                                    float* part_b, const double* __restrict__ sums,
-                                    const float* __restrict__ dy, const float* __restrict__ x,
-                                    const float* __restrict__ mean, const float* __restrict__ rstd,
-                                    const float* __restrict__ gamma, int m, int c, int c_total,
-                                    int rows) {
-  __shared__ float4 stats[kBatch];  // per row: mean, rstd, S1 / c_total, S2 / c_total
-  __shared__ float shared[kRowGroups][kTileCols];
+    norm_backward_apply_kernel(Norm norm, float* __restrict__ dx, bool accumulate, float* part_g,
+                               float* part_b, const double* __restrict__ sums, int m, int c,
+                               int c_total, int rows) {
+  DENDRITE_DYNAMIC_SHARED(float4, apply_shared);
+  auto* stats = reinterpret_cast<typename Norm::Row*>(apply_shared);     // [kBatch], per row
+  auto* shared = reinterpret_cast<float(*)[kTileCols]>(stats + kBatch);  // [kRowGroups]
+  const float* __restrict__ dy = norm.terms.dy;
+  const float* __restrict__ x = norm.terms.x;
   const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * kTileCols + tx;
   const int j = blockIdx.x * kTileCols + tx;
   const bool col = j < c;
-  const float gj = col ? gamma[j] : 0.0f;
+  const float gj = col ? norm.terms.gamma[j] : 0.0f;
   float acc_g = 0.0f, acc_b = 0.0f;
   const int end = min(m, int(blockIdx.y) * rows + rows);
   for (int r0 = blockIdx.y * rows; r0 < end; r0 += kBatch) {
     if (tid < kBatch && r0 + tid < end) {
       const int r = r0 + tid;
-      stats[tid] = make_float4(mean[r], rstd[r], float(sums[2 * int64_t(r)] / c_total),
-                               float(sums[2 * int64_t(r) + 1] / c_total));
+      const double a = sums[Norm::kSums * int64_t(r)];
+      double b = 0.0;
+      if constexpr (Norm::kSums == 2) b = sums[2 * int64_t(r) + 1];
+      stats[tid] = norm.row(r, a, b, c_total);
     }
     __syncthreads();
     float vd[kRowsAhead], vx[kRowsAhead];
@@ -397,11 +442,7 @@ __global__ void __launch_bounds__(kTileCols* kRowGroups)
     for (int k = 0; k < kRowsAhead; ++k) {
       const int r = r0 + ty + k * kRowGroups;
       if (col && r < end) {
-        const float4 s = stats[ty + k * kRowGroups];
-        const float xhat = (vx[k] - s.x) * s.y;
-        acc_g += vd[k] * xhat;
-        acc_b += vd[k];
-        const float v = ln_backward_dx(vd[k], gj, xhat, s.y, s.z, s.w);
+        const float v = norm.dx(stats[ty + k * kRowGroups], vd[k], vx[k], gj, acc_g, acc_b);
         float* out = dx + int64_t(r) * c + j;
         *out = accumulate ? __fadd_rn(*out, v) : v;  // no contraction into v's products
       }
@@ -419,52 +460,9 @@ __global__ void __launch_bounds__(kTileCols* kRowGroups)
   }
 }
 
-// dx = rstd dy gamma - x rstd^3 S / c_total for the rows of block blockIdx.y;
-// part_g [gridDim.y, c] = that block's sums of dy x rstd (null: skipped)
-__global__ void __launch_bounds__(kTileCols* kRowGroups)
-    rmsnorm_backward_apply_kernel(float* __restrict__ dx, float* part_g,
-                                  const double* __restrict__ sums, const float* __restrict__ dy,
-                                  const float* __restrict__ x, const float* __restrict__ rstd,
-                                  const float* __restrict__ gamma, int m, int c, int c_total,
-                                  int rows) {
-  __shared__ float2 stats[kBatch];  // per row: rstd, rstd^3 S / c_total
-  __shared__ float shared[kRowGroups][kTileCols];
-  const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * kTileCols + tx;
-  const int j = blockIdx.x * kTileCols + tx;
-  const bool col = j < c;
-  const float gj = col ? gamma[j] : 0.0f;
-  float acc = 0.0f;
-  const int end = min(m, int(blockIdx.y) * rows + rows);
-  for (int r0 = blockIdx.y * rows; r0 < end; r0 += kBatch) {
-    if (tid < kBatch && r0 + tid < end) {
-      const int r = r0 + tid;
-      const float rs = rstd[r];
-      stats[tid] = make_float2(rs, float(double(rs) * rs * rs * sums[r] / c_total));
-    }
-    __syncthreads();
-    float vd[kRowsAhead], vx[kRowsAhead];
-#pragma unroll
-    for (int k = 0; k < kRowsAhead; ++k) {
-      const int r = r0 + ty + k * kRowGroups;
-      const bool ok = col && r < end;
-      vd[k] = ok ? dy[int64_t(r) * c + j] : 0.0f;
-      vx[k] = ok ? x[int64_t(r) * c + j] : 0.0f;
-    }
-#pragma unroll
-    for (int k = 0; k < kRowsAhead; ++k) {
-      const int r = r0 + ty + k * kRowGroups;
-      if (col && r < end) {
-        const float2 s = stats[ty + k * kRowGroups];
-        acc += vd[k] * vx[k] * s.x;
-        dx[int64_t(r) * c + j] = rms_backward_dx(vd[k], gj, vx[k], s.x, s.y);
-      }
-    }
-    __syncthreads();  // stats are restaged next batch
-  }
-  if (part_g) {
-    const float total = column_total(acc, shared);
-    if (ty == 0 && col) part_g[int64_t(blockIdx.y) * c + j] = total;
-  }
+template <class Norm>
+constexpr size_t apply_shared_bytes() {
+  return kBatch * sizeof(typename Norm::Row) + kRowGroups * kTileCols * sizeof(float);
 }
 
 unsigned tile_blocks(int c) { return unsigned((c + kTileCols - 1) / kTileCols); }
@@ -485,45 +483,6 @@ constexpr int kWholeRowBlocks = 1024;  // blocks of rows, at most
 int whole_rows_per_block(int m) { return std::max(3, (m + kWholeRowBlocks - 1) / kWholeRowBlocks); }
 
 bool whole_rows_fit(int c) { return (c + 3) / 4 <= kOwnGroups * int(sum_threads(c)); }
-
-// A row of LayerNorm's backward for norm_backward_rows_kernel: its sums'
-// terms, the row's statistics from the summed sums, and at each value the
-// gain's and bias's terms and the input gradient, as
-// layernorm_backward_apply_kernel computes them.
-struct LnBackwardRows {
-  static constexpr int kSums = 2;  // per row: S1 (g), S2 (g xhat)
-  LnBackwardSums terms;
-  struct Row {
-    float mu, rs, s1, s2;
-  };
-  __device__ Row row(int r, double a, double b, int c) const {
-    return {terms.mean[r], terms.rstd[r], float(a / c), float(b / c)};
-  }
-  __device__ float dx(const Row& w, float vd, float vx, float vg, float& g, float& b) const {
-    const float xhat = (vx - w.mu) * w.rs;
-    g += vd * xhat;
-    b += vd;
-    return ln_backward_dx(vd, vg, xhat, w.rs, w.s1, w.s2);
-  }
-};
-
-// The same for RMSNorm, as rmsnorm_backward_apply_kernel computes it (no bias).
-struct RmsBackwardRows {
-  static constexpr int kSums = 1;  // per row: S (dy gamma x)
-  RmsBackwardSums terms;
-  const float* rstd;
-  struct Row {
-    float rs, t;
-  };
-  __device__ Row row(int r, double a, double, int c) const {
-    const float rs = rstd[r];
-    return {rs, float(double(rs) * rs * rs * a / c)};
-  }
-  __device__ float dx(const Row& w, float vd, float vx, float vg, float& g, float&) const {
-    g += vd * vx * w.rs;
-    return rms_backward_dx(vd, vg, vx, w.rs, w.t);
-  }
-};
 
 // Each block takes `rows` rows in turn. Per row: the sums as row_sums_kernel
 // forms them (the same groups, the same tree: the bits of the norm's
@@ -664,9 +623,11 @@ void layernorm_backward_apply(float* dx, bool accumulate, float* dgamma, float* 
   const RowBlocks b = row_blocks(m, c, 2, kBatch, "layernorm_backward_apply");
   float* part_g = dgamma ? static_cast<float*>(scratch) : nullptr;  // [b.count, c]
   float* part_b = dbeta ? static_cast<float*>(scratch) + int64_t(b.count) * c : nullptr;  // same
-  DENDRITE_LAUNCH(dim3(tile_blocks(c), unsigned(b.count)), dim3(kTileCols, kRowGroups), 0, stream,
-                  layernorm_backward_apply_kernel)
-  (dx, accumulate, part_g, part_b, sums, dy, x, mean, rstd, gamma, m, c, s.c_total, b.rows);
+  const LnBackwardRows norm{{dy, x, mean, rstd, gamma, c}};
+  DENDRITE_LAUNCH(dim3(tile_blocks(c), unsigned(b.count)), dim3(kTileCols, kRowGroups),
+                  apply_shared_bytes<LnBackwardRows>(), stream,
+                  norm_backward_apply_kernel<LnBackwardRows>)
+  (norm, dx, accumulate, part_g, part_b, sums, m, c, s.c_total, b.rows);
   check_launch("layernorm_backward_apply");
   add_row_block_partials(RowBlockSums{{dgamma, dbeta}, {part_g, part_b}}, b.count, c, stream);
 }
@@ -811,9 +772,11 @@ void rmsnorm_backward_apply(float* dx, float* dgamma, const double* sums, const 
   if (m == 0) return;
   const RowBlocks b = row_blocks(m, c, 1, kBatch, "rmsnorm_backward_apply");
   float* part_g = dgamma ? static_cast<float*>(scratch) : nullptr;  // [b.count, c]
-  DENDRITE_LAUNCH(dim3(tile_blocks(c), unsigned(b.count)), dim3(kTileCols, kRowGroups), 0, stream,
-                  rmsnorm_backward_apply_kernel)
-  (dx, part_g, sums, dy, x, rstd, gamma, m, c, s.c_total, b.rows);
+  const RmsBackwardRows norm{{dy, x, gamma, c}, rstd};
+  DENDRITE_LAUNCH(dim3(tile_blocks(c), unsigned(b.count)), dim3(kTileCols, kRowGroups),
+                  apply_shared_bytes<RmsBackwardRows>(), stream,
+                  norm_backward_apply_kernel<RmsBackwardRows>)
+  (norm, dx, false, part_g, nullptr, sums, m, c, s.c_total, b.rows);
   check_launch("rmsnorm_backward_apply");
   if (dgamma) add_row_block_partials(dgamma, part_g, b.count, c, stream);
 }

@@ -139,20 +139,11 @@ struct Add {
   }
 };
 
-struct ToBf16 {
-  bf16* out;
-  const float* in;
-  template <int W>
-  __device__ void apply(int64_t i) const {
-    float v[W];
-    load(v, in + i);
-    store(out + i, v);
-  }
-};
-
-struct ToFloat {
-  float* out;
-  const bf16* in;
+// out = in, through float (to bf16: rounded to nearest even; from it: exact)
+template <class Out, class In>
+struct Convert {
+  Out* out;
+  const In* in;
   template <int W>
   __device__ void apply(int64_t i) const {
     float v[W];
@@ -380,11 +371,13 @@ void add_inplace(float* y, const float* x, long n, cudaStream_t stream) {
 }
 
 void to_bf16(bf16* out, const float* in, int64_t n, cudaStream_t stream) {
-  launch_map(ToBf16{out, in}, n, aligned_to(8, out) && aligned_to(16, in), stream, "to_bf16");
+  launch_map(Convert<bf16, float>{out, in}, n, aligned_to(8, out) && aligned_to(16, in), stream,
+             "to_bf16");
 }
 
 void to_float(float* out, const bf16* in, int64_t n, cudaStream_t stream) {
-  launch_map(ToFloat{out, in}, n, aligned_to(16, out) && aligned_to(8, in), stream, "to_float");
+  launch_map(Convert<float, bf16>{out, in}, n, aligned_to(16, out) && aligned_to(8, in), stream,
+             "to_float");
 }
 
 void fill(float* x, float value, int64_t n, cudaStream_t stream) {

@@ -168,6 +168,11 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
     lock.unlock();
     return emu::fail(cudaErrorMemoryAllocation, "cudaMalloc: host allocation failed");
   }
+  // Filled with 0x7f bytes, as a block's shared memory is: a GPU's new
+  // allocation holds whatever was there, so what a kernel or a copy reads
+  // before anything wrote it shows in the results (a fresh host allocation
+  // would most often be zeros).
+  std::memset(*p, 0x7f, bytes);
   r.allocations[reinterpret_cast<uintptr_t>(*p)] = bytes;
   r.used += rounded;
   emu::counters::allocation(bytes);
@@ -196,6 +201,7 @@ cudaError_t cudaMallocHost(void** p, size_t bytes) {
   if (const cudaError_t sticky = refused_after_fault(p); sticky != cudaSuccess) return sticky;
   if (posix_memalign(p, 256, std::max<size_t>(bytes, 1)) != 0)
     return emu::fail(cudaErrorMemoryAllocation, "cudaMallocHost: host allocation failed");
+  std::memset(*p, 0x7f, bytes);  // as cudaMalloc's
   std::lock_guard<std::mutex> lock(emu::rt().memory);
   emu::rt().pinned[reinterpret_cast<uintptr_t>(*p)] = bytes;
   return cudaSuccess;

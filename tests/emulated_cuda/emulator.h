@@ -95,8 +95,10 @@ struct Hidden {
   Hidden& operator=(const Hidden&) = delete;
 #endif
 };
-// Fails the launch (after the running thread stops) with `why`.
-[[noreturn]] void kernel_error(const std::string& why);
+// Fails the launch (after the running thread stops) with `why`. By value,
+// and moved into the launch's error: the thread never returns, so a string
+// left to the caller to free would leak.
+[[noreturn]] void kernel_error(std::string why);
 
 // Enqueues work on stream s (null: the default stream, which runs its work at
 // once); it runs after the work enqueued on s before it.

@@ -158,9 +158,9 @@ void release_block(int b) {
   ++s.blocks[size_t(b)].barriers;
 }
 
-void set_error(const std::string& e) {
+void set_error(std::string e) {
   Scheduler& s = sched();
-  if (s.error.empty()) s.error = e;
+  if (s.error.empty()) s.error = std::move(e);
 }
 
 void release_warp(Warp& w) {
@@ -352,10 +352,10 @@ const unsigned char* warp_exchange(unsigned mask, const void* data, size_t bytes
   return &w.exchange[set][0][0];
 }
 
-void kernel_error(const std::string& why) {
+void kernel_error(std::string why) {
   hide_begin();  // for good: the thread ends here
   Scheduler& s = sched();
-  set_error(why);
+  set_error(std::move(why));
   race::release(&s.end);
   s.current->state = State::kDone;  // the launch stops: switch_away goes home
   switch_away();

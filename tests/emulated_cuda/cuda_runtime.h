@@ -5,7 +5,8 @@
 // library built from it (tests/CMakeLists.txt, dendrite_cuda_emulated) puts
 // this folder first on the include path in place of the toolkit's headers.
 //
-// Device memory is host memory the emulator tracks. Streams run their work
+// Device memory is host memory the emulator tracks, filled with 0x7f bytes
+// when allocated (pinned memory too). Streams run their work
 // at once or concurrently (emulator.h); events record the host time at which
 // their stream reached them. Host memory counts as pageable, with the GPU's
 // rules: a copy from it takes the bytes when called, a copy to it returns

@@ -15,7 +15,7 @@
 #     calibrate and plans on the measured machine file (with the planner's
 #     step beside stage 1's measured one), a Llama 3.2 1B-shaped step,
 #     grad-accum, the simulated nodes, the attention kernels alone,
-#     compute-sanitizer's synccheck over the op harness, and with
+#     compute-sanitizer's synccheck and initcheck over the op harness, and with
 #     --validate-comm issue 16's per-axis check on the machine's CPU cores.
 # The planner starts from machines/h100-node.json or h200-node.json, by the GPU.
 # A part whose timeout would end past the stage's seconds is skipped
@@ -352,7 +352,9 @@ else
   # What the emulator cannot see (its threads switch only at barriers, and
   # blocks run one after another): shared-memory races, by compute-sanitizer's
   # racecheck over the op harness's GPU cases (small shapes; the tool slows
-  # each kernel many times); synccheck (misused barriers) ends the stage.
+  # each kernel many times); synccheck (misused barriers) and initcheck
+  # (device memory read before anything wrote it, which the emulator shows
+  # only where its poison reaches a result) end the stage.
   sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer \
     /usr/local/cuda*/compute-sanitizer/compute-sanitizer 2> /dev/null | head -1)
   sanitize() {  # tool, seconds
@@ -441,6 +443,7 @@ PY
     gpu_part "attention_$p" 45 "${one[@]}" build-gpu/bench/attention_bench cuda $p 16 1024 12 12 64
   done
   sanitize synccheck 60
+  sanitize initcheck 60
   if ((validate_comm)); then
     OUT=$out/validate_comm MPIRUN=$mpirun part validate_comm 300 bench/validate_comm.sh build-gpu
   fi

@@ -188,10 +188,11 @@ TEST(EmulatorOrders, ARaceThatChangesAResultShowsInOneOrderOfTheThreads) {
 }
 
 // What the race check sees: emulator_test_racecheck runs these, built with
-// ThreadSanitizer; the plain build runs the second only.
+// ThreadSanitizer; the plain build runs the second only (it cannot see the
+// first's race).
 TEST(EmulatorRaceCheck, AReadOfAWriteWithNoBarrierBetweenIsReported) {
-  // Passes here only in the plain build's terms; under ThreadSanitizer the
-  // ctest entry emulator_test_racecheck_reports passes on its report.
+  // Under ThreadSanitizer the launch is reported and the program stops:
+  // the ctest entry emulator_test_racecheck_reports passes on that report.
   uint32_t* out = device_array<uint32_t>(kThreads);
   emu::launch(dim3(1), dim3(kThreads), 0, nullptr, "unordered_read_kernel",
               unordered_read_kernel)(out);

@@ -370,6 +370,16 @@ TEST_F(TokenizerTest, Errors) {
                {"/tmp/dendrite_no_such.model", "does not exist"});
   expect_error([] { Tokenizer t(DENDRITE_SOURCE_DIR "/tests/data_test.cpp"); },
                {"data_test.cpp", "cannot load"});
+  {  // pieces SentencePiece's tries cannot hold end in an error, not in
+     // std::terminate (found by fuzz/sentencepiece_model_fuzz.cpp)
+    TempDir bad;
+    write_bytes(bad.file("nul.model"), std::string("\x0a\x04\x0a\x02\x00a", 6));
+    expect_error([&] { Tokenizer t(bad.file("nul.model")); },
+                 {"nul.model", "cannot load", "piece 0 holds a NUL byte"});
+    write_bytes(bad.file("empty.model"), std::string("\x0a\x02\x0a\x00", 4));
+    expect_error([&] { Tokenizer t(bad.file("empty.model")); },
+                 {"empty.model", "cannot load", "piece 0 is empty"});
+  }
   expect_error([] { (void)tok_->decode({1, kVocab}); }, {"id 500", "vocabulary"});
   expect_error([] { (void)tok_->stream()->next(-1); }, {"id -1", "vocabulary"});
   TempDir dir;

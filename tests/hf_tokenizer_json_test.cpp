@@ -236,6 +236,11 @@ TEST(HfTokenizerJson, UnsupportedPiecesAreErrorsNamingFileAndKey) {
   j = base;
   j["post_processor"] = {{"type", "Bogus"}};
   expect_refused(j, {"post_processor", "Bogus", "TemplateProcessing"});
+  // A number no id can be (a plain cast of it was undefined; found by
+  // fuzz/tokenizer_json_fuzz.cpp).
+  j = base;
+  j["added_tokens"][0]["id"] = 1.3e93;
+  expect_refused(j, {"added_tokens[0].id", "1.3e+93", "an integer from"});
 }
 
 // Oniguruma's escapes in PCRE2's terms; the behaviours Llama 3's and Qwen2's

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "dendrite/core/check.h"
+#include "dendrite/core/json_number.h"
 
 namespace dendrite {
 
@@ -26,6 +27,8 @@ nlohmann::json read_json(const fs::path& path) {
 template <class T>
 T get(const nlohmann::json& c, const char* key, T fallback, const std::string& where) {
   if (!c.contains(key) || c.at(key).is_null()) return fallback;
+  DENDRITE_CHECK(json_number_fits<T>(c.at(key)), where, ": key '", key, "' is ", c.at(key).dump(),
+                 ", expected ", json_number_kind<T>());
   try {
     return c.at(key).get<T>();
   } catch (const nlohmann::json::exception&) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "dendrite/core/check.h"
+#include "dendrite/core/json_number.h"
 
 namespace dendrite {
 
@@ -23,8 +24,11 @@ struct JsonWhere {
 template <class T>
 T json_get(const nlohmann::json& j, const char* key, const T& fallback, const JsonWhere& where) {
   if (!j.is_object() || !j.contains(key) || j.at(key).is_null()) return fallback;
+  const nlohmann::json& v = j.at(key);
+  DENDRITE_CHECK(json_number_fits<T>(v), "open_tokenizer: ", where.file, ": key ",
+                 where.at(key).key, " is ", v.dump(), ", expected ", json_number_kind<T>());
   try {
-    return j.at(key).get<T>();
+    return v.get<T>();
   } catch (const nlohmann::json::exception& e) {
     fail("open_tokenizer: ", where.file, ": key ", where.at(key).key, " has the wrong type (",
          e.what(), ")");

@@ -6,6 +6,7 @@
 #include "dendrite/io/sentencepiece_model.h"
 
 #include <cstdint>
+#include <string>
 
 namespace dendrite {
 
@@ -86,6 +87,27 @@ bool read_sentencepiece_settings(std::string_view model_proto, SentencePieceSett
     }
   });
   return ok && inner_ok;
+}
+
+std::string sentencepiece_piece_fault(std::string_view model_proto) {
+  constexpr int kPieces = 1, kPieceText = 1;  // ModelProto.pieces, SentencePiece.piece
+  std::string fault;
+  int index = 0;
+  for_each_field(model_proto, [&](const Field& top) {
+    if (top.number != kPieces || !fault.empty()) return;
+    bool has_text = false;
+    for_each_field(top.bytes, [&](const Field& f) {
+      if (f.number != kPieceText) return;
+      has_text = true;
+      if (f.bytes.empty())
+        fault = "piece " + std::to_string(index) + " is empty";
+      else if (f.bytes.find('\0') != std::string_view::npos)
+        fault = "piece " + std::to_string(index) + " holds a NUL byte";
+    });
+    if (!has_text && fault.empty()) fault = "piece " + std::to_string(index) + " has no text";
+    ++index;
+  });
+  return fault;
 }
 
 std::string without_dummy_prefix(std::string_view model_proto) {

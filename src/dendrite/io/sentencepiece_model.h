@@ -21,6 +21,13 @@ struct SentencePieceSettings {
 // The settings of a serialized model; false if it is malformed.
 bool read_sentencepiece_settings(std::string_view model_proto, SentencePieceSettings* settings);
 
+// "" if every piece of a serialized model has text without a NUL byte;
+// else what is wrong ("piece 3 is empty"). SentencePiece builds its tries of
+// pieces with Darts, which throws on an empty key (a piece that is empty or
+// starts with a NUL) past the library's status checks, and std::terminate
+// follows (found by fuzz/sentencepiece_model_fuzz.cpp).
+std::string sentencepiece_piece_fault(std::string_view model_proto);
+
 // The same serialized model with normalizer_spec.add_dummy_prefix = false.
 std::string without_dummy_prefix(std::string_view model_proto);
 

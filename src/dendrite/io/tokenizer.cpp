@@ -25,6 +25,8 @@
 #include <sys/stat.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string_view>
 #include <unordered_map>
 
@@ -106,6 +108,14 @@ Tokenizer::Tokenizer(const std::string& model_path, SentencePieceEncoding encodi
       encoding_(encoding) {
   DENDRITE_CHECK(file_exists(model_path), "Tokenizer: model ", model_path,
                  " does not exist; run `dendrite tokenize` to train one");
+  {  // what SentencePiece's Load would end the process on, refused first
+    std::ifstream in(model_path, std::ios::binary);
+    const std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    const std::string fault = sentencepiece_piece_fault(bytes);
+    DENDRITE_CHECK(
+        fault.empty(), "Tokenizer: cannot load ", model_path, ": ", fault,
+        "; is it a SentencePiece .model file (or pass a Hugging Face tokenizer folder)?");
+  }
   auto status = sp_->Load(model_path);
   DENDRITE_CHECK(status.ok(), "Tokenizer: cannot load ", model_path, ": ", status.ToString(),
                  "; is it a SentencePiece .model file (or pass a Hugging Face tokenizer folder)?");

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "dendrite/core/check.h"
+#include "dendrite/core/json_number.h"
 
 namespace dendrite {
 
@@ -233,14 +234,18 @@ nlohmann::json to_json(const ModelConfig& c) {
   return j;
 }
 
-// get<int>() of a JSON number outside int's range is undefined behaviour (found
-// by fuzz/config_fuzz.cpp: {"n_layer": 1e30}), so sizes need a JSON integer that fits.
+// A size or count: a JSON integer that fits in an int (json_number.h).
 static int json_int(const std::string& key, const nlohmann::json& v) {
-  const bool fits = v.is_number_unsigned() ? std::in_range<int>(v.get<uint64_t>())
-                                           : v.is_number_integer() && std::in_range<int>(v.get<int64_t>());
-  DENDRITE_CHECK(fits, "model config: key '", key, "' must be an integer that fits in 32 bits, not ",
-                 v.dump());
+  DENDRITE_CHECK(v.is_number_integer() && json_number_fits<int>(v), "model config: key '", key,
+                 "' must be ", json_number_kind<int>(), ", not ", v.dump());
   return v.get<int>();
+}
+
+// A float: a JSON number within a float's range.
+static float json_float(const std::string& key, const nlohmann::json& v) {
+  DENDRITE_CHECK(v.is_number() && json_number_fits<float>(v), "model config: key '", key,
+                 "' must be ", json_number_kind<float>(), ", not ", v.dump());
+  return v.get<float>();
 }
 
 // The keys of the llama family's variants (to_json): whether key was one.
@@ -248,11 +253,11 @@ static bool read_family_key(ModelConfig& c, const std::string& key, const nlohma
   if (key == "rope_scaling")
     c.rope_scaling = parse_rope_scaling(value.get<std::string>());
   else if (key == "rope_factor")
-    c.rope_factor = value.get<float>();
+    c.rope_factor = json_float(key, value);
   else if (key == "rope_low_freq_factor")
-    c.rope_low_freq_factor = value.get<float>();
+    c.rope_low_freq_factor = json_float(key, value);
   else if (key == "rope_high_freq_factor")
-    c.rope_high_freq_factor = value.get<float>();
+    c.rope_high_freq_factor = json_float(key, value);
   else if (key == "rope_original_max_positions")
     c.rope_original_max_positions = json_int(key, value);
   else if (key == "head_dim")
@@ -290,9 +295,12 @@ ModelConfig model_config_from_json(const nlohmann::json& j) {
       else if (key == "n_kv_head") c.n_kv_head = json_int(key, value), kv_given = true;
       else if (key == "ffn_hidden") c.ffn_hidden = json_int(key, value), ffn_given = true;
       else if (key == "block_size") c.block_size = json_int(key, value);
-      else if (key == "norm_eps") c.norm_eps = value.get<float>();
-      else if (key == "rope_theta") c.rope_theta = value.get<float>();
-      else if (key == "init_std") c.init_std = value.get<float>();
+      else if (key == "norm_eps")
+        c.norm_eps = json_float(key, value);
+      else if (key == "rope_theta")
+        c.rope_theta = json_float(key, value);
+      else if (key == "init_std")
+        c.init_std = json_float(key, value);
       else if (key == "tie_embeddings") c.tie_embeddings = value.get<bool>();
       else if (read_family_key(c, key, value))
         continue;

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "dendrite/core/check.h"
+#include "dendrite/core/json_number.h"
 #include "dendrite/train/trainer.h"
 
 namespace dendrite {
@@ -30,19 +31,12 @@ nlohmann::json TrainOptions::to_json() const {
   return j;
 }
 
-// get<T>() of a JSON number outside T's range is undefined behaviour (found by
-// fuzz/config_fuzz.cpp: {"steps": 1e300}), so integer options need a JSON
-// integer that fits.
+// An option's value as T: a number T can hold (json_number.h); other
+// types as nlohmann's get<T> checks them.
 template <typename T>
 T option_value(const std::string& key, const nlohmann::json& v) {
-  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-    const bool fits = v.is_number_unsigned()
-                          ? std::in_range<T>(v.get<uint64_t>())
-                          : v.is_number_integer() && std::in_range<T>(v.get<int64_t>());
-    DENDRITE_CHECK(fits, "config: key '", key, "' must be an integer from ",
-                   std::numeric_limits<T>::min(), " to ", std::numeric_limits<T>::max(), ", not ",
-                   v.dump());
-  }
+  DENDRITE_CHECK(json_number_fits<T>(v), "config: key '", key, "' must be ", json_number_kind<T>(),
+                 ", not ", v.dump());
   return v.get<T>();
 }
 

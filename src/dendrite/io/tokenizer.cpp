@@ -108,15 +108,13 @@ Tokenizer::Tokenizer(const std::string& model_path, SentencePieceEncoding encodi
       encoding_(encoding) {
   DENDRITE_CHECK(file_exists(model_path), "Tokenizer: model ", model_path,
                  " does not exist; run `dendrite tokenize` to train one");
-  {  // what SentencePiece's Load would end the process on, refused first
-    std::ifstream in(model_path, std::ios::binary);
-    const std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-    const std::string fault = sentencepiece_piece_fault(bytes);
-    DENDRITE_CHECK(
-        fault.empty(), "Tokenizer: cannot load ", model_path, ": ", fault,
-        "; is it a SentencePiece .model file (or pass a Hugging Face tokenizer folder)?");
-  }
-  auto status = sp_->Load(model_path);
+  // Read once: what SentencePiece would end the process on is refused first.
+  std::ifstream in(model_path, std::ios::binary);
+  const std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const std::string fault = sentencepiece_piece_fault(bytes);
+  DENDRITE_CHECK(fault.empty(), "Tokenizer: cannot load ", model_path, ": ", fault,
+                 "; is it a SentencePiece .model file (or pass a Hugging Face tokenizer folder)?");
+  auto status = sp_->LoadFromSerializedProto(bytes);
   DENDRITE_CHECK(status.ok(), "Tokenizer: cannot load ", model_path, ": ", status.ToString(),
                  "; is it a SentencePiece .model file (or pass a Hugging Face tokenizer folder)?");
   eos_id_ = sp_->eos_id();

@@ -2,11 +2,8 @@
 // which a --config file gives and each checkpoint keeps, and the check that
 // a batch splits over the grid and the micro-batches.
 #include <cstdint>
-#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <type_traits>
-#include <utility>
 
 #include "dendrite/core/check.h"
 #include "dendrite/core/json_number.h"

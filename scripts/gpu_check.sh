@@ -14,7 +14,7 @@
 #     op harness, the kill test, out of memory's error, eager PyTorch,
 #     calibrate and plans on the measured machine file (with the planner's
 #     step beside stage 1's measured one), a Llama 3.2 1B-shaped step,
-#     grad-accum, the simulated nodes, the attention kernels alone,
+#     GPT-2 124M's step with --gemm-tune and without, grad-accum, the simulated nodes, the attention kernels alone,
 #     compute-sanitizer's synccheck and initcheck over the op harness, and with
 #     --validate-comm issue 16's per-axis check on the machine's CPU cores.
 # The planner starts from machines/h100-node.json or h200-node.json, by the GPU.
@@ -281,6 +281,17 @@ if a:
 t = load(f"dendrite_qkv3_{m}.json")
 if t:
     row.append(f"dendrite with q, k and v as three products {t['tokens_per_s']:.0f} tok/s")
+g = load(f"dendrite_tuned_{m}.json")
+if g:
+    shapes = g.get("gemm", {}).get("shapes", [])
+    changed = sum(1 for s in shapes if s["way"] != s["default"])
+    row.append(f"dendrite with --gemm-tune {g['tokens_per_s']:.0f} tok/s ({len(shapes)} shapes "
+               f"timed in {g['gemm']['tuning_ms']:.0f} ms, another pick kept for {changed}, "
+               f"{g['gemm']['saved_ms_per_step']:.2f} ms a step saved by the trials)" if shapes else
+               f"dendrite with --gemm-tune {g['tokens_per_s']:.0f} tok/s (no shape timed)")
+u = load(f"dendrite_untuned_{m}.json")
+if u:
+    row.append(f"dendrite untuned, after it {u['tokens_per_s']:.0f} tok/s")
 if p:
     planned, held = p['ranked'][0]['memory_mb'], (d or {}).get('device_peak_mb', 0)
     off = f" ({100 * (planned / held - 1):+.1f}% of the device's peak)" if held else ""
@@ -435,6 +446,11 @@ PY
   bench_dendrite llama-1b
   plan_memory llama-1b
   row llama-1b
+  # --gemm-tune (cuBLASLt's picks timed per shape, the fastest with the
+  # first's bits kept) against the first pick, run one after the other.
+  bench_dendrite gpt2-124m tuned --gemm-tune
+  bench_dendrite gpt2-124m untuned
+  row gpt2-124m
   grids grad_accum 8 staged 90 grad_accum_mpi_test '*'
   grids staged_nodes 8 staged 150 parallel_mpi_test 'RanksPerNode/SimulatedNodes.*'
   # Attention alone at GPT-2 124M's shape (B16 T1024, 12 heads of 64): the

@@ -6,6 +6,7 @@
 // of a linear layer.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -174,6 +175,100 @@ TEST_P(BackendOps, LinearForwardWithEpilogues) {
           expect_close(get(Y), y, 1e-4, "linear epilogue y" + p);
         if (gelu) expect_close(get(P), pre, 1e-4, "linear epilogue pre_gelu" + p);
       }
+}
+
+// GEMM tuning (Backend::set_gemm_tuning): the first product of each shape
+// tries the backend's ways (on a GPU, cuBLASLt's picks) and keeps the fastest
+// that gives the default's bits. A tuned backend gives an untuned one's bits,
+// at its trial and after it, in products that overwrite their output, one
+// that adds into it (its C put back for every way tried), a long sum the
+// default splits, and the forward that writes GELU's input too; each shape
+// is reported with its ways, the default and the way kept timed.
+TEST_P(BackendOps, GemmTuningKeepsTheBits) {
+  struct Case {
+    bool ta, low;
+    int M, N, K;
+    float beta;
+  };
+  const Case cases[] = {{false, false, 37, 29, 83, 0.0f},
+                        {true, true, 24, 40, 4096, 1.0f},  // a weight gradient added into
+                        {true, false, 24, 40, 4096, 0.0f}};
+  // One case's product on backend b: C, and for the last "case", the
+  // forward's y and GELU input.
+  auto product = [](Backend& b, const Case& c) {
+    Vf a = randn(c.M * c.K, 61), w = randn(c.K * c.N, 62), init = randn(c.M * c.N, 63);
+    if (c.low) a = widened(rounded(a)), w = widened(rounded(w));
+    auto up = [&b](const auto& h) {
+      auto d = b.alloc<typename std::decay_t<decltype(h)>::value_type>(int64_t(h.size()));
+      b.upload(d.data(), h.data(), h.size() * sizeof(h[0]));
+      return d;
+    };
+    Buffer<float> Af = up(a), Wf = up(w), C = up(init);
+    Buffer<bf16> Ah = up(rounded(a)), Wh = up(rounded(w));
+    b.gemm(c.ta, false, c.M, c.N, c.K, 1.0f, c.low ? Operand(Ah.data()) : Operand(Af.data()),
+           c.ta ? c.M : c.K, c.low ? Operand(Wh.data()) : Operand(Wf.data()), c.N, c.beta, C.data(),
+           c.N);
+    Vf out(init.size());
+    b.download(out.data(), C.data(), out.size() * 4);
+    return out;
+  };
+  auto forward = [](Backend& b) {
+    const int m = 48, k = 64, n = 40;
+    const Vf x = randn(m * k, 64), w = randn(n * k, 65, 0.2), bias = randn(n, 66);
+    Buffer<float> X = b.alloc<float>(m * k), W = b.alloc<float>(n * k), Bias = b.alloc<float>(n),
+                  Y = b.alloc<float>(m * n), P = b.alloc<float>(m * n);
+    b.upload(X.data(), x.data(), x.size() * 4);
+    b.upload(W.data(), w.data(), w.size() * 4);
+    b.upload(Bias.data(), bias.data(), bias.size() * 4);
+    ops::LinearEpilogue e;
+    e.bias = Bias.data();
+    e.gelu = true;
+    e.pre_gelu = P.data();
+    b.linear_forward_fused(Y.data(), X.data(), W.data(), {m, k, n}, e);
+    Vf out(2 * m * n);
+    b.download(out.data(), Y.data(), m * n * 4);
+    b.download(out.data() + m * n, P.data(), m * n * 4);
+    return out;
+  };
+  auto same = [](const Vf& x, const Vf& y) {
+    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * 4) == 0;
+  };
+  std::unique_ptr<Backend> plain = another_backend();
+  be().set_gemm_tuning(true);
+  for (const Case& c : cases) {
+    const Vf want = product(*plain, c);
+    const std::string p = str(c.ta ? " T" : " N", c.M, "x", c.N, "x", c.K, c.low ? " bf16" : "",
+                              c.beta != 0.0f ? " added into" : "");
+    EXPECT_TRUE(same(product(be(), c), want)) << "at the trial" << p;
+    EXPECT_TRUE(same(product(be(), c), want)) << "after the trial" << p;
+  }
+  const Vf want = forward(*plain);
+  EXPECT_TRUE(same(forward(be()), want)) << "the forward with GELU, at the trial";
+  EXPECT_TRUE(same(forward(be()), want)) << "the forward with GELU, after the trial";
+
+  const std::vector<ops::GemmChoice> choices = be().gemm_choices();
+  int rejected = 0;
+  for (const ops::GemmChoice& c : choices) {
+    const std::string p = str(" ", c.ta, c.tb, " ", c.M, "x", c.N, "x", c.K);
+    ASSERT_FALSE(c.ways.empty()) << p;
+    ASSERT_EQ(c.ms.size(), c.ways.size()) << p;
+    EXPECT_GE(c.ms[0], 0.0) << "the default is timed" << p;
+    const auto kept = std::find(c.ways.begin(), c.ways.end(), c.way);
+    ASSERT_NE(kept, c.ways.end()) << p;
+    EXPECT_GE(c.ms[size_t(kept - c.ways.begin())], 0.0) << "the way kept is timed" << p;
+    rejected += int(std::count(c.ms.begin(), c.ms.end(), -1.0));
+  }
+  if (GetParam().emulated) {
+    // Every shape tried (the forward's among them), each run once more since;
+    // the emulated heuristic's picks past the first: other tiles (the same
+    // bits), and the long sums unsplit (other bits: rejected).
+    EXPECT_EQ(choices.size(), std::size(cases) + 1);
+    for (const ops::GemmChoice& c : choices) {
+      EXPECT_EQ(c.calls, 1) << c.M << "x" << c.N << "x" << c.K;
+      EXPECT_GE(c.ways.size(), 3u) << c.M << "x" << c.N << "x" << c.K;
+    }
+    EXPECT_EQ(rejected, 2) << "the two long sums' unsplit picks";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cpu, BackendOps, ::testing::Values(kCpuTarget), target_name);

@@ -69,14 +69,18 @@ inline void PrintTo(const Target& t, std::ostream* os) {
 class BackendOps : public ::testing::TestWithParam<Target> {
  protected:
   void SetUp() override {
-    BackendOptions o;
-    o.tf32 = false;  // full fp32 GEMMs: the tolerances above
     if (GetParam().emulated) {
       emu::set_reverse_order(GetParam().reversed);
       emu::set_interleaved_blocks(GetParam().blocks);
       emu::set_gpu_rounding(GetParam().gpu_rounding);
     }
-    be_ = GetParam().emulated ? make_emulated_cuda_backend(o) : make_backend(GetParam().device, o);
+    be_ = another_backend();
+  }
+  // A backend of this target's device, made as the fixture's is.
+  std::unique_ptr<Backend> another_backend() const {
+    BackendOptions o;
+    o.tf32 = false;  // full fp32 GEMMs: the tolerances above
+    return GetParam().emulated ? make_emulated_cuda_backend(o) : make_backend(GetParam().device, o);
   }
   void TearDown() override {
     if (GetParam().emulated) {

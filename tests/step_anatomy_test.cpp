@@ -412,6 +412,32 @@ TEST(StepAnatomy, CountingWithoutRunningFindsTheSameWork) {
   }
 }
 
+// --gemm-tune (backend/cuda/gemm_tuning.cpp): the trials run in the first
+// step alone, where each shape is met first, with a copy of C taken and
+// given back for each weight gradient added into; the later steps issue the
+// same work as without tuning, and the loss keeps its bits.
+TEST(StepAnatomy, GemmTuningWorksInTheFirstStepAloneAndKeepsTheLoss) {
+  const json tuned = bench_anatomy("gpt2-tiny", false, "--gemm-tune");
+  const json& plain = gpt2_run();
+  EXPECT_EQ(tuned["loss"].get<double>(), plain["loss"].get<double>());
+  EXPECT_EQ(tuned["anatomy"]["later_step"], plain["anatomy"]["later_step"]);
+  const json &t = tuned["anatomy"]["first_step"]["total"],
+             &p = plain["anatomy"]["first_step"]["total"];
+  EXPECT_GT(t["matmuls"].get<int64_t>(), p["matmuls"].get<int64_t>());
+  EXPECT_GT(t["allocations"].get<int64_t>(), p["allocations"].get<int64_t>());
+  EXPECT_EQ(t["frees"].get<int64_t>() - p["frees"].get<int64_t>(),
+            t["allocations"].get<int64_t>() - p["allocations"].get<int64_t>());
+  const json& shapes = tuned["gemm"]["shapes"];
+  ASSERT_GE(shapes.size(), 8u) << tuned["gemm"].dump();
+  int added_into = 0;
+  for (const json& s : shapes) {
+    EXPECT_GE(s["trial_ms"][s["default"].get<std::string>()].get<double>(), 0.0) << s.dump();
+    EXPECT_GE(s["trial_ms"][s["way"].get<std::string>()].get<double>(), 0.0) << s.dump();
+    added_into += s["accumulate"].get<bool>();
+  }
+  EXPECT_GT(added_into, 0) << "the weight gradients, added into";
+}
+
 // --no-gemm-epilogues: the same products, bare, and the epilogues' steps as
 // kernels after them (more launches); the loss as with the epilogues, to
 // the last bits the fused steps round in their own way (docs/cuda.md).

@@ -165,12 +165,12 @@ struct Split {
   uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
   size_t workspace = 0;
 };
-Split choose_split(uint64_t m, uint64_t n, uint64_t k, const EmulatedLtPreference& pref,
-                   cudaDataType_t d_type) {
+// A split of the sum into `slices` (1: none) with the first scheme the
+// preference allows whose workspace fits; none where none does.
+Split split_into(int slices, uint64_t m, uint64_t n, const EmulatedLtPreference& pref,
+                 cudaDataType_t d_type) {
+  if (slices < 2) return {};
   const uint64_t tiles = ((m + 127) / 128) * ((n + 127) / 128);
-  const uint64_t want = std::min<uint64_t>({16, k / 256, 132 / std::max<uint64_t>(tiles, 1)});
-  if (tiles >= 32 || k < 1024 || want < 2) return {};
-  const int slices = int(want);
   const size_t partials = size_t(slices) * m * n;
   // The first scheme allowed whose workspace fits: partial products in fp32
   // (the compute type), then in place in D (counters in the workspace), then
@@ -183,6 +183,29 @@ Split choose_split(uint64_t m, uint64_t n, uint64_t k, const EmulatedLtPreferenc
   for (const auto& [scheme, bytes] : order)
     if ((pref.schemes & scheme) && bytes <= pref.workspace) return {slices, scheme, bytes};
   return {};
+}
+Split choose_split(uint64_t m, uint64_t n, uint64_t k, const EmulatedLtPreference& pref,
+                   cudaDataType_t d_type) {
+  const uint64_t tiles = ((m + 127) / 128) * ((n + 127) / 128);
+  const uint64_t want = std::min<uint64_t>({16, k / 256, 132 / std::max<uint64_t>(tiles, 1)});
+  if (tiles >= 32 || k < 1024 || want < 2) return {};
+  return split_into(int(want), m, n, pref, d_type);
+}
+
+// The algorithms the emulated heuristic offers, best first, as a model of
+// cuBLASLt's list: its choice; the same split with other tiles (the same
+// sums, so the same bits); and another split (other bits), none where its
+// choice splits K, two slices where it does not and K is 512 or more.
+// Each is its split and a tile number (ALGO_CONFIG_TILE_ID).
+std::vector<std::pair<Split, uint32_t>> offers(uint64_t m, uint64_t n, uint64_t k,
+                                               const EmulatedLtPreference& pref,
+                                               cudaDataType_t d_type) {
+  const Split first = choose_split(m, n, k, pref, d_type);
+  std::vector<std::pair<Split, uint32_t>> out{{first, 0}, {first, 1}};
+  const Split other = first.slices > 1 ? Split{} : split_into(k >= 512 ? 2 : 1, m, n, pref, d_type);
+  if (other.slices != first.slices) out.push_back({other, 0});
+  out.push_back({first, 2});
+  return out;
 }
 
 double gelu(double x) {
@@ -321,7 +344,7 @@ std::string check_epilogue_pointers(const EmulatedLtDesc& op, const EmulatedLtLa
 Split split_of(const cublasLtMatmulAlgo_t& algo, uint64_t m, uint64_t n, cudaDataType_t d_type) {
   Split s;
   s.slices = int(algo.data[7] & 0xff);
-  s.scheme = uint32_t(algo.data[7] >> 8);
+  s.scheme = uint32_t(algo.data[7] >> 8 & 0xff);
   const size_t partials = size_t(s.slices) * m * n;
   if (s.scheme == CUBLASLT_REDUCTION_SCHEME_INPLACE)
     s.workspace = 4 * ((m + 127) / 128) * ((n + 127) / 128);
@@ -447,21 +470,26 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
   std::string why = check_shapes(*op, *a, *b, *c, *d);
   if (why.empty()) why = check_epilogue(*op, *d);
   if (!why.empty()) return refuse("cublasLtMatmulAlgoGetHeuristic: " + why);
-  results[0] = cublasLtMatmulHeuristicResult_t{};
   const EmulatedLtLayout* const l[4] = {a, b, c, d};
-  results[0].algo.data[0] = kMagic;
-  results[0].algo.data[1] = fingerprint(*op, l);
-  for (int i = 0; i < 4; ++i) results[0].algo.data[2 + i] = pref->align[i];
   // The bias's and the GELU input's alignment, read from their pointers
   // (up to the 16 bytes of a vector access).
   const uint64_t bias_align = has_bias(op->epilogue) ? std::min(alignment(op->bias), 16) : 1;
   const uint64_t aux_align = has_aux(op->epilogue) ? std::min(alignment(op->aux), 16) : 1;
-  results[0].algo.data[6] = bias_align | aux_align << 8;
   const uint64_t k = op->ta == CUBLAS_OP_T ? a->rows : a->cols;
-  const Split split = choose_split(d->rows, d->cols, k, *pref, d->type);
-  results[0].algo.data[7] = uint64_t(split.slices) | uint64_t(split.scheme) << 8;
-  results[0].workspaceSize = split.workspace;
-  *found = 1;
+  const auto offered = offers(d->rows, d->cols, k, *pref, d->type);
+  *found = std::min(requested, int(offered.size()));
+  for (int j = 0; j < *found; ++j) {
+    const auto& [split, tile] = offered[size_t(j)];
+    cublasLtMatmulHeuristicResult_t& r = results[j];
+    r = cublasLtMatmulHeuristicResult_t{};
+    r.algo.data[0] = kMagic;
+    r.algo.data[1] = fingerprint(*op, l);
+    for (int i = 0; i < 4; ++i) r.algo.data[2 + i] = pref->align[i];
+    r.algo.data[6] = bias_align | aux_align << 8;
+    r.algo.data[7] = uint64_t(split.slices) | uint64_t(split.scheme) << 8 | uint64_t(tile) << 32;
+    r.workspaceSize = split.workspace;
+    r.state = CUBLAS_STATUS_SUCCESS;
+  }
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const void* alpha,
@@ -519,12 +547,21 @@ cublasStatus_t cublasLtMatmulAlgoConfigGetAttribute(const cublasLtMatmulAlgo_t* 
                                                     void* buf, size_t bytes, size_t* written) {
   if (!algo || !buf || algo->data[0] != kMagic)
     return refuse("cublasLtMatmulAlgoConfigGetAttribute: a null or unknown algorithm");
-  if (attr == CUBLASLT_ALGO_CONFIG_SPLITK_NUM && bytes == sizeof(int32_t)) {
+  // Each of these is 4 bytes in cuBLASLt (int32_t or uint32_t).
+  if (bytes == 4 && attr == CUBLASLT_ALGO_CONFIG_SPLITK_NUM) {
     const int32_t v = int32_t(algo->data[7] & 0xff);
     std::memcpy(buf, &v, sizeof(v));
-  } else if (attr == CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME && bytes == sizeof(uint32_t)) {
-    const uint32_t v = uint32_t(algo->data[7] >> 8);
+  } else if (bytes == 4 && attr == CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME) {
+    const uint32_t v = uint32_t(algo->data[7] >> 8 & 0xff);
     std::memcpy(buf, &v, sizeof(v));
+  } else if (bytes == 4 && attr == CUBLASLT_ALGO_CONFIG_TILE_ID) {
+    const uint32_t v = uint32_t(algo->data[7] >> 32);
+    std::memcpy(buf, &v, sizeof(v));
+  } else if (bytes == 4 &&
+             (attr == CUBLASLT_ALGO_CONFIG_ID || attr == CUBLASLT_ALGO_CONFIG_STAGES_ID ||
+              attr == CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING ||
+              attr == CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION)) {
+    std::memset(buf, 0, bytes);  // one algorithm, stages and swizzle in the emulator
   } else {
     return refuse("cublasLtMatmulAlgoConfigGetAttribute: an attribute or size not emulated");
   }

@@ -147,9 +147,10 @@ class CudaBackend final : public Backend {
   }
   bool bf16_gemm_native() const override { return true; }
   std::string bf16_gemm_missing() const override { return ""; }
-  void set_gemm_tuning(bool) override {}  // cuBLASLt's algorithm is fixed per shape (gemm.h)
-  std::vector<ops::GemmChoice> gemm_choices() const override { return {}; }
-  double gemm_tuning_seconds() const override { return 0; }
+  // The fastest of cuBLASLt's picks with the first's bits, per shape (gemm_tuning.cpp).
+  void set_gemm_tuning(bool on) override { gemm_->set_tuning(on); }
+  std::vector<ops::GemmChoice> gemm_choices() const override { return gemm_->choices(); }
+  double gemm_tuning_seconds() const override { return gemm_->tuning_seconds(); }
   double measure_peak_gflops(Precision p, int, double seconds) override {
     return cuda::gemm_peak_gflops(*this, *gemm_, stream_, p, seconds);  // gemm_peak.h
   }

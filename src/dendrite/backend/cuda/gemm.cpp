@@ -18,6 +18,15 @@ void check(cublasStatus_t s, const char* call) {
                  cublasLtGetStatusString(s));
 }
 
+// The bytes a row-major matrix of `rows` rows, `ld` elements apart, spans.
+int64_t span(int64_t rows, int64_t ld, int64_t elem) { return rows * ld * elem; }
+// Whether [a, a + an) and [b, b + bn) share a byte (a null pointer: none).
+bool overlaps(const void* a, int64_t an, const void* b, int64_t bn) {
+  if (!a || !b) return false;
+  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return x < y + uint64_t(bn) && y < x + uint64_t(an);
+}
+
 // The largest power of two (up to 16) dividing the address.
 int alignment(const void* p) {
   const auto u = reinterpret_cast<uintptr_t>(p);
@@ -152,7 +161,7 @@ void Gemm::read_split(Plan& p) const {
   p.scheme = scheme;
 }
 
-const Gemm::Plan& Gemm::plan(const Key& k, const Epilogue& e) {
+Gemm::Plan& Gemm::plan(const Key& k, const Epilogue& e) {
   auto it = plans_.find(k);
   if (it != plans_.end()) return it->second;
   Plan p;
@@ -178,10 +187,10 @@ const Gemm::Plan& Gemm::plan(const Key& k, const Epilogue& e) {
   check(cublasLtMatrixLayoutCreate(&p.c, k.out_bf16 ? CUDA_R_16BF : CUDA_R_32F, k.N, k.M, k.ldc),
         "cublasLtMatrixLayoutCreate(C)");
   cublasLtMatmulPreference_t pref = preference(workspace_bytes_, k.align, k.out_bf16);
-  cublasLtMatmulHeuristicResult_t result{};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(tuning_ ? kTuneCandidates : 1);
   int found = 0;
-  const cublasStatus_t s =
-      cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.b, p.a, p.c, p.c, pref, 1, &result, &found);
+  const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(
+      handle_, p.op, p.b, p.a, p.c, p.c, pref, int(results.size()), results.data(), &found);
   cublasLtMatmulPreferenceDestroy(pref);
   // An epilogue cuBLASLt does not offer for this product is no error: its
   // steps run as kernels (run_fused returns false).
@@ -191,9 +200,12 @@ const Gemm::Plan& Gemm::plan(const Key& k, const Epilogue& e) {
                  k.bf16 ? "bf16" : "fp32", " product ", k.M, "x", k.N, "x", k.K, " (",
                  k.ta ? "T" : "N", k.tb ? "T" : "N", ", alignment ", k.align, " bytes)");
   p.found = s == CUBLAS_STATUS_SUCCESS && found > 0;
-  p.algo = result.algo;
-  p.workspace = result.workspaceSize;
+  p.algo = results[0].algo;
+  p.workspace = results[0].workspaceSize;
   if (p.found) read_split(p);
+  if (p.found && found > 1)  // tuning: the picks the trial will run
+    for (int i = 0; i < found; ++i)
+      if (results[i].state == CUBLAS_STATUS_SUCCESS) p.offered.push_back(results[i]);
   return plans_.emplace(k, p).first->second;
 }
 
@@ -203,10 +215,23 @@ void Gemm::run(bool trans_a, bool trans_b, int M, int N, int K, float alpha, con
   if (M == 0 || N == 0) return;
   const int align = std::min(std::min(alignment(A), alignment(B)), alignment(C));
   const Key k{trans_a, trans_b, bf16, beta != 0.0f, M, N, K, lda, ldb, ldc, align};
-  const Plan& p = plan(k);
-  check(cublasLtMatmul(handle_, p.op, &alpha, B, p.b, A, p.a, &beta, C, p.c, C, p.c, &p.algo,
-                       workspace_, p.workspace, stream),
-        "cublasLtMatmul");
+  Plan& p = plan(k);
+  auto product = [&](const cublasLtMatmulAlgo_t& algo, size_t workspace) {
+    return cublasLtMatmul(handle_, p.op, &alpha, B, p.b, A, p.a, &beta, C, p.c, C, p.c, &algo,
+                          workspace_, workspace, stream);
+  };
+  const bool trial = !p.offered.empty();
+  if (trial) {
+    // C, read where beta is not 0, is kept for the trial (gemm.h).
+    const int64_t elem = bf16 ? 2 : 4, c_bytes = span(M, ldc, 4);
+    tune(p, k,
+         Trial{product, C, M, int64_t(N) * 4, int64_t(ldc) * 4, nullptr, beta != 0.0f ? c_bytes : 0,
+               !overlaps(C, c_bytes, A, span(trans_a ? K : M, lda, elem)) &&
+                   !overlaps(C, c_bytes, B, span(trans_b ? N : K, ldb, elem))},
+         stream);
+  }
+  check(product(p.algo, p.workspace), "cublasLtMatmul");
+  if (!trial) ++p.choice.calls;  // the products since the trial
 }
 
 bool Gemm::run_fused(bool trans_a, bool trans_b, int M, int N, int K, const void* A, int lda,
@@ -238,14 +263,37 @@ bool Gemm::run_fused(bool trans_a, bool trans_b, int M, int N, int K, const void
   k.out_bf16 = e.out_bf16;
   k.residual = e.residual != nullptr;
   k.epi_align = epi_align;
-  const Plan& p = plan(k, e);
+  Plan& p = plan(k, e);
   if (!p.found) return false;
   set_epilogue_pointers(p, k, e);
   const float alpha = 1.0f, beta = e.residual ? 1.0f : 0.0f;
   const void* C = e.residual ? static_cast<const void*>(e.residual) : D;  // same layout as D
-  check(cublasLtMatmul(handle_, p.op, &alpha, B, p.b, A, p.a, &beta, C, p.c, D, p.c, &p.algo,
-                       workspace_, p.workspace, stream),
-        "cublasLtMatmul (with an epilogue)");
+  auto product = [&](const cublasLtMatmulAlgo_t& algo, size_t workspace) {
+    return cublasLtMatmul(handle_, p.op, &alpha, B, p.b, A, p.a, &beta, C, p.c, D, p.c, &algo,
+                          workspace_, workspace, stream);
+  };
+  const bool trial = !p.offered.empty();
+  if (trial) {
+    // What it writes (D, GELU's input) must not overlap what it reads.
+    const int64_t elem = bf16 ? 2 : 4, d_elem = e.out_bf16 ? 2 : 4;
+    const std::pair<const void*, int64_t> reads[] = {
+        {A, span(trans_a ? K : M, lda, elem)},
+        {B, span(trans_b ? N : K, ldb, elem)},
+        {e.residual, span(M, N, 4)},
+        {e.dgelu_input, span(M, N, 4)},
+        {e.bias ? static_cast<const void*>(e.bias) : e.bias_bf16, int64_t(N) * 4}};
+    const std::pair<const void*, int64_t> writes[] = {{D, span(M, N, d_elem)},
+                                                      {e.gelu_input, span(M, N, 4)}};
+    bool reruns = true;
+    for (const auto& [w, wn] : writes)
+      for (const auto& [r, rn] : reads) reruns = reruns && !overlaps(w, wn, r, rn);
+    tune(p, k,
+         Trial{product, D, M, int64_t(N) * d_elem, int64_t(N) * d_elem,
+               e.gelu ? e.gelu_input : nullptr, 0, reruns},
+         stream);
+  }
+  check(product(p.algo, p.workspace), "cublasLtMatmul (with an epilogue)");
+  if (!trial) ++p.choice.calls;  // the products since the trial
   return true;
 }
 

@@ -4,20 +4,23 @@
 // shape's algorithm is chosen at its first product (the heuristic's first
 // pick, split over K where it picks that, with one of cuBLASLt's reduction
 // schemes, none of which uses atomics) and kept for the run, so that
-// results are deterministic. Letters: the row-major product
-// C[M,N] = op(A) op(B) over K.
+// results are deterministic; with tuning on, the fastest of the heuristic's
+// picks that gives the first pick's bits (gemm_tuning.cpp). Letters: the
+// row-major product C[M,N] = op(A) op(B) over K.
 #pragma once
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "dendrite/core/bf16.h"
+#include "dendrite/ops/matmul.h"
 
 namespace dendrite::cuda {
 
@@ -66,6 +69,22 @@ class Gemm {
   // Device memory held for cuBLASLt's workspace.
   size_t workspace_bytes() const { return workspace_bytes_; }
 
+  // GEMM tuning (DESIGN.md section 10; ops/matmul.h's GemmChoice), off until
+  // set. When on, a shape met for the first time asks cuBLASLt's heuristic
+  // for up to kTuneCandidates algorithms; its first product runs each of
+  // them, rejects those whose result has other bits than the first pick's,
+  // times the rest, and keeps the fastest for the run, so tuning never
+  // changes results. A product that adds into its output (beta 1, as the
+  // weight gradients do) runs each pick on a copy of C put back before it,
+  // in device memory taken for the trial and given back after; one whose
+  // output overlaps an operand, or for which that memory is not free, keeps
+  // the first pick, untimed.
+  static constexpr int kTuneCandidates = 8;
+  void set_tuning(bool on) { tuning_ = on; }
+  // The shapes timed so far, with the ways tried and the one kept.
+  std::vector<ops::GemmChoice> choices() const;
+  double tuning_seconds() const { return tuning_seconds_; }
+
  private:
   // epilogue: a cublasLtEpilogue_t; epi_align: the bias's and GELU input's
   // alignment (cuBLASLt's heuristic reads it from their pointers).
@@ -90,12 +109,29 @@ class Gemm {
     bool found = false;  // false: no algorithm (only an epilogue's plan may lack one)
     int splits = 1;      // the slices of the sum over K, and how they are added
     uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+    // Tuning: the heuristic's picks, the first first, until the trial;
+    // then what the trial found and the products since.
+    std::vector<cublasLtMatmulHeuristicResult_t> offered;
+    ops::GemmChoice choice{};
+  };
+  // One product of a plan with a given algorithm, and where its results lie
+  // (gemm_tuning.cpp); reruns false where it cannot run twice unchanged.
+  struct Trial {
+    std::function<cublasStatus_t(const cublasLtMatmulAlgo_t&, size_t)> run;
+    void* d;
+    int64_t rows, row_bytes, ld_bytes;  // D
+    const void* aux;                    // GELU's input it writes [rows, N] fp32, or null
+    int64_t kept_bytes;                 // > 0: D is also C, this many bytes from d
+    bool reruns;
   };
   void read_split(Plan& p) const;
   // The plan of k, made at its first use; e's pointers are those the
   // heuristic reads alignments from.
-  const Plan& plan(const Key& k, const Epilogue& e = {});
+  Plan& plan(const Key& k, const Epilogue& e = {});
   void set_epilogue_pointers(const Plan& p, const Key& k, const Epilogue& e) const;
+  // Before a plan's first product, with tuning on and several picks: the trial.
+  void tune(Plan& p, const Key& k, const Trial& t, cudaStream_t stream);
+  uint64_t result_hash(const Key& k, const Trial& t, cudaStream_t stream) const;
 
   bool tf32_;
   bool epilogues_;
@@ -103,6 +139,8 @@ class Gemm {
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = size_t(32) << 20;
   std::map<Key, Plan> plans_;
+  bool tuning_ = false;
+  double tuning_seconds_ = 0;
 };
 
 }  // namespace dendrite::cuda

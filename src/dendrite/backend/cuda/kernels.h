@@ -239,6 +239,13 @@ void ce_stats_dlogits_bf16(float* stats, bf16* dlogits, const float* logits, con
                            const float* weight, double denominator, const ops::VocabShape& s,
                            cudaStream_t stream);
 
+// ---- GEMM tuning's check of a result (bits_hash.cu) ----
+// A hash of the bits of `rows` rows of `row_bytes` bytes, `ld_bytes` apart
+// (both even): the same for the same bits, whatever the order of the GPU's
+// threads. scratch: kScratchBytes of device scratch. Waits for the stream.
+uint64_t bits_hash(const void* p, int64_t rows, int64_t row_bytes, int64_t ld_bytes, void* scratch,
+                   cudaStream_t stream);
+
 // A kernel launch's error, as an Error naming the kernel: one the launch
 // itself met, or, when every launch waits for its kernel
 // (CUDA_LAUNCH_BLOCKING=1), one the kernel met while it ran; else the error

@@ -81,6 +81,7 @@ class Gemm {
   // the first pick, untimed.
   static constexpr int kTuneCandidates = 8;
   void set_tuning(bool on) { tuning_ = on; }
+  bool tuning() const { return tuning_; }
   // The shapes timed so far, with the ways tried and the one kept.
   std::vector<ops::GemmChoice> choices() const;
   double tuning_seconds() const { return tuning_seconds_; }

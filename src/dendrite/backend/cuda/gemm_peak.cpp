@@ -63,6 +63,14 @@ SquareTiming time_square_products(Backend& be, Gemm& gemm, cudaStream_t stream, 
 }  // namespace
 
 double gemm_peak_gflops(Backend& be, Gemm& gemm, cudaStream_t stream, Precision p, double seconds) {
+  // The probe's squares are no product of the model: not tuned (gemm.h), so
+  // that --gemm-tune reports the model's shapes and their calls alone.
+  struct Untuned {
+    Gemm& g;
+    bool was;
+    ~Untuned() { g.set_tuning(was); }
+  } untuned{gemm, gemm.tuning()};
+  gemm.set_tuning(false);
   const bool low = p == Precision::kBF16;
   const size_t elem = low ? 2 : 4;
   size_t free = 0, total = 0;

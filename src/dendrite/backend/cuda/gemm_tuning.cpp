@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <utility>
 
 #include "dendrite/backend/cuda/gemm.h"
 #include "dendrite/backend/cuda/kernels.h"
@@ -63,29 +64,40 @@ void Gemm::tune(Plan& p, const Key& k, const Trial& t, cudaStream_t stream) {
   offered.swap(p.offered);  // tried once, whatever happens
   if (!t.reruns) return;    // the first pick, untimed (gemm.h)
   const auto start = std::chrono::steady_clock::now();
+  // The trial's device memory and events, given back however it ends.
+  struct Held {
+    void* kept = nullptr;  // C's values, for a sum into C
+    cudaEvent_t t0 = nullptr, t1 = nullptr;
+    ~Held() {
+      if (t0) cudaEventDestroy(t0);
+      if (t1) cudaEventDestroy(t1);
+      if (kept) cudaFree(kept);
+    }
+  } held;
   // A sum into C: C's values kept, and put back before each pick's checked
   // run and after the trial. Without the memory for them, no trial.
-  void* kept = nullptr;
   if (t.kept_bytes > 0) {
-    if (cudaMalloc(&kept, size_t(t.kept_bytes)) != cudaSuccess) {
+    if (cudaMalloc(&held.kept, size_t(t.kept_bytes)) != cudaSuccess) {
+      held.kept = nullptr;
       cudaGetLastError();  // that allocation's error alone: the first pick, untimed
       return;
     }
-    check_cuda(cudaMemcpyAsync(kept, t.d, size_t(t.kept_bytes), cudaMemcpyDeviceToDevice, stream),
-               "cudaMemcpyAsync (GEMM tuning keeps C)");
+    check_cuda(
+        cudaMemcpyAsync(held.kept, t.d, size_t(t.kept_bytes), cudaMemcpyDeviceToDevice, stream),
+        "cudaMemcpyAsync (GEMM tuning keeps C)");
   }
   auto put_back = [&] {
-    if (kept)
-      check_cuda(cudaMemcpyAsync(t.d, kept, size_t(t.kept_bytes), cudaMemcpyDeviceToDevice, stream),
-                 "cudaMemcpyAsync (GEMM tuning puts C back)");
+    if (held.kept)
+      check_cuda(
+          cudaMemcpyAsync(t.d, held.kept, size_t(t.kept_bytes), cudaMemcpyDeviceToDevice, stream),
+          "cudaMemcpyAsync (GEMM tuning puts C back)");
   };
-  ops::GemmChoice& c = p.choice;
+  check_cuda(cudaEventCreate(&held.t0), "cudaEventCreate (GEMM tuning)");
+  check_cuda(cudaEventCreate(&held.t1), "cudaEventCreate (GEMM tuning)");
+  ops::GemmChoice c{};
   c.ta = k.ta ? 'T' : 'N';
   c.tb = k.tb ? 'T' : 'N';
   c.M = k.M, c.N = k.N, c.K = k.K, c.threads = 1, c.accumulate = k.beta;
-  cudaEvent_t t0, t1;
-  check_cuda(cudaEventCreate(&t0), "cudaEventCreate (GEMM tuning)");
-  check_cuda(cudaEventCreate(&t1), "cudaEventCreate (GEMM tuning)");
   uint64_t want = 0;
   size_t pick = 0;
   double best = std::numeric_limits<double>::infinity();
@@ -102,22 +114,24 @@ void Gemm::tune(Plan& p, const Key& k, const Trial& t, cudaStream_t stream) {
     const uint64_t h = result_hash(k, t, stream);
     if (i == 0) want = h;
     if (h != want) continue;  // other bits: rejected
-    check_cuda(cudaEventRecord(t0, stream), "cudaEventRecord (GEMM tuning)");
+    check_cuda(cudaEventRecord(held.t0, stream), "cudaEventRecord (GEMM tuning)");
     for (int run = 0; run < kTrialRuns; ++run)
       DENDRITE_CHECK(t.run(r.algo, r.workspaceSize) == CUBLAS_STATUS_SUCCESS,
                      "cuda: cublasLtMatmul (a trial at GEMM tuning) failed");
-    check_cuda(cudaEventRecord(t1, stream), "cudaEventRecord (GEMM tuning)");
-    check_cuda(cudaEventSynchronize(t1), "cudaEventSynchronize (GEMM tuning)");
+    check_cuda(cudaEventRecord(held.t1, stream), "cudaEventRecord (GEMM tuning)");
+    check_cuda(cudaEventSynchronize(held.t1), "cudaEventSynchronize (GEMM tuning)");
     float ms = 0;
-    check_cuda(cudaEventElapsedTime(&ms, t0, t1), "cudaEventElapsedTime (GEMM tuning)");
+    check_cuda(cudaEventElapsedTime(&ms, held.t0, held.t1), "cudaEventElapsedTime (GEMM tuning)");
     c.ms.back() = double(ms) / kTrialRuns;
     if (c.ms.back() < best) best = c.ms.back(), pick = i;
   }
-  cudaEventDestroy(t0);
-  cudaEventDestroy(t1);
   put_back();
-  if (kept) check_cuda(cudaFree(kept), "cudaFree (GEMM tuning's copy of C)");
+  if (held.kept) {
+    check_cuda(cudaFree(held.kept), "cudaFree (GEMM tuning's copy of C)");
+    held.kept = nullptr;
+  }
   c.way = c.ways[pick];
+  p.choice = std::move(c);
   p.algo = offered[pick].algo;
   p.workspace = offered[pick].workspaceSize;
   read_split(p);

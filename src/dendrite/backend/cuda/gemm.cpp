@@ -5,6 +5,7 @@
 #include "dendrite/backend/cuda/gemm.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "dendrite/comm/cuda/error_text.h"
 #include "dendrite/core/check.h"
@@ -187,10 +188,25 @@ Gemm::Plan& Gemm::plan(const Key& k, const Epilogue& e) {
   check(cublasLtMatrixLayoutCreate(&p.c, k.out_bf16 ? CUDA_R_16BF : CUDA_R_32F, k.N, k.M, k.ldc),
         "cublasLtMatrixLayoutCreate(C)");
   cublasLtMatmulPreference_t pref = preference(workspace_bytes_, k.align, k.out_bf16);
-  std::vector<cublasLtMatmulHeuristicResult_t> results(tuning_ ? kTuneCandidates : 1);
+  cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(
-      handle_, p.op, p.b, p.a, p.c, p.c, pref, int(results.size()), results.data(), &found);
+  const cublasStatus_t s =
+      cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.b, p.a, p.c, p.c, pref, 1, &result, &found);
+  // Tuning: the first pick as above (the one an untuned run takes, whatever
+  // a longer list would put first), then the heuristic's others.
+  if (tuning_ && s == CUBLAS_STATUS_SUCCESS && found > 0) {
+    std::vector<cublasLtMatmulHeuristicResult_t> more(kTuneCandidates);
+    int listed = 0;
+    if (cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.b, p.a, p.c, p.c, pref, kTuneCandidates,
+                                       more.data(), &listed) == CUBLAS_STATUS_SUCCESS) {
+      p.offered.push_back(result);
+      for (int i = 0; i < listed; ++i)
+        if (more[i].state == CUBLAS_STATUS_SUCCESS &&
+            std::memcmp(&more[i].algo, &result.algo, sizeof result.algo) != 0)
+          p.offered.push_back(more[i]);
+      if (p.offered.size() < 2) p.offered.clear();  // nothing to choose from
+    }
+  }
   cublasLtMatmulPreferenceDestroy(pref);
   // An epilogue cuBLASLt does not offer for this product is no error: its
   // steps run as kernels (run_fused returns false).
@@ -200,12 +216,9 @@ Gemm::Plan& Gemm::plan(const Key& k, const Epilogue& e) {
                  k.bf16 ? "bf16" : "fp32", " product ", k.M, "x", k.N, "x", k.K, " (",
                  k.ta ? "T" : "N", k.tb ? "T" : "N", ", alignment ", k.align, " bytes)");
   p.found = s == CUBLAS_STATUS_SUCCESS && found > 0;
-  p.algo = results[0].algo;
-  p.workspace = results[0].workspaceSize;
+  p.algo = result.algo;
+  p.workspace = result.workspaceSize;
   if (p.found) read_split(p);
-  if (p.found && found > 1)  // tuning: the picks the trial will run
-    for (int i = 0; i < found; ++i)
-      if (results[i].state == CUBLAS_STATUS_SUCCESS) p.offered.push_back(results[i]);
   return plans_.emplace(k, p).first->second;
 }
 

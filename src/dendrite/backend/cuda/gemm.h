@@ -71,8 +71,9 @@ class Gemm {
 
   // GEMM tuning (DESIGN.md section 10; ops/matmul.h's GemmChoice), off until
   // set. When on, a shape met for the first time asks cuBLASLt's heuristic
-  // for up to kTuneCandidates algorithms; its first product runs each of
-  // them, rejects those whose result has other bits than the first pick's,
+  // for its first pick (an untuned run's) and a list of kTuneCandidates
+  // algorithms; its first product runs each of them, the first pick first,
+  // rejects those whose result has other bits than the first pick's,
   // times the rest, and keeps the fastest for the run, so tuning never
   // changes results. A product that adds into its output (beta 1, as the
   // weight gradients do) runs each pick on a copy of C put back before it,

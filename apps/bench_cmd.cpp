@@ -371,6 +371,8 @@ int run_bench_step(const BenchOptions& o, MpiEnv& env) {
     j["device_memory_mb"] = double(backend->device_capacity_bytes()) / (1 << 20);
   }
   if (r.gemm_tune) j["gemm"] = gemm_report(*backend, o.steps + o.warmup);
+  if (std::vector<std::string> plans = backend->gemm_plans(); !plans.empty())
+    j["gemm_plans"] = plans;  // a GPU's: each shape's split, epilogue or kernels
   if (o.anatomy) j["anatomy"] = anatomy_report(mc, r, t.anatomy);
   if (!o.profile.empty()) {
     nlohmann::json p = t.profile;

@@ -272,6 +272,12 @@ d, p = load(f"dendrite_{m}.json"), load(f"plan_{m}.json")
 if d:
     row.append(f"dendrite {d['tokens_per_s']:.0f} tok/s, MFU {100 * d['mfu']:.1f}% of a "
                f"{d['peak_gflops'] / 1e3:.0f} TFLOP/s bf16 GEMM, {d.get('device_peak_mb', 0):.0f} MB")
+    plans = d.get("gemm_plans", [])
+    if plans:
+        split = sum(" split-K " in p for p in plans)
+        bare = sum("(no algorithm" in p for p in plans)
+        row.append(f"{len(plans)} GEMM shapes, {split} split over K, {bare} with no algorithm "
+                   f"for their epilogue (kernels)")
 b = load(f"dendrite_bare_{m}.json")
 if b:
     row.append(f"dendrite without cuBLASLt epilogues {b['tokens_per_s']:.0f} tok/s")

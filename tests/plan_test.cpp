@@ -161,8 +161,12 @@ TEST(HeadChunk, RowsFollowTheDevicesMemory) {
     EXPECT_EQ(rows % 256, 0) << row;
     EXPECT_GE(rows, 256) << row;
     EXPECT_LE(rows, 8192) << row;
-    if (rows > 256) EXPECT_LE(int64_t(rows) * row, budget) << row;
-    if (rows < 8192) EXPECT_GT(int64_t(rows + 256) * row, budget) << row;
+    if (rows > 256) {
+      EXPECT_LE(int64_t(rows) * row, budget) << row;
+    }
+    if (rows < 8192) {
+      EXPECT_GT(int64_t(rows + 256) * row, budget) << row;
+    }
   }
   EXPECT_EQ(head_chunk_rows(device, wide, 1 << 20), 256);
   EXPECT_EQ(head_chunk_rows(device, narrow, 1000), 1000);

@@ -437,6 +437,16 @@ TEST(StepAnatomy, GemmTuningWorksInTheFirstStepAloneAndKeepsTheLoss) {
     weight_gradients += s["op"] == "TN" && s["accumulate"].get<bool>();
   }
   EXPECT_GT(weight_gradients, 0) << "the weight gradients, added into, are timed";
+  // bench's plan lines (Backend::gemm_plans) name the pick kept where it is
+  // not the first, and only in the tuned run.
+  int changed = 0, named = 0;
+  for (const json& s : shapes) changed += s["way"] != s["default"];
+  for (const json& line : tuned["gemm_plans"])
+    named += line.get<std::string>().find(" (tuned: pick ") != std::string::npos;
+  EXPECT_EQ(named, changed) << tuned["gemm_plans"].dump();
+  ASSERT_EQ(plain["gemm_plans"].size(), tuned["gemm_plans"].size());
+  for (const json& line : plain["gemm_plans"])
+    EXPECT_EQ(line.get<std::string>().find("tuned"), std::string::npos) << line;
 }
 
 // --no-gemm-epilogues: the same products, bare, and the epilogues' steps as

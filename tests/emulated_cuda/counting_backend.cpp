@@ -105,6 +105,7 @@ class CountingBackend final : public Backend {
   void set_gemm_tuning(bool on) override { inner_->set_gemm_tuning(on); }
   std::vector<ops::GemmChoice> gemm_choices() const override { return inner_->gemm_choices(); }
   double gemm_tuning_seconds() const override { return inner_->gemm_tuning_seconds(); }
+  std::vector<std::string> gemm_plans() const override { return inner_->gemm_plans(); }
   double measure_peak_gflops(Precision p, int threads, double seconds) override {
     const counters::OpScope op("measure_peak_gflops", {{"bf16", double(p == Precision::kBF16)},
                                                        {"threads", double(threads)}});

@@ -155,6 +155,10 @@ class Backend : public Allocator {
   virtual void set_gemm_tuning(bool on) = 0;
   virtual std::vector<ops::GemmChoice> gemm_choices() const = 0;
   virtual double gemm_tuning_seconds() const = 0;
+  // How each GEMM shape met so far runs, one line each, where the backend
+  // plans its products (a GPU's cuBLASLt: the split over K, the epilogue, or
+  // that none was offered and kernels take its steps); none on the CPU.
+  virtual std::vector<std::string> gemm_plans() const = 0;
   // The peak rate MFU divides by (GFLOP/s; the CPU: FMA chains on the pool, twice
   // that for bf16 with AVX512_BF16; a GPU: its GEMM peak); threads 0: all of the backend's.
   virtual double measure_peak_gflops(Precision p, int threads = 0, double seconds = 0.2) = 0;

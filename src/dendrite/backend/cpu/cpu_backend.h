@@ -42,6 +42,7 @@ class CpuBackend final : public Backend {
   void set_gemm_tuning(bool on) override { gemms_.set_tuning(on); }
   std::vector<ops::GemmChoice> gemm_choices() const override { return gemms_.choices(); }
   double gemm_tuning_seconds() const override { return gemms_.tuning_seconds(); }
+  std::vector<std::string> gemm_plans() const override { return {}; }  // oneDNN plans its own
   double measure_peak_gflops(Precision p, int threads, double seconds) override;
 
  protected:

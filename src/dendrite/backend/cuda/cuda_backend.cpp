@@ -151,6 +151,7 @@ class CudaBackend final : public Backend {
   void set_gemm_tuning(bool on) override { gemm_->set_tuning(on); }
   std::vector<ops::GemmChoice> gemm_choices() const override { return gemm_->choices(); }
   double gemm_tuning_seconds() const override { return gemm_->tuning_seconds(); }
+  std::vector<std::string> gemm_plans() const override { return gemm_->shapes(); }
   double measure_peak_gflops(Precision p, int, double seconds) override {
     return cuda::gemm_peak_gflops(*this, *gemm_, stream_, p, seconds);  // gemm_peak.h
   }

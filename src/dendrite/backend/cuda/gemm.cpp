@@ -312,11 +312,16 @@ bool Gemm::run_fused(bool trans_a, bool trans_b, int M, int N, int K, const void
 
 std::vector<std::string> Gemm::shapes() const {
   std::vector<std::string> out;
-  for (const auto& [k, p] : plans_)
+  for (const auto& [k, p] : plans_) {
+    const ops::GemmChoice& c = p.choice;  // tuning's, where it timed the shape
+    const std::string tuned = !c.ways.empty() && c.way != c.ways[0]
+                                  ? " (tuned: " + c.way.substr(0, c.way.find(':')) + ")"
+                                  : "";
     out.push_back(str(k.ta ? "T" : "N", k.tb ? "T" : "N", " ", k.M, "x", k.N, "x", k.K,
-                      k.bf16 ? " bf16" : (tf32_ ? " tf32" : " fp32"), k.residual ? " +C" : "",
+                      k.bf16 ? " bf16" : (tf32_ ? " tf32" : " fp32"), k.beta ? " +C" : "",
                       epilogue_name(k.epilogue, k.out_bf16), split_name(p.splits, p.scheme),
-                      p.found ? "" : " (no algorithm: kernels)"));
+                      p.found ? "" : " (no algorithm: kernels)", tuned));
+  }
   return out;
 }
 

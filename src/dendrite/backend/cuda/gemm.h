@@ -64,7 +64,7 @@ class Gemm {
   bool run_fused(bool trans_a, bool trans_b, int M, int N, int K, const void* A, int lda,
                  const void* B, int ldb, void* D, bool bf16, const Epilogue& e,
                  cudaStream_t stream);
-  // The shapes met so far, one line each (for the start line and bench).
+  // The shapes met so far, one line each (Backend::gemm_plans; bench step's JSON).
   std::vector<std::string> shapes() const;
   // Device memory held for cuBLASLt's workspace.
   size_t workspace_bytes() const { return workspace_bytes_; }

@@ -127,7 +127,9 @@ class ByteLevel final : public PreTokenizer {
     std::string_view text = in.text;
     if (text.empty()) return true;
     if (add_prefix_space_ && in.split_start && text[0] != ' ') {
-      st.arena.push_back(" " + std::string(text));
+      std::string spaced(1, ' ');
+      spaced += text;
+      st.arena.push_back(std::move(spaced));
       text = st.arena.back();
     }
     if (!use_regex_) {

@@ -10,7 +10,7 @@ namespace dendrite {
 
 ParallelLinear::ParallelLinear(ProcessGrid& grid, Backend& backend, const ParamSpec& w,
                                const ParamSpec* b, bool keep_gathered, bool oar)
-    : grid_(&grid), be_(&backend), w_(&w), b_(b), keep_(keep_gathered && grid.shape().z > 1), oar_(oar) {
+    : be_(&backend), w_(&w), b_(b), keep_(keep_gathered && grid.shape().z > 1), oar_(oar) {
   const bool normal = w.sharding.rows == Axis::kY;
   DENDRITE_CHECK(
       w.sharding.chunk_z && (normal ? w.sharding.cols == Axis::kX

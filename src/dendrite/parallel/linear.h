@@ -76,7 +76,6 @@ class ParallelLinear {
   bool sums_input() const { return bwd_->size() > 1; }
 
  private:
-  ProcessGrid* grid_ = nullptr;
   Backend* be_ = nullptr;
   const ParamSpec* w_ = nullptr;
   const ParamSpec* b_ = nullptr;

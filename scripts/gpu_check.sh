@@ -14,9 +14,10 @@
 #     op harness, the kill test, out of memory's error, eager PyTorch,
 #     calibrate and plans on the measured machine file (with the planner's
 #     step beside stage 1's measured one), a Llama 3.2 1B-shaped step,
-#     GPT-2 124M's step with --gemm-tune and without, grad-accum, the simulated nodes, the attention kernels alone,
-#     compute-sanitizer's synccheck and initcheck over the op harness, and with
-#     --validate-comm issue 16's per-axis check on the machine's CPU cores.
+#     GPT-2 124M's step with --gemm-tune and without, grad-accum, the
+#     simulated nodes, the attention kernels alone, compute-sanitizer's
+#     synccheck and initcheck over the op harness, and with --validate-comm
+#     issue 16's per-axis check on the machine's CPU cores.
 # The planner starts from machines/h100-node.json or h200-node.json, by the GPU.
 # A part whose timeout would end past the stage's seconds is skipped
 # (DENDRITE_STAGE_SECONDS: 540 for stage 1, 480 for stage 2).

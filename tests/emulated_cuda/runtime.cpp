@@ -171,8 +171,10 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   // Filled with 0x7f bytes, as a block's shared memory is: a GPU's new
   // allocation holds whatever was there, so what a kernel or a copy reads
   // before anything wrote it shows in the results (a fresh host allocation
-  // would most often be zeros).
-  std::memset(*p, 0x7f, bytes);
+  // would most often be zeros). Counting without running reads no device
+  // memory, so there the pages stay untouched: a model past the host's
+  // memory can still be counted.
+  if (!emu::counters::count_only()) std::memset(*p, 0x7f, bytes);
   r.allocations[reinterpret_cast<uintptr_t>(*p)] = bytes;
   r.used += rounded;
   emu::counters::allocation(bytes);

@@ -6,11 +6,14 @@
 // with ThreadSanitizer (tests/CMakeLists.txt).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
+#include "counters.h"
 #include "cuda_runtime.h"
 #include "emulated_backend.h"
 
@@ -124,6 +127,35 @@ TEST(EmulatorMemory, NewDeviceAndPinnedMemoryHoldPoisonNotZeros) {
   const auto* words = static_cast<const uint32_t*>(h);
   EXPECT_THAT(std::vector<uint32_t>(words, words + n), ::testing::Each(kPoison));
   ASSERT_EQ(cudaFreeHost(h), cudaSuccess);
+}
+
+// The pages of the process that are in memory (/proc/self/statm), in bytes.
+size_t resident_bytes() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  unsigned long pages = 0, resident = 0;
+  if (f) {
+    if (std::fscanf(f, "%lu %lu", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return size_t(resident) * size_t(sysconf(_SC_PAGESIZE));
+}
+
+// Counting without running reads no device memory, so new memory is not
+// poisoned there: its pages stay untouched, and a model whose device memory
+// is past the host's (GPT-2 350M at B16 T1024, 26 GB) can still be counted.
+TEST(EmulatorMemory, CountingWithoutRunningLeavesNewDeviceMemoryUntouched) {
+  struct Running {  // the other tests' mode, however this one ends
+    ~Running() { emu::counters::set_count_only(false); }
+  } running;
+  emu::counters::set_count_only(true);
+  const size_t bytes = size_t(256) << 20, before = resident_bytes();
+  ASSERT_GT(before, 0u) << "cannot read /proc/self/statm";
+  void* d = nullptr;
+  ASSERT_EQ(cudaMalloc(&d, bytes), cudaSuccess);
+  const size_t grew = resident_bytes() - before;
+  ASSERT_EQ(cudaFree(d), cudaSuccess);
+  EXPECT_LT(grew, bytes / 8) << "a count-only allocation of " << (bytes >> 20) << " MiB took "
+                             << (grew >> 20) << " MiB of host memory";
 }
 
 TEST(EmulatorMemory, EveryBlockStartsWithPoisonedSharedMemoryInEveryOrder) {

@@ -11,8 +11,14 @@
 // - shuffles, the m16n8k16 product and ldmatrix order nothing: they
 //   exchange registers, not memory, so a lane that reads shared memory
 //   another lane wrote after only a shuffle between them is a race;
-// - nothing orders two blocks of a launch, but blocks run one after another
-//   here (no interleaving), so a race between blocks is not seen.
+// - nothing orders two blocks of a launch. Blocks run together
+//   (set_interleaved_blocks) have fibers of their own, so a race between
+//   them is reported; a block that runs after another in the same fibers
+//   (blocks one after another, or the next set of blocks run together)
+//   comes after it, so a race between those is not seen. Blocks run
+//   together share the addresses of the static shared memory, where a GPU
+//   gives each its own: those runs take ThreadSanitizer's suppressions for
+//   it (static_shared_suppressions.cmake), and the run in order checks it.
 // The emulator's own bookkeeping, which every fiber reads and writes, is
 // hidden from it (emu::Hidden, emulator.h). Internal to the emulator's files;
 // elsewhere every call is a no-op.

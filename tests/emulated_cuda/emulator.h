@@ -2,7 +2,8 @@
 // backend's kernels on the CPU, for tests on machines without a GPU.
 //
 // A launch runs its blocks one after another, or several together
-// (set_interleaved_blocks), their threads interleaved at barriers. Each GPU
+// (set_interleaved_blocks: a tile of the grid), their threads interleaved at
+// barriers. Each GPU
 // thread of a block is a fiber (its own stack, switched cooperatively on one
 // host thread), so that __syncthreads and the warp-wide primitives can stop
 // a thread mid-kernel and let the others reach the same point, as on a GPU:
@@ -34,8 +35,9 @@
 // threads in both orders changes a result (set_reverse_order): fibers switch
 // only at barriers; races between blocks, as far as running the blocks in
 // both orders or interleaved changes one. Built with ThreadSanitizer, it
-// reports a race between the threads of a block whatever the order, as far
-// as ThreadSanitizer's history reaches (race_check.h). What it cannot: the GPU's timing, and the rounding of sums
+// reports a race between the threads of a block, or between blocks run
+// together, whatever the order, as far as ThreadSanitizer's history reaches
+// (race_check.h). What it cannot: the GPU's timing, and the rounding of sums
 // inside the hardware's products.
 #pragma once
 

@@ -116,6 +116,23 @@ TEST_P(BackendOps, FusedOpsGiveTheBitsOfTheSeparateOps) {
 // cannot keep a row (past 4 groups of 4 columns for each of 512 threads) and
 // where one row's gain and bias partials would not fit in scratch: the two
 // kernels, the same sums and dres.
+// The bias gradient with its output gradient rounded, over columns that span
+// several blocks of the kernels that go across columns (the sums of the row
+// blocks' partials: 256 columns a block) and rows that span two row blocks:
+// so that the race check with blocks together runs blocks side by side, and
+// one above the other, of each kernel.
+TEST_P(BackendOps, BiasSumsOverSeveralBlocksOfColumnsAndRowsGiveTheBitsOfTheSeparateOps) {
+  const int m = 600, c = 264;
+  const Vf dy = randn(m * c, 76), ones(c, 1.0f);
+  Buffer<float> DY = put(dy), Col = put(ones), FCol = put(ones);
+  Buffer<bf16> Yh = zeros<bf16>(m * c), Want = zeros<bf16>(m * c);
+  be().to_bf16(Want.data(), DY.data(), int64_t(m) * c);
+  be().add_column_sums(Col.data(), DY.data(), m, c);
+  be().to_bf16_column_sums(Yh.data(), FCol.data(), DY.data(), m, c);
+  EXPECT_TRUE(same_bits(get(Yh), get(Want))) << "to_bf16_column_sums out";
+  EXPECT_TRUE(same_bits(get(FCol), get(Col))) << "to_bf16_column_sums db";
+}
+
 TEST_P(BackendOps, OnePassNormBackwardPastWhatABlockKeeps) {
   for (const auto& [mw, cw] : {std::pair{3, 8200}, std::pair{1, 64}}) {
     const Vf x = randn(mw * cw, 82, 2.0, 0.5), g = randn(cw, 83, 0.2, 1.0), dy = randn(mw * cw, 84),

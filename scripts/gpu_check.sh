@@ -3,11 +3,11 @@
 # no OpenMPI, oneDNN or SentencePiece, no ssh, no Debian alternatives), in two
 # stages that each fit one device call of 600 s:
 #   stage 1 (about 5 minutes; docs/cuda.md gives the estimate by part): the
-#     build of what it needs, the tests labelled gpu, then GPT-2 124M and 350M
-#     at B16 T1024 bf16 with Dendrite and with compiled PyTorch, the planner's
-#     memory figure beside each; if time is left, the 124M step's profile
-#     (CUPTI: where its time goes by kernel and part), eager PyTorch, and the
-#     step without cuBLASLt's epilogues;
+#     build of what it needs (none with .gpu-prebuilt/), the tests labelled
+#     gpu, then GPT-2 124M and 350M at B16 T1024 bf16 with Dendrite and with
+#     compiled PyTorch, the planner's memory figure beside each; if time is
+#     left, the 124M step's profile (CUPTI: where its time goes by kernel and
+#     part), eager PyTorch, and the step without cuBLASLt's epilogues;
 #   stage 2 (what the lease has left: 8 minutes by default), in this order:
 #     every grid on the GPU (fp32 and bf16, kept gathers, recomputation,
 #     overlap off), NCCL on one rank, compute-sanitizer's racecheck over the
@@ -23,12 +23,15 @@
 # (DENDRITE_STAGE_SECONDS: 540 for stage 1, 480 for stage 2).
 # Both stages unpack the Debian packages that scripts/gpu_deps.sh downloaded
 # into .gpu-debs/ (carry it) into a private prefix, check that the MPI
-# launcher starts, and build into build-gpu/ (kept when the machine is still
-# warm for stage 2). Every command runs under a timeout and the summary
-# ($OUT/summary-stage<N>.txt, or under /tmp/gpu_check) is written as each part
-# ends, so a run cut short still reports what it did. The parts' logs and
-# files are packed into $OUT/logs-stage<N>.tar.gz as each part ends: the
-# device tool brings back at most 8 files from $OUT.
+# launcher starts, and take the programs scripts/gpu_prebuild.sh built
+# before the lease (.gpu-prebuilt/, carried too) where they were built from
+# this tree's sources and start here, or else build into build-gpu/ (kept
+# when the machine is still warm for stage 2). Every command runs under a
+# timeout and the summary ($OUT/summary-stage<N>.txt, or under
+# /tmp/gpu_check) is written as each part ends, so a run cut short still
+# reports what it did. The parts' logs and files are packed into
+# $OUT/logs-stage<N>.tar.gz as each part ends: the device tool brings back
+# at most 8 files from $OUT.
 # On a machine without a GPU (scripts/gpu_rehearse.sh runs it so) the parts
 # that need one are listed as skipped and the rest runs: the rehearsal of
 # everything up to the first GPU call.
@@ -100,10 +103,9 @@ gpu_part() {
 # ---- the prefix: OpenMPI, oneDNN, SentencePiece and the rest, from .gpu-debs ----
 [[ -d .gpu-debs ]] || { note "gpu_check: no .gpu-debs/: run scripts/gpu_deps.sh here and carry .gpu-debs"; exit 2; }
 prefix=${DENDRITE_PREFIX:-/tmp/dendrite-prefix}
-if [[ ! -f $prefix/.unpacked ]] || ! cmp -s "$prefix/.unpacked" <(ls .gpu-debs); then
-  for f in .gpu-debs/*.deb; do dpkg-deb -x "$f" "$prefix" || { note "gpu_check: cannot unpack $f"; exit 1; }; done
-  ls .gpu-debs > "$prefix/.unpacked"
-fi
+source scripts/gpu_build.sh
+mkdir -p "$prefix"
+said=$(gpu_unpack "$prefix") || { note "gpu_check: $said"; exit 1; }
 source scripts/gpu_prefix_env.sh "$prefix"
 mpirun=$prefix/usr/bin/mpirun.openmpi
 
@@ -187,26 +189,80 @@ for l in cublasLt:cublasLt.h cupti:cupti.h; do
   fi
 done
 [[ -n $wheel_includes ]] && cuda_libs+=(-DCMAKE_CXX_FLAGS="$wheel_includes")
-# The op harness is a program per op family (tests/backend_ops_*_test.cpp).
-ops_tests=(tests/backend_ops_*_test.cpp)
-ops_tests=("${ops_tests[@]##*/}")
-ops_tests=("${ops_tests[@]%.cpp}")
-targets=(dendrite "${ops_tests[@]}" cuda_model_test)
-((stage == 2)) && targets+=(parallel_mpi_test grad_accum_mpi_test kill_test attention_bench)
-# Builds at -j of the machine's cores; on 2 cores here the rehearsal takes minutes.
-if ! part configure 180 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
-     -DDENDRITE_CUDA=ON "${cuda_libs[@]}" -DCMAKE_CUDA_ARCHITECTURES=90-real \
-     -DCMAKE_PREFIX_PATH="$prefix/usr" -DMPI_CXX_COMPILER="$prefix/usr/bin/mpicxx.openmpi" \
-     -DMPIEXEC_EXECUTABLE="$mpirun" -DPKG_CONFIG_EXECUTABLE="$prefix/usr/bin/pkgconf"; then
-  tail -30 "$out/configure.log" | tee -a "$summary"
-  exit 1
-fi
-note "$(grep -m1 -E 'NCCL transport|no NCCL' "$out/configure.log" || echo 'NCCL: see configure.log')"
-# (bash's time at the end of build.log: the CPU seconds scale the build to other machines.)
-if ! part build "${DENDRITE_BUILD_TIMEOUT:-420}" bash -c 'time "$@"' build \
-     cmake --build build-gpu -j "$(nproc)" --target "${targets[@]}"; then
-  grep -m 10 -B2 -A6 -E "error|Error" "$out/build.log" | tee -a "$summary"
-  exit 1
+gpu_stage_targets "$stage"  # ops_tests (the op harness, a program per op family) and targets
+
+# The programs built before the lease (scripts/gpu_prebuild.sh), where
+# .gpu-prebuilt/ was carried: taken when they were built from the same
+# sources as this tree and start here (their libraries found), in place of
+# the build. They hold the folder they were built in (gpu_lease_repo), which
+# is linked to this tree.
+use_prebuilt() {
+  local manifest=.gpu-prebuilt/manifest have want t
+  [[ -f $manifest ]] || return 1
+  have=$(sed -n 's/^inputs //p' "$manifest")
+  want=$(gpu_inputs_hash)
+  if [[ $have != "$want" ]]; then
+    note "prebuilt: .gpu-prebuilt/ was built from other sources (fingerprint $have, this tree's $want): building here"
+    return 1
+  fi
+  if [[ $(sed -n 's/^prefix //p' "$manifest") != "$prefix" ]]; then
+    note "prebuilt: .gpu-prebuilt/ was built for the prefix $(sed -n 's/^prefix //p' "$manifest"), not $prefix: building here"
+    return 1
+  fi
+  if [[ $(readlink -f "$gpu_lease_repo") != "$(readlink -f .)" ]]; then
+    if [[ -e $gpu_lease_repo && ! -L $gpu_lease_repo ]]; then
+      note "prebuilt: $gpu_lease_repo is a folder of its own here: building here"
+      return 1
+    fi
+    mkdir -p "$(dirname "$gpu_lease_repo")" && ln -sfn "$PWD" "$gpu_lease_repo"
+  fi
+  mkdir -p build-gpu
+  # (By Python's tarfile: an image may lack the xz program, as the bare root does.)
+  part prebuilt_unpack 60 python3 -c 'import sys, tarfile
+t = tarfile.open(sys.argv[1])
+if hasattr(tarfile, "data_filter"):
+    t.extraction_filter = tarfile.data_filter
+t.extractall(sys.argv[2])' .gpu-prebuilt/programs.tar.xz build-gpu || return 1
+  for t in "${targets[@]}"; do
+    [[ -x build-gpu/$(gpu_target_path "$t") ]] || { note "prebuilt: no $t in .gpu-prebuilt/: building here"; return 1; }
+  done
+  # Every program's libraries are found, and each starts (without the GPU).
+  local programs=()
+  for t in "${targets[@]}"; do programs+=("build-gpu/$(gpu_target_path "$t")"); done
+  # shellcheck disable=SC2016  # the command's variables are its own
+  if ! part prebuilt_start 60 bash -c 'rc=0
+      for p; do
+        missing=$(ldd "$p" | grep "not found") && { echo "$p: $missing"; rc=1; continue; }
+        case $p in
+          */dendrite) "$p" --help > /dev/null || { echo "$p --help failed"; rc=1; } ;;
+          */tests/*) "$p" --gtest_list_tests > /dev/null || { echo "$p --gtest_list_tests failed"; rc=1; } ;;
+        esac
+      done
+      exit $rc' _ "${programs[@]}"; then
+    tail -8 "$out/prebuilt_start.log" | tee -a "$summary"
+    note "prebuilt: the programs built before the lease do not start here: building here"
+    return 1
+  fi
+  note "build: none; the programs built before the lease ($(sed -n 's/^built //p' "$manifest")), from the sources of this tree"
+  note "built with: $(sed -n 's/^configure //p' "$manifest")"
+  note "dendrite loads: $(ldd build-gpu/dendrite | grep -oE '(libcudart|libcublasLt|libnccl|libcupti)[^ ]* => [^ ]*' | tr '\n' ' ')"
+}
+
+if ! use_prebuilt; then
+  # Builds at -j of the machine's cores; on 2 cores here the rehearsal takes minutes.
+  # shellcheck disable=SC2016  # the command's variables are its own
+  if ! part configure 180 bash -c 'source scripts/gpu_build.sh && gpu_configure "$@"' _ \
+       build-gpu "$prefix" "$mpirun" "${cuda_libs[@]}"; then
+    tail -30 "$out/configure.log" | tee -a "$summary"
+    exit 1
+  fi
+  note "$(grep -m1 -E 'NCCL transport|no NCCL' "$out/configure.log" || echo 'NCCL: see configure.log')"
+  # (bash's time at the end of build.log: the CPU seconds scale the build to other machines.)
+  if ! part build "${DENDRITE_BUILD_TIMEOUT:-420}" bash -c 'time "$@"' build \
+       cmake --build build-gpu -j "$(nproc)" --target "${targets[@]}"; then
+    grep -m 10 -B2 -A6 -E "error|Error" "$out/build.log" | tee -a "$summary"
+    exit 1
+  fi
 fi
 # The launcher with the program: two ranks on the CPU, before any GPU call.
 part two_ranks_cpu 60 "$mpirun" -np 2 --bind-to none build-gpu/dendrite bench step --device cpu \

@@ -14,24 +14,29 @@
 # stages in a private mount namespace chrooted into the root, and fails when
 # any part other than those needing a GPU failed. The build starts from
 # nothing, as on a fresh lent machine, unless --keep-build.
+# Where .gpu-prebuilt/ is here (scripts/gpu_prebuild.sh), it travels too, as
+# it would to the lease, and the stages take its programs in place of the
+# build; --no-prebuilt leaves it behind, so that the build is rehearsed.
 # --wheel-libs rehearses an image whose toolkit lacks cuBLAS, CUPTI and NCCL
 # (hidden by an overlay), which then come only from PyTorch's wheels: their
 # layout (nvidia/cu13/{include,lib} with versioned libraries only, and
 # nvidia/nccl/) made in the root's Python path from this toolkit's files.
 #   scripts/gpu_rehearse.sh [--stage 1|2|both] [--fresh] [--keep-build] [--wheel-libs]
+#                           [--no-prebuilt]
 # Logs: $OUT or /tmp/gpu_rehearsal (one folder per stage). Needs root.
 set -euo pipefail
 main() {
 cd "$(dirname "$0")/.."
-stages=(1 2) fresh=0 keep_build=0 wheel_libs=0
+stages=(1 2) fresh=0 keep_build=0 wheel_libs=0 prebuilt=1
 while (($#)); do
   case $1 in
     --stage) case ${2:-} in 1|2) stages=("$2") ;; both) stages=(1 2) ;; *) echo "gpu_rehearse: --stage 1, 2 or both"; exit 2 ;; esac; shift ;;
     --fresh) fresh=1 ;;
     --keep-build) keep_build=1 ;;
     --wheel-libs) wheel_libs=1 ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
-    *) echo "gpu_rehearse: unknown option $1 (--stage 1|2|both, --fresh, --keep-build, --wheel-libs)"; exit 2 ;;
+    --no-prebuilt) prebuilt=0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    *) echo "gpu_rehearse: unknown option $1 (--stage 1|2|both, --fresh, --keep-build, --wheel-libs, --no-prebuilt)"; exit 2 ;;
   esac
   shift
 done
@@ -74,7 +79,13 @@ fi
 # ---- the working tree, as the device tool sends it ----
 scripts/gpu_deps.sh  # fetches what the list has and .gpu-debs lacks
 repo=$root/lease/repo
-tree() { git ls-files -co --exclude-standard; find .gpu-debs -type f; }
+((prebuilt)) && [[ ! -f .gpu-prebuilt/manifest ]] && prebuilt=0
+tree() {
+  git ls-files -co --exclude-standard
+  find .gpu-debs -type f
+  ((prebuilt)) && find .gpu-prebuilt -type f
+  return 0
+}
 if ((keep_build)) && [[ -d $repo/build-gpu ]]; then
   # As on a warm machine: the build stays, and only the files that changed
   # are replaced (dated now, so that the build sees them as newer).
@@ -178,6 +189,11 @@ NS
     status=1
   else
     echo "gpu_rehearse: stage $s passed up to the GPU ($(grep -c skipped "$summary") parts need one)"
+    if ((prebuilt)) && ! grep -q "^build: none; the programs built before the lease" "$summary"; then
+      grep "^prebuilt:" "$summary"
+      echo "gpu_rehearse: stage $s built its programs, though .gpu-prebuilt/ came with the tree"
+      status=1
+    fi
   fi
 done
 exit $status

@@ -133,16 +133,18 @@ fi
 note "[$(elapsed) s] launcher: mpirun -np 2 true ok"
 
 # torch.compile's first run is mostly CPU work (tracing, Triton builds): in
-# stage 1 it runs for both models beside the build and the tests, while
-# nothing is timed, so that the timed runs find the compiled kernels in
-# PyTorch's caches.
-warm_pid=""
+# stage 1 it runs for both models beside the build (if any) and the tests,
+# while nothing is timed, so that the timed runs find the compiled kernels in
+# PyTorch's caches. The two models compile side by side: with the programs
+# built before the lease there is no build to hide the warm-up behind, and
+# the machine has 16 cores.
+warm_pids=()
 if ((stage == 1 && gpu && !no_compile)); then
-  (for m in gpt2-124m gpt2-350m; do
-     timeout 300 python3 bench/pytorch_step.py --device cuda --precision bf16 --model $m \
-       --batch 16 --seq 1024 --steps 1 --warmup 1 --compile > "$out/torch_compile_warm_$m.log" 2>&1
-   done) &
-  warm_pid=$!
+  for m in gpt2-124m gpt2-350m; do
+    timeout 300 python3 bench/pytorch_step.py --device cuda --precision bf16 --model $m \
+      --batch 16 --seq 1024 --steps 1 --warmup 1 --compile > "$out/torch_compile_warm_$m.log" 2>&1 &
+    warm_pids+=($!)
+  done
 fi
 
 # ---- configure and build what the stage needs ----
@@ -375,7 +377,7 @@ if ((stage == 1)); then
     for t; do echo "== $t"; "build-gpu/tests/$t" --gtest_filter="Cuda/*" --gtest_brief=1 || rc=1; done
     exit $rc' _ "${ops_tests[@]}"
   gpu_part gpu_tests_model 150 build-gpu/tests/cuda_model_test --gtest_filter='Gpu/*' --gtest_brief=1
-  [[ -n $warm_pid ]] && { wait "$warm_pid"; note "[$(elapsed) s] torch.compile warm-up done"; }
+  ((${#warm_pids[@]})) && { wait "${warm_pids[@]}"; note "[$(elapsed) s] torch.compile warm-up done"; }
   for m in gpt2-124m gpt2-350m; do
     bench_dendrite $m
     plan_memory $m

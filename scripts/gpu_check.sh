@@ -371,15 +371,50 @@ print("figures: " + " | ".join(row))
 PY
 }
 
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer \
+  /usr/local/cuda*/compute-sanitizer/compute-sanitizer 2> /dev/null | head -1)
+
+# failed_tests PART: the tests a gtest part failed, into the summary.
+failed_tests() {
+  grep -s -E '^\[  FAILED  \] [^ ]+\.[^ ]+' "$out/$1.log" | sort -u | head -20 | tee -a "$summary"
+  return 0
+}
+
+# diagnose MODEL: after Dendrite's step failed on the GPU, the step that
+# names where: once more with every launch waiting for its kernel (the error
+# then names the kernel that failed, docs/cuda.md), and a small model's step
+# under compute-sanitizer's memcheck (an access out of bounds, with the
+# kernel and the thread); their first lines into the summary. Once a stage.
+diagnosed=0
+diagnose() {
+  ((diagnosed)) && return 0
+  diagnosed=1
+  note "[$(elapsed) s] dendrite_$1 gave no figures: $(grep -s -m1 -iE 'error|what\(\)' "$out/dendrite_$1.log" | cut -c1-300)"
+  gpu_part "diagnose_blocking_$1" 90 "$mpirun" -np 1 --bind-to none -x CUDA_LAUNCH_BLOCKING=1 \
+    build-gpu/dendrite bench step --device cuda --model "$(model_arg "$1")" --batch 16 --seq 1024 \
+    --precision bf16 --steps 1 --warmup 0
+  grep -s -m3 -iE 'error|what\(\)' "$out/diagnose_blocking_$1.log" | cut -c1-300 | tee -a "$summary"
+  [[ -n $sanitizer ]] || return 0
+  gpu_part diagnose_memcheck 90 "${one[@]}" "$sanitizer" --tool memcheck --error-exitcode 1 \
+    build-gpu/dendrite bench step --device cuda --model gpt2-tiny --batch 2 --seq 16 \
+    --precision bf16 --steps 1 --warmup 0
+  grep -s -m6 -E '^=========\s+(Invalid|Program hit|at |ERROR SUMMARY)' "$out/diagnose_memcheck.log" |
+    cut -c1-300 | tee -a "$summary"
+  return 0
+}
+
 if ((stage == 1)); then
   # shellcheck disable=SC2016  # the loop's variables are its own
   gpu_part gpu_tests_ops 150 bash -c 'rc=0
     for t; do echo "== $t"; "build-gpu/tests/$t" --gtest_filter="Cuda/*" --gtest_brief=1 || rc=1; done
-    exit $rc' _ "${ops_tests[@]}"
-  gpu_part gpu_tests_model 150 build-gpu/tests/cuda_model_test --gtest_filter='Gpu/*' --gtest_brief=1
+    exit $rc' _ "${ops_tests[@]}" || failed_tests gpu_tests_ops
+  gpu_part gpu_tests_model 150 build-gpu/tests/cuda_model_test --gtest_filter='Gpu/*' \
+    --gtest_brief=1 || failed_tests gpu_tests_model
   ((${#warm_pids[@]})) && { wait "${warm_pids[@]}"; note "[$(elapsed) s] torch.compile warm-up done"; }
   for m in gpt2-124m gpt2-350m; do
     bench_dendrite $m
+    # (A run that only timed out has nothing to name.)
+    ((gpu)) && [[ ! -s $out/dendrite_$m.json ]] && grep -qi error "$out/dendrite_$m.log" && diagnose $m
     plan_memory $m
     ((no_compile)) || bench_torch compile $m --compile
     row $m
@@ -431,8 +466,6 @@ else
   # each kernel many times); synccheck (misused barriers) and initcheck
   # (device memory read before anything wrote it, which the emulator shows
   # only where its poison reaches a result) end the stage.
-  sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer \
-    /usr/local/cuda*/compute-sanitizer/compute-sanitizer 2> /dev/null | head -1)
   sanitize() {  # tool, seconds
     if [[ -z $sanitizer ]]; then
       note "[$(elapsed) s] sanitize_$1: skipped (no compute-sanitizer on this machine)"

@@ -219,12 +219,15 @@ use_prebuilt() {
     mkdir -p "$(dirname "$gpu_lease_repo")" && ln -sfn "$PWD" "$gpu_lease_repo"
   fi
   mkdir -p build-gpu
-  # (By Python's tarfile: an image may lack the xz program, as the bare root does.)
-  part prebuilt_unpack 60 python3 -c 'import sys, tarfile
+  # By Python's tarfile (an image may lack the xz program, as the bare root
+  # does), else by tar (a Python may lack its lzma module).
+  # shellcheck disable=SC2016  # the command's variables are its own
+  part prebuilt_unpack 60 bash -c 'python3 -c "import sys, tarfile
 t = tarfile.open(sys.argv[1])
-if hasattr(tarfile, "data_filter"):
+if hasattr(tarfile, \"data_filter\"):
     t.extraction_filter = tarfile.data_filter
-t.extractall(sys.argv[2])' .gpu-prebuilt/programs.tar.xz build-gpu || return 1
+t.extractall(sys.argv[2])" "$1" "$2" || tar -xJf "$1" -C "$2"' _ .gpu-prebuilt/programs.tar.xz build-gpu ||
+    return 1
   for t in "${targets[@]}"; do
     [[ -x build-gpu/$(gpu_target_path "$t") ]] || { note "prebuilt: no $t in .gpu-prebuilt/: building here"; return 1; }
   done

@@ -64,7 +64,7 @@ mkdir -p "$here/.gpu-prebuilt"
 tar -C "$stage" -cf - . | xz -T0 -9 > "$here/.gpu-prebuilt/programs.tar.xz"
 {
   echo "inputs $(gpu_inputs_hash)"
-  echo "built $(date -u +%Y-%m-%dT%H:%MZ) at $(git -C "$here" rev-parse --short HEAD)$(git -C "$here" diff --quiet HEAD || echo ' with changes'), $(. /etc/os-release && echo "$PRETTY_NAME"), nvcc $(nvcc --version | grep -o "V[0-9.]*" | head -1)"
+  echo "built $(date -u +%Y-%m-%dT%H:%MZ) at $(git -C "$here" rev-parse --short HEAD)$(git -C "$here" diff --quiet HEAD || echo ' with changes'), $(. /etc/os-release && echo "$PRETTY_NAME"), nvcc $(nvcc --version | grep -oE "V[0-9]+\.[0-9.]+" | head -1)"
   echo "configure $(grep -m1 -E 'NCCL transport|no NCCL' build-gpu.configure.log || echo 'NCCL: see the configure log')"
   echo "prefix $prefix"
   echo "programs ${targets[*]}"

@@ -54,10 +54,14 @@ gpu_configure() {
     -DPKG_CONFIG_EXECUTABLE="$prefix/usr/bin/pkgconf" "$@"
 }
 
-# gpu_inputs_hash: a fingerprint of every file the build reads from the tree
-# (the same files here and in the device tool's copy: tracked, and untracked
-# but not ignored), by content.
+# What the build reads from the tree (tests/gpu_scripts_test.sh checks that
+# every source file of the tree lies under one of them).
+gpu_input_paths=(CMakeLists.txt apps bench fuzz src tests)
+
+# gpu_inputs_hash: a fingerprint of those files (the same files here and in
+# the device tool's copy: tracked, and untracked but not ignored), by
+# content, run in the tree's root.
 gpu_inputs_hash() {
-  find CMakeLists.txt apps bench fuzz src tests -type f ! -path '*/__pycache__/*' ! -name '*.pyc' \
-    -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16
+  find "${gpu_input_paths[@]}" -type f ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 |
+    LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16
 }

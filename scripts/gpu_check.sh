@@ -231,13 +231,16 @@ t.extractall(sys.argv[2])" "$1" "$2" || tar -xJf "$1" -C "$2"' _ .gpu-prebuilt/p
   for t in "${targets[@]}"; do
     [[ -x build-gpu/$(gpu_target_path "$t") ]] || { note "prebuilt: no $t in .gpu-prebuilt/: building here"; return 1; }
   done
-  # Every program's libraries are found, and each starts (without the GPU).
+  # Every program's libraries are found, with every symbol it takes from them
+  # (ldd -r: a library older than the headers it was built with, an NCCL
+  # say, lacks some), and each starts (without the GPU).
   local programs=()
   for t in "${targets[@]}"; do programs+=("build-gpu/$(gpu_target_path "$t")"); done
   # shellcheck disable=SC2016  # the command's variables are its own
   if ! part prebuilt_start 60 bash -c 'rc=0
       for p; do
-        missing=$(ldd "$p" | grep "not found") && { echo "$p: $missing"; rc=1; continue; }
+        missing=$(ldd -r "$p" 2>&1 | grep -E "not found|undefined symbol") &&
+          { echo "$p: $missing"; rc=1; continue; }
         case $p in
           */dendrite) "$p" --help > /dev/null || { echo "$p --help failed"; rc=1; } ;;
           */tests/*) "$p" --gtest_list_tests > /dev/null || { echo "$p --gtest_list_tests failed"; rc=1; } ;;

@@ -43,6 +43,24 @@ gpu_unpack() {
   ls .gpu-debs > "$1/.unpacked"
 }
 
+# gpu_sync_tree DEST: the files listed on standard input (paths relative to
+# here) copied into DEST as the device tool would send them, keeping DEST's
+# build-gpu/: a file that changed replaces the old copy (dated now, so that
+# the build sees it as newer), and a file the list no longer has goes
+# (CMake's globs would still build it).
+gpu_sync_tree() {
+  local dest=$1 incoming f
+  incoming=$(mktemp -d)
+  tar -cf - -T - | tar -xf - -C "$incoming"
+  mkdir -p "$dest"
+  (cd "$incoming" && find . -type f) | while read -r f; do
+    cmp -s "$incoming/$f" "$dest/$f" || { mkdir -p "$(dirname "$dest/$f")" && cp "$incoming/$f" "$dest/$f"; }
+  done
+  comm -23 <(cd "$dest" && find . -path ./build-gpu -prune -o -type f -print | sort) \
+           <(cd "$incoming" && find . -type f | sort) | (cd "$dest" && xargs -r rm -f)
+  rm -rf "$incoming"
+}
+
 # gpu_configure BUILD PREFIX MPIRUN [CMAKE_ARGS...]: the CUDA build for
 # Hopper (sm_90: an H100 or an H200) against the unpacked packages.
 gpu_configure() {

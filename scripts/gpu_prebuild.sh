@@ -24,23 +24,13 @@ prefix=/tmp/dendrite-prefix  # gpu_check.sh's default, where the programs' MPI l
 mkdir -p "$prefix"
 gpu_unpack "$prefix"
 
-# The tree as the device tool sends it; files that changed replace the old
-# copies (dated now, so that the build sees them as newer), and files the
-# tree no longer has go (CMake's globs would still build them).
+# The tree as the device tool sends it.
 repo=$gpu_lease_repo
 if [[ -L $repo ]]; then
   echo "gpu_prebuild: $repo is a link (a check ran here?): remove it first"
   exit 1
 fi
-mkdir -p "$repo"
-incoming=$(mktemp -d)
-trap 'rm -rf "$incoming"' EXIT
-git ls-files -co --exclude-standard | tar -cf - -T - | tar -xf - -C "$incoming"
-(cd "$incoming" && find . -type f) | while read -r f; do
-  cmp -s "$incoming/$f" "$repo/$f" || { mkdir -p "$(dirname "$repo/$f")" && cp "$incoming/$f" "$repo/$f"; }
-done
-comm -23 <(cd "$repo" && find . -path ./build-gpu -prune -o -type f -print | sort) \
-         <(cd "$incoming" && find . -type f | sort) | (cd "$repo" && xargs -r rm -f)
+git ls-files -co --exclude-standard | gpu_sync_tree "$repo"
 
 cd "$repo"
 gpu_stage_targets 2
@@ -54,7 +44,7 @@ gpu_stage_targets 2
 
 # The programs, stripped of their debugging sections, and the manifest.
 stage=$(mktemp -d)
-trap 'rm -rf "$incoming" "$stage"' EXIT
+trap 'rm -rf "$stage"' EXIT
 for t in "${targets[@]}"; do
   p=$(gpu_target_path "$t")
   mkdir -p "$stage/$(dirname "$p")"

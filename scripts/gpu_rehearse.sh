@@ -88,17 +88,10 @@ tree() {
 }
 if ((keep_build)) && [[ -d $repo/build-gpu ]]; then
   # As on a warm machine: the build stays, and only the files that changed
-  # are replaced (dated now, so that the build sees them as newer).
-  rm -rf "$root/lease/incoming" && mkdir -p "$root/lease/incoming"
-  tree | tar -cf - -T - | tar -xf - -C "$root/lease/incoming"
-  (cd "$root/lease/incoming" && find . -type f) | while read -r f; do
-    cmp -s "$root/lease/incoming/$f" "$repo/$f" ||
-      { mkdir -p "$(dirname "$repo/$f")" && cp "$root/lease/incoming/$f" "$repo/$f"; }
-  done
-  # ... and what the tree no longer has goes (CMake's globs would still build it).
-  comm -23 <(cd "$repo" && find . -path ./build-gpu -prune -o -type f -print | sort) \
-           <(cd "$root/lease/incoming" && find . -type f | sort) | (cd "$repo" && xargs -r rm -f)
-  rm -rf "$root/lease/incoming"
+  # are replaced.
+  # shellcheck source=scripts/gpu_build.sh
+  source scripts/gpu_build.sh
+  tree | gpu_sync_tree "$repo"
 else
   rm -rf "$repo" && mkdir -p "$repo"
   tree | tar -cf - -T - | tar -xf - -C "$repo"

@@ -19,13 +19,27 @@ mkdir -p build-fuzz/findings build-fuzz/tmp
 export TMPDIR="$PWD/build-fuzz/tmp"  # where the targets write their input files
 export ASAN_OPTIONS="${ASAN_OPTIONS:-halt_on_error=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
-failed=()
-for t in "${targets[@]}"; do
+# Each target runs on a core of its own, as many at once as there are cores
+# (on 2 cores the five took 60 s so, 100 s one after another); their reports
+# follow in the order given.
+run_target() {
+  local t=$1
   mkdir -p "build-fuzz/corpus/$t"
+  build-fuzz/fuzz/"$t" -max_total_time="$seconds" -timeout=10 -print_final_stats=1 \
+    -artifact_prefix="build-fuzz/findings/$t-" "build-fuzz/corpus/$t" "fuzz/corpus/$t" \
+    >"build-fuzz/findings/$t.log" 2>&1
+}
+pids=()
+for t in "${targets[@]}"; do
+  while (($(jobs -rp | wc -l) >= $(nproc))); do wait -n || true; done
+  run_target "$t" &
+  pids+=($!)
+done
+failed=()
+for i in "${!targets[@]}"; do
+  t=${targets[$i]}
   log="build-fuzz/findings/$t.log"
-  if build-fuzz/fuzz/"$t" -max_total_time="$seconds" -timeout=10 -print_final_stats=1 \
-       -artifact_prefix="build-fuzz/findings/$t-" "build-fuzz/corpus/$t" "fuzz/corpus/$t" \
-       >"$log" 2>&1; then
+  if wait "${pids[$i]}"; then
     runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || true)
     echo "fuzz: $t: ${runs:-?} inputs in ${seconds} s, no finding"
   else

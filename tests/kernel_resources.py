@@ -121,8 +121,10 @@ def main():
         def compile_one(i, src):
             keep = Path(tmp) / str(i)
             keep.mkdir()
+            # -fatbin: the device code alone (no host compile), every
+            # architecture in one call, a third less time than -c
             cmd = [a.nvcc, "-std=c++20", "-O3", "-DNDEBUG", "--resource-usage", "--keep",
-                   "--keep-dir", str(keep), "-c", src, "-o", str(keep / "out.o")]
+                   "--keep-dir", str(keep), "-fatbin", src, "-o", str(keep / "out.fatbin")]
             cmd += [f"-I{d}" for d in a.include]
             for arch in a.arch:
                 cmd += ["-gencode", f"arch=compute_{arch},code=sm_{arch}"]

@@ -174,8 +174,11 @@ class MpiCommunicator final : public Communicator {
 
   // A window where every rank of the group is on this node (DENDRITE's
   // shared-memory option and simulated nodes decide, unless `machine`: then
-  // only whether the ranks share this machine); else a private array.
-  std::unique_ptr<SharedArray> make_window(int64_t n, DType t, bool machine = false);
+  // only whether the ranks share this machine); else a private array. Its
+  // owner zeroes (first touches) the first `zeroed` bytes of its segment, all
+  // of them when negative.
+  std::unique_ptr<SharedArray> make_window(int64_t n, DType t, bool machine = false,
+                                           int64_t zeroed = -1);
   // The calling thread's and the engine's channels, when the group shares a node.
   void make_channels();
   // Sums buf[n] (f32 or f64) over the group through ch, in rank order (the

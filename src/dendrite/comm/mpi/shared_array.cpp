@@ -89,8 +89,12 @@ constexpr int64_t kChannelFloats = (kSyncBytes + 2 * (int64_t(1) << 20)) / 4;
 // later has to allocate: a lone rank in a collective must reach the watchdog.
 void MpiCommunicator::make_channels() {
   if (size_ == 1) return;
+  // Only the barrier slot is zeroed: each data slot is written by its owner
+  // before a peer reads it, so its pages are first touched there, and only
+  // as many of them as the group's sums reach (a communicator that sums a few
+  // statistics no longer maps 4 MB a rank).
   for (ShmChannel* ch : {&own_, &engine_}) {
-    std::unique_ptr<SharedArray> w = make_window(kChannelFloats, DType::kF32);
+    std::unique_ptr<SharedArray> w = make_window(kChannelFloats, DType::kF32, false, kSyncBytes);
     if (w->shared()) ch->window.reset(static_cast<WindowArray*>(w.release()));
   }
   if (!own_.window || !engine_.window) {
@@ -145,7 +149,8 @@ void MpiCommunicator::settle(Collective c, double arrived) {
   if (wait > 0) stats_.peer_wait_seconds[static_cast<int>(c)] += wait;
 }
 
-std::unique_ptr<SharedArray> MpiCommunicator::make_window(int64_t n, DType t, bool machine) {
+std::unique_ptr<SharedArray> MpiCommunicator::make_window(int64_t n, DType t, bool machine,
+                                                          int64_t zeroed) {
   int local = n > 0 && (machine ? machine_ranks_ == size_
                                 : world_->options.shared_memory && node_ranks_ == size_)
                   ? 1
@@ -183,7 +188,8 @@ std::unique_ptr<SharedArray> MpiCommunicator::make_window(int64_t n, DType t, bo
     return std::make_unique<PrivateArray>(n, t);
   }
   base = align64(base);
-  std::memset(base, 0, bytes);  // first touch by the owner
+  std::memset(base, 0,
+              zeroed < 0 ? bytes : std::min(bytes, size_t(zeroed)));  // first touch by the owner
   barrier();
   return std::make_unique<WindowArray>(win, base, n, t, std::move(peers));
 }

@@ -92,7 +92,7 @@ void MpiCommunicator::make_channels() {
   // Only the barrier slot is zeroed: each data slot is written by its owner
   // before a peer reads it, so its pages are first touched there, and only
   // as many of them as the group's sums reach (a communicator that sums a few
-  // statistics no longer maps 4 MB a rank).
+  // statistics no longer touches 4 MB a rank when it is made).
   for (ShmChannel* ch : {&own_, &engine_}) {
     std::unique_ptr<SharedArray> w = make_window(kChannelFloats, DType::kF32, false, kSyncBytes);
     if (w->shared()) ch->window.reset(static_cast<WindowArray*>(w.release()));

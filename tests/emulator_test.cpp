@@ -277,4 +277,117 @@ TEST(EmulatorRaceCheck, BlocksRunTogetherWithTheirOwnStaticSharedMemoryAndOutput
   EXPECT_EQ(cudaFree(out), cudaSuccess);
 }
 
+// ---- the host against the streams' work, under the race check
+
+// Streams made while one lives each run their work on a thread of their own
+// (emu::Streams::kConcurrent), ordered against the host and each other only
+// by events and synchronisations.
+struct ConcurrentStreams {
+  ConcurrentStreams() { emu::set_streams(emu::Streams::kConcurrent); }
+  ~ConcurrentStreams() { emu::set_streams(emu::Streams::kAtOnce); }
+  cudaStream_t make() {
+    cudaStream_t s = nullptr;
+    EXPECT_EQ(cudaStreamCreate(&s), cudaSuccess);
+    made.push_back(s);
+    return s;
+  }
+  void destroy() {
+    for (cudaStream_t s : made) EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
+    made.clear();
+  }
+  std::vector<cudaStream_t> made;
+};
+
+constexpr size_t kWords = 256;
+
+// The host writes pinned memory again while a copy on a stream may still
+// read it, with no synchronisation between: on a GPU the copy takes the
+// first bytes or the second. emulator_test_racecheck_reports_host passes on
+// ThreadSanitizer's report of the two, however the threads ran.
+TEST(EmulatorRaceCheck, AHostWriteToPinnedMemoryACopyStillReadsIsReported) {
+  ConcurrentStreams streams;
+  cudaStream_t s = streams.make();
+  void* p = nullptr;
+  ASSERT_EQ(cudaMallocHost(&p, kWords * sizeof(uint32_t)), cudaSuccess);
+  auto* pinned = static_cast<uint32_t*>(p);
+  uint32_t* d = device_array<uint32_t>(kWords);
+  for (size_t i = 0; i < kWords; ++i) pinned[i] = 1;
+  ASSERT_EQ(cudaMemcpyAsync(d, pinned, kWords * sizeof(uint32_t), cudaMemcpyHostToDevice, s),
+            cudaSuccess);
+  for (size_t i = 0; i < kWords; ++i) pinned[i] = 2;  // the race
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  streams.destroy();
+  EXPECT_EQ(cudaFree(d), cudaSuccess);
+  EXPECT_EQ(cudaFreeHost(p), cudaSuccess);
+}
+
+// A copy on one stream reads what a copy on another writes, with no event
+// between: emulator_test_racecheck_reports_streams passes on the report.
+TEST(EmulatorRaceCheck, TwoStreamsWithNoEventBetweenAreReported) {
+  ConcurrentStreams streams;
+  cudaStream_t writer = streams.make(), reader = streams.make();
+  uint32_t* a = device_array<uint32_t>(kWords);
+  uint32_t* b = device_array<uint32_t>(kWords);
+  ASSERT_EQ(cudaMemsetAsync(a, 1, kWords * sizeof(uint32_t), writer), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(b, a, kWords * sizeof(uint32_t), cudaMemcpyDeviceToDevice, reader),
+            cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(writer), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(reader), cudaSuccess);
+  streams.destroy();
+  EXPECT_EQ(cudaFree(a), cudaSuccess);
+  EXPECT_EQ(cudaFree(b), cudaSuccess);
+}
+
+// Their controls, clean under the race check (and run in the plain build):
+// an event the host waits for before it writes the pinned memory again; a
+// stream that waits for another's event before it reads what that one
+// wrote; a kernel's results read back by a copy to pageable memory, which
+// returns once it has run; and a query that says an event has passed.
+TEST(EmulatorRaceCheck, EventsAndSynchronisationsOrderTheHostAndTheStreams) {
+  ConcurrentStreams streams;
+  cudaStream_t writer = streams.make(), reader = streams.make();
+  void* p = nullptr;
+  ASSERT_EQ(cudaMallocHost(&p, kWords * sizeof(uint32_t)), cudaSuccess);
+  auto* pinned = static_cast<uint32_t*>(p);
+  uint32_t* a = device_array<uint32_t>(kWords);
+  uint32_t* b = device_array<uint32_t>(kWords);
+  cudaEvent_t uploaded = nullptr, written = nullptr;
+  ASSERT_EQ(cudaEventCreate(&uploaded), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&written), cudaSuccess);
+  for (size_t i = 0; i < kWords; ++i) pinned[i] = 1;
+  ASSERT_EQ(cudaMemcpyAsync(a, pinned, kWords * sizeof(uint32_t), cudaMemcpyHostToDevice, writer),
+            cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(uploaded, writer), cudaSuccess);
+  ASSERT_EQ(cudaEventSynchronize(uploaded), cudaSuccess);
+  for (size_t i = 0; i < kWords; ++i) pinned[i] = 2;
+  // The pinned memory's second bytes, after the first copy: a's words are 2.
+  ASSERT_EQ(cudaMemcpyAsync(a, pinned, kWords * sizeof(uint32_t), cudaMemcpyHostToDevice, writer),
+            cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(written, writer), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(reader, written, 0), cudaSuccess);
+  emu::launch(dim3(kWords / kThreads), dim3(kThreads), 0, reader, "ordered_read_kernel",
+              ordered_read_kernel)(b);
+  // The host waits for the kernel's results (the copy to pageable memory),
+  // then for the first stream by polling its event.
+  std::vector<uint32_t> read(kWords);
+  ASSERT_EQ(
+      cudaMemcpyAsync(read.data(), b, kWords * sizeof(uint32_t), cudaMemcpyDeviceToHost, reader),
+      cudaSuccess);
+  while (cudaEventQuery(written) == cudaErrorNotReady) {
+  }
+  for (size_t i = 0; i < kWords; ++i) pinned[i] = 3;
+  std::vector<uint32_t> uploaded_words(kWords);
+  ASSERT_EQ(cudaMemcpyAsync(uploaded_words.data(), a, kWords * sizeof(uint32_t),
+                            cudaMemcpyDeviceToHost, writer),
+            cudaSuccess);
+  streams.destroy();
+  for (size_t i = 0; i < kWords; ++i) EXPECT_EQ(read[i], 5 + i / kThreads) << i;
+  EXPECT_THAT(uploaded_words, ::testing::Each(2u));
+  EXPECT_EQ(cudaEventDestroy(uploaded), cudaSuccess);
+  EXPECT_EQ(cudaEventDestroy(written), cudaSuccess);
+  EXPECT_EQ(cudaFree(a), cudaSuccess);
+  EXPECT_EQ(cudaFree(b), cudaSuccess);
+  EXPECT_EQ(cudaFreeHost(p), cudaSuccess);
+}
+
 }  // namespace

@@ -28,6 +28,7 @@
 
 #include "dendrite/core/trace.h"
 #include "emulator.h"
+#include "race_check.h"
 
 namespace emu::counters {
 namespace {
@@ -69,7 +70,7 @@ void add(Event e) {
   e.t = dendrite::trace::now();
   e.op = t_op;
   State& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
+  emu::race::QuietLock<std::mutex> lock(s.mu);
   s.events.push_back(e);
 }
 
@@ -213,7 +214,7 @@ bool count_only() { return counting_only.load(std::memory_order_relaxed); }
 OpScope::OpScope(const char* op, OpArgs args) {
   if (t_op >= 0 || !recording.load(std::memory_order_relaxed)) return;
   State& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
+  emu::race::QuietLock<std::mutex> lock(s.mu);
   s.ops.push_back({op, std::move(args), dendrite::trace::now()});
   t_op = int(s.ops.size()) - 1;
   outermost_ = true;
@@ -225,7 +226,7 @@ OpScope::~OpScope() {
 void start() {
   State& s = state();
   {
-    std::lock_guard<std::mutex> lock(s.mu);
+    emu::race::QuietLock<std::mutex> lock(s.mu);
     s.events.clear();
     s.ops.clear();
   }
@@ -238,7 +239,7 @@ std::string stop() {
   dendrite::trace::stop();
   const std::vector<dendrite::trace::Span> spans = dendrite::trace::spans();
   State& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
+  emu::race::QuietLock<std::mutex> lock(s.mu);
   // Entries keyed by (part, op, args), in the order they first appear.
   std::map<std::tuple<std::string, std::string, std::string>, size_t> index;
   nlohmann::json entries = nlohmann::json::array(), parts = nlohmann::json::array();

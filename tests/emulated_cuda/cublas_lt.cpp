@@ -537,7 +537,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
   emu::submit(stream, emu::activity::issue(
                           emu::activity::Work::kKernel, kName, 0, 0,
                           [op = *op, a = *a, b = *b, c = *c, d = *d, A, B, C, D, al, be, split] {
-                            g_last_splits = split.slices;
+                            g_last_splits.store(split.slices, std::memory_order_relaxed);
                             product(op, a, b, c, d, A, B, C, D, al, be, split);
                           }));
   return CUBLAS_STATUS_SUCCESS;
@@ -570,5 +570,5 @@ cublasStatus_t cublasLtMatmulAlgoConfigGetAttribute(const cublasLtMatmulAlgo_t* 
 }
 
 namespace emu {
-int last_gemm_splits() { return g_last_splits; }
+int last_gemm_splits() { return g_last_splits.load(std::memory_order_relaxed); }
 }  // namespace emu

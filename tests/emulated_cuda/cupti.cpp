@@ -10,6 +10,8 @@
 #include <variant>
 #include <vector>
 
+#include "race_check.h"
+
 namespace {
 
 using Record = std::variant<CUpti_ActivityKernel10, CUpti_ActivityMemcpy6, CUpti_ActivityMemset4,
@@ -36,13 +38,13 @@ uint64_t now_ns() {
 
 bool enabled(CUpti_ActivityKind k) {
   State& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
+  emu::race::QuietLock<std::mutex> lock(s.mu);
   return s.enabled[k];
 }
 
 void add(Record r) {
   State& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
+  emu::race::QuietLock<std::mutex> lock(s.mu);
   s.records.push_back(r);
 }
 
@@ -67,7 +69,7 @@ CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc requ
                                            CUpti_BuffersCallbackCompleteFunc completed) {
   if (!requested || !completed) return CUPTI_ERROR_INVALID_PARAMETER;
   State& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
+  emu::race::QuietLock<std::mutex> lock(s.mu);
   s.requested = requested, s.completed = completed;
   return CUPTI_SUCCESS;
 }
@@ -75,7 +77,7 @@ CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc requ
 CUptiResult cuptiActivityEnable(CUpti_ActivityKind kind) {
   if (unsigned(kind) >= 16) return CUPTI_ERROR_INVALID_KIND;
   State& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
+  emu::race::QuietLock<std::mutex> lock(s.mu);
   if (!s.requested) return CUPTI_ERROR_NOT_INITIALIZED;
   s.enabled[kind] = true;
   return CUPTI_SUCCESS;
@@ -84,7 +86,7 @@ CUptiResult cuptiActivityEnable(CUpti_ActivityKind kind) {
 CUptiResult cuptiActivityDisable(CUpti_ActivityKind kind) {
   if (unsigned(kind) >= 16) return CUPTI_ERROR_INVALID_KIND;
   State& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
+  emu::race::QuietLock<std::mutex> lock(s.mu);
   s.enabled[kind] = false;
   return CUPTI_SUCCESS;
 }
@@ -95,7 +97,7 @@ CUptiResult cuptiActivityFlushAll(uint32_t) {
   CUpti_BuffersCallbackRequestFunc requested;
   CUpti_BuffersCallbackCompleteFunc completed;
   {
-    std::lock_guard<std::mutex> lock(s.mu);
+    emu::race::QuietLock<std::mutex> lock(s.mu);
     records.swap(s.records);
     requested = s.requested, completed = s.completed;
   }

@@ -56,12 +56,25 @@ cudaError_t sticky_error();
 // ---- the streams' queues
 
 struct Queue;  // a stream's work, in order
+// A piece of work enqueued: its place in its queue (0: none), and, for the
+// race check (race_check.h), what orders it: the enqueuer releases `before`
+// as it enqueues and the stream acquires it before running the work; the
+// stream releases `after` once the work has run, and whoever waits for it
+// acquires it.
+struct Ticket {
+  struct Sync {
+    char before = 0, after = 0;
+  };
+  uint64_t n = 0;
+  std::shared_ptr<Sync> sync;
+};
 // The queue of stream s (null: the default stream).
 const std::shared_ptr<Queue>& queue_of(EmulatedStream* s);
 // Enqueues work on q; returns its ticket (q has run it once finished reaches it).
-uint64_t enqueue(const std::shared_ptr<Queue>& q, std::function<void()> work);
-// Returns once q has run the work of `ticket`.
-void wait_for(const Queue& q, uint64_t ticket);
+Ticket enqueue(const std::shared_ptr<Queue>& q, std::function<void()> work);
+// Returns once q has run the work of `t`, which then comes before what the
+// caller does next.
+void wait_for(const Queue& q, const Ticket& t);
 // Every stream's work enqueued so far has run (what cudaFree waits for).
 void drain_all();
 

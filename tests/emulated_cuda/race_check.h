@@ -20,9 +20,25 @@
 //   gives each its own: those runs take ThreadSanitizer's suppressions for
 //   it (static_shared_suppressions.cmake), and the run in order checks it.
 // The emulator's own bookkeeping, which every fiber reads and writes, is
-// hidden from it (emu::Hidden, emulator.h). Internal to the emulator's files;
-// elsewhere every call is a no-op.
+// hidden from it (emu::Hidden, emulator.h).
+//
+// Between the host and the streams' work (streams.cpp), what orders is what
+// orders them on a GPU: a piece of work comes after what the host did before
+// enqueueing it and after the work of its stream before it; the host after
+// a synchronisation that waited for it (the stream's, an event's, a copy to
+// pageable memory, cudaFree's), a stream after a cudaStreamWaitEvent. The
+// emulator's own locks, which the host and the streams' threads all take,
+// order nothing (Quiet), so that the host writing a buffer a copy on a
+// stream still reads, or reading what a stream's work writes before
+// waiting for it, is reported, whenever the two happened to run. Kernels
+// still run one at a time, under one lock that does order them (the
+// blocks' shared memory is one for all): the check does not see a race
+// between the kernels of two streams.
+//
+// Internal to the emulator's files; elsewhere every call is a no-op.
 #pragma once
+
+#include <mutex>
 
 #if defined(__SANITIZE_THREAD__)
 #define EMU_TSAN 1
@@ -36,6 +52,8 @@
 #include <sanitizer/tsan_interface.h>
 extern "C" void __tsan_ignore_thread_begin();
 extern "C" void __tsan_ignore_thread_end();
+extern "C" void AnnotateIgnoreSyncBegin(const char* file, int line);
+extern "C" void AnnotateIgnoreSyncEnd(const char* file, int line);
 #endif
 
 namespace emu::race {
@@ -56,6 +74,10 @@ inline void acquire(void* sync) { __tsan_acquire(sync); }
 // Reads and writes of the running context are neither checked nor kept.
 inline void ignore_begin() { __tsan_ignore_thread_begin(); }
 inline void ignore_end() { __tsan_ignore_thread_end(); }
+// The running context's synchronisations (locks, condition variables,
+// atomics) order nothing.
+inline void ignore_sync_begin() { AnnotateIgnoreSyncBegin(__FILE__, __LINE__); }
+inline void ignore_sync_end() { AnnotateIgnoreSyncEnd(__FILE__, __LINE__); }
 #else
 inline constexpr bool kOn = false;
 inline void* new_fiber() { return nullptr; }
@@ -65,6 +87,34 @@ inline void release(void*) {}
 inline void acquire(void*) {}
 inline void ignore_begin() {}
 inline void ignore_end() {}
+inline void ignore_sync_begin() {}
+inline void ignore_sync_end() {}
 #endif
+
+// While one lives, the running context's synchronisations order nothing and
+// its reads and writes are neither checked nor kept: the emulator's
+// bookkeeping under its own locks. No release or acquire may be made under
+// one (it would be dropped).
+struct Quiet {
+  Quiet() {
+    ignore_sync_begin();
+    ignore_begin();
+  }
+  ~Quiet() {
+    ignore_end();
+    ignore_sync_end();
+  }
+  Quiet(const Quiet&) = delete;
+  Quiet& operator=(const Quiet&) = delete;
+};
+
+// A lock of one of the emulator's mutexes, quiet while held (a unique_lock,
+// for condition variables, in `held`).
+template <class Mutex>
+struct QuietLock {
+  explicit QuietLock(Mutex& m) : held(m) {}
+  Quiet quiet;  // made before the lock is taken, ended after it is let go
+  std::unique_lock<Mutex> held;
+};
 
 }  // namespace emu::race

@@ -17,6 +17,7 @@
 #include "emulated_backend.h"
 #include "emulator.h"
 #include "emulator_internal.h"
+#include "race_check.h"
 
 namespace emu {
 
@@ -35,7 +36,7 @@ thread_local bool t_stream_worker = false;  // the thread runs a concurrent stre
 cudaError_t fail(cudaError_t e, const std::string& detail) {
   std::fprintf(stderr, "cuda emulator: %s\n", detail.c_str());
   if (t_stream_worker) {
-    std::lock_guard<std::mutex> lock(rt().memory);
+    emu::race::QuietLock<std::mutex> lock(rt().memory);
     if (rt().sticky == cudaSuccess) rt().sticky = e, rt().sticky_detail = detail;
   } else {
     t_last = e;
@@ -44,7 +45,7 @@ cudaError_t fail(cudaError_t e, const std::string& detail) {
   return e;
 }
 cudaError_t sticky_error() {
-  std::lock_guard<std::mutex> lock(rt().memory);
+  emu::race::QuietLock<std::mutex> lock(rt().memory);
   return rt().sticky;
 }
 
@@ -54,13 +55,13 @@ void set_compute_capability(int major, int minor) { rt().major = major, rt().min
 void set_kernel_image(bool present) { rt().kernel_image = present; }
 
 void fault_next_launch(const std::string& name) {
-  std::lock_guard<std::mutex> lock(rt().memory);
+  emu::race::QuietLock<std::mutex> lock(rt().memory);
   rt().fault = name;
 }
 
 void clear_errors() {
   {
-    std::lock_guard<std::mutex> lock(rt().memory);
+    emu::race::QuietLock<std::mutex> lock(rt().memory);
     rt().sticky = cudaSuccess;
     rt().sticky_detail.clear();
   }
@@ -80,7 +81,7 @@ namespace {
 
 // Whether [p, p + bytes) lies inside one device allocation.
 bool within(const std::map<uintptr_t, size_t>& a, const void* p, size_t bytes) {
-  std::lock_guard<std::mutex> lock(emu::rt().memory);
+  emu::race::QuietLock<std::mutex> lock(emu::rt().memory);
   const auto u = reinterpret_cast<uintptr_t>(p);
   auto it = a.upper_bound(u);
   if (it == a.begin()) return false;
@@ -115,7 +116,7 @@ const char* cudaGetErrorString(cudaError_t e) {
   text = base;
   std::string detail;
   {
-    std::lock_guard<std::mutex> lock(emu::rt().memory);
+    emu::race::QuietLock<std::mutex> lock(emu::rt().memory);
     detail = emu::rt().sticky != cudaSuccess ? emu::rt().sticky_detail : emu::t_last_detail;
   }
   if (e != cudaSuccess && !detail.empty()) text += " (emulator: " + detail + ")";
@@ -156,16 +157,16 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   if (const cudaError_t sticky = refused_after_fault(p); sticky != cudaSuccess) return sticky;
   auto& r = emu::rt();
   const size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
-  std::unique_lock<std::mutex> lock(r.memory);
+  emu::race::QuietLock<std::mutex> lock(r.memory);
   if (r.used + rounded > r.capacity) {
-    lock.unlock();
+    lock.held.unlock();
     *p = nullptr;
     return emu::fail(cudaErrorMemoryAllocation, "cudaMalloc: out of device memory");
   }
   // Exactly the bytes asked (256-byte aligned, as cudaMalloc's): the
   // sanitizers see an access past them.
   if (posix_memalign(p, 256, std::max<size_t>(bytes, 1)) != 0) {
-    lock.unlock();
+    lock.held.unlock();
     return emu::fail(cudaErrorMemoryAllocation, "cudaMalloc: host allocation failed");
   }
   // Filled with 0x7f bytes, as a block's shared memory is: a GPU's new
@@ -184,10 +185,10 @@ cudaError_t cudaFree(void* p) {
   if (!p) return cudaSuccess;
   emu::drain_all();  // as on a GPU, the work every stream has enqueued runs first
   auto& r = emu::rt();
-  std::unique_lock<std::mutex> lock(r.memory);
+  emu::race::QuietLock<std::mutex> lock(r.memory);
   auto it = r.allocations.find(reinterpret_cast<uintptr_t>(p));
   if (it == r.allocations.end()) {
-    lock.unlock();
+    lock.held.unlock();
     return emu::fail(cudaErrorInvalidValue, "cudaFree of a pointer not from cudaMalloc");
   }
   r.used -= (std::max<size_t>(it->second, 1) + 255) / 256 * 256;
@@ -204,7 +205,7 @@ cudaError_t cudaMallocHost(void** p, size_t bytes) {
   if (posix_memalign(p, 256, std::max<size_t>(bytes, 1)) != 0)
     return emu::fail(cudaErrorMemoryAllocation, "cudaMallocHost: host allocation failed");
   std::memset(*p, 0x7f, bytes);  // as cudaMalloc's
-  std::lock_guard<std::mutex> lock(emu::rt().memory);
+  emu::race::QuietLock<std::mutex> lock(emu::rt().memory);
   emu::rt().pinned[reinterpret_cast<uintptr_t>(*p)] = bytes;
   return cudaSuccess;
 }
@@ -212,9 +213,9 @@ cudaError_t cudaFreeHost(void* p) {
   if (!p) return cudaSuccess;
   emu::drain_all();
   auto& r = emu::rt();
-  std::unique_lock<std::mutex> lock(r.memory);
+  emu::race::QuietLock<std::mutex> lock(r.memory);
   if (r.pinned.erase(reinterpret_cast<uintptr_t>(p)) == 0) {
-    lock.unlock();
+    lock.held.unlock();
     return emu::fail(cudaErrorInvalidValue, "cudaFreeHost of a pointer not from cudaMallocHost");
   }
   std::free(p);
@@ -222,7 +223,7 @@ cudaError_t cudaFreeHost(void* p) {
 }
 cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
   if (const cudaError_t sticky = emu::sticky_error(); sticky != cudaSuccess) return sticky;
-  std::lock_guard<std::mutex> lock(emu::rt().memory);
+  emu::race::QuietLock<std::mutex> lock(emu::rt().memory);
   *total = emu::rt().capacity;
   *free = emu::rt().capacity - emu::rt().used;
   return cudaSuccess;
@@ -303,7 +304,7 @@ cudaError_t emulated_set_attribute(const void* kernel, cudaFuncAttribute attr, i
     return emu::fail(cudaErrorInvalidValue,
                      "cudaFuncSetAttribute: " + std::to_string(value) +
                          " bytes of dynamic shared memory, past the device's 227 KB");
-  std::lock_guard<std::mutex> lock(emu::rt().memory);
+  emu::race::QuietLock<std::mutex> lock(emu::rt().memory);
   emu::rt().shared_limit[kernel] = size_t(value);
   return cudaSuccess;
 }

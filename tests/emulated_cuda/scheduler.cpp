@@ -450,10 +450,10 @@ void execute(dim3 grid, dim3 block, size_t shared, const char* name,
   if (!bottom) home_stack(&bottom, &size);
   s.home_bottom = bottom, s.home_size = size;
   {
-    std::unique_lock<std::mutex> lock(rt().memory);
+    emu::race::QuietLock<std::mutex> lock(rt().memory);
     if (!rt().fault.empty() && std::string(name).find(rt().fault) != std::string::npos) {
       rt().fault.clear();
-      lock.unlock();
+      lock.held.unlock();
       fail(cudaErrorIllegalAddress,
            std::string("kernel ") + name + ": an illegal address (fault_next_launch)");
       return;
@@ -513,7 +513,7 @@ bool run(EmulatedStream* stream, dim3 grid, dim3 block, size_t shared, const voi
     return config(std::to_string(threads) + " threads a block, past 1024");
   size_t limit = kDefaultSharedLimit;
   {
-    std::lock_guard<std::mutex> lock(rt().memory);
+    emu::race::QuietLock<std::mutex> lock(rt().memory);
     if (auto it = rt().shared_limit.find(kernel); it != rt().shared_limit.end()) limit = it->second;
   }
   if (shared > limit)

@@ -19,14 +19,26 @@
 #include "emulated_backend.h"
 #include "emulator.h"
 #include "emulator_internal.h"
+#include "race_check.h"
 
 namespace emu {
 
+namespace {
+// One piece of a stream's work: what it runs, and what orders it (Ticket).
+struct Work {
+  std::function<void()> run;
+  std::shared_ptr<Ticket::Sync> sync;
+};
+}  // namespace
+
 // A stream's work, in order. A concurrent stream has a worker thread; the
-// work of the others runs on the thread that enqueues it.
+// work of the others runs on the thread that enqueues it. Under the race
+// check its lock, StreamState::mu, orders nothing (race_check.h): each
+// piece of work's Ticket does.
 struct Queue {
-  std::deque<std::function<void()>> work;
+  std::deque<Work> work;
   uint64_t submitted = 0, finished = 0;  // pieces of work
+  Ticket last;                           // of the latest piece enqueued
   bool collectives = false;              // it has carried a collective
   bool stop = false;
   std::thread worker;
@@ -85,18 +97,28 @@ Clock::duration lateness(const Queue& q, Streams m) {
 void work_loop(Queue* q) {
   t_stream_worker = true;
   StreamState& st = streams();
-  std::unique_lock<std::mutex> lock(st.mu);
   for (;;) {
-    st.changed.wait(lock, [&] { return q->stop || !q->work.empty(); });
-    if (q->work.empty()) return;
-    std::function<void()> w = std::move(q->work.front());
-    q->work.pop_front();
-    const Clock::duration late = lateness(*q, st.mode);
-    lock.unlock();
+    Work w;
+    Clock::duration late;
+    {
+      race::QuietLock<std::mutex> lock(st.mu);
+      st.changed.wait(lock.held, [&] { return q->stop || !q->work.empty(); });
+      if (q->work.empty()) return;
+      w = std::move(q->work.front());
+      q->work.pop_front();
+      late = lateness(*q, st.mode);
+    }
     if (late > Clock::duration::zero()) std::this_thread::sleep_for(late);
-    w();
-    w = nullptr;  // what it holds is released before the work counts as done
-    lock.lock();
+    race::acquire(&w.sync->before);
+    w.run();
+    race::release(&w.sync->after);
+    {
+      // What it holds is released before the work counts as done, quietly:
+      // the counts of the pointers it shares with the host order nothing.
+      const race::Quiet quiet;
+      w = Work{};
+    }
+    race::QuietLock<std::mutex> lock(st.mu);
     ++q->finished;
     st.changed.notify_all();
   }
@@ -105,54 +127,67 @@ void work_loop(Queue* q) {
 std::shared_ptr<Queue> make_queue() {
   StreamState& st = streams();
   auto q = std::make_shared<Queue>();
-  std::lock_guard<std::mutex> lock(st.mu);
   const char* blocking = std::getenv("CUDA_LAUNCH_BLOCKING");
   const bool launches_block = blocking && std::string(blocking) == "1";
-  if (mode_locked() != Streams::kAtOnce && !launches_block) {
-    st.live.insert(q);
-    q->worker = std::thread(work_loop, q.get());
+  bool concurrent;
+  {
+    race::QuietLock<std::mutex> lock(st.mu);
+    concurrent = mode_locked() != Streams::kAtOnce && !launches_block;
   }
+  if (!concurrent) return q;
+  // Made outside the lock: what the host did before it comes before the
+  // stream's work, as its first piece's Ticket would say.
+  q->worker = std::thread(work_loop, q.get());
+  race::QuietLock<std::mutex> lock(st.mu);
+  st.live.insert(q);
   return q;
 }
 
 }  // namespace
 
 // Enqueues work on q; returns its ticket (q has run it once finished reaches it).
-uint64_t enqueue(const std::shared_ptr<Queue>& q, std::function<void()> work) {
+Ticket enqueue(const std::shared_ptr<Queue>& q, std::function<void()> work) {
   StreamState& st = streams();
-  uint64_t ticket;
+  Ticket t;
+  t.sync = std::make_shared<Ticket::Sync>();
   if (!q->worker.joinable()) {  // at once
     {
-      std::lock_guard<std::mutex> lock(st.mu);
-      ticket = ++q->submitted;
+      race::QuietLock<std::mutex> lock(st.mu);
+      t.n = ++q->submitted;
+      q->last = t;
     }
     work();
-    std::lock_guard<std::mutex> lock(st.mu);
+    race::release(&t.sync->after);
+    race::QuietLock<std::mutex> lock(st.mu);
     ++q->finished;
     st.changed.notify_all();
-    return ticket;
+    return t;
   }
-  {
-    std::lock_guard<std::mutex> lock(st.mu);
-    q->work.push_back(std::move(work));
-    ticket = ++q->submitted;
-  }
+  race::release(&t.sync->before);
+  race::QuietLock<std::mutex> lock(st.mu);
+  q->work.push_back(Work{std::move(work), t.sync});
+  t.n = ++q->submitted;
+  q->last = t;
   st.changed.notify_all();
-  return ticket;
+  return t;
 }
 
-void wait_for(const Queue& q, uint64_t ticket) {
+void wait_for(const Queue& q, const Ticket& t) {
+  if (t.n == 0) return;  // no work
   StreamState& st = streams();
-  std::unique_lock<std::mutex> lock(st.mu);
-  st.changed.wait(lock, [&] { return q.finished >= ticket; });
+  {
+    race::QuietLock<std::mutex> lock(st.mu);
+    st.changed.wait(lock.held, [&] { return q.finished >= t.n; });
+  }
+  race::acquire(&t.sync->after);
 }
 
 namespace {
 void drain(const Queue& q) {
-  uint64_t last;
+  Ticket last;
   {
-    std::lock_guard<std::mutex> lock(streams().mu);
-    last = q.submitted;
+    race::QuietLock<std::mutex> lock(streams().mu);
+    last = q.last;
   }
   wait_for(q, last);
 }
@@ -160,16 +195,16 @@ void drain(const Queue& q) {
 
 // Every stream's work enqueued so far has run (what cudaFree waits for).
 void drain_all() {
-  std::vector<std::pair<std::shared_ptr<Queue>, uint64_t>> all;
+  std::vector<std::pair<std::shared_ptr<Queue>, Ticket>> all;
   {
-    std::lock_guard<std::mutex> lock(streams().mu);
-    for (const auto& q : streams().live) all.emplace_back(q, q->submitted);
+    race::QuietLock<std::mutex> lock(streams().mu);
+    for (const auto& q : streams().live) all.emplace_back(q, q->last);
   }
   for (const auto& [q, last] : all) wait_for(*q, last);
 }
 
 void set_streams(Streams m) {
-  std::lock_guard<std::mutex> lock(streams().mu);
+  race::QuietLock<std::mutex> lock(streams().mu);
   streams().mode = m;
   streams().mode_set = true;
 }
@@ -181,7 +216,7 @@ struct EmulatedStream {
 };
 struct EmulatedEvent {
   std::shared_ptr<emu::Queue> q;  // of the latest record (none: never recorded)
-  uint64_t ticket = 0;            // the record's work on q
+  emu::Ticket ticket;             // the record's work on q
   std::shared_ptr<std::chrono::steady_clock::time_point> at =
       std::make_shared<std::chrono::steady_clock::time_point>();
 };
@@ -192,10 +227,17 @@ const std::shared_ptr<Queue>& queue_of(EmulatedStream* s) {
   return s ? s->q : streams().default_queue;
 }
 namespace {
-// Whether e's latest record has run (one never recorded has).
+// Whether e's latest record has run (one never recorded has); if so, the
+// work before it comes before what the caller does next.
 bool done(const EmulatedEvent& e) {
-  std::lock_guard<std::mutex> lock(streams().mu);
-  return !e.q || e.q->finished >= e.ticket;
+  Ticket t;
+  {
+    race::QuietLock<std::mutex> lock(streams().mu);
+    if (e.q && e.q->finished < e.ticket.n) return false;
+    t = e.ticket;
+  }
+  if (t.n > 0) race::acquire(&t.sync->after);
+  return true;
 }
 }  // namespace
 
@@ -204,7 +246,7 @@ void submit(EmulatedStream* s, std::function<void()> work) {
 }
 
 void carries_collectives(EmulatedStream* s) {
-  std::lock_guard<std::mutex> lock(streams().mu);
+  race::QuietLock<std::mutex> lock(streams().mu);
   queue_of(s)->collectives = true;
 }
 
@@ -231,12 +273,12 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
   if (s->q->worker.joinable()) {
     emu::StreamState& st = emu::streams();
     {
-      std::lock_guard<std::mutex> lock(st.mu);
+      emu::race::QuietLock<std::mutex> lock(st.mu);
       s->q->stop = true;
+      st.changed.notify_all();
     }
-    st.changed.notify_all();
     s->q->worker.join();
-    std::lock_guard<std::mutex> lock(st.mu);
+    emu::race::QuietLock<std::mutex> lock(st.mu);
     st.live.erase(s->q);
   }
   delete s;
@@ -259,18 +301,18 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   const auto& q = emu::queue_of(s);
   auto at = e->at;
-  const uint64_t ticket = emu::enqueue(q, [at] { *at = std::chrono::steady_clock::now(); });
-  std::lock_guard<std::mutex> lock(emu::streams().mu);
+  emu::Ticket ticket = emu::enqueue(q, [at] { *at = std::chrono::steady_clock::now(); });
+  emu::race::QuietLock<std::mutex> lock(emu::streams().mu);
   e->q = q;
-  e->ticket = ticket;
+  e->ticket = std::move(ticket);
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   emu::counters::sync("cudaEventSynchronize");
   std::shared_ptr<emu::Queue> q;
-  uint64_t ticket;
+  emu::Ticket ticket;
   {
-    std::lock_guard<std::mutex> lock(emu::streams().mu);
+    emu::race::QuietLock<std::mutex> lock(emu::streams().mu);
     q = e->q, ticket = e->ticket;
   }
   if (q) emu::wait_for(*q, ticket);
@@ -283,9 +325,9 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
   std::shared_ptr<emu::Queue> q;
-  uint64_t ticket;
+  emu::Ticket ticket;
   {
-    std::lock_guard<std::mutex> lock(emu::streams().mu);
+    emu::race::QuietLock<std::mutex> lock(emu::streams().mu);
     q = e->q, ticket = e->ticket;
   }
   if (q) emu::submit(s, [q, ticket] { emu::wait_for(*q, ticket); });

@@ -11,7 +11,9 @@
 // on the GPU). DENDRITE_TEST_DEVICE=emulated runs them on the CUDA backend
 // built on the CPU emulator (emulated_cuda/), a GPU per rank, through the
 // transport DENDRITE_GPU_TRANSPORT names (staged, or NCCL emulated over MPI):
-// ctest entries of their own, in every build (device_support.h).
+// ctest entries of their own, in every build (device_support.h). And the
+// device's transport alone (DeviceTransport): posted collectives between
+// kernels of the compute stream.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -423,6 +425,60 @@ TEST_P(EveryGridBf16, MatchesOneProcessInBf16) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, EveryGridBf16, ::testing::Values("gpt2", "llama", "qwen3"));
+
+// The device's transport on its own, over the whole world: collectives
+// posted on device memory between kernels of the compute stream, as the
+// trainer's overlap posts them. A kernel writes what each sends, and the
+// compute stream runs other kernels while it is in flight; after the wait,
+// kernels read what it wrote and write over what it sent. Values check the
+// transport's results; under the race check (parallel_mpi_test_racecheck:
+// NCCL on emulated GPUs, its streams concurrent), a missing event between
+// the compute stream and the collectives' streams is a reported race.
+TEST(DeviceTransport, PostedCollectivesAndTheComputeStreamWaitForEachOther) {
+  Backend& b = test::device_backend();
+  int rank = 0, P = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &P);
+  // One axis of all the ranks, split from the transport as a grid's axes
+  // are: it owns its NCCL communicator (and the watchdog's thread), ended
+  // with the test.
+  const auto world = test::group_of(P);
+  const std::unique_ptr<Communicator> axis = b.transport(*world).split(0, rank, "all");
+  Communicator& t = *axis;
+  constexpr int64_t n = 1000;
+  Buffer<float> sum = b.alloc<float>(n), part = b.alloc<float>(n), whole = b.alloc<float>(n * P);
+  Buffer<float> spread = b.alloc<float>(n * P), share = b.alloc<float>(n);
+  Buffer<float> other = b.alloc<float>(n), out = b.alloc<float>(n);
+  b.fill(sum.data(), float(rank + 1), n);
+  b.fill(part.data(), float(10 * (rank + 1)), n);
+  b.fill(spread.data(), float(rank + 2), n * P);
+  b.before_collective();
+  Request reduced = t.iall_reduce(sum.data(), n, DType::kF32);
+  Request gathered = t.iall_gather(part.data(), whole.data(), n, DType::kF32);
+  Request scattered = t.ireduce_scatter(spread.data(), share.data(), n, DType::kF32);
+  b.fill(other.data(), 0.5f, n);  // the compute stream goes on meanwhile
+  b.add(out.data(), other.data(), other.data(), n);
+  reduced.wait();
+  b.add(out.data(), sum.data(), other.data(), n);  // reads the sum
+  b.fill(sum.data(), -1.0f, n);                    // writes over what it sent
+  scattered.wait();
+  gathered.wait();
+  b.fill(part.data(), -1.0f, n);
+  b.fill(spread.data(), -1.0f, n * P);
+  std::vector<float> got_sum(n), got_whole(size_t(n * P)), got_share(n);
+  b.download(got_sum.data(), out.data(), n * sizeof(float));
+  b.download(got_whole.data(), whole.data(), size_t(n * P) * sizeof(float));
+  b.download(got_share.data(), share.data(), n * sizeof(float));
+  // 1 + ... + P plus 0.5; rank r's part (10 (r + 1)) at r; the sum of the
+  // ranks' r + 2.
+  const float want_sum = float(P * (P + 1) / 2) + 0.5f, want_share = float(P * (P + 3) / 2);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(got_sum[size_t(i)], want_sum) << i;
+    ASSERT_EQ(got_share[size_t(i)], want_share) << i;
+    for (int r = 0; r < P; ++r)
+      ASSERT_EQ(got_whole[size_t(r * n + i)], float(10 * (r + 1))) << r << ", " << i;
+  }
+}
 
 // Groups across nodes have no shared memory: ORS, OAG, OAR and DP then run as
 // MPI messages on the progress engine's thread (rings; MPI_Iallreduce for

@@ -36,8 +36,9 @@
 // only at barriers; races between blocks, as far as running the blocks in
 // both orders or interleaved changes one. Built with ThreadSanitizer, it
 // reports a race between the threads of a block, or between blocks run
-// together, whatever the order, as far as ThreadSanitizer's history reaches
-// (race_check.h). What it cannot: the GPU's timing, and the rounding of sums
+// together, or between the host and a stream's work (or two streams' copies
+// and collectives), whatever the order, as far as ThreadSanitizer's history
+// reaches (race_check.h). What it cannot: the GPU's timing, and the rounding of sums
 // inside the hardware's products.
 #pragma once
 

@@ -321,6 +321,29 @@ TEST(EmulatorRaceCheck, AHostWriteToPinnedMemoryACopyStillReadsIsReported) {
   EXPECT_EQ(cudaFreeHost(p), cudaSuccess);
 }
 
+// The host reads pinned memory that a copy from the device writes, before
+// waiting for it: emulator_test_racecheck_reports_host_read passes on the
+// report. (The plain build runs neither: what the host reads there depends
+// on the timing.)
+TEST(EmulatorRaceCheck, AHostReadOfPinnedMemoryACopyStillWritesIsReported) {
+  ConcurrentStreams streams;
+  cudaStream_t s = streams.make();
+  void* p = nullptr;
+  ASSERT_EQ(cudaMallocHost(&p, kWords * sizeof(uint32_t)), cudaSuccess);
+  const auto* pinned = static_cast<const uint32_t*>(p);
+  uint32_t* d = device_array<uint32_t>(kWords);
+  ASSERT_EQ(cudaMemsetAsync(d, 1, kWords * sizeof(uint32_t), s), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(p, d, kWords * sizeof(uint32_t), cudaMemcpyDeviceToHost, s),
+            cudaSuccess);
+  uint32_t seen = 0;
+  for (size_t i = 0; i < kWords; ++i) seen |= pinned[i];  // the race
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  std::printf("read before the copy ran or after: %x\n", seen);
+  streams.destroy();
+  EXPECT_EQ(cudaFree(d), cudaSuccess);
+  EXPECT_EQ(cudaFreeHost(p), cudaSuccess);
+}
+
 // A copy on one stream reads what a copy on another writes, with no event
 // between: emulator_test_racecheck_reports_streams passes on the report.
 TEST(EmulatorRaceCheck, TwoStreamsWithNoEventBetweenAreReported) {
@@ -342,7 +365,8 @@ TEST(EmulatorRaceCheck, TwoStreamsWithNoEventBetweenAreReported) {
 // an event the host waits for before it writes the pinned memory again; a
 // stream that waits for another's event before it reads what that one
 // wrote; a kernel's results read back by a copy to pageable memory, which
-// returns once it has run; and a query that says an event has passed.
+// returns once it has run; a query that says an event has passed; and a
+// copy to pinned memory read after its stream's synchronisation.
 TEST(EmulatorRaceCheck, EventsAndSynchronisationsOrderTheHostAndTheStreams) {
   ConcurrentStreams streams;
   cudaStream_t writer = streams.make(), reader = streams.make();
@@ -380,9 +404,16 @@ TEST(EmulatorRaceCheck, EventsAndSynchronisationsOrderTheHostAndTheStreams) {
   ASSERT_EQ(cudaMemcpyAsync(uploaded_words.data(), a, kWords * sizeof(uint32_t),
                             cudaMemcpyDeviceToHost, writer),
             cudaSuccess);
+  // A copy to pinned memory returns at once: the host reads it after the
+  // stream's synchronisation.
+  ASSERT_EQ(cudaMemcpyAsync(pinned, b, kWords * sizeof(uint32_t), cudaMemcpyDeviceToHost, reader),
+            cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(reader), cudaSuccess);
+  const std::vector<uint32_t> downloaded(pinned, pinned + kWords);
   streams.destroy();
   for (size_t i = 0; i < kWords; ++i) EXPECT_EQ(read[i], 5 + i / kThreads) << i;
   EXPECT_THAT(uploaded_words, ::testing::Each(2u));
+  EXPECT_EQ(downloaded, read);
   EXPECT_EQ(cudaEventDestroy(uploaded), cudaSuccess);
   EXPECT_EQ(cudaEventDestroy(written), cudaSuccess);
   EXPECT_EQ(cudaFree(a), cudaSuccess);

@@ -8,11 +8,12 @@
 // Device memory is host memory the emulator tracks, filled with 0x7f bytes
 // when allocated (pinned memory too). Streams run their work
 // at once or concurrently (emulator.h); events record the host time at which
-// their stream reached them. Host memory counts as pageable, with the GPU's
-// rules: a copy from it takes the bytes when called, a copy to it returns
-// once done. cudaFree waits for every stream's work, as on a GPU. A launch
-// the GPU refuses fails when made; a failure while a kernel runs on a
-// concurrent stream stays, returned by every synchronisation after it.
+// their stream reached them. Host memory counts as pageable unless
+// cudaMallocHost made it, with the GPU's rules: a copy from pageable memory
+// takes the bytes when called, a copy to it returns once done; a copy from
+// or to pinned memory runs in its stream's order. cudaFree waits for every stream's work, as on a
+// GPU. A launch the GPU refuses fails when made; a failure while a kernel runs on a concurrent
+// stream stays, returned by every synchronisation after it.
 #pragma once
 
 #define DENDRITE_CUDA_EMULATION 1

@@ -246,7 +246,8 @@ cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s) {
 // Host memory is pageable unless cudaMallocHost made it, with the GPU's rules
 // for it: a copy from pageable memory takes the bytes when called and writes
 // them in the stream's order, one from pinned memory reads them when it runs;
-// a copy to host memory returns once it has run.
+// a copy to pageable memory returns once it has run, one to pinned memory
+// at once (the host reads it after waiting for its stream, or an event).
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t s) {
   if (!bytes) return cudaSuccess;
@@ -280,6 +281,8 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
     auto staged = std::make_shared<std::vector<unsigned char>>(from, from + bytes);
     emu::submit(s, traced(CUPTI_ACTIVITY_MEMCPY_KIND_HTOD,
                           [=] { std::memcpy(dst, staged->data(), bytes); }));
+  } else if (pinned(dst, bytes)) {
+    emu::submit(s, traced(CUPTI_ACTIVITY_MEMCPY_KIND_DTOH, [=] { std::memcpy(dst, src, bytes); }));
   } else {
     emu::counters::sync("cudaMemcpyAsync to pageable host memory");
     const auto& q = emu::queue_of(s);

@@ -133,10 +133,12 @@ struct Launch {
   template <class... A>
   void operator()(A&&... a) const {
     // Arguments converted to the parameters' types once, as a launch does,
-    // and kept with the work until it runs.
+    // and kept with the work until it runs: by the work alone, so that the
+    // stream frees them (the host freeing them after the work ran would be,
+    // to the race check, a write the work's reads are not ordered before).
     auto args = std::make_shared<std::tuple<std::decay_t<P>...>>(std::forward<A>(a)...);
     run(stream, grid, block, shared, reinterpret_cast<const void*>(kernel), name,
-        [k = kernel, args] { std::apply(k, *args); });
+        [k = kernel, args = std::move(args)] { std::apply(k, *args); });
   }
 };
 template <class... P>

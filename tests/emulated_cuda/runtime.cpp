@@ -278,9 +278,11 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
     emu::submit(s, traced(CUPTI_ACTIVITY_MEMCPY_KIND_HTOD, [=] { std::memcpy(dst, src, bytes); }));
   } else if (dst_dev) {
     const auto* from = static_cast<const unsigned char*>(src);
+    // Held by the work alone, as a launch's arguments are (emulator.h).
     auto staged = std::make_shared<std::vector<unsigned char>>(from, from + bytes);
-    emu::submit(s, traced(CUPTI_ACTIVITY_MEMCPY_KIND_HTOD,
-                          [=] { std::memcpy(dst, staged->data(), bytes); }));
+    emu::submit(s, traced(CUPTI_ACTIVITY_MEMCPY_KIND_HTOD, [=, staged = std::move(staged)] {
+                  std::memcpy(dst, staged->data(), bytes);
+                }));
   } else if (pinned(dst, bytes)) {
     emu::submit(s, traced(CUPTI_ACTIVITY_MEMCPY_KIND_DTOH, [=] { std::memcpy(dst, src, bytes); }));
   } else {

@@ -480,6 +480,28 @@ TEST(DeviceTransport, PostedCollectivesAndTheComputeStreamWaitForEachOther) {
   }
 }
 
+// The overlapped step on the device under test on one grid of 2 ranks per
+// axis it overlaps on (Z: the posted reduce-scatters and all-gathers; X: the
+// posted all-reduces; D: data parallelism's), against one process. EveryGrid
+// covers these grids and more; this is the part the race check can afford
+// (parallel_mpi_test_racecheck_step: about 45 s a grid there), so that a
+// missing wait between the compute stream and the axes' streams in the
+// trainer's own overlap is reported whatever the timing.
+TEST(DeviceStep, OverlappedAxesOfTwoRanksMatchOneProcess) {
+  const ModelConfig cfg = gpt2_config();
+  const DeviceUnderTest dev = device_under_test();
+  auto single = ProcessGrid::single();
+  const Record want = train(cfg, *single);
+  const auto sub = test::group_of(2);
+  ModelOptions overlapped;
+  overlapped.oar = overlapped.dp = overlapped.ors = overlapped.oag = true;
+  for (const GridShape& g : {GridShape{1, 1, 2, 1}, GridShape{2, 1, 1, 1}, GridShape{1, 1, 1, 2}}) {
+    ProcessGrid grid(g, dev.backend->transport(*sub));
+    const Record got = train(cfg, grid, overlapped, *dev.backend, dev.steps);
+    compare("gpt2 overlapped", cfg, g, got, want, overlapped, dev.tol);
+  }
+}
+
 // Groups across nodes have no shared memory: ORS, OAG, OAR and DP then run as
 // MPI messages on the progress engine's thread (rings; MPI_Iallreduce for
 // small sums), over a duplicate of the group's communicator (mpi_main.cpp

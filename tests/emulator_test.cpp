@@ -300,25 +300,37 @@ struct ConcurrentStreams {
 
 constexpr size_t kWords = 256;
 
+// A concurrent stream, kWords of pinned host memory and as many of device
+// memory, freed once the stream is gone.
+struct StreamAndBuffers {
+  StreamAndBuffers() {
+    void* p = nullptr;
+    EXPECT_EQ(cudaMallocHost(&p, kWords * sizeof(uint32_t)), cudaSuccess);
+    pinned = static_cast<uint32_t*>(p);
+  }
+  ~StreamAndBuffers() {
+    EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    streams.destroy();
+    EXPECT_EQ(cudaFree(d), cudaSuccess);
+    EXPECT_EQ(cudaFreeHost(pinned), cudaSuccess);
+  }
+  ConcurrentStreams streams;
+  cudaStream_t s = streams.make();
+  uint32_t* pinned = nullptr;
+  uint32_t* d = device_array<uint32_t>(kWords);
+};
+
 // The host writes pinned memory again while a copy on a stream may still
 // read it, with no synchronisation between: on a GPU the copy takes the
 // first bytes or the second. emulator_test_racecheck_reports_host passes on
 // ThreadSanitizer's report of the two, however the threads ran.
 TEST(EmulatorRaceCheck, AHostWriteToPinnedMemoryACopyStillReadsIsReported) {
-  ConcurrentStreams streams;
-  cudaStream_t s = streams.make();
-  void* p = nullptr;
-  ASSERT_EQ(cudaMallocHost(&p, kWords * sizeof(uint32_t)), cudaSuccess);
-  auto* pinned = static_cast<uint32_t*>(p);
-  uint32_t* d = device_array<uint32_t>(kWords);
-  for (size_t i = 0; i < kWords; ++i) pinned[i] = 1;
-  ASSERT_EQ(cudaMemcpyAsync(d, pinned, kWords * sizeof(uint32_t), cudaMemcpyHostToDevice, s),
-            cudaSuccess);
-  for (size_t i = 0; i < kWords; ++i) pinned[i] = 2;  // the race
-  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-  streams.destroy();
-  EXPECT_EQ(cudaFree(d), cudaSuccess);
-  EXPECT_EQ(cudaFreeHost(p), cudaSuccess);
+  StreamAndBuffers on;
+  for (size_t i = 0; i < kWords; ++i) on.pinned[i] = 1;
+  ASSERT_EQ(
+      cudaMemcpyAsync(on.d, on.pinned, kWords * sizeof(uint32_t), cudaMemcpyHostToDevice, on.s),
+      cudaSuccess);
+  for (size_t i = 0; i < kWords; ++i) on.pinned[i] = 2;  // the race
 }
 
 // The host reads pinned memory that a copy from the device writes, before
@@ -326,22 +338,14 @@ TEST(EmulatorRaceCheck, AHostWriteToPinnedMemoryACopyStillReadsIsReported) {
 // report. (The plain build runs neither: what the host reads there depends
 // on the timing.)
 TEST(EmulatorRaceCheck, AHostReadOfPinnedMemoryACopyStillWritesIsReported) {
-  ConcurrentStreams streams;
-  cudaStream_t s = streams.make();
-  void* p = nullptr;
-  ASSERT_EQ(cudaMallocHost(&p, kWords * sizeof(uint32_t)), cudaSuccess);
-  const auto* pinned = static_cast<const uint32_t*>(p);
-  uint32_t* d = device_array<uint32_t>(kWords);
-  ASSERT_EQ(cudaMemsetAsync(d, 1, kWords * sizeof(uint32_t), s), cudaSuccess);
-  ASSERT_EQ(cudaMemcpyAsync(p, d, kWords * sizeof(uint32_t), cudaMemcpyDeviceToHost, s),
-            cudaSuccess);
+  StreamAndBuffers on;
+  ASSERT_EQ(cudaMemsetAsync(on.d, 1, kWords * sizeof(uint32_t), on.s), cudaSuccess);
+  ASSERT_EQ(
+      cudaMemcpyAsync(on.pinned, on.d, kWords * sizeof(uint32_t), cudaMemcpyDeviceToHost, on.s),
+      cudaSuccess);
   uint32_t seen = 0;
-  for (size_t i = 0; i < kWords; ++i) seen |= pinned[i];  // the race
-  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  for (size_t i = 0; i < kWords; ++i) seen |= on.pinned[i];  // the race
   std::printf("read before the copy ran or after: %x\n", seen);
-  streams.destroy();
-  EXPECT_EQ(cudaFree(d), cudaSuccess);
-  EXPECT_EQ(cudaFreeHost(p), cudaSuccess);
 }
 
 // A copy on one stream reads what a copy on another writes, with no event

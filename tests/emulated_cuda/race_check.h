@@ -25,8 +25,9 @@
 // Between the host and the streams' work (streams.cpp), what orders is what
 // orders them on a GPU: a piece of work comes after what the host did before
 // enqueueing it and after the work of its stream before it; the host after
-// a synchronisation that waited for it (the stream's, an event's, a copy to
-// pageable memory, cudaFree's), a stream after a cudaStreamWaitEvent. The
+// a synchronisation that waited for it (the stream's, an event's, a
+// cudaEventQuery that found it done, a copy to pageable memory, cudaFree's),
+// a stream after a cudaStreamWaitEvent. The
 // emulator's own locks, which the host and the streams' threads all take,
 // order nothing (Quiet), so that the host writing a buffer a copy on a
 // stream still reads, or reading what a stream's work writes before

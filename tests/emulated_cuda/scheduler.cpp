@@ -50,6 +50,9 @@ struct Warp {
   bool masks_differ = false;
   int first_fiber = 0;  // the fiber of lane 0
   char sync[2] = {};    // what __syncwarp releases and acquires, by phase (race_check.h)
+  // The m16n8k16 product of an exchange's set, made once for the warp by
+  // its last lane to arrive (mma_m16n8k16_bf16): rows, then columns.
+  float product[2][16][8];
 };
 
 // A block being run: its coordinates, its shared memory and its barrier.
@@ -333,7 +336,12 @@ void hide_end() {
   race::ignore_end();
 }
 
-const unsigned char* warp_exchange(unsigned mask, const void* data, size_t bytes) {
+namespace {
+
+// warp_exchange, where the last lane to arrive runs `on_all` on the warp
+// and the exchange's set before any lane leaves.
+const unsigned char* exchange(unsigned mask, const void* data, size_t bytes,
+                              void (*on_all)(Warp&, int set)) {
   Scheduler& s = sched();
   Fiber& f = *s.current;
   if (!(mask >> f.lane & 1u)) kernel_error("a lane called a warp collective outside its own mask");
@@ -347,9 +355,52 @@ const unsigned char* warp_exchange(unsigned mask, const void* data, size_t bytes
     w.masks_differ = true;
   w.waiting |= 1u << f.lane;
   f.state = State::kAtWarpBarrier;
-  if (w.waiting == w.alive) release_warp(w);
+  if (w.waiting == w.alive) {
+    if (on_all) on_all(w, set);
+    release_warp(w);
+  }
   switch_away();
   return &w.exchange[set][0][0];
+}
+
+// The product of the A and B fragments the warp's lanes put in set `set`
+// (mma_m16n8k16_bf16), each element the sum in k order. A register holds
+// two bf16 of k and k + 1: k's in its low half. A[row][k] is in lane
+// 4 (row % 8) + (k % 8) / 2, register row / 8 + 2 (k / 8); B[k][n] in lane
+// 4 n + (k % 8) / 2, register 4 + k / 8.
+void warp_product(Warp& w, int set) {
+  auto reg = [&](int lane, int r) {
+    uint32_t v;
+    std::memcpy(&v, &w.exchange[set][lane][4 * r], 4);
+    return v;
+  };
+  float a[16][16];
+  for (int row = 0; row < 16; ++row)
+    for (int k = 0; k < 16; k += 2) {
+      const uint32_t r = reg(4 * (row % 8) + (k % 8) / 2, row / 8 + 2 * (k / 8));
+      a[row][k] = __uint_as_float(r << 16), a[row][k + 1] = __uint_as_float(r & 0xffff0000u);
+    }
+  // The 16 rows' sums, 8 columns a vector, over k in order: k's products
+  // (exact: bf16 times bf16 fits fp32) added to every row's.
+  using Columns = float __attribute__((vector_size(32)));
+  Columns sum[16] = {};
+  for (int k = 0; k < 16; k += 2) {
+    Columns lo, hi;  // B[k][n] and B[k + 1][n]
+    for (int n = 0; n < 8; ++n) {
+      const uint32_t r = reg(4 * n + (k % 8) / 2, 4 + k / 8);
+      lo[n] = __uint_as_float(r << 16), hi[n] = __uint_as_float(r & 0xffff0000u);
+    }
+    for (int row = 0; row < 16; ++row) sum[row] += a[row][k] * lo;
+    for (int row = 0; row < 16; ++row) sum[row] += a[row][k + 1] * hi;
+  }
+  static_assert(sizeof sum == sizeof w.product[set]);
+  std::memcpy(w.product[set], sum, sizeof sum);
+}
+
+}  // namespace
+
+const unsigned char* warp_exchange(unsigned mask, const void* data, size_t bytes) {
+  return exchange(mask, data, bytes, nullptr);
 }
 
 void kernel_error(std::string why) {
@@ -365,6 +416,19 @@ void kernel_error(std::string why) {
 void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   [[maybe_unused]] const Hidden hidden{};  // registers only
   uint32_t mine[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
+  const int g = lane() / 4, t = lane() % 4;
+  // Element e of d is row g + 8 (e / 2), column 2t + e % 2.
+  if (!gpu_rounds()) {
+    // The warp's product, made once for its lanes: the same sums as each
+    // lane making its four, where the emulated bf16 grids spent a third of
+    // their time.
+    Scheduler& s = sched();
+    const Warp& w = s.warps[size_t(s.current->warp)];
+    const int set = s.current->phase;
+    exchange(0xffffffffu, mine, sizeof mine, warp_product);
+    for (int e = 0; e < 4; ++e) d[e] += w.product[set][g + 8 * (e / 2)][2 * t + e % 2];
+    return;
+  }
   const unsigned char* all = warp_exchange(0xffffffffu, mine, sizeof mine);
   auto reg = [&](int lane, int r) {
     uint32_t v;
@@ -379,27 +443,19 @@ void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b
   // This lane's results are rows g and g + 8, columns 2t and 2t + 1. A[row][k]
   // is in lane 4 (row % 8) + (k % 8) / 2, register row / 8 + 2 (k / 8); B[k][n]
   // in lane 4 n + (k % 8) / 2, register 4 + k / 8; half k % 2 of each.
-  const int g = lane() / 4, t = lane() % 4;
   float rows[2][16], cols[2][16];
   for (int k = 0; k < 16; k += 2) {
     const int from = (k % 8) / 2, half = k / 8;
     for (int r = 0; r < 2; ++r) unpack(reg(4 * g + from, r + 2 * half), &rows[r][k]);
     for (int c = 0; c < 2; ++c) unpack(reg(4 * (2 * t + c) + from, 4 + half), &cols[c][k]);
   }
-  // Element e of d is row g + 8 (e / 2), column 2t + e % 2.
-  if (gpu_rounds()) {  // the hardware's fused sums (a model: gpu_rounding.cpp)
-    for (int e = 0; e < 4; ++e) {
-      float products[16];  // exact: bf16 times bf16 fits fp32
-      for (int k = 0; k < 16; ++k) products[k] = rows[e / 2][k] * cols[e % 2][k];
-      d[e] = tensor_core_sum(tensor_core_sum(d[e], products, 8), products + 8, 8);
-    }
-    return;
+  // The hardware's fused sums (a model: gpu_rounding.cpp), which start from
+  // each lane's accumulator.
+  for (int e = 0; e < 4; ++e) {
+    float products[16];  // exact: bf16 times bf16 fits fp32
+    for (int k = 0; k < 16; ++k) products[k] = rows[e / 2][k] * cols[e % 2][k];
+    d[e] = tensor_core_sum(tensor_core_sum(d[e], products, 8), products + 8, 8);
   }
-  // Each element's sum in k order; the four side by side.
-  float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int k = 0; k < 16; ++k)
-    for (int e = 0; e < 4; ++e) sum[e] += rows[e / 2][k] * cols[e % 2][k];
-  for (int e = 0; e < 4; ++e) d[e] += sum[e];
 }
 
 namespace {

@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "dendrite/backend/backend.h"
@@ -121,6 +123,65 @@ TEST(EmulatedGpuRounding, TheTensorCoreProductSumsAsTheModelSays) {
   // cores add (8 products at a time), none.
   EXPECT_EQ(row0(false), std::vector<float>(8, 1.0f + 15 * u));
   EXPECT_EQ(row0(true), std::vector<float>(8, 1.0f));
+}
+
+// The product as written (the default): two products in a row of random
+// fragments, over values of many magnitudes so that the order of the sums
+// shows, against each element's sum in k order made here (bf16 times bf16
+// is exact in fp32); in every lane, from accumulators of its own. The two
+// use the warp's two exchange sets, and their products, in turn.
+TEST(EmulatedGpuRounding, TheTensorCoreProductAsWrittenSumsEachElementInKOrder) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto value = [&] { return to_float(to_bf16(std::ldexp(normal(rng), int(rng() % 24) - 12))); };
+  float A[2][16][16], B[2][16][8], D0[16][8];
+  for (int p = 0; p < 2; ++p) {
+    for (auto& row : A[p])
+      for (float& v : row) v = value();
+    for (auto& row : B[p])
+      for (float& v : row) v = value();
+  }
+  for (auto& row : D0)
+    for (float& v : row) v = value();
+  std::vector<float> got(32 * 4, -1.0f);
+  const bool launched = emu::run(nullptr, dim3(1), dim3(32), 0, nullptr, "mma_m16n8k16", [&] {
+    const int l = int(threadIdx.x), g = l / 4, t = l % 4;
+    auto pair = [](float lo, float hi) {
+      return uint32_t(to_bf16(lo).bits) | uint32_t(to_bf16(hi).bits) << 16;
+    };
+    // Lane l's register r of A: row g + 8 (r % 2), k = 2t + 8 (r / 2) and
+    // k + 1; of B: k = 2t + 8r and k + 1, column g; its d[e]: row
+    // g + 8 (e / 2), column 2t + e % 2 (the PTX ISA's layouts).
+    float d[4];
+    for (int e = 0; e < 4; ++e) d[e] = D0[g + 8 * (e / 2)][2 * t + e % 2];
+    for (int p = 0; p < 2; ++p) {
+      uint32_t a[4], b[2];
+      for (int r = 0; r < 4; ++r) {
+        const int row = g + 8 * (r % 2), k = 2 * t + 8 * (r / 2);
+        a[r] = pair(A[p][row][k], A[p][row][k + 1]);
+      }
+      for (int r = 0; r < 2; ++r) b[r] = pair(B[p][2 * t + 8 * r][g], B[p][2 * t + 8 * r + 1][g]);
+      emu::mma_m16n8k16_bf16(d, a, b);
+    }
+    for (int e = 0; e < 4; ++e) got[size_t(4 * l + e)] = d[e];
+  });
+  ASSERT_TRUE(launched);
+  ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
+  int wrong = 0;
+  for (int l = 0; l < 32; ++l)
+    for (int e = 0; e < 4; ++e) {
+      const int row = l / 4 + 8 * (e / 2), col = 2 * (l % 4) + e % 2;
+      float want = D0[row][col];
+      for (int p = 0; p < 2; ++p) {
+        float sum = 0.0f;
+        for (int k = 0; k < 16; ++k) sum += A[p][row][k] * B[p][k][col];
+        want += sum;
+      }
+      const float have = got[size_t(4 * l + e)];
+      if (std::memcmp(&have, &want, sizeof want) != 0 && ++wrong <= 5)
+        ADD_FAILURE() << "row " << row << " column " << col << ": " << have << ", want " << want;
+    }
+  EXPECT_EQ(wrong, 0) << "elements of 128 not the sums in k order";
 }
 
 }  // namespace

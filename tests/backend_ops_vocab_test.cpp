@@ -77,6 +77,37 @@ TEST_P(BackendOps, CrossEntropyPiecesMatchTheSoftmaxLoss) {
   expect_close(get(Out), lg, 0, "interleave_vocab_parts");
 }
 
+// ce_combine over more rows than a GPU block has threads (256): its rows in
+// several rounds through the block's shared memory, each round's weights
+// and differences added in row order after every thread wrote them and
+// before any overwrites them.
+TEST_P(BackendOps, CombineOverManyRowsAddsEveryRowInOrder) {
+  const int rows = 700, parts = 3;
+  const Vf lse_parts = randn(parts * rows, 31, 3.0), targets = randn(parts * rows, 32);
+  Vf gathered(2 * parts * rows), weight(rows);
+  for (int i = 0; i < parts * rows; ++i)
+    gathered[2 * i] = lse_parts[i], gathered[2 * i + 1] = targets[i];
+  for (int r = 0; r < rows; ++r) weight[r] = r % 5 == 3 ? 0.0f : 0.25f * float(1 + r % 4);
+  Vd want_lse(rows);
+  double want_total = 0.0;
+  for (int r = 0; r < rows; ++r) {
+    double mx = -INFINITY, target = 0.0, sum = 0.0;
+    for (int p = 0; p < parts; ++p) {
+      mx = std::max(mx, double(gathered[2 * (p * rows + r)]));
+      target += gathered[2 * (p * rows + r) + 1];
+    }
+    for (int p = 0; p < parts; ++p) sum += std::exp(double(gathered[2 * (p * rows + r)]) - mx);
+    want_lse[r] = mx + std::log(sum);
+    if (weight[r] != 0.0f)
+      want_total = std::fma(double(weight[r]), want_lse[r] - target, want_total);
+  }
+  Buffer<float> Ga = put(gathered), Wt = put(weight), Lse = zeros<float>(rows);
+  Buffer<double> Total = put(std::vector<double>{0.5});
+  be().ce_combine(Lse.data(), Ga.data(), Wt.data(), rows, parts, Total.data());
+  expect_close(get(Lse), want_lse, 1e-6, "lse");
+  EXPECT_NEAR(get(Total)[0] - 0.5, want_total, 1e-9 * std::fabs(want_total));
+}
+
 TEST_P(BackendOps, EmbeddingsInRangesChunksAndPositions) {
   const int B = 3, T = 7, C = 24, V = 40, m = B * T;
   const Vf wte = randn(V * C, 23), wpe = randn(T * C, 24), dout = randn(m * C, 25);

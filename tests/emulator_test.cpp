@@ -64,17 +64,14 @@ Failure failing(Launch launch) {
 
 constexpr int kThreads = 64;
 
-// Each thread reads its word of the block's static and dynamic shared
-// memory before any thread wrote it, then writes the block's index there.
+// Each thread reads its word of the block's shared memory before any thread
+// wrote it, then writes the block's index there.
 __global__ void read_unwritten_shared_kernel(uint32_t* out) {
-  __shared__ uint32_t fixed[kThreads];
-  auto* dynamic = static_cast<uint32_t*>(emu::dynamic_shared());
+  auto* shared = static_cast<uint32_t*>(emu::dynamic_shared());
   const unsigned t = threadIdx.x, b = blockIdx.x;
-  out[2 * (b * kThreads + t)] = fixed[t];
-  out[2 * (b * kThreads + t) + 1] = dynamic[t];
+  out[b * kThreads + t] = shared[t];
   __syncthreads();
-  fixed[t] = b;
-  dynamic[t] = b;
+  shared[t] = b;
 }
 
 // Warp 1's first half waits at __syncwarp for its second half, which waits
@@ -97,18 +94,18 @@ __global__ void wrong_mask_shuffle_kernel(int* out, bool exited) {
 // Thread 0 writes a word of shared memory that every thread then reads, with
 // no barrier between: a race.
 __global__ void unordered_read_kernel(uint32_t* out) {
-  __shared__ uint32_t word;
-  if (threadIdx.x == 0) word = 5;
-  out[threadIdx.x] = word;
+  auto* word = static_cast<uint32_t*>(emu::dynamic_shared());
+  if (threadIdx.x == 0) *word = 5;
+  out[threadIdx.x] = *word;
 }
 
 // The same with __syncthreads between the write and the reads: no race.
 // Each block writes its own words of out (of blocks * kThreads).
 __global__ void ordered_read_kernel(uint32_t* out) {
-  __shared__ uint32_t word;
-  if (threadIdx.x == 0) word = 5 + blockIdx.x;
+  auto* word = static_cast<uint32_t*>(emu::dynamic_shared());
+  if (threadIdx.x == 0) *word = 5 + blockIdx.x;
   __syncthreads();
-  out[blockIdx.x * kThreads + threadIdx.x] = word;
+  out[blockIdx.x * kThreads + threadIdx.x] = *word;
 }
 
 // Block 1's thread 0 reads the word block 0's thread 0 wrote: nothing
@@ -172,11 +169,11 @@ TEST(EmulatorMemory, EveryBlockStartsWithPoisonedSharedMemoryInEveryOrder) {
   for (const int order : {0, 1, 2}) {  // in order, reversed, interleaved
     emu::set_reverse_order(order == 1);
     emu::set_interleaved_blocks(order == 2 ? blocks : 1);
-    uint32_t* out = device_array<uint32_t>(2 * blocks * kThreads);
+    uint32_t* out = device_array<uint32_t>(blocks * kThreads);
     emu::launch(dim3(blocks), dim3(kThreads), kThreads * sizeof(uint32_t), nullptr,
                 "read_unwritten_shared_kernel", read_unwritten_shared_kernel)(out);
     ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
-    EXPECT_THAT(to_host(out, 2 * blocks * kThreads), ::testing::Each(kPoison))
+    EXPECT_THAT(to_host(out, blocks * kThreads), ::testing::Each(kPoison))
         << "order " << order << ": a block read another block's shared memory, or zeros";
     ASSERT_EQ(cudaFree(out), cudaSuccess);
   }
@@ -215,7 +212,7 @@ TEST(EmulatorOrders, ARaceThatChangesAResultShowsInOneOrderOfTheThreads) {
   for (const bool reverse : {false, true}) {
     emu::set_reverse_order(reverse);
     uint32_t* out = device_array<uint32_t>(kThreads);
-    emu::launch(dim3(1), dim3(kThreads), 0, nullptr, "unordered_read_kernel",
+    emu::launch(dim3(1), dim3(kThreads), sizeof(uint32_t), nullptr, "unordered_read_kernel",
                 unordered_read_kernel)(out);
     ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
     seen[reverse] = to_host(out, kThreads);
@@ -234,7 +231,7 @@ TEST(EmulatorRaceCheck, AReadOfAWriteWithNoBarrierBetweenIsReported) {
   // Under ThreadSanitizer the launch is reported and the program stops:
   // the ctest entry emulator_test_racecheck_reports passes on that report.
   uint32_t* out = device_array<uint32_t>(kThreads);
-  emu::launch(dim3(1), dim3(kThreads), 0, nullptr, "unordered_read_kernel",
+  emu::launch(dim3(1), dim3(kThreads), sizeof(uint32_t), nullptr, "unordered_read_kernel",
               unordered_read_kernel)(out);
   ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
   EXPECT_EQ(cudaFree(out), cudaSuccess);
@@ -242,7 +239,8 @@ TEST(EmulatorRaceCheck, AReadOfAWriteWithNoBarrierBetweenIsReported) {
 
 TEST(EmulatorRaceCheck, ABarrierBetweenTheWriteAndTheReadsOrdersThem) {
   uint32_t* out = device_array<uint32_t>(kThreads);
-  emu::launch(dim3(1), dim3(kThreads), 0, nullptr, "ordered_read_kernel", ordered_read_kernel)(out);
+  emu::launch(dim3(1), dim3(kThreads), sizeof(uint32_t), nullptr, "ordered_read_kernel",
+              ordered_read_kernel)(out);
   ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
   EXPECT_THAT(to_host(out, kThreads), ::testing::Each(5u));
   EXPECT_EQ(cudaFree(out), cudaSuccess);
@@ -262,15 +260,15 @@ TEST(EmulatorRaceCheck, ABlockReadingWhatAnotherWroteIsReportedWhenBlocksRunToge
   EXPECT_EQ(cudaFree(out), cudaSuccess);
 }
 
-// Its control: four blocks run together, each with its static shared word
-// (the emulator swaps the blocks' static shared memory in and out at one
-// address, which the race check's suppressions leave out: the check in
-// order sees the races of a block there) and its own words of out.
-TEST(EmulatorRaceCheck, BlocksRunTogetherWithTheirOwnStaticSharedMemoryAndOutputsPassClean) {
+// Its control: four blocks run together, each with its shared word (at an
+// address of its own, as every block's shared memory) and its own words of
+// out.
+TEST(EmulatorRaceCheck, BlocksRunTogetherWithTheirOwnSharedMemoryAndOutputsPassClean) {
   Restore restore;
   emu::set_interleaved_blocks(4);
   uint32_t* out = device_array<uint32_t>(4 * kThreads);
-  emu::launch(dim3(4), dim3(kThreads), 0, nullptr, "ordered_read_kernel", ordered_read_kernel)(out);
+  emu::launch(dim3(4), dim3(kThreads), sizeof(uint32_t), nullptr, "ordered_read_kernel",
+              ordered_read_kernel)(out);
   ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
   const std::vector<uint32_t> seen = to_host(out, 4 * kThreads);
   for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], 5 + i / kThreads) << i;
@@ -393,8 +391,8 @@ TEST(EmulatorRaceCheck, EventsAndSynchronisationsOrderTheHostAndTheStreams) {
             cudaSuccess);
   ASSERT_EQ(cudaEventRecord(written, writer), cudaSuccess);
   ASSERT_EQ(cudaStreamWaitEvent(reader, written, 0), cudaSuccess);
-  emu::launch(dim3(kWords / kThreads), dim3(kThreads), 0, reader, "ordered_read_kernel",
-              ordered_read_kernel)(b);
+  emu::launch(dim3(kWords / kThreads), dim3(kThreads), sizeof(uint32_t), reader,
+              "ordered_read_kernel", ordered_read_kernel)(b);
   // The host waits for the kernel's results (the copy to pageable memory),
   // then for the first stream by polling its event.
   std::vector<uint32_t> read(kWords);

@@ -34,11 +34,16 @@
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
-// A static __shared__ variable is a function's static, in a section of its
-// own: before each block the emulator fills the section with 0x7f bytes, as
-// it does dynamic shared memory, and swaps it between blocks that run
-// interleaved (scheduler.cpp), so that each block has its own.
-#define __shared__ static __attribute__((section("emu_static_shared")))
+// A kernel's shared memory is dynamic (DENDRITE_DYNAMIC_SHARED,
+// backend/cuda/common.cuh; emu::dynamic_shared here): the emulator gives
+// each block its own, filled with 0x7f bytes, at an address of its own, so
+// that blocks run together under the race check are told apart. A static
+// __shared__ variable would be one function static for all blocks: it does
+// not compile here.
+#define __shared__                                                                  \
+  static_assert(false,                                                              \
+                "a static __shared__ variable: declare the kernel's shared memory " \
+                "with DENDRITE_DYNAMIC_SHARED and give its bytes at the launch");
 
 #define threadIdx (::emu::thread_idx())
 #define blockIdx (::emu::block_idx())

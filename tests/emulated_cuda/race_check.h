@@ -15,10 +15,9 @@
 //   (set_interleaved_blocks) have fibers of their own, so a race between
 //   them is reported; a block that runs after another in the same fibers
 //   (blocks one after another, or the next set of blocks run together)
-//   comes after it, so a race between those is not seen. Blocks run
-//   together share the addresses of the static shared memory, where a GPU
-//   gives each its own: those runs take ThreadSanitizer's suppressions for
-//   it (static_shared_suppressions.cmake), and the run in order checks it.
+//   comes after it, so a race between those is not seen. Each block has
+//   its shared memory at an address of its own (all of it dynamic:
+//   cuda_runtime.h), so nothing is suppressed.
 // The emulator's own bookkeeping, which every fiber reads and writes, is
 // hidden from it (emu::Hidden, emulator.h).
 //

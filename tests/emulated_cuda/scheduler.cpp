@@ -58,22 +58,12 @@ struct Warp {
 // A block being run: its coordinates, its shared memory and its barrier.
 struct Block {
   uint3 idx{};
-  std::vector<unsigned char> shared;   // dynamic shared memory
-  std::vector<unsigned char> statics;  // its static shared memory while another block's is in place
-  int live = 0, at_barrier = 0;        // threads not exited, and those at __syncthreads
-  uint64_t serial = 0;                 // which block this is, of all run (block_serial)
-  unsigned barriers = 0;               // __syncthreads passed so far
+  std::vector<unsigned char> shared;  // its shared memory (all of it dynamic: cuda_runtime.h)
+  int live = 0, at_barrier = 0;       // threads not exited, and those at __syncthreads
+  uint64_t serial = 0;                // which block this is, of all run (block_serial)
+  unsigned barriers = 0;              // __syncthreads passed so far
   char sync[2] = {};  // what __syncthreads releases and acquires, by barrier parity
 };
-
-// Static __shared__ variables (cuda_runtime.h) live in the section
-// emu_static_shared; the linker marks its ends.
-extern "C" unsigned char __start_emu_static_shared[] __attribute__((weak));
-extern "C" unsigned char __stop_emu_static_shared[] __attribute__((weak));
-size_t static_shared_bytes() {
-  return __start_emu_static_shared ? size_t(__stop_emu_static_shared - __start_emu_static_shared)
-                                   : 0;
-}
 
 // The blocks being run (one, or several interleaved). Fibers switch to one
 // another directly: one that stops at a barrier (or exits) resumes the next
@@ -87,7 +77,6 @@ struct Scheduler {
   std::vector<Fiber> fibers;  // block b's thread t: fiber b * threads + t
   std::vector<Warp> warps;    // block b's warp w: b * warps of a block + w
   std::vector<Block> blocks;  // those running together
-  int statics_owner = 0;      // the block whose static shared memory is in place
   std::vector<int> ready;     // runnable fibers, in order, from `head` on
   size_t head = 0;
   Fiber* current = nullptr;
@@ -117,16 +106,6 @@ union NeverDestroyed {
 constinit NeverDestroyed the_scheduler;
 inline Scheduler& sched() { return the_scheduler.s; }
 
-// Puts block b's static shared memory in place of the running block's.
-void enter_block(int b) {
-  Scheduler& s = sched();
-  const size_t n = static_shared_bytes();
-  if (b == s.statics_owner || n == 0) return;
-  std::memcpy(s.blocks[size_t(s.statics_owner)].statics.data(), __start_emu_static_shared, n);
-  std::memcpy(__start_emu_static_shared, s.blocks[size_t(b)].statics.data(), n);
-  s.statics_owner = b;
-}
-
 // The running fiber has stopped (at a barrier, or at its end): run the next.
 void switch_away() {
   Scheduler& s = sched();
@@ -134,7 +113,6 @@ void switch_away() {
   void** fake = f.state == State::kDone && !f.parked ? nullptr : &f.fake_stack;
   if (s.head < s.ready.size() && s.error.empty()) {
     Fiber& next = s.fibers[size_t(s.ready[s.head++])];
-    enter_block(next.block);
     s.current = &next;
     transfer(f.ctx, fake, next.ctx, next.stack, kStackBytes, next.race);
   } else {
@@ -255,7 +233,6 @@ std::string run_blocks(Scheduler& s, int n) {
   }
   s.error.clear();
   Fiber& first = s.fibers[size_t(s.ready[s.head++])];
-  enter_block(first.block);
   s.current = &first;
   s.home_race = race::current_fiber();
   race::release(&s.start);
@@ -480,12 +457,11 @@ void prepare(Scheduler& s, dim3 block, size_t shared, int together) {
   s.blocks.resize(size_t(together));
   for (Block& b : s.blocks) {
     b.shared.resize(shared);
-    b.statics.resize(static_shared_bytes());
   }
 }
 
 // Runs the blocks of a launch that passed its checks (run): `together` at a
-// time, each with its shared memory, dynamic and static, filled with 0x7f
+// time, each with its shared memory filled with 0x7f
 // bytes (what a block reads before writing it shows in the results).
 void execute(dim3 grid, dim3 block, size_t shared, const char* name,
              const std::function<void()>& body) {
@@ -515,7 +491,6 @@ void execute(dim3 grid, dim3 block, size_t shared, const char* name,
       return;
     }
   }
-  const size_t statics = static_shared_bytes();
   // The blocks run together: a tile of the grid, tw blocks along x by th
   // along y (two rows where the grid has several and several blocks run at
   // a time), so that neighbours along x and along y run together (a block
@@ -536,10 +511,7 @@ void execute(dim3 grid, dim3 block, size_t shared, const char* name,
       Block& blk = s.blocks[size_t(b)];
       blk.idx = uint3{x0 + c % w, y0 + c / w, z};
       std::fill(blk.shared.begin(), blk.shared.end(), 0x7f);
-      if (b > 0) std::fill(blk.statics.begin(), blk.statics.end(), 0x7f);  // block 0's: in place
     }
-    if (statics > 0) std::memset(__start_emu_static_shared, 0x7f, statics);
-    s.statics_owner = 0;
     const std::string e = run_blocks(s, n);
     if (!e.empty()) {
       const uint3 at = s.error_block;
@@ -590,9 +562,8 @@ bool run(EmulatedStream* stream, dim3 grid, dim3 block, size_t shared, const voi
 
 void set_reverse_order(bool reverse) { sched().reverse = reverse; }
 // Under the race check too: blocks run together are unordered, as on a GPU,
-// so a race between two of them is reported. They share the addresses of
-// the static shared memory (swapped in and out per block), which those runs
-// suppress (static_shared_suppressions.cmake).
+// so a race between two of them is reported; each has its own shared
+// memory, as on a GPU.
 void set_interleaved_blocks(int blocks) { sched().interleave = std::max(1, blocks); }
 
 }  // namespace emu

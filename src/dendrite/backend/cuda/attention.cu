@@ -513,8 +513,7 @@ template <int C>
 __global__ void cached_attention_kernel(float* out, const float* q, const float* k_cache,
                                         const float* v_cache, ops::CachedAttentionShape s,
                                         float scale) {
-  // [kCachedWarps][C * 32], dynamic: a kernel template's static __shared__
-  // escapes the CPU emulator's poisoning under GCC (tests/emulated_cuda).
+  // [kCachedWarps][C * 32]
   DENDRITE_DYNAMIC_SHARED(float, cached_q);
   const int warp_in_block = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t w = int64_t(blockIdx.x) * kCachedWarps + warp_in_block;

@@ -18,6 +18,11 @@ namespace dendrite::cuda {
 // DENDRITE_LAUNCH(grid, block, shared, stream, kernel)(args...), and a
 // kernel's dynamic shared memory DENDRITE_DYNAMIC_SHARED(T, name), so that the
 // CPU emulator of the tests (tests/emulated_cuda) can run the same source.
+// All of a kernel's shared memory is dynamic, its bytes given at the launch:
+// the emulator gives each block its own only so, and refuses a static
+// __shared__ (its cuda_runtime.h). Where a kernel needs several arrays, a
+// struct of them is the type. Within a namespace, one name is one type (the
+// declarations are one extern array on a GPU).
 #ifdef DENDRITE_CUDA_EMULATION
 #define DENDRITE_LAUNCH(grid, block, shared, stream, ...) \
   ::emu::launch(grid, block, shared, stream, #__VA_ARGS__, __VA_ARGS__)
@@ -75,7 +80,10 @@ void allow_shared(size_t bytes, const char* kernel) {
 
 // The sum of v over the block's threads, in a fixed order (warp shuffles,
 // then the warps' sums by the first warp); every thread gets the result.
-// blockDim.x must be a multiple of 32 and at most 1024. `shared` holds 32 T.
+// blockDim.x must be a multiple of 32 and at most 1024. `shared` holds 32 T
+// (kBlockSumBytes<T> of the kernel's dynamic shared memory).
+template <class T>
+constexpr size_t kBlockSumBytes = 32 * sizeof(T);
 template <class T>
 __device__ T block_sum(T v, T* shared) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);

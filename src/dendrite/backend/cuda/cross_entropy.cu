@@ -26,6 +26,16 @@ namespace {
 constexpr int kRowThreads = 1024;   // threads of a ce_local_stats row block
 constexpr int kCombineThreads = 256;
 
+// The kernels' dynamic shared memory: a row block's reductions, and
+// ce_combine's weights and differences of its rows.
+struct RowScratch {
+  double sum[32];
+  float max[32];
+};
+struct CombineScratch {
+  double wt[kCombineThreads], diff[kCombineThreads];
+};
+
 using exact::exp_approx;  // backend/exact_math.h: the CPU's bits
 
 // Columns of [v0, v0 + Vloc) that hold real ids (below V): [0, n).
@@ -61,8 +71,7 @@ __global__ void __launch_bounds__(kRowThreads)
     ce_local_stats_kernel(float* __restrict__ stats, const float* __restrict__ logits,
                           const int32_t* __restrict__ targets, const float* __restrict__ weight,
                           int Vloc, int v0, int n) {
-  __shared__ float smax[32];
-  __shared__ double ssum[32];
+  DENDRITE_DYNAMIC_SHARED(RowScratch, scratch);
   const int r = blockIdx.x;
   float* st = stats + 2 * int64_t(r);
   if (weight && weight[r] == 0.0f) {  // uniform over the block
@@ -70,7 +79,7 @@ __global__ void __launch_bounds__(kRowThreads)
     return;
   }
   const float* __restrict__ row = logits + int64_t(r) * Vloc;
-  const float lse = row_logsumexp(row, n, smax, ssum);
+  const float lse = row_logsumexp(row, n, scratch->max, scratch->sum);
   if (threadIdx.x == 0) {
     const int64_t t = int64_t(targets[r]) - v0;  // column of the target, if held here
     st[0] = lse;
@@ -85,8 +94,7 @@ __global__ void __launch_bounds__(kRowThreads)
     ce_stats_dlogits_kernel(float* __restrict__ stats, bf16* __restrict__ dlogits,
                             const float* __restrict__ logits, const int32_t* __restrict__ targets,
                             const float* __restrict__ weight, double denominator, int Vloc, int n) {
-  __shared__ float smax[32];
-  __shared__ double ssum[32];
+  DENDRITE_DYNAMIC_SHARED(RowScratch, scratch);
   const int r = blockIdx.x;
   float* st = stats + 2 * int64_t(r);
   bf16* out = dlogits + int64_t(r) * Vloc;
@@ -97,7 +105,7 @@ __global__ void __launch_bounds__(kRowThreads)
     return;
   }
   const float* __restrict__ row = logits + int64_t(r) * Vloc;
-  const float lse = row_logsumexp(row, n, smax, ssum);
+  const float lse = row_logsumexp(row, n, scratch->max, scratch->sum);
   const int t = targets[r];
   if (threadIdx.x == 0) {
     st[0] = lse;
@@ -113,7 +121,9 @@ __global__ void __launch_bounds__(kCombineThreads)
     ce_combine_kernel(float* __restrict__ lse, double* __restrict__ total_out,
                       const float* __restrict__ gathered, const float* __restrict__ weight, int rows,
                       int parts) {
-  __shared__ double s_wt[kCombineThreads], s_diff[kCombineThreads];
+  DENDRITE_DYNAMIC_SHARED(CombineScratch, combine);
+  double* s_wt = combine->wt;
+  double* s_diff = combine->diff;
   const int64_t part_stride = 2 * int64_t(rows);  // gathered [parts, rows, 2]
   double total = 0.0;                             // thread 0's, in row order
   for (int r0 = 0; r0 < rows; r0 += kCombineThreads) {
@@ -179,7 +189,7 @@ __global__ void ce_dlogits_kernel(Out* dlogits, const float* logits, const float
 void ce_local_stats(float* stats, const float* logits, const int32_t* targets, const float* weight,
                     const ops::VocabShape& s, cudaStream_t stream) {
   if (s.rows == 0) return;
-  DENDRITE_LAUNCH(unsigned(s.rows), kRowThreads, 0, stream, ce_local_stats_kernel)
+  DENDRITE_LAUNCH(unsigned(s.rows), kRowThreads, sizeof(RowScratch), stream, ce_local_stats_kernel)
   (stats, logits, targets, weight, s.Vloc, s.v0, real_columns(s));
   check_launch("ce_local_stats");
 }
@@ -187,8 +197,8 @@ void ce_local_stats(float* stats, const float* logits, const int32_t* targets, c
 void ce_combine(float* lse, const float* gathered, const float* weight, int rows, int parts,
                 double* total, cudaStream_t stream) {
   if (rows == 0) return;
-  DENDRITE_LAUNCH(1, kCombineThreads, 0, stream, ce_combine_kernel)(lse, total, gathered,
-                                                                    weight, rows, parts);
+  DENDRITE_LAUNCH(1, kCombineThreads, sizeof(CombineScratch), stream, ce_combine_kernel)
+  (lse, total, gathered, weight, rows, parts);
   check_launch("ce_combine");
 }
 
@@ -222,7 +232,8 @@ void ce_stats_dlogits_bf16(float* stats, bf16* dlogits, const float* logits, con
                            const float* weight, double denominator, const ops::VocabShape& s,
                            cudaStream_t stream) {
   if (s.rows == 0) return;
-  DENDRITE_LAUNCH(unsigned(s.rows), kRowThreads, 0, stream, ce_stats_dlogits_kernel)
+  DENDRITE_LAUNCH(unsigned(s.rows), kRowThreads, sizeof(RowScratch), stream,
+                  ce_stats_dlogits_kernel)
   (stats, dlogits, logits, targets, weight, denominator, s.Vloc, real_columns(s));
   check_launch("ce_stats_dlogits_bf16");
 }

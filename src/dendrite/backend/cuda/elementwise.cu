@@ -246,7 +246,7 @@ __device__ __forceinline__ float column_total(float v, float (*shared)[kTileCols
 __global__ void __launch_bounds__(kTileCols* kRowGroups)
     column_sums_kernel(float* __restrict__ partials, bf16* __restrict__ low,
                        const float* __restrict__ dy, int m, int n, int rows) {
-  __shared__ float shared[kRowGroups][kTileCols];
+  DENDRITE_DYNAMIC_SHARED(float, tile);  // [kRowGroups][kTileCols]
   const int j = blockIdx.x * kTileCols + threadIdx.x;
   const bool col = j < n;
   const int begin = blockIdx.y * rows, end = min(m, begin + rows);
@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(kTileCols* kRowGroups)
     for (int k = 0; k < kRowsAhead; ++k)
       if (r0 + k * kRowGroups < end) acc += v[k];
   }
-  const float total = column_total(acc, shared);
+  const float total = column_total(acc, reinterpret_cast<float(*)[kTileCols]>(tile));
   if (threadIdx.y == 0 && col) partials[int64_t(blockIdx.y) * n + j] = total;
 }
 
@@ -309,16 +309,16 @@ __global__ void count_nonfinite_kernel(long long* partial, const float* x, int64
   } else {
     for (int64_t i = t; i < n; i += stride) bad += nonfinite(x[i]);
   }
-  __shared__ long long shared[32];
-  bad = block_sum(bad, shared);
+  DENDRITE_DYNAMIC_SHARED(long long, counts);  // [32]
+  bad = block_sum(bad, counts);
   if (threadIdx.x == 0) partial[blockIdx.x] = bad;
 }
 
 __global__ void sum_counts_kernel(long long* total, const long long* partial, int count) {
   long long s = 0;
   for (int i = threadIdx.x; i < count; i += blockDim.x) s += partial[i];
-  __shared__ long long shared[32];
-  s = block_sum(s, shared);
+  DENDRITE_DYNAMIC_SHARED(long long, counts);  // [32]
+  s = block_sum(s, counts);
   if (threadIdx.x == 0) *total = s;
 }
 
@@ -468,7 +468,8 @@ void launch_column_sums(bf16* low, float* db, const float* dy, int m, int n, voi
   const RowBlocks b = row_blocks(m, n, 1, kRowGroups * kRowsAhead, op);
   float* partials = static_cast<float*>(scratch);  // [b.count, n]
   const dim3 grid(unsigned((n + kTileCols - 1) / kTileCols), unsigned(b.count));
-  DENDRITE_LAUNCH(grid, dim3(kTileCols, kRowGroups), 0, stream, column_sums_kernel)
+  DENDRITE_LAUNCH(grid, dim3(kTileCols, kRowGroups), kRowGroups * kTileCols * sizeof(float), stream,
+                  column_sums_kernel)
   (partials, low, dy, m, n, b.rows);
   check_launch(op);
   add_row_block_partials(db, partials, b.count, n, stream);
@@ -490,10 +491,11 @@ int64_t count_nonfinite(const float* x, int64_t n, void* scratch, cudaStream_t s
   auto* partial = static_cast<long long*>(scratch);  // [kReduceBlocks] counts, then the total
   long long* total = partial + kReduceBlocks;
   const unsigned blocks = blocks_for((n + 3) / 4, kThreads, kReduceBlocks);
-  DENDRITE_LAUNCH(blocks, kThreads, 0, stream, count_nonfinite_kernel)(
-      partial, x, n, aligned_to(16, x));
+  DENDRITE_LAUNCH(blocks, kThreads, kBlockSumBytes<long long>, stream, count_nonfinite_kernel)
+  (partial, x, n, aligned_to(16, x));
   check_launch("count_nonfinite");
-  DENDRITE_LAUNCH(1, kThreads, 0, stream, sum_counts_kernel)(total, partial, int(blocks));
+  DENDRITE_LAUNCH(1, kThreads, kBlockSumBytes<long long>, stream, sum_counts_kernel)
+  (total, partial, int(blocks));
   check_launch("count_nonfinite (sum of counts)");
   long long result = 0;
   check_cuda(cudaMemcpyAsync(&result, total, sizeof result, cudaMemcpyDeviceToHost, stream),

@@ -77,13 +77,21 @@ constexpr int kPassRows = kScatterThreads * kRowsPerThread;
 constexpr int kBatch = 8;             // staged rows a thread adds per step
 constexpr int kScatterBlocks = 256;   // target blocks (columns x slices)
 
+// scatter_rows_kernel's dynamic shared memory.
+struct ScatterLists {
+  int row[kPassRows];  // this slice's rows of the pass, in row order
+  int tok[kPassRows];  // and their tokens (block rows)
+  int warp_count[kScatterThreads / 32];
+};
+
 __global__ void __launch_bounds__(kScatterThreads)
     scatter_rows_kernel(float* __restrict__ dst, const float* __restrict__ dout,
                         const int32_t* __restrict__ tokens, int64_t c0, int64_t n, int v0, int t_lo,
                         int t_hi, int m, int C) {
-  __shared__ int list_row[kPassRows];  // this slice's rows of the pass, in row order
-  __shared__ int list_tok[kPassRows];  // and their tokens (block rows)
-  __shared__ int warp_count[kScatterThreads / 32];
+  DENDRITE_DYNAMIC_SHARED(ScatterLists, lists);
+  int* list_row = lists->row;
+  int* list_tok = lists->tok;
+  int* warp_count = lists->warp_count;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int j = blockIdx.x * kScatterThreads + tid;  // this thread's column
   const int slice = blockIdx.y, slices = gridDim.y;
@@ -176,9 +184,9 @@ void scatter_rows(float* dst, const float* dout, const int32_t* tokens,
   if (slices > t_hi - t_lo) slices = t_hi - t_lo;
   if (slices > 65535) slices = 65535;
   if (slices < 1) slices = 1;
-  DENDRITE_LAUNCH(dim3(unsigned(col_blocks), unsigned(slices)), kScatterThreads, 0, stream,
-                  scatter_rows_kernel)(
-      dst, dout, tokens, c0, n, v0, t_lo, t_hi, m, C);
+  DENDRITE_LAUNCH(dim3(unsigned(col_blocks), unsigned(slices)), kScatterThreads,
+                  sizeof(ScatterLists), stream, scatter_rows_kernel)
+  (dst, dout, tokens, c0, n, v0, t_lo, t_hi, m, C);
   check_launch("embedding_scatter_rows");
 }
 

@@ -68,9 +68,7 @@ __global__ void row_sums_kernel(double* sums, Terms terms, int c, bool vec) {
   const int r = blockIdx.x;
   double a = 0.0, b = 0.0;
   add_row_terms(terms, r, c, vec, a, b);
-  // [32], dynamic: a kernel template's static __shared__ escapes the CPU
-  // emulator's poisoning under GCC (tests/emulated_cuda).
-  DENDRITE_DYNAMIC_SHARED(double, warp_sums);
+  DENDRITE_DYNAMIC_SHARED(double, warp_sums);  // [32]
   a = block_sum(a, warp_sums);
   if constexpr (NS == 2) b = block_sum(b, warp_sums);
   if (threadIdx.x == 0) {
@@ -169,7 +167,7 @@ template <int NS, class Terms>
 void launch_row_sums(double* sums, const Terms& terms, int m, int c, bool vec,
                      cudaStream_t stream, const char* name) {
   if (m == 0) return;
-  DENDRITE_LAUNCH(unsigned(m), sum_threads(c), 32 * sizeof(double), stream,
+  DENDRITE_LAUNCH(unsigned(m), sum_threads(c), kBlockSumBytes<double>, stream,
                   row_sums_kernel<NS, Terms>)
   (sums, terms, c, vec);
   check_launch(name);
@@ -600,7 +598,7 @@ void layernorm_rows_bf16(double* sums, bf16* y, float* mean, float* rstd, const 
                          cudaStream_t stream) {
   if (s.m == 0) return;
   const bool vec = rows_aligned(s.c, x, gamma, beta) && aligned_to(8, y);
-  DENDRITE_LAUNCH(unsigned(s.m), sum_threads(s.c), 32 * sizeof(double), stream,
+  DENDRITE_LAUNCH(unsigned(s.m), sum_threads(s.c), kBlockSumBytes<double>, stream,
                   layernorm_rows_kernel)
   (sums, y, mean, rstd, x, gamma, beta, s.c, eps, vec);
   check_launch("layernorm_rows_bf16");
@@ -654,11 +652,11 @@ bool launch_backward_rows(const Norm& norm, const ops::ResidualGradBf16* next, d
   const bool vec = rows_aligned(c, dres, norm.terms.dy, norm.terms.x, norm.terms.gamma);
   const unsigned threads = sum_threads(c);
   if ((c + 3) / 4 <= int(threads)) {
-    DENDRITE_LAUNCH(unsigned(blocks), threads, 32 * sizeof(double), stream,
+    DENDRITE_LAUNCH(unsigned(blocks), threads, kBlockSumBytes<double>, stream,
                     norm_backward_rows_kernel<Norm, 1>)
     (norm, sums, dres, part_g, part_b, low, part_d, m, c, rows, vec);
   } else {
-    DENDRITE_LAUNCH(unsigned(blocks), threads, 32 * sizeof(double), stream,
+    DENDRITE_LAUNCH(unsigned(blocks), threads, kBlockSumBytes<double>, stream,
                     norm_backward_rows_kernel<Norm, kOwnGroups>)
     (norm, sums, dres, part_g, part_b, low, part_d, m, c, rows, vec);
   }
@@ -753,7 +751,8 @@ void rmsnorm_rows_bf16(double* sums, bf16* y, float* rstd, const float* x, const
                        const ops::NormShape& s, float eps, cudaStream_t stream) {
   if (s.m == 0) return;
   const bool vec = rows_aligned(s.c, x, gamma) && aligned_to(8, y);
-  DENDRITE_LAUNCH(unsigned(s.m), sum_threads(s.c), 32 * sizeof(double), stream, rmsnorm_rows_kernel)
+  DENDRITE_LAUNCH(unsigned(s.m), sum_threads(s.c), kBlockSumBytes<double>, stream,
+                  rmsnorm_rows_kernel)
   (sums, y, rstd, x, gamma, s.c, eps, vec);
   check_launch("rmsnorm_rows_bf16");
 }

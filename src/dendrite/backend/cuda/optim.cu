@@ -86,7 +86,7 @@ __global__ void sum_squares_kernel(double* partial, const float* g, int64_t n, b
       for (int k = 0; k < 4 && i + k < n; ++k) s += double(g[i + k]) * g[i + k];
     }
   }
-  __shared__ double shared[32];
+  DENDRITE_DYNAMIC_SHARED(double, shared);  // [32]
   s = block_sum(s, shared);
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
@@ -95,7 +95,7 @@ __global__ void sum_squares_kernel(double* partial, const float* g, int64_t n, b
 __global__ void sum_partials_kernel(double* total, const double* partial, int count) {
   double s = 0.0;
   for (int i = threadIdx.x; i < count; i += blockDim.x) s += partial[i];
-  __shared__ double shared[32];
+  DENDRITE_DYNAMIC_SHARED(double, shared);  // [32]
   s = block_sum(s, shared);
   if (threadIdx.x == 0) *total = s;
 }
@@ -147,7 +147,7 @@ __global__ void sum_squares_tensors_kernel(double* partial, const float* base,
       s += double(*g) * *g;
     }
   });
-  __shared__ double shared[32];
+  DENDRITE_DYNAMIC_SHARED(double, shared);  // [32]
   s = block_sum(s, shared);
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
@@ -212,10 +212,11 @@ double sum_squares(const float* g, long n, void* scratch, cudaStream_t stream) {
   double* total = partial + kReduceBlocks;
   // The grid depends only on n, so the order of the sums does too.
   const unsigned blocks = blocks_for((n + 3) / 4, kThreads, kReduceBlocks);
-  DENDRITE_LAUNCH(blocks, kThreads, 0, stream, sum_squares_kernel)(
-      partial, g, n, aligned_to(16, g));
+  DENDRITE_LAUNCH(blocks, kThreads, kBlockSumBytes<double>, stream, sum_squares_kernel)
+  (partial, g, n, aligned_to(16, g));
   check_launch("sum_squares");
-  DENDRITE_LAUNCH(1, kThreads, 0, stream, sum_partials_kernel)(total, partial, int(blocks));
+  DENDRITE_LAUNCH(1, kThreads, kBlockSumBytes<double>, stream, sum_partials_kernel)
+  (total, partial, int(blocks));
   check_launch("sum_squares (sum of block sums)");
   double result = 0.0;
   check_cuda(cudaMemcpyAsync(&result, total, sizeof result, cudaMemcpyDeviceToHost, stream),
@@ -232,10 +233,11 @@ void sum_squares_tensors(double* total, const float* base, const ops::FlatTensor
   }
   auto* partial = static_cast<double*>(scratch);  // [blocks] block sums
   const TableGrid g = table_grid(values, kReduceBlocks);
-  DENDRITE_LAUNCH(g.blocks, kThreads, 0, stream, sum_squares_tensors_kernel)(
-      partial, base, table, count, g.per, aligned_to(16, base));
+  DENDRITE_LAUNCH(g.blocks, kThreads, kBlockSumBytes<double>, stream, sum_squares_tensors_kernel)
+  (partial, base, table, count, g.per, aligned_to(16, base));
   check_launch("sum_squares_tensors");
-  DENDRITE_LAUNCH(1, kThreads, 0, stream, sum_partials_kernel)(total, partial, int(g.blocks));
+  DENDRITE_LAUNCH(1, kThreads, kBlockSumBytes<double>, stream, sum_partials_kernel)
+  (total, partial, int(g.blocks));
   check_launch("sum_squares_tensors (sum of block sums)");
 }
 

@@ -26,51 +26,26 @@ Result dendrite(const std::string& args) {
 
 Result mpirun(int ranks, const std::string& args) { return test::mpirun_dendrite(ranks, args); }
 
-const char* kPassage =
-    "The quick brown fox jumps over the lazy dog while the cat sleeps by the warm fire, "
-    "and seven bold wizards quietly hex the jumping frogs before dawn breaks over the hills.";
-
+// The fixture memorization_data (tests/make_memorization_data.sh) made the
+// text, the canaries, the control text, the data and the trained model once
+// for every test; what a test writes goes to a folder of its own.
 class Memorization : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
+  void SetUp() override {
     char tmpl[] = "/tmp/dendrite-mem-XXXXXX";
-    dir_ = mkdtemp(tmpl);
-    std::ofstream text(dir_ / "text.txt");
-    for (int i = 0; i < 300; ++i) text << kPassage << "\n";
-    text.close();
-    std::ofstream(dir_ / "canaries.txt") << "Zebras eat kiwis.\n%\nA xylophone plays jazz quietly.\n";
-    std::ofstream(dir_ / "control.txt")
-        << "Violet mushrooms grow under ancient oak trees beside a quiet river bank every spring "
-           "while owls hoot softly and foxes wander past the old stone bridge at night.\n";
-    const std::string tokenize = "tokenize --input " + (dir_ / "text.txt").string() + " --vocab-size 300";
-    Result r = dendrite(tokenize + " --out " + data());
-    ASSERT_EQ(r.rc, 0) << r.out;
-    r = dendrite(tokenize + " --out " + canary_data() + " --canaries " +
-                 (dir_ / "canaries.txt").string() + " --canary-repeat 3");
-    ASSERT_EQ(r.rc, 0) << r.out;
+    scratch_ = mkdtemp(tmpl);
   }
-  // Trains the tiny model once per process, for the tests that need it (ctest
-  // runs each test in a process of its own).
-  static void train_once() {
-    if (fs::exists(dir_ / "run" / "latest")) return;
-    std::ofstream(dir_ / "tiny.json") << R"({"arch": "gpt2", "n_layer": 2, "n_embd": 64,
-                                            "n_head": 4, "block_size": 32})";
-    Result r = dendrite("train --model " + (dir_ / "tiny.json").string() + " --data " + data() +
-                        " --steps 200 --batch 8 --seq 32 --lr 1e-2 --warmup 10 --eval-every 0 --out " +
-                        (dir_ / "run").string());
-    ASSERT_EQ(r.rc, 0) << r.out;
-  }
-  static void TearDownTestSuite() { fs::remove_all(dir_); }
-  static std::string data() { return (dir_ / "data").string(); }
-  static std::string canary_data() { return (dir_ / "canary-data").string(); }
+  void TearDown() override { fs::remove_all(scratch_); }
+  static std::string made(const char* name) { return (fs::path(kMade) / name).string(); }
+  static std::string data() { return made("data"); }
+  static std::string canary_data() { return made("canary-data"); }
   static std::string memorize() {
-    return "memorization --checkpoint " + (dir_ / "run").string() + " --data " + data() +
-           " --control " + (dir_ / "control.txt").string() +
-           " --prefix 12 --suffix 12 --samples 12 --batch 4";
+    return "memorization --checkpoint " + made("run") + " --data " + data() + " --control " +
+           made("control.txt") + " --prefix 12 --suffix 12 --samples 12 --batch 4";
   }
-  static fs::path dir_;
+  static constexpr const char* kMade = DENDRITE_MEMORIZATION_DATA;
+  fs::path scratch_;
 };
-fs::path Memorization::dir_;
 
 TEST_F(Memorization, CanariesSitInTrainWhereTheLocationsSay) {
   nlohmann::json j = nlohmann::json::parse(std::ifstream(canary_data() + "/canaries.json"));
@@ -92,7 +67,6 @@ TEST_F(Memorization, CanariesSitInTrainWhereTheLocationsSay) {
 }
 
 TEST_F(Memorization, TinyModelReproducesItsTextOnAnyGrid) {
-  ASSERT_NO_FATAL_FAILURE(train_once());
   Result one = dendrite(memorize() + " --json");
   ASSERT_EQ(one.rc, 0) << one.out;
   nlohmann::json j = nlohmann::json::parse(one.out);
@@ -116,7 +90,6 @@ TEST_F(Memorization, TinyModelReproducesItsTextOnAnyGrid) {
 }
 
 TEST_F(Memorization, BadOptionsAreReported) {
-  ASSERT_NO_FATAL_FAILURE(train_once());
   Result r = dendrite(memorize() + " --prefix 30 --suffix 10");
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.out.find("block size"), std::string::npos) << r.out;
@@ -129,17 +102,15 @@ TEST_F(Memorization, BadOptionsAreReported) {
 // memorization report scores all canaries and each copy count on its own,
 // from the same decoded continuations.
 TEST_F(Memorization, CanariesByCopyCount) {
-  ASSERT_NO_FATAL_FAILURE(train_once());
-  const std::string dose = (dir_ / "dose-data").string();
-  Result r = dendrite("tokenize --input " + (dir_ / "text.txt").string() +
-                      " --vocab-size 300 --out " + dose + " --canaries " +
-                      (dir_ / "canaries.txt").string() + " --canary-repeat 1,3");
+  const std::string dose = (scratch_ / "dose-data").string();
+  Result r = dendrite("tokenize --input " + made("text.txt") + " --vocab-size 300 --out " + dose +
+                      " --canaries " + made("canaries.txt") + " --canary-repeat 1,3");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("4 copies"), std::string::npos) << r.out;
   nlohmann::json c = nlohmann::json::parse(std::ifstream(dose + "/canaries.json"));
   EXPECT_EQ(c.at("repeat"), nlohmann::json({1, 3}));
   EXPECT_EQ(c.at("canaries").size(), 4u);
-  r = dendrite("memorization --checkpoint " + (dir_ / "run").string() + " --data " + dose +
+  r = dendrite("memorization --checkpoint " + made("run") + " --data " + dose +
                " --prefix 3 --suffix 4 --samples 4 --batch 2 --json");
   ASSERT_EQ(r.rc, 0) << r.out;
   nlohmann::json j = nlohmann::json::parse(r.out);
@@ -151,9 +122,8 @@ TEST_F(Memorization, CanariesByCopyCount) {
   const double one = j.at("canaries x1").at("token_match").at("value").get<double>();
   const double three = j.at("canaries x3").at("token_match").at("value").get<double>();
   EXPECT_NEAR(all, (one + three) / 2, 1e-12);
-  Result bad = dendrite("tokenize --input " + (dir_ / "text.txt").string() + " --out " + dose +
-                        "-bad --canaries " + (dir_ / "canaries.txt").string() +
-                        " --canary-repeat 1,0");
+  Result bad = dendrite("tokenize --input " + made("text.txt") + " --out " + dose +
+                        "-bad --canaries " + made("canaries.txt") + " --canary-repeat 1,0");
   EXPECT_NE(bad.rc, 0);
 }
 

@@ -23,6 +23,12 @@ namespace {
 
 const float u = std::ldexp(1.0f, -23);  // fp32's spacing at 1
 
+// Two values as bf16 in one 32-bit register of an m16n8k16 operand, the
+// first in the low half.
+uint32_t pair(float lo, float hi) {
+  return uint32_t(to_bf16(lo).bits) | uint32_t(to_bf16(hi).bits) << 16;
+}
+
 float sum(float acc, std::vector<float> products) {
   return emu::tensor_core_sum(acc, products.data(), int(products.size()));
 }
@@ -98,9 +104,6 @@ TEST(EmulatedGpuRounding, TheTensorCoreProductSumsAsTheModelSays) {
     const bool launched = emu::run(nullptr, dim3(1), dim3(32), 0, nullptr, "mma_m16n8k16", [&got] {
       const int l = int(threadIdx.x);
       auto A = [](int row, int k) { return row != 0 ? 0.0f : k == 0 ? 1.0f : 0.75f * u; };
-      auto pair = [](float lo, float hi) {
-        return uint32_t(to_bf16(lo).bits) | uint32_t(to_bf16(hi).bits) << 16;
-      };
       // Lane l's register r of A holds row l / 4 + 8 (r % 2), columns
       // 2 (l % 4) + 8 (r / 2) and the next (the PTX ISA's layout).
       uint32_t a[4], b[2] = {pair(1.0f, 1.0f), pair(1.0f, 1.0f)};
@@ -146,9 +149,6 @@ TEST(EmulatedGpuRounding, TheTensorCoreProductAsWrittenSumsEachElementInKOrder) 
   std::vector<float> got(32 * 4, -1.0f);
   const bool launched = emu::run(nullptr, dim3(1), dim3(32), 0, nullptr, "mma_m16n8k16", [&] {
     const int l = int(threadIdx.x), g = l / 4, t = l % 4;
-    auto pair = [](float lo, float hi) {
-      return uint32_t(to_bf16(lo).bits) | uint32_t(to_bf16(hi).bits) << 16;
-    };
     // Lane l's register r of A: row g + 8 (r % 2), k = 2t + 8 (r / 2) and
     // k + 1; of B: k = 2t + 8r and k + 1, column g; its d[e]: row
     // g + 8 (e / 2), column 2t + e % 2 (the PTX ISA's layouts).

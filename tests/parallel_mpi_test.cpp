@@ -3,7 +3,8 @@
 // parameter gradient after one step, the losses of 3 AdamW steps, and the
 // bytes each communicator moved against the closed-form volume of section 6.
 // Runs under `mpirun -np 8`: the world is split into 8/P groups of P ranks,
-// and every group walks through all grids of P ranks in the same launch.
+// which share out the grids of P ranks in the same launch, each grid run by
+// one group, the groups side by side (test::SharedGrids).
 // DENDRITE_TEST_DEVICE=cuda (scripts/gpu_check.sh, on a GPU) runs the grids
 // of EveryGrid, EveryGridBf16 and SimulatedNodes on the CUDA backend, through
 // its transport (NCCL, or staged where ranks share the GPU;
@@ -227,10 +228,11 @@ void check_overlaps(const std::string& what, const ModelConfig& cfg, ProcessGrid
     EXPECT_NEAR(alt.losses[s], base.losses[s], 1e-6 * base.losses[s]) << what << ", " << g.str();
 }
 
-// Runs check(grid, shape) on every grid of 1, 2, 4 and 8 ranks that divides
-// cfg (each rank in the group of P ranks it belongs to, communicating as
-// `options` say); returns how many.
-// The grids are built over backend's transport.
+// Runs check(grid, shape) once on every grid of 1, 2, 4 and 8 ranks that
+// divides cfg, the groups of P ranks sharing out the grids of P
+// (test::SharedGrids; each rank in the group of P ranks it belongs to,
+// communicating as `options` say); returns how many ran, the same on every
+// rank. The grids are built over backend's transport.
 template <typename Check>
 int for_every_grid(const ModelConfig& cfg, Check check,
                    const CommOptions& options = comm_options_from_environment(),
@@ -241,12 +243,14 @@ int for_every_grid(const ModelConfig& cfg, Check check,
   for (int P : {1, 2, 4, 8}) {
     if (world_size % P != 0) continue;
     const auto sub = test::group_of(P, options);
+    test::SharedGrids shared(P);
+    int i = 0;
     for (const GridShape& g : test::grids_of(P)) {
-      if (!divides(cfg, g)) continue;
+      if (!divides(cfg, g) || !shared.turn(i++)) continue;
       ProcessGrid grid(g, backend.transport(*sub));
       check(grid, g);
-      ++tested;
     }
+    tested += shared.ran_by_all();
   }
   return tested;
 }

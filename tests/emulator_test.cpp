@@ -74,6 +74,12 @@ __global__ void read_unwritten_shared_kernel(uint32_t* out) {
   shared[t] = b;
 }
 
+// Thread 0 writes the word at `word` of the block's shared memory (the
+// launch gives it fewer).
+__global__ void write_past_shared_kernel(uint32_t word) {
+  if (threadIdx.x == 0) static_cast<uint32_t*>(emu::dynamic_shared())[word] = 1;
+}
+
 // Warp 1's first half waits at __syncwarp for its second half, which waits
 // at __syncthreads for the first half: neither barrier can open.
 __global__ void crossed_barriers_kernel() {
@@ -177,6 +183,31 @@ TEST(EmulatorMemory, EveryBlockStartsWithPoisonedSharedMemoryInEveryOrder) {
         << "order " << order << ": a block read another block's shared memory, or zeros";
     ASSERT_EQ(cudaFree(out), cudaSuccess);
   }
+}
+
+// A kernel that uses more shared memory than its launch gave fails the
+// launch, naming the block and the bytes; under ASan, which sees the write
+// where it happens, ASan reports it.
+TEST(EmulatorMemory, AKernelWritingPastItsSharedMemoryFailsItsLaunch) {
+  Restore restore;
+  auto launch = [] {
+    emu::launch(dim3(2), dim3(kThreads), 4 * sizeof(uint32_t), nullptr, "write_past_shared_kernel",
+                write_past_shared_kernel)(4u);
+  };
+#if defined(__SANITIZE_ADDRESS__)
+  EXPECT_DEATH(launch(), "use-after-poison");
+#else
+  const Failure f = failing(launch);
+  EXPECT_EQ(f.error, cudaErrorLaunchFailure);
+  EXPECT_THAT(f.said, HasSubstr("kernel write_past_shared_kernel, block (0, 0, 0): wrote byte 16 "
+                                "of shared memory, past the 16 bytes of dynamic shared memory"));
+#endif
+  // Within the bytes: no failure.
+  const Failure within = failing([] {
+    emu::launch(dim3(2), dim3(kThreads), 4 * sizeof(uint32_t), nullptr, "write_past_shared_kernel",
+                write_past_shared_kernel)(3u);
+  });
+  EXPECT_EQ(within.error, cudaSuccess) << within.said;
 }
 
 TEST(EmulatorBarriers, ThreadsWaitingAtBarriersNoneCanOpenFailTheLaunch) {

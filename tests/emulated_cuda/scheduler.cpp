@@ -1,7 +1,7 @@
 // The CUDA emulator's scheduler (emulator.h): the threads of the blocks being
 // run, each a fiber (fiber.h), their barriers and warp collectives, and the
-// launch of a kernel: its checks, the order of its blocks, and the 0x7f
-// bytes each block's shared memory starts with.
+// launch of a kernel: its checks, the order of its blocks, the 0x7f bytes
+// each block's shared memory starts with, and the guard past its end.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -19,10 +19,22 @@
 #include "fiber.h"
 #include "race_check.h"
 
+#ifdef EMU_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
 namespace emu {
 namespace {
 
 constexpr int kMaxThreads = 1024;
+
+// Bytes past the end of a block's shared memory, the launch's bytes, that
+// hold kGuardByte while the block runs: a kernel that writes them fails its
+// launch (check_guards), one that reads or writes them under ASan is
+// reported where it does (they are poisoned there). On a GPU such a kernel
+// reads another block's memory or fails with an illegal address.
+constexpr size_t kSharedGuard = 256;
+constexpr unsigned char kGuardByte = 0xa5;
 
 enum class State { kRunnable, kAtBlockBarrier, kAtWarpBarrier, kDone };
 
@@ -58,7 +70,9 @@ struct Warp {
 // A block being run: its coordinates, its shared memory and its barrier.
 struct Block {
   uint3 idx{};
-  std::vector<unsigned char> shared;  // its shared memory (all of it dynamic: cuda_runtime.h)
+  std::vector<unsigned char> shared;  // its shared memory (all of it dynamic: cuda_runtime.h),
+                                      // then kSharedGuard bytes
+  size_t shared_bytes = 0;            // the launch's
   int live = 0, at_barrier = 0;       // threads not exited, and those at __syncthreads
   uint64_t serial = 0;                // which block this is, of all run (block_serial)
   unsigned barriers = 0;              // __syncthreads passed so far
@@ -273,7 +287,7 @@ void* dynamic_shared() {
 }
 size_t dynamic_shared_bytes() {
   Scheduler& s = sched();
-  return s.blocks[size_t(s.current->block)].shared.size();
+  return s.blocks[size_t(s.current->block)].shared_bytes;
 }
 uint64_t block_serial() {
   Scheduler& s = sched();
@@ -443,6 +457,19 @@ namespace {
 // made: half as many there.
 constexpr uint64_t kInterleavedThreads = race::kOn ? 2048 : 4096;
 
+// Poisons block b's guard for ASan (on), or lifts that (off); a no-op
+// elsewhere.
+void guard([[maybe_unused]] Block& b, [[maybe_unused]] bool on) {
+#ifdef EMU_ASAN
+  if (b.shared.size() < kSharedGuard) return;
+  unsigned char* g = b.shared.data() + b.shared.size() - kSharedGuard;
+  if (on)
+    ASAN_POISON_MEMORY_REGION(g, kSharedGuard);
+  else
+    ASAN_UNPOISON_MEMORY_REGION(g, kSharedGuard);
+#endif
+}
+
 // Makes the fibers, warps and blocks for `together` blocks of `block`'s threads.
 void prepare(Scheduler& s, dim3 block, size_t shared, int together) {
   const int threads = int(block.x * block.y * block.z);
@@ -456,8 +483,38 @@ void prepare(Scheduler& s, dim3 block, size_t shared, int together) {
   s.warps.resize(size_t(together) * size_t((threads + 31) / 32));
   s.blocks.resize(size_t(together));
   for (Block& b : s.blocks) {
-    b.shared.resize(shared);
+    guard(b, false);
+    b.shared.resize(shared + kSharedGuard);
+    b.shared_bytes = shared;
   }
+}
+
+// Block b's shared memory filled with 0x7f bytes, its guard with kGuardByte.
+void fill_shared(Block& b) {
+  guard(b, false);
+  std::fill(b.shared.begin(), b.shared.begin() + ptrdiff_t(b.shared_bytes), 0x7f);
+  std::fill(b.shared.begin() + ptrdiff_t(b.shared_bytes), b.shared.end(), kGuardByte);
+  guard(b, true);
+}
+
+// Empty when the first n blocks left their guards as they were; else what
+// the launch's error says.
+std::string check_guards(Scheduler& s, int n) {
+  for (int i = 0; i < n; ++i) {
+    Block& b = s.blocks[size_t(i)];
+    guard(b, false);
+    const auto end = b.shared.begin() + ptrdiff_t(b.shared_bytes);
+    const auto bad =
+        std::find_if(end, b.shared.end(), [](unsigned char c) { return c != kGuardByte; });
+    if (bad != b.shared.end()) {
+      s.error_block = b.idx;
+      return "wrote byte " + std::to_string(bad - b.shared.begin()) +
+             " of shared memory, past the " + std::to_string(b.shared_bytes) +
+             " bytes of dynamic shared memory its launch gave (give the launch the bytes the "
+             "kernel uses)";
+    }
+  }
+  return {};
 }
 
 // Runs the blocks of a launch that passed its checks (run): `together` at a
@@ -510,9 +567,10 @@ void execute(dim3 grid, dim3 block, size_t shared, const char* name,
       const unsigned c = unsigned(s.reverse ? n - 1 - b : b);
       Block& blk = s.blocks[size_t(b)];
       blk.idx = uint3{x0 + c % w, y0 + c / w, z};
-      std::fill(blk.shared.begin(), blk.shared.end(), 0x7f);
+      fill_shared(blk);
     }
-    const std::string e = run_blocks(s, n);
+    std::string e = run_blocks(s, n);
+    if (e.empty()) e = check_guards(s, n);
     if (!e.empty()) {
       const uint3 at = s.error_block;
       fail(cudaErrorLaunchFailure, std::string("kernel ") + name + ", block (" +

@@ -518,8 +518,8 @@ std::string check_guards(Scheduler& s, int n) {
 }
 
 // Runs the blocks of a launch that passed its checks (run): `together` at a
-// time, each with its shared memory filled with 0x7f
-// bytes (what a block reads before writing it shows in the results).
+// time, each with its shared memory filled with 0x7f bytes (what a block
+// reads before writing it shows in the results) and its guard checked after.
 void execute(dim3 grid, dim3 block, size_t shared, const char* name,
              const std::function<void()>& body) {
   std::lock_guard<std::mutex> lock(rt().launch);

@@ -401,8 +401,7 @@ struct RmsBackwardRows {
 // (accumulate: dx + that, rounded as add_inplace after it would); part_g,
 // part_b [gridDim.y, c] = that block's sums of the gain's and bias's terms
 // (null: skipped, as dgamma or dbeta on the CPU; RMSNorm has no bias).
-// Its shared memory is dynamic (a kernel template's, static_shared_check.cmake),
-// apply_shared_bytes<Norm>() of it.
+// Its shared memory: apply_shared_bytes<Norm>().
 template <class Norm>
 __global__ void __launch_bounds__(kTileCols* kRowGroups)
     norm_backward_apply_kernel(Norm norm, float* __restrict__ dx, bool accumulate, float* part_g,

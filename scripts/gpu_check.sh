@@ -88,12 +88,27 @@ part() {
   pack
   return $rc
 }
-gpu=0
-nvidia-smi -L > /dev/null 2>&1 && gpu=1
+# The GPU: nvidia-smi names it. An image whose driver folder is mounted at
+# /usr/local/nvidia may leave its bin off the PATH; where nvidia-smi still
+# fails, PyTorch's view decides, so that a lease with a GPU never skips every
+# GPU part for want of one program (the rehearsal's root has neither).
+if ! command -v nvidia-smi > /dev/null && [[ -x /usr/local/nvidia/bin/nvidia-smi ]]; then
+  PATH=$PATH:/usr/local/nvidia/bin
+fi
+gpu=0 gpu_line=""
+if gpu_line=$(nvidia-smi -L 2>/dev/null | head -1) && [[ -n $gpu_line ]]; then
+  gpu=1
+  gpu_line="$gpu_line; driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1 | head -1)"
+elif gpu_line=$(timeout 60 python3 -c 'import torch
+assert torch.cuda.is_available()
+print(torch.cuda.get_device_name(0))' 2>/dev/null) && [[ -n $gpu_line ]]; then
+  gpu=1
+  gpu_line="$gpu_line (nvidia-smi -L failed; PyTorch found it)"
+fi
 # The published machine file of this GPU's node (an H100 or an H200; the
 # rehearsal plans on the H200's): the planner's figures start from it.
 node=h200-node
-((gpu)) && nvidia-smi -L 2>/dev/null | grep -q H100 && node=h100-node
+[[ $gpu_line == *H100* ]] && node=h100-node
 # gpu_part NAME SECONDS COMMAND...: a part that needs the GPU.
 gpu_part() {
   if ((!gpu)); then note "[$(elapsed) s] $1: skipped (no GPU on this machine)"; return 0; fi
@@ -111,9 +126,9 @@ mpirun=$prefix/usr/bin/mpirun.openmpi
 
 note "stage $stage, $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores"
 if ((gpu)); then
-  note "gpu: $(nvidia-smi -L 2>&1 | head -1); driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1 | head -1)"
+  note "gpu: $gpu_line"
 else
-  note "gpu: none (nvidia-smi -L fails): the GPU parts are skipped, as in the rehearsal"
+  note "gpu: none (nvidia-smi -L fails, and PyTorch sees no GPU): the GPU parts are skipped, as in the rehearsal"
 fi
 note "nvcc: $(nvcc --version 2>&1 | tail -1); torch: $(python3 -c 'import torch; print(torch.__version__)' 2>&1 | tail -1)"
 # The carried packages are Debian 12's: its libevent (OpenMPI's) needs glibc

@@ -21,13 +21,16 @@
 # (hidden by an overlay), which then come only from PyTorch's wheels: their
 # layout (nvidia/cu13/{include,lib} with versioned libraries only, and
 # nvidia/nccl/) made in the root's Python path from this toolkit's files.
+# --no-launcher rehearses a machine where OpenMPI's launcher cannot start
+# (its launch component named one that does not exist): the stages must say
+# so and run the parts of one process without it.
 #   scripts/gpu_rehearse.sh [--stage 1|2|both] [--fresh] [--keep-build] [--wheel-libs]
-#                           [--no-prebuilt]
+#                           [--no-prebuilt] [--no-launcher]
 # Logs: $OUT or /tmp/gpu_rehearsal (one folder per stage). Needs root.
 set -euo pipefail
 main() {
 cd "$(dirname "$0")/.."
-stages=(1 2) fresh=0 keep_build=0 wheel_libs=0 prebuilt=1
+stages=(1 2) fresh=0 keep_build=0 wheel_libs=0 prebuilt=1 no_launcher=0
 while (($#)); do
   case $1 in
     --stage) case ${2:-} in 1|2) stages=("$2") ;; both) stages=(1 2) ;; *) echo "gpu_rehearse: --stage 1, 2 or both"; exit 2 ;; esac; shift ;;
@@ -35,8 +38,9 @@ while (($#)); do
     --keep-build) keep_build=1 ;;
     --wheel-libs) wheel_libs=1 ;;
     --no-prebuilt) prebuilt=0 ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
-    *) echo "gpu_rehearse: unknown option $1 (--stage 1|2|both, --fresh, --keep-build, --wheel-libs, --no-prebuilt)"; exit 2 ;;
+    --no-launcher) no_launcher=1 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+    *) echo "gpu_rehearse: unknown option $1 (--stage 1|2|both, --fresh, --keep-build, --wheel-libs, --no-prebuilt, --no-launcher)"; exit 2 ;;
   esac
   shift
 done
@@ -107,9 +111,11 @@ for s in "${stages[@]}"; do
   # own, mpirun among them, read /dev/null instead.)
   # Two cores here build for far longer than the lent machine's sixteen.
   DENDRITE_BUILD_TIMEOUT=${DENDRITE_BUILD_TIMEOUT:-5400} DENDRITE_STAGE_SECONDS=${DENDRITE_STAGE_SECONDS:-90000} \
-    unshare -m /bin/bash -s "$root" "$s" "$wheel_libs" <<'NS' || true
+    unshare -m /bin/bash -s "$root" "$s" "$wheel_libs" "$no_launcher" <<'NS' || true
 set -e
-root=$1 stage=$2 wheel_libs=$3
+root=$1 stage=$2 wheel_libs=$3 no_launcher=$4
+broken=()
+((no_launcher)) && broken=(OMPI_MCA_plm=no-such-launcher)
 mount --make-rprivate /
 mkdir -p "$root/usr/local/cuda" "$root/lease/out"
 if ((wheel_libs)); then
@@ -155,7 +161,7 @@ mount -t tmpfs tmpfs "$root/dev/shm"
 mount -t tmpfs tmpfs "$root/lease/out"
 chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb \
   PATH=/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-  OUT=/lease/out DENDRITE_BUILD_TIMEOUT=$DENDRITE_BUILD_TIMEOUT DENDRITE_STAGE_SECONDS=$DENDRITE_STAGE_SECONDS /bin/bash -c "cd /lease/repo && scripts/gpu_check.sh --stage $stage" < /dev/null || true
+  OUT=/lease/out DENDRITE_BUILD_TIMEOUT=$DENDRITE_BUILD_TIMEOUT DENDRITE_STAGE_SECONDS=$DENDRITE_STAGE_SECONDS "${broken[@]}" /bin/bash -c "cd /lease/repo && scripts/gpu_check.sh --stage $stage" < /dev/null || true
 cp -r "$root/lease/out/." "/tmp/gpu_rehearse_stage$stage.out"
 NS
   if [[ -d /tmp/gpu_rehearse_stage$s.out ]]; then
@@ -180,8 +186,12 @@ NS
       tail -8 "$out/stage$s/$log.log" 2>/dev/null
     done
     status=1
+  elif ((no_launcher)) && ! grep -q "the MPI launcher cannot start" "$summary"; then
+    echo "gpu_rehearse: stage $s: the launcher was to fail (--no-launcher), and the summary does not say it did"
+    status=1
   else
-    echo "gpu_rehearse: stage $s passed up to the GPU ($(grep -c skipped "$summary") parts need one)"
+    echo "gpu_rehearse: stage $s passed up to the GPU ($(grep -cE '^\[[0-9]+ s\] [^ ]+: skipped \(no (GPU|compute-sanitizer)' "$summary") parts need one$(
+      ((no_launcher)) && echo "; $(grep -cE '^\[[0-9]+ s\] [^ ]+: skipped \(the MPI launcher' "$summary") need the launcher"))"
     if ((prebuilt)) && ! grep -q "^build: none; the programs built before the lease" "$summary"; then
       grep "^prebuilt:" "$summary"
       echo "gpu_rehearse: stage $s built its programs, though .gpu-prebuilt/ came with the tree"

@@ -29,4 +29,12 @@ export OMPI_MCA_plm_rsh_agent=${OMPI_MCA_plm_rsh_agent:-false}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 # No InfiniBand on a one-GPU machine: skip NCCL's probe for it.
 export NCCL_IB_DISABLE=1
+# OpenMPI's shared-memory transport keeps its segments in /dev/shm; where an
+# image has none, or a small one (a container's 64 MB), they go to /tmp.
+shm_mb=$(df -Pm /dev/shm 2>/dev/null | awk 'NR == 2 {print $4}')
+if [[ ! -w /dev/shm || ${shm_mb:-0} -lt 1024 ]]; then
+  export OMPI_MCA_btl_vader_backing_directory=/tmp
+  shm_note="/dev/shm has ${shm_mb:-no} MB free: OpenMPI's shared memory goes to /tmp"
+fi
+unset shm_mb
 unset prefix_lib prefix_root

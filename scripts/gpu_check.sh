@@ -24,10 +24,11 @@
 # Both stages unpack the Debian packages that scripts/gpu_deps.sh downloaded
 # into .gpu-debs/ (carry it) into a private prefix, check that the MPI
 # launcher starts (where it does not, the parts of several ranks are
-# skipped and the rest runs without it), and take the programs scripts/gpu_prebuild.sh built
-# before the lease (.gpu-prebuilt/, carried too) where they were built from
-# this tree's sources and start here, or else build into build-gpu/ (kept
-# when the machine is still warm for stage 2). Every command runs under a
+# skipped and the rest runs without it), and take the programs
+# scripts/gpu_prebuild.sh built before the lease (.gpu-prebuilt/, carried
+# too) where they were built from this tree's sources and start here, or
+# else build into build-gpu/ (kept when the machine is still warm for
+# stage 2). Every command runs under a
 # timeout and the summary ($OUT/summary-stage<N>.txt, or under
 # /tmp/gpu_check) is written as each part ends, so a run cut short still
 # reports what it did. The parts' logs and files are packed into
@@ -454,9 +455,9 @@ diagnose() {
 }
 
 if ((stage == 1)); then
-  # shellcheck disable=SC2016  # the loop's variables are its own
   # (Each program under a timeout of its own: one that hangs on the GPU
   # leaves the others their turn, and its name in the log.)
+  # shellcheck disable=SC2016  # the loop's variables are its own
   gpu_part gpu_tests_ops 150 bash -c 'rc=0
     for t; do echo "== $t"; timeout --kill-after=5 40 "build-gpu/tests/$t" --gtest_filter="Cuda/*" \
       --gtest_brief=1 || { r=$?; rc=1; ((r == 124 || r == 137)) && echo "== $t TIMED OUT after 40 s"; }; done

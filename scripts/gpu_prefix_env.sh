@@ -3,6 +3,7 @@
 # machine that has none of them installed: OpenMPI, PMIx, oneDNN,
 # SentencePiece and the header-only libraries.
 #   source scripts/gpu_prefix_env.sh PREFIX
+# shellcheck shell=bash
 # What a plain unpack leaves broken, and the setting that mends it:
 #  - OpenMPI finds its own files (help texts, MCA components, wrapper data)
 #    under its configure-time prefix /usr: OPAL_PREFIX moves it;
@@ -34,6 +35,7 @@ export NCCL_IB_DISABLE=1
 shm_mb=$(df -Pm /dev/shm 2>/dev/null | awk 'NR == 2 {print $4}')
 if [[ ! -w /dev/shm || ${shm_mb:-0} -lt 1024 ]]; then
   export OMPI_MCA_btl_vader_backing_directory=/tmp
+  # shellcheck disable=SC2034  # read by gpu_check.sh, which sources this
   shm_note="/dev/shm has ${shm_mb:-no} MB free: OpenMPI's shared memory goes to /tmp"
 fi
 unset shm_mb
